@@ -1,0 +1,12 @@
+-- luacheck configuration. Library code is plain Lua that runs on 5.1/LuaJIT .. 5.4 (std
+-- "min" plus the 5.2+ names it probes for with a fallback); specs use busted.
+std = "min"
+max_line_length = 120
+read_globals = {
+  "unpack",                                   -- 5.1/LuaJIT (used as `table.unpack or unpack`)
+  table = { fields = { "pack", "unpack" } },  -- 5.2+ (used with a 5.1 fallback)
+  math = { fields = { "tointeger" } },         -- 5.3+ (used only when present)
+  "jit",                                      -- LuaJIT detection
+}
+
+files["spec/"] = { std = "+busted" }

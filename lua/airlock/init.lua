@@ -1,0 +1,307 @@
+-- airlock: the Lua client for Airlock sandbox servers (parity with the Python SDK 0.5.0).
+--
+--   local airlock = require "airlock"
+--   local sbx <close> = airlock.sandbox{ api_key = "...", base_url = "https://..." }  -- 5.4
+--   airlock.with(opts, function(sbx) ... end)                            -- 5.1 / LuaJIT
+--
+-- Library code runs on Lua 5.1/LuaJIT through 5.4 (no <close> here).
+local engine = require "airlock.engine"
+local errors = require "airlock.errors"
+local result = require "airlock.result"
+local transport = require "airlock.transport"
+
+local core = transport.core
+local unpack = table.unpack or unpack  -- luacheck: ignore 143
+local pack = table.pack or function(...) return { n = select("#", ...), ... } end
+
+local M = {
+  _VERSION = engine.VERSION,
+  __version__ = engine.VERSION,
+  errors = errors,
+  engine = engine,
+  core = core,
+  Result = result.Result,
+}
+
+local function raise(err) error(err, 0) end
+
+local function call(settings, method, path, body, opts)
+  local ok, data = transport.call(settings, method, path, body, opts)
+  if not ok then raise(data) end
+  return data
+end
+
+local function python_list_repr(list)
+  local parts = {}
+  for i, v in ipairs(list or {}) do parts[i] = result.python_repr(tostring(v)) end
+  return "[" .. table.concat(parts, ", ") .. "]"
+end
+
+---------------------------------------------------------------- Sandbox
+
+local Sandbox = {}
+Sandbox.__index = Sandbox
+Sandbox.__name = "airlock.Sandbox"
+M.Sandbox = Sandbox
+
+local Files = {}
+Files.__index = Files
+Files.__name = "airlock.Files"
+
+function Sandbox.__tostring(self)
+  return string.format("<Sandbox %s tenant=%s egress=%s>", self.session_id or "not started",
+    self.tenant_id or "None", python_list_repr(self.egress))
+end
+
+-- Lua 5.4: `local sbx <close> = airlock.sandbox{...}` closes (deletes) the session.
+function Sandbox.__close(self)
+  self:close()
+end
+
+local function new_sandbox(opts)
+  local settings = engine.settings(opts)
+  local self = setmetatable({
+    base_url = settings.base_url,
+    template = settings.template,
+    requested_egress = {},
+    egress = {},
+    _settings = settings,
+  }, Sandbox)
+  for i, rule in ipairs(settings.egress) do self.requested_egress[i] = rule end
+  self.files = setmetatable({ _sandbox = self }, Files)
+  return self
+end
+
+local function started(self, what)
+  if getmetatable(self) ~= Sandbox then
+    engine.bad_argument("self", "a Sandbox (use sbx:" .. what .. "(...))", self)
+  end
+  if not self.session_id then
+    errors.raise("SandboxError",
+      "Sandbox not started: use airlock.sandbox{...} or airlock.with(...), or call sbx:start().")
+  end
+  return self.session_id
+end
+
+local function check_self(self, what)
+  if getmetatable(self) ~= Sandbox then
+    engine.bad_argument("self", "a Sandbox (use sbx:" .. what .. "(...))", self)
+  end
+end
+
+-- sbx:start() → self. Creates the session (POST /v1/sessions) unless it has one.
+function Sandbox:start()
+  check_self(self, "start")
+  if self.session_id then return self end
+  local s = self._settings
+  local data = call(s, "POST", "/v1/sessions",
+    { { "template", s.template }, { "egress", engine.array(self.requested_egress) } })
+  if type(data) ~= "table" or type(data.session_id) ~= "string" or data.session_id == "" then
+    errors.raise("SandboxError", "The server's create-session answer has no session_id")
+  end
+  self.session_id = data.session_id
+  self.tenant_id = data.tenant_id
+  self.egress = type(data.egress) == "table" and data.egress or {}
+  self.disk_quota_mb = data.disk_quota_mb
+  -- the token deletes the session if this handle is dropped unclosed (queued, no I/O in GC)
+  self._token = core.session(data.session_id, true, s)
+  return self
+end
+
+-- sbx:close([{timeout = s}] or [s]): delete the session. Idempotent; forgets the id before
+-- the DELETE; a 404 (already gone) is not an error. With a timeout: that HTTP timeout and
+-- no retries (quick shutdown).
+function Sandbox:close(opts)
+  check_self(self, "close")
+  local timeout
+  if type(opts) == "table" then timeout = opts.timeout
+  elseif opts ~= nil then timeout = opts end
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
+    engine.bad_argument("timeout", "a number of seconds > 0", timeout)
+  end
+  local id = self.session_id
+  self.session_id = nil
+  if self._token then
+    self._token:close()
+    self._token = nil
+  end
+  if not id then return end
+  local ok, err = transport.call(self._settings, "DELETE", engine.session_path(id), nil,
+    timeout and { timeout = timeout, max_retries = 0 } or nil)
+  if not ok and not (errors.is(err, "NotFoundError") and err.status == 404) then raise(err) end
+end
+
+local function run_options(opts)
+  local timeout = 15
+  if type(opts) == "table" then
+    if opts.timeout ~= nil then timeout = opts.timeout end
+  elseif opts ~= nil then
+    timeout = opts
+  end
+  return engine.check_timeout(timeout)
+end
+
+-- sbx:run(command [, {timeout = 1..60}]) → Result
+function Sandbox:run(command, opts)
+  local id = started(self, "run")
+  engine.check_string("command", command, { no_nul = true, utf8 = true })
+  local timeout = run_options(opts)
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/exec"),
+    { { "command", command }, { "timeout_seconds", timeout } },
+    { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE) })
+  return result.from_response(data)
+end
+
+-- sbx:run_command(command [, timeout_seconds]) → the output text (agent-loop compat)
+function Sandbox:run_command(command, timeout_seconds)
+  return self:run(command, { timeout = timeout_seconds == nil and 15 or timeout_seconds }).output
+end
+
+function Sandbox:read_file(path)
+  return self.files:read(path)
+end
+
+-- → "Successfully wrote <n> characters to <path>" (n in code points, like the server)
+function Sandbox:write_file(path, content)
+  self.files:write(path, content)
+  return "Successfully wrote " .. engine.utf8_len(content) .. " characters to " .. path
+end
+
+function Sandbox:usage()
+  check_self(self, "usage")
+  return call(self._settings, "GET", "/v1/usage")
+end
+
+function Sandbox:health()
+  check_self(self, "health")
+  return call(self._settings, "GET", "/healthz")
+end
+
+-- sbx:egress_log([{limit = 200}]) → events
+function Sandbox:egress_log(opts)
+  local id = started(self, "egress_log")
+  local limit = 200
+  if type(opts) == "table" then limit = opts.limit == nil and 200 or opts.limit
+  elseif opts ~= nil then limit = opts end
+  limit = engine.check_integer("limit", limit)
+  local data = call(self._settings, "GET", engine.session_path(id, "/egress"), nil,
+    { query = { { "limit", string.format("%d", limit) } } })
+  return data and data.events or {}
+end
+
+function Sandbox:egress_policy()
+  check_self(self, "egress_policy")
+  local data = call(self._settings, "GET", "/v1/egress/policy")
+  return data and data.allowed or {}
+end
+
+-- sbx:audit([{limit = 100, before = cursor}]) → {tenant_id, entries, next, retention_days}
+function Sandbox:audit(opts)
+  check_self(self, "audit")
+  opts = opts or {}
+  if type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  local limit = opts.limit == nil and 100 or opts.limit
+  limit = engine.check_integer("limit", limit)
+  local query = { { "limit", string.format("%d", limit) } }
+  if opts.before ~= nil then
+    query[2] = { "before", engine.check_string("before", opts.before, { no_nul = true }) }
+  end
+  return call(self._settings, "GET", "/v1/audit", nil, { query = query })
+end
+
+-- sbx:import_repo(repo [, {ref =, path =}]) → {repo, ref, path, dest, files, archive_bytes}
+function Sandbox:import_repo(repo, opts)
+  local id = started(self, "import_repo")
+  engine.check_string("repo", repo, { non_empty = true, utf8 = true })
+  opts = opts or {}
+  if type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  local ref, path = opts.ref, opts.path
+  if ref ~= nil then engine.check_string("ref", ref, { utf8 = true }) end
+  if path ~= nil then engine.check_string("path", path, { utf8 = true }) end
+  local s = self._settings
+  return call(s, "POST", engine.session_path(id, "/import"),
+    { { "repo", repo }, { "ref", ref == nil and engine.null or ref },
+      { "path", path == nil and engine.null or path } },
+    { timeout = math.max(s.timeout, engine.IMPORT_TIMEOUT) })
+end
+
+---------------------------------------------------------------- Files
+
+function Files:write(path, content)
+  local sbx = self._sandbox
+  local id = started(sbx, "files:write")
+  engine.check_path("path", path)
+  engine.check_string("content", content, { utf8 = true })
+  call(sbx._settings, "POST", engine.session_path(id, "/write"),
+    { { "path", path }, { "content", content } })
+end
+
+function Files:read(path)
+  local sbx = self._sandbox
+  local id = started(sbx, "files:read")
+  engine.check_path("path", path)
+  local data = call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
+    { query = { { "path", path } } })
+  local content = data and data.content
+  if content == engine.missing_file_text(path) then
+    errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
+  end
+  if type(content) ~= "string" then
+    errors.raise("SandboxError", "The server's read answer has no content")
+  end
+  return content
+end
+
+---------------------------------------------------------------- module functions
+
+-- airlock.sandbox{...} → Sandbox, its session created at once (start = false: later).
+function M.sandbox(opts)
+  local sbx = new_sandbox(opts)
+  if opts == nil or opts.start ~= false then sbx:start() end
+  return sbx
+end
+
+-- airlock.attach(session_id [, opts]) → Sandbox on an existing session; no network call.
+-- Such a handle never deletes the session when garbage-collected, only on close().
+function M.attach(session_id, opts)
+  engine.check_string("session_id", session_id, { non_empty = true, no_nul = true })
+  local sbx = new_sandbox(opts)
+  sbx.session_id = session_id
+  sbx._token = core.session(session_id, false)
+  return sbx
+end
+
+-- airlock.with(opts, fn) → fn's results. Creates a sandbox, calls fn(sbx), always closes it
+-- (error or not) and re-raises fn's error. The scoped form for Lua 5.1/LuaJIT.
+function M.with(opts, fn)
+  if type(fn) ~= "function" then engine.bad_argument("fn", "a function", fn) end
+  local sbx = M.sandbox(opts)
+  local r = pack(pcall(fn, sbx))
+  if not r[1] then
+    pcall(sbx.close, sbx)
+    error(r[2], 0)
+  end
+  sbx:close()
+  return unpack(r, 2, r.n)
+end
+
+-- airlock.list_sessions([opts]) → sessions (newest first), tenant_id
+function M.list_sessions(opts)
+  local data = call(engine.settings(opts), "GET", "/v1/sessions")
+  return data and data.sessions or {}, data and data.tenant_id
+end
+
+-- airlock.is(err, "SandboxError"): hierarchy-aware error test
+M.is = errors.is
+
+-- Non-blocking use: tasks are coroutines whose SDK calls yield; poll advances them.
+M.spawn = transport.spawn
+M.poll = transport.poll
+
+-- airlock.drain(): delete (now) the sessions of dropped, unclosed handles.
+function M.drain()
+  return transport.drain(true)
+end
+
+return M

@@ -1,0 +1,775 @@
+--- A local MCP server over stdio (used by bin/airlock-mcp): JSON-RPC 2.0, one message per
+-- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
+-- sandbox per process created on the first tool call and deleted when the client
+-- disconnects. Runs on Lua 5.1/LuaJIT through 5.4.
+--
+--   local mcp = require "airlock.mcp"
+--   local settings = assert(mcp.settings_from_env(os.getenv, arg))
+--   mcp.serve(settings, io.stdin, io.stdout)
+local cjson = require "cjson"
+local cjson_safe = require "cjson.safe"
+local tools = require "airlock.tools"
+
+local M = {}
+
+M.SERVER_NAME = "airlock-sandbox"
+M.PROGRAM = "airlock-mcp"
+M.PROTOCOL_VERSIONS = { "2025-06-18", "2025-03-26", "2024-11-05" }
+M.LATEST_PROTOCOL_VERSION = M.PROTOCOL_VERSIONS[1]
+M.EXPIRED_NOTE = "[note] The previous sandbox session expired; this ran in a new, empty workspace.\n"
+
+-- The SDK's version (the server reports it), read lazily so this module loads without it.
+function M.version()
+  local ok, airlock = pcall(require, "airlock")
+  if ok and type(airlock) == "table" then
+    local v = airlock.VERSION or airlock._VERSION
+    if type(v) == "string" then return (v:gsub("^airlock%s*", "")) end
+  end
+  return "0.1.0"
+end
+
+M.INSTRUCTIONS = table.concat({
+  "Tools for an isolated Linux sandbox (bash, Python 3.11) on a remote server. Use it for code "
+    .. "you don't want to run on the user's machine: untrusted or generated code, experiments, "
+    .. "package installs, tests.",
+  "",
+  "- run_command runs every command in a fresh container; only files under /workspace persist "
+    .. "between calls (processes and environment variables do not).",
+  "- Limits: 256 MB RAM, 1 CPU, 64 processes, a per-workspace disk quota and a 1-60 s timeout "
+    .. "per command.",
+  "- No internet access unless the server was configured with egress hosts (call sandbox_info "
+    .. "to see them); then only HTTPS to those hosts works.",
+  "- reset_sandbox wipes the workspace and starts over with an empty one.",
+}, "\n")
+
+---------------------------------------------------------------------------------------------
+-- Small helpers
+
+local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
+
+-- Python's shlex.quote: safe words unchanged, anything else in single quotes.
+function M.shell_quote(s)
+  if s == "" then return "''" end
+  if not s:find("[^%w_@%%%+=:,%./%-]") then return s end
+  return "'" .. s:gsub("'", "'\"'\"'") .. "'"
+end
+
+-- 1234567 -> "1,234,567"
+function M.group_digits(n)
+  local s = string.format("%d", n)
+  local sign, digits = s:match("^(%-?)(%d+)$")
+  digits = digits:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "")
+  return sign .. digits
+end
+
+local function clamp(n, lo, hi)
+  if n < lo then return lo end
+  if n > hi then return hi end
+  return n
+end
+
+local function is_null(v) return v == nil or v == cjson_safe.null end
+
+local function read_all(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+-- SHA-256 hex digest of `data` with the system's sha256sum (or openssl). The data goes
+-- through a pipe, never a command line, since it contains the API key.
+function M.sha256_hex(data)
+  local out = os.tmpname()
+  local commands = {
+    "sha256sum > " .. M.shell_quote(out) .. " 2>/dev/null",
+    "openssl dgst -sha256 -r > " .. M.shell_quote(out) .. " 2>/dev/null",
+  }
+  for _, command in ipairs(commands) do
+    local pipe = io.popen(command, "w")
+    if pipe then
+      pipe:write(data)
+      pipe:close()
+      local hex = (read_all(out) or ""):match("^(%x+)")
+      if hex and #hex == 64 then
+        os.remove(out)
+        return hex:lower()
+      end
+    end
+  end
+  os.remove(out)
+  error("airlock-mcp: no sha256sum or openssl found to name the session state file", 0)
+end
+
+---------------------------------------------------------------------------------------------
+-- Settings
+
+local function truthy_flag(v)
+  if v == nil then return false end
+  v = trim(v):lower()
+  return v == "1" or v == "true" or v == "yes"
+end
+
+local function split_egress(s)
+  local list = {}
+  for part in s:gmatch("[^,]+") do
+    part = trim(part)
+    if part ~= "" then list[#list + 1] = part end
+  end
+  return list
+end
+
+function M.usage()
+  return table.concat({
+    "usage: airlock-mcp [--egress RULES] [--template NAME] [--help] [--version]",
+    "",
+    "A local MCP server (stdio) that gives an AI client one isolated Airlock sandbox:",
+    "run_command, write_file, read_file, list_files, import_repo, egress_log, activity,",
+    "sandbox_info, reset_sandbox. The sandbox is created on the first tool call and deleted",
+    "when the client disconnects.",
+    "",
+    "Environment:",
+    "  SANDBOX_API_URL       the Airlock server, e.g. http://127.0.0.1:8080 (required)",
+    "  SANDBOX_API_KEY       your API key (required; never written to disk)",
+    "  SANDBOX_API_INSECURE  1/true/yes: accept any TLS certificate",
+    "  AIRLOCK_EGRESS        comma-separated hosts or presets the sandbox may reach (pypi, npm, ...)",
+    "  AIRLOCK_TEMPLATE      sandbox template (default sandbox-base:latest)",
+    "  AIRLOCK_STATE_DIR     where the session id is kept (default $XDG_STATE_HOME/airlock-sandbox",
+    "                        or ~/.local/state/airlock-sandbox)",
+    "",
+    "Options:",
+    "  --egress RULES        overrides AIRLOCK_EGRESS",
+    "  --template NAME       overrides AIRLOCK_TEMPLATE",
+    "  --help                this text",
+    "  --version             print the version",
+  }, "\n") .. "\n"
+end
+
+--- Reads the settings from the environment (`getenv`, e.g. os.getenv) and the command-line
+-- arguments. Returns settings, or nil, an action ("help", "version") or an error message
+-- and the exit status.
+function M.settings_from_env(getenv, argv)
+  argv = argv or {}
+  local egress_arg, template_arg
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--help" or a == "-h" then return nil, "help", 0 end
+    if a == "--version" then return nil, "version", 0 end
+    local name, value = a:match("^(%-%-%a+)=(.*)$")
+    if not name then name = a end
+    if name == "--egress" or name == "--template" then
+      if value == nil then
+        i = i + 1
+        value = argv[i]
+        if value == nil then return nil, "airlock-mcp: " .. name .. " needs a value (see --help).", 2 end
+      end
+      if name == "--egress" then egress_arg = value else template_arg = value end
+    else
+      return nil, "airlock-mcp: unknown argument '" .. a .. "' (see --help).", 2
+    end
+    i = i + 1
+  end
+
+  local url, key = getenv("SANDBOX_API_URL") or "", getenv("SANDBOX_API_KEY") or ""
+  if trim(url) == "" or trim(key) == "" then
+    return nil, "airlock-mcp: set SANDBOX_API_URL and SANDBOX_API_KEY (see --help).", 2
+  end
+  local template = template_arg or getenv("AIRLOCK_TEMPLATE")
+  if template == nil or trim(template) == "" then template = "sandbox-base:latest" end
+  local state_dir = getenv("AIRLOCK_STATE_DIR")
+  if state_dir == nil or state_dir == "" then
+    local xdg = getenv("XDG_STATE_HOME")
+    if xdg and xdg ~= "" then
+      state_dir = xdg .. "/airlock-sandbox"
+    else
+      state_dir = (getenv("HOME") or ".") .. "/.local/state/airlock-sandbox"
+    end
+  end
+  return {
+    base_url = trim(url):gsub("/+$", ""),
+    api_key = trim(key),
+    template = trim(template),
+    egress = split_egress(egress_arg or getenv("AIRLOCK_EGRESS") or ""),
+    verify = not truthy_flag(getenv("SANDBOX_API_INSECURE")),
+    state_dir = state_dir,
+  }
+end
+
+--- The state file for these settings: <state_dir>/mcp-session-<16 hex>.json, named from a
+-- hash of url, key, template and egress (the key itself is never stored).
+function M.state_file(settings)
+  local material = table.concat({ settings.base_url, settings.api_key, settings.template,
+    table.concat(settings.egress, ",") }, "|")
+  return settings.state_dir .. "/mcp-session-" .. M.sha256_hex(material):sub(1, 16) .. ".json"
+end
+
+---------------------------------------------------------------------------------------------
+-- The SDK, seen through the few calls the server makes. Everything that depends on the
+-- shape of the airlock module is here.
+
+local function errors_module()
+  local ok, errors = pcall(require, "airlock.errors")
+  if ok and type(errors) == "table" then return errors end
+  return nil
+end
+
+local SANDBOX_CLASSES = {
+  SandboxError = true, APIConnectionError = true, AuthenticationError = true,
+  PermissionDeniedError = true, NotFoundError = true, QuotaExceededError = true,
+  ValidationError = true, RateLimitError = true, CapacityError = true, CommandError = true,
+  FileNotFoundError = true,
+}
+
+local function class_name(err)
+  if type(err) == "table" then
+    local mt = getmetatable(err)
+    local candidates = { err.name, err.class, mt and mt.__name }
+    for i = 1, 3 do
+      local v = candidates[i]
+      if type(v) == "string" and v ~= "" then return v end
+    end
+  end
+  return nil
+end
+
+local function is_a(err, class)
+  if type(err) ~= "table" then return false end
+  local errors = errors_module()
+  if errors and type(errors.is) == "function" then
+    local ok, yes = pcall(errors.is, err, class)
+    if ok and yes then return true end
+  end
+  local name = class_name(err)
+  if class == "SandboxError" then return SANDBOX_CLASSES[name] == true end
+  return name == class
+end
+M.is_a = is_a
+
+local function message_of(err)
+  if type(err) == "table" and err.message ~= nil then return tostring(err.message) end
+  return tostring(err)
+end
+
+local Sdk = {}
+Sdk.__index = function(self, key)
+  if key == "airlock" then
+    local airlock = require "airlock" -- loaded on first use: tools/list needs no SDK
+    rawset(self, "airlock", airlock)
+    return airlock
+  end
+  return Sdk[key]
+end
+
+function M.sdk(airlock)
+  return setmetatable({ airlock = airlock }, Sdk)
+end
+
+function Sdk.options(_, settings, extra)
+  local opts = {
+    base_url = settings.base_url, api_key = settings.api_key, template = settings.template,
+    egress = settings.egress, verify = settings.verify,
+  }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  return opts
+end
+
+function Sdk:create(settings)
+  return self.airlock.sandbox(self:options(settings))
+end
+
+-- Deletes session `id` with a short timeout and no retries; errors are the caller's.
+function Sdk:delete(settings, id, timeout)
+  local sbx = self.airlock.attach(id, self:options(settings, { max_retries = 0 }))
+  return sbx:close({ timeout = timeout })
+end
+
+function Sdk.close(_, sbx, timeout)
+  return sbx:close({ timeout = timeout })
+end
+
+function Sdk.session_id(_, sbx) return sbx.session_id end
+
+---------------------------------------------------------------------------------------------
+-- The sandbox holder: one sandbox per process, created on first use, replaced once when
+-- the server says it expired, deleted on disconnect.
+
+local Holder = {}
+Holder.__index = Holder
+
+function M.holder(settings, sdk)
+  return setmetatable({ settings = settings, sdk = sdk or M.sdk(), sbx = nil, swept = false }, Holder)
+end
+
+function Holder:path()
+  if not self.state_path then self.state_path = M.state_file(self.settings) end
+  return self.state_path
+end
+
+function Holder:save(id)
+  os.execute("mkdir -p " .. M.shell_quote(self.settings.state_dir) .. " 2>/dev/null")
+  local path = self:path()
+  local tmp = path .. ".tmp"
+  local f = io.open(tmp, "wb")
+  if not f then return end
+  f:write(cjson.encode({ session_id = id }), "\n")
+  f:close()
+  os.rename(tmp, path)
+end
+
+function Holder:forget()
+  os.remove(self:path())
+end
+
+-- A session id left behind by a killed process with the same settings.
+function Holder:left_over()
+  local data = read_all(self:path())
+  if not data then return nil end
+  local state = cjson_safe.decode(data)
+  if type(state) == "table" and type(state.session_id) == "string" and state.session_id ~= "" then
+    return state.session_id
+  end
+  return nil
+end
+
+function Holder:get()
+  if self.sbx then return self.sbx end
+  if not self.swept then
+    self.swept = true
+    local old = self:left_over()
+    if old then pcall(self.sdk.delete, self.sdk, self.settings, old, 5) end
+    self:forget()
+  end
+  local sbx = self.sdk:create(self.settings)
+  self.sbx = sbx
+  self:save(self.sdk:session_id(sbx))
+  return sbx
+end
+
+--- Runs fn(sbx); on NotFoundError (the session expired) starts a new sandbox and runs fn
+-- once more, prefixing its text with a note.
+function Holder:call(fn)
+  local sbx = self:get()
+  local ok, res = pcall(fn, sbx)
+  if ok then return res end
+  if not is_a(res, "NotFoundError") then error(res, 0) end
+  self.sbx = nil
+  self:forget()
+  local text = fn(self:get())
+  return M.EXPIRED_NOTE .. text
+end
+
+function Holder:reset()
+  local old = self.sbx
+  self.sbx = nil
+  if old then
+    local ok, err = pcall(self.sdk.close, self.sdk, old, nil)
+    if not ok and not is_a(err, "NotFoundError") then error(err, 0) end
+  end
+  self:forget()
+  self.swept = true
+  return self:get()
+end
+
+--- On disconnect: delete the session (1.5 s, no retries, errors ignored) and the state file.
+function Holder:shutdown()
+  local sbx = self.sbx
+  self.sbx = nil
+  if sbx then
+    pcall(self.sdk.close, self.sdk, sbx, 1.5)
+    self:forget()
+  end
+end
+
+---------------------------------------------------------------------------------------------
+-- The tools
+
+local function format_egress(events, sbx)
+  if #events == 0 then
+    local egress = sbx.egress
+    if type(egress) ~= "table" or #egress == 0 then return "This sandbox has no internet access." end
+    return "No outbound connections yet."
+  end
+  local lines = {}
+  for i, e in ipairs(events) do
+    local host = e.host
+    if is_null(host) or host == "" then host = e.target end
+    if is_null(host) or host == "" then host = "?" end
+    local line = string.format("%-5s  %s", tostring(is_null(e.decision) and "" or e.decision), tostring(host))
+    if not is_null(e.reason) and e.reason ~= "" then line = line .. "  (" .. tostring(e.reason) .. ")" end
+    local down = tonumber(e.bytes_down)
+    if down and down ~= 0 then line = line .. "  " .. M.group_digits(down) .. " bytes in" end
+    lines[i] = line
+  end
+  return table.concat(lines, "\n")
+end
+M.format_egress = format_egress
+
+local function format_activity(entries)
+  if #entries == 0 then return "No commands recorded yet." end
+  local lines = {}
+  for i, e in ipairs(entries) do
+    local result
+    if e.timed_out == true then
+      result = "timed out"
+    elseif e.oom_killed == true then
+      result = "out of memory"
+    elseif is_null(e.exit_code) then
+      result = "failed"
+    else
+      result = "exit " .. string.format("%d", e.exit_code)
+    end
+    local line = string.format("%-13s %s", result, tostring(is_null(e.command) and "" or e.command))
+    if not is_null(e.session_id) and e.session_id ~= "" then
+      line = line .. "   [" .. tostring(e.session_id) .. "]"
+    end
+    lines[i] = line
+  end
+  return table.concat(lines, "\n")
+end
+M.format_activity = format_activity
+
+-- Parameter kinds: "string" or "integer" (an integer value, or a string of one, like the
+-- reference's lax validation).
+local function P(name, kind, description, default)
+  return { name = name, kind = kind, description = description, default = default }
+end
+
+local LIST_FILES_PRINTF = "'%y %8s  %p\\n'"
+
+M.TOOLS = {
+  {
+    name = "run_command", title = "Run a shell command", read_only = false, destructive = false,
+    description = "Run a shell command in the sandbox and return stdout, stderr and the exit code.\n\n"
+      .. "Each call uses a fresh container; files in /workspace persist between calls. "
+      .. "timeout_seconds must be 1-60.",
+    params = { P("command", "string", "Shell command to run, e.g. 'python3 -m pytest -q'"),
+      P("timeout_seconds", "integer", "1-60, default 30", 30) },
+    run = function(sbx, a) return sbx:run(a.command, { timeout = a.timeout_seconds }).output end,
+  },
+  {
+    name = "write_file", title = "Write a file", read_only = false, destructive = false,
+    description = "Create or overwrite a text file in the sandbox workspace (path relative to /workspace).",
+    params = { P("path", "string", "Path relative to /workspace"), P("content", "string", "Full file content") },
+    run = function(sbx, a)
+      sbx.files:write(a.path, a.content)
+      return string.format("Wrote %d characters to %s", tools.char_count(a.content), a.path)
+    end,
+  },
+  {
+    name = "read_file", title = "Read a file", read_only = true, destructive = false,
+    description = "Read a text file from the sandbox workspace (path relative to /workspace).",
+    params = { P("path", "string", "Path relative to /workspace") },
+    run = function(sbx, a) return sbx.files:read(a.path) end,
+  },
+  {
+    name = "list_files", title = "List files", read_only = true, destructive = false,
+    description = "List files and directories in the sandbox workspace, with sizes "
+      .. "(installed packages under .local are skipped).",
+    params = { P("path", "string", "Folder relative to /workspace", "."),
+      P("max_depth", "integer", "How deep to descend, 1-10", 3) },
+    run = function(sbx, a)
+      local command = string.format(
+        "find %s -maxdepth %d -path '*/.local' -prune -o -printf %s 2>&1 | sort -k3 | head -500",
+        M.shell_quote(a.path), clamp(a.max_depth, 1, 10), LIST_FILES_PRINTF)
+      return sbx:run(command, { timeout = 15 }).output
+    end,
+  },
+  {
+    name = "import_repo", title = "Import a GitHub repository", read_only = false, destructive = false,
+    description = "Copy a public GitHub repository into the sandbox workspace.\n\n"
+      .. "repo is \"owner/repo\" or https://github.com/owner/repo; ref is a branch, tag or commit "
+      .. "(default: the default branch); path is the folder under /workspace (default: the repo "
+      .. "name). Works without internet access in the sandbox.",
+    params = { P("repo", "string", "owner/repo or https://github.com/owner/repo"),
+      P("ref", "string", "Branch, tag or commit (default: the default branch)", ""),
+      P("path", "string", "Folder under /workspace (default: the repo name)", "") },
+    run = function(sbx, a)
+      local r = sbx:import_repo(a.repo, {
+        ref = a.ref ~= "" and a.ref or nil, path = a.path ~= "" and a.path or nil })
+      return string.format("Imported %s@%s: %s files in %s", tostring(r.repo), tostring(r.ref),
+        tostring(r.files), tostring(r.path))
+    end,
+  },
+  {
+    name = "egress_log", title = "Egress log", read_only = true, destructive = false,
+    description = "Show the sandbox's outbound internet connections: which hosts were allowed or "
+      .. "denied, and why.",
+    params = { P("limit", "integer", "How many events, newest last (1-500)", 50) },
+    run = function(sbx, a) return format_egress(sbx:egress_log(clamp(a.limit, 1, 500)), sbx) end,
+  },
+  {
+    name = "activity", title = "Activity log", read_only = true, destructive = false,
+    description = "Show recent commands run in this tenant's sandboxes (newest first): command, "
+      .. "exit code, duration.",
+    params = { P("limit", "integer", "How many commands (1-100)", 20) },
+    run = function(sbx, a)
+      local page = sbx:audit({ limit = clamp(a.limit, 1, 100) })
+      return format_activity(page.entries or {})
+    end,
+  },
+  {
+    name = "sandbox_info", title = "Sandbox info", read_only = true, destructive = false,
+    description = "Show the sandbox's session, internet access, disk quota and the tenant's limits.",
+    params = {},
+    run = function(sbx, _, server)
+      local usage = sbx:usage()
+      local limits = usage.limits or {}
+      local egress = type(sbx.egress) == "table" and #sbx.egress > 0 and table.concat(sbx.egress, ", ") or "none"
+      return table.concat({
+        "Server: " .. server.settings.base_url,
+        string.format("Session: %s (tenant %s)", tostring(sbx.session_id), tostring(sbx.tenant_id or usage.tenant_id)),
+        "Internet: " .. egress,
+        "Disk quota: " .. tostring(sbx.disk_quota_mb) .. " MB",
+        string.format("Limits: %s sessions, %s requests/min, %s concurrent commands",
+          tostring(limits.max_sessions), tostring(limits.requests_per_minute),
+          tostring(limits.max_concurrent_exec)),
+      }, "\n")
+    end,
+  },
+  {
+    name = "reset_sandbox", title = "Reset the sandbox", read_only = false, destructive = true,
+    description = "Delete the sandbox workspace and start a fresh, empty one.",
+    params = {},
+    reset = true,
+  },
+}
+
+local TOOLS_BY_NAME = {}
+for _, t in ipairs(M.TOOLS) do TOOLS_BY_NAME[t.name] = t end
+
+local function input_schema(tool)
+  local properties, required = {}, {}
+  for _, p in ipairs(tool.params) do
+    local prop = { type = p.kind, description = p.description }
+    if p.default ~= nil then prop.default = p.default else required[#required + 1] = p.name end
+    properties[p.name] = prop
+  end
+  -- lua-cjson writes an empty table as {}: right for `properties`; an empty `required`
+  -- list is left out rather than sent as an object.
+  local schema = { type = "object", properties = properties }
+  if #required > 0 then schema.required = required end
+  return schema
+end
+
+function M.list_tools()
+  local list = {}
+  for i, t in ipairs(M.TOOLS) do
+    list[i] = {
+      name = t.name,
+      title = t.title,
+      description = t.description,
+      inputSchema = input_schema(t),
+      annotations = { title = t.title, readOnlyHint = t.read_only, destructiveHint = t.destructive },
+    }
+  end
+  return list
+end
+
+-- Checks and completes the arguments of `tool`; nil and a message when they are invalid.
+local function check_arguments(tool, args)
+  local out = {}
+  for _, p in ipairs(tool.params) do
+    local v = args[p.name]
+    if is_null(v) then
+      if p.default == nil then
+        return nil, string.format("missing required argument '%s' for %s", p.name, tool.name)
+      end
+      v = p.default
+    elseif p.kind == "string" then
+      if type(v) ~= "string" then
+        return nil, string.format("argument '%s' for %s must be a string", p.name, tool.name)
+      end
+    else
+      local n = type(v) == "number" and v or (type(v) == "string" and tonumber(v:match("^%s*([+-]?%d+)%s*$")))
+      if type(n) ~= "number" or n ~= math.floor(n) or n ~= n or n == math.huge or n == -math.huge then
+        return nil, string.format("argument '%s' for %s must be an integer", p.name, tool.name)
+      end
+      v = math.floor(n)
+    end
+    out[p.name] = v
+  end
+  return out
+end
+
+---------------------------------------------------------------------------------------------
+-- JSON-RPC
+
+local Server = {}
+Server.__index = Server
+
+--- A server for `settings`; opts.sdk replaces the SDK adapter (tests).
+function M.server(settings, opts)
+  opts = opts or {}
+  local self = setmetatable({ settings = settings, initialized = false }, Server)
+  self.holder = opts.holder or M.holder(settings, opts.sdk)
+  return self
+end
+
+local ID_MARK = "\1airlock-mcp-id\1"
+
+-- Encodes a response, writing a numeric id exactly (lua-cjson would print 1e+15 or 1.0).
+local function encode_response(id, key, value)
+  local msg = { jsonrpc = "2.0", [key] = value }
+  if type(id) == "number" then
+    msg.id = ID_MARK
+    local text = cjson.encode(msg)
+    local id_text
+    if id == math.floor(id) and id > -2 ^ 53 and id < 2 ^ 53 then
+      id_text = string.format("%.0f", id)
+    else
+      id_text = string.format("%.17g", id)
+    end
+    local mark = cjson.encode(ID_MARK)
+    local s, e = text:find(mark, 1, true)
+    return text:sub(1, s - 1) .. id_text .. text:sub(e + 1)
+  end
+  if id == nil then id = cjson.null end
+  msg.id = id
+  return cjson.encode(msg)
+end
+
+local function rpc_error(id, code, message)
+  return encode_response(id, "error", { code = code, message = message })
+end
+
+local function tool_result(text, is_error)
+  return { content = { { type = "text", text = tools.truncate(text) } }, isError = is_error }
+end
+
+function Server:call_tool(tool, args)
+  local ok, res = pcall(function()
+    if tool.reset then
+      local sbx = self.holder:reset()
+      return string.format("Started a fresh sandbox (%s). All previous files are gone.", tostring(sbx.session_id))
+    end
+    return self.holder:call(function(sbx) return tool.run(sbx, args, self) end)
+  end)
+  if ok then return tool_result(type(res) == "string" and res or tostring(res), false) end
+  local err = res
+  if is_a(err, "FileNotFoundError") then
+    return tool_result("File not found: " .. tostring(args.path), true)
+  end
+  return tool_result((class_name(err) or "Error") .. ": " .. message_of(err), true)
+end
+
+local function negotiate(requested)
+  if type(requested) == "string" then
+    for _, v in ipairs(M.PROTOCOL_VERSIONS) do
+      if v == requested then return v end
+    end
+  end
+  return M.LATEST_PROTOCOL_VERSION
+end
+
+-- Handles one decoded message (a table); returns the response text or nil (notification).
+function Server:dispatch(msg)
+  local id = msg.id
+  local is_notification = id == nil
+  if not is_notification and type(id) ~= "string" and type(id) ~= "number" then
+    return rpc_error(nil, -32600, "Invalid Request: id must be a string or a number")
+  end
+  if msg.jsonrpc ~= "2.0" or type(msg.method) ~= "string" then
+    if is_notification and msg.result == nil and msg.error == nil then return nil end
+    if msg.method == nil and (msg.result ~= nil or msg.error ~= nil) then return nil end -- a response: ignore
+    return rpc_error(id, -32600, "Invalid Request")
+  end
+  local params = msg.params
+  if params ~= nil and params ~= cjson_safe.null and type(params) ~= "table" then
+    if is_notification then return nil end
+    return rpc_error(id, -32602, "Invalid params: params must be an object")
+  end
+  if params == cjson_safe.null then params = nil end
+  params = params or {}
+  local method = msg.method
+
+  if is_notification then
+    if method == "notifications/initialized" then self.initialized = true end
+    return nil -- notifications/cancelled and the rest need no answer
+  end
+
+  if method == "initialize" then
+    return encode_response(id, "result", {
+      protocolVersion = negotiate(params.protocolVersion),
+      capabilities = { tools = { listChanged = false } },
+      serverInfo = { name = M.SERVER_NAME, version = M.version() },
+      instructions = M.INSTRUCTIONS,
+    })
+  elseif method == "ping" then
+    return encode_response(id, "result", {}) -- lua-cjson writes {}
+  elseif method == "tools/list" then
+    return encode_response(id, "result", { tools = M.list_tools() })
+  elseif method == "tools/call" then
+    local name = params.name
+    if type(name) ~= "string" then
+      return rpc_error(id, -32602, "Invalid params: 'name' must be the name of a tool")
+    end
+    local tool = TOOLS_BY_NAME[name]
+    if not tool then return rpc_error(id, -32602, "Unknown tool: " .. name) end
+    local args = params.arguments
+    if is_null(args) then args = {} end
+    if type(args) ~= "table" or args[1] ~= nil then
+      return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object")
+    end
+    local checked, problem = check_arguments(tool, args)
+    if not checked then return rpc_error(id, -32602, "Invalid params: " .. problem) end
+    return encode_response(id, "result", self:call_tool(tool, checked))
+  end
+  return rpc_error(id, -32601, "Method not found: " .. method)
+end
+
+--- Handles one line of input; returns the text to write back (without newline) or nil.
+function Server:handle_line(line)
+  line = line:gsub("\r$", "")
+  if not line:find("%S") then return nil end
+  local msg, err = cjson_safe.decode(line)
+  if msg == nil and err then
+    return rpc_error(nil, -32700, "Parse error: " .. tostring(err))
+  end
+  local first = line:match("^%s*(.)")
+  if first == "[" then
+    -- A batch (protocol 2025-03-26 and older): one array of answers.
+    if type(msg) ~= "table" or #msg == 0 then return rpc_error(nil, -32600, "Invalid Request: empty batch") end
+    local answers = {}
+    for _, item in ipairs(msg) do
+      local answer
+      if type(item) ~= "table" then
+        answer = rpc_error(nil, -32600, "Invalid Request")
+      else
+        answer = self:dispatch(item)
+      end
+      if answer then answers[#answers + 1] = answer end
+    end
+    if #answers == 0 then return nil end
+    return "[" .. table.concat(answers, ",") .. "]"
+  end
+  if type(msg) ~= "table" or first ~= "{" then return rpc_error(nil, -32600, "Invalid Request") end
+  local ok, answer = pcall(self.dispatch, self, msg)
+  if ok then return answer end
+  local id = msg.id
+  if type(id) ~= "string" and type(id) ~= "number" then id = nil end
+  return rpc_error(id,
+    -32603, "Internal error: " .. message_of(answer))
+end
+
+--- Reads messages from `input` until end of file, answering on `output`; then deletes the
+-- sandbox (the client disconnected).
+function Server:serve(input, output)
+  while true do
+    local line = input:read("*l")
+    if line == nil then break end
+    local answer = self:handle_line(line)
+    if answer then
+      output:write(answer, "\n")
+      output:flush()
+    end
+  end
+  self.holder:shutdown()
+end
+
+function M.serve(settings, input, output, opts)
+  M.server(settings, opts):serve(input, output)
+end
+
+return M

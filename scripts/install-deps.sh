@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what airlock needs on Debian 12: the Debian packages that are missing, and
+# Debian 13's runsc (gVisor) unpacked into .deps/ (Debian 12's runsc fails statx on
+# current kernels). Idempotent: a second run installs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential pkg-config
+  lua5.4 liblua5.4-dev lua-cjson lua-busted lua-check lua-socket luarocks
+  luajit libluajit-5.1-dev
+  libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev
+  bubblewrap python3 ca-certificates curl cppcheck valgrind
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+RUNSC_DIR=.deps/runsc
+if [ ! -x "$RUNSC_DIR/usr/bin/runsc" ]; then
+  echo "install-deps: fetching runsc from Debian 13 (trixie)"
+  uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$uri" ] || uri=http://deb.debian.org/debian
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  mkdir -p "$work/lists/partial" "$work/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri trixie main" > "$work/sources.list"
+  opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::Archives=$work/archives"
+        -o APT::Sandbox::User=root)
+  apt-get "${opts[@]}" update -qq
+  (cd "$work" && apt-get "${opts[@]}" download runsc >/dev/null)
+  mkdir -p "$RUNSC_DIR"
+  dpkg -x "$work"/runsc_*.deb "$RUNSC_DIR"
+  "$RUNSC_DIR/usr/bin/runsc" --version | head -1
+fi

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole suite: every spec under Lua 5.4 and, when its core is built, all but spec/lua54
+# (the <close> specs) under LuaJIT. Integration specs start their own airlockd on loopback.
+# Ends with one line `N passed, N failed, N skipped` over all runs; exits non-zero on failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+
+summary=$(mktemp)
+trap 'rm -f "$summary"' EXIT
+export AIRLOCK_SUMMARY_FILE=$summary
+export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
+export AIRLOCKD_BIN=${AIRLOCKD_BIN:-$top/build/airlockd}
+export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
+
+run_suite() {
+  local lua=$1 cpath=$2
+  shift 2
+  local before after
+  before=$(wc -l < "$summary")
+  echo "== $lua: busted $*"
+  LUA_CPATH="$cpath;;" "$lua" /usr/bin/busted -o spec/support/summary_handler.lua "$@"
+  after=$(wc -l < "$summary")
+  # A run that died before its summary (a crash, a syntax error) counts as one failure.
+  [ "$after" -gt "$before" ] || echo "0 1 0" >> "$summary"
+}
+
+run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua54
+if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
+  run_suite luajit "$top/build/luajit/?.so" spec/unit spec/integration
+fi
+
+awk '{ p += $1; f += $2; s += $3 }
+     END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0 || p == 0) }' "$summary"

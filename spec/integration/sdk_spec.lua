@@ -1,0 +1,493 @@
+-- SDK integration specs: against a real airlockd (spec/support/airlockd.lua), and against a
+-- misbehaving loopback server (spec/support/badserver.py) for the HTTP failure paths that
+-- airlockd cannot produce (429/503 storms, resets, stalls, garbage, odd error bodies).
+local airlock = require "airlock"
+local core = require "airlock.core"
+
+local function clock() return require("socket").gettime() end
+
+local function expect_error(class, fn, ...)
+  local ok, err = pcall(fn, ...)
+  assert.is_false(ok, "expected " .. class)
+  assert.is_true(airlock.is(err, class), "expected " .. class .. ", got " .. tostring(err))
+  return err
+end
+
+local function session_ids(opts)
+  local ids = {}
+  for _, s in ipairs((airlock.list_sessions(opts))) do ids[s.session_id] = true end
+  return ids
+end
+
+local function count(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+
+describe("airlock SDK against a misbehaving server", function()
+  local badserver = require "support.badserver"
+  local srv
+
+  setup(function() srv = badserver.start() end)
+  teardown(function() if srv then badserver.stop(srv) end end)
+
+  local function opts(key, extra)
+    local o = { api_key = key, base_url = srv.url }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return o
+  end
+
+  it("sends the contract headers on every request and the create body with egress []", function()
+    local key = "ok"
+    local sbx = airlock.sandbox(opts(key, { base_url = srv.url .. "//" }))
+    local last = badserver.last(srv, key)
+    assert.are.equal("POST", last.method)
+    assert.are.equal("/v1/sessions", last.path)
+    assert.are.equal('{"template":"sandbox-base:latest","egress":[]}', last.body)
+    sbx:usage()
+    last = badserver.last(srv, key)
+    assert.are.equal("GET", last.method)
+    assert.are.equal("ok", last.headers["x-api-key"])
+    assert.are.equal("application/json", last.headers["content-type"])
+    assert.are.equal("application/json", last.headers["accept"])
+    assert.are.equal("airlock-sandbox-lua/" .. airlock._VERSION, last.headers["user-agent"])
+    sbx:close()
+    assert.are.equal("DELETE", badserver.last(srv, key).method)
+  end)
+
+  it("form-encodes read paths, percent-encodes the audit cursor, sends import nulls", function()
+    local key = "missing"
+    local sbx = airlock.sandbox(opts(key))
+    local err = expect_error("FileNotFoundError", sbx.files.read, sbx.files, "a b/c.txt")
+    assert.are.equal("a b/c.txt", err.path)
+    assert.are.equal("File not found: a b/c.txt", err.message)
+    assert.are.equal("path=a+b%2Fc.txt", badserver.last(srv, key).query)
+    sbx:audit({ limit = 1, before = "00000000001700000000#deadbeef" })
+    assert.are.equal("limit=1&before=00000000001700000000%23deadbeef", badserver.last(srv, key).query)
+    sbx:import_repo("octo/repo")
+    local body = require("cjson").decode(badserver.last(srv, key).body)
+    assert.are.equal("octo/repo", body.repo)
+    assert.are.equal(require("cjson").null, body.ref)
+    assert.are.equal(require("cjson").null, body.path)
+    sbx:close()
+  end)
+
+  it("retries 429 with Retry-After: 0 until it succeeds", function()
+    local key = "429:2:0"
+    local sbx = airlock.sandbox(opts(key))
+    assert.are.equal("sbx_0123456789ab", sbx.session_id)
+    assert.are.equal(3, badserver.count(srv, key))
+    sbx:close()
+  end)
+
+  it("does not wait a Retry-After over 30 s: RateLimitError at once", function()
+    local key = "429:1:3600"
+    local t = clock()
+    local err = expect_error("RateLimitError", airlock.sandbox, opts(key))
+    assert.are.equal(3600, err.retry_after)
+    assert.are.equal(429, err.status)
+    assert.are.equal(1, badserver.count(srv, key))
+    assert.is_true(clock() - t < 5)
+  end)
+
+  it("max_retries = 0 raises RateLimitError with retry_after", function()
+    local key = "429:1:60"
+    local err = expect_error("RateLimitError", airlock.sandbox, opts(key, { max_retries = 0 }))
+    assert.are.equal(60, err.retry_after)
+    assert.are.equal(1, badserver.count(srv, key))
+  end)
+
+  it("retries a 429 without Retry-After with backoff", function()
+    local key = "429:1:none"
+    local sbx = airlock.sandbox(opts(key))
+    assert.are.equal(2, badserver.count(srv, key))
+    sbx:close()
+  end)
+
+  it("a full server: CapacityError after max_retries backoffs, also for POST", function()
+    local key = "503:99"
+    local t = clock()
+    local err = expect_error("CapacityError", airlock.sandbox, opts(key, { max_retries = 2 }))
+    assert.are.equal(503, err.status)
+    assert.are.equal("All sandbox workspaces are in use; try again shortly.", err.message)
+    assert.are.equal(3, badserver.count(srv, key))
+    assert.is_true(clock() - t < 10)
+  end)
+
+  it("retries a dropped connection for GET", function()
+    local key = "reset:1"
+    local sbx = airlock.attach("sbx_0123456789ab", opts(key))
+    local usage = sbx:usage()
+    assert.are.equal("GET", usage.method)
+    assert.are.equal(2, badserver.count(srv, key))
+  end)
+
+  it("never replays a POST after a dropped connection (not even libcurl's own replay)", function()
+    -- a fresh connection that dies
+    local key = "reset:5"
+    local err = expect_error("APIConnectionError", airlock.sandbox, opts(key))
+    assert.is_truthy(err.message:find("Could not reach " .. srv.url .. ": ", 1, true))
+    assert.is_nil(err.status)
+    assert.are.equal(1, badserver.count(srv, key))
+    -- a reused keep-alive connection that dies: libcurl would resend the body by itself
+    airlock.attach("sbx_0123456789ab", opts("ok:prime")):usage()
+    key = "reset:6"
+    local sbx = airlock.attach("sbx_0123456789ab", opts(key))
+    err = expect_error("APIConnectionError", sbx.run, sbx, "echo once")
+    assert.are.equal(1, badserver.count(srv, key))
+    assert.is_truthy(err.message:find("may have run", 1, true), err.message)
+  end)
+
+  it("a stalled server ends in APIConnectionError within the timeout", function()
+    local key = "stall"
+    local t = clock()
+    expect_error("APIConnectionError", airlock.sandbox, opts(key, { timeout = 1 }))
+    assert.is_true(clock() - t < 5)
+    -- GET: retried once, each try bounded by the timeout
+    t = clock()
+    local sbx = airlock.attach("sbx_0123456789ab", opts(key, { timeout = 1, max_retries = 1 }))
+    expect_error("APIConnectionError", sbx.usage, sbx)
+    assert.is_true(clock() - t < 8)
+    assert.are.equal(3, badserver.count(srv, key))
+  end)
+
+  it("garbage instead of HTTP is an APIConnectionError", function()
+    expect_error("APIConnectionError", airlock.sandbox, opts("garbage", { max_retries = 0 }))
+  end)
+
+  it("maps error bodies: text 500, 422 list, no detail; 4xx/500 are not retried", function()
+    local err = expect_error("SandboxError", airlock.sandbox, opts("text500"))
+    assert.are.equal("SandboxError", err.name)
+    assert.are.equal(500, err.status)
+    assert.are.equal("Internal Server Error", err.message)
+    assert.are.equal(1, badserver.count(srv, "text500"))
+    err = expect_error("ValidationError", airlock.sandbox, opts("422list"))
+    assert.are.equal("less_than_equal", err.detail[1].type)
+    assert.is_truthy(err.message:find("less than or equal to 60", 1, true))
+    err = expect_error("NotFoundError", airlock.sandbox, opts("nodetail:404"))
+    assert.are.equal("Not Found", err.message)
+    err = expect_error("AuthenticationError", airlock.sandbox, opts("status:401"))
+    assert.are.equal(401, err.status)
+    assert.are.equal(1, badserver.count(srv, "status:401"))
+  end)
+
+  it("an unreachable server is an APIConnectionError naming the base URL", function()
+    local err = expect_error("APIConnectionError", airlock.sandbox,
+      { api_key = "k", base_url = "http://127.0.0.1:9" })
+    assert.is_truthy(err.message:find("Could not reach http://127.0.0.1:9: ", 1, true))
+  end)
+
+  it("close{timeout=} uses no retries and forgets the session even when it fails", function()
+    local key = "503:98"
+    local sbx = airlock.attach("sbx_0123456789ab", opts(key))
+    local err = expect_error("SandboxError", sbx.close, sbx, { timeout = 2 })
+    assert.are.equal(1, badserver.count(srv, key))
+    assert.is_truthy(err)
+    assert.is_nil(sbx.session_id)
+    sbx:close()   -- nothing left to delete: no request
+    assert.are.equal(1, badserver.count(srv, key))
+  end)
+
+  it("checks caller arguments before any request", function()
+    local key = "ok:args"
+    local sbx = airlock.attach("sbx_0123456789ab", opts(key))
+    expect_error("ValidationError", sbx.run, sbx, "true", { timeout = 61 })
+    expect_error("ValidationError", sbx.run, sbx, "true", { timeout = 2.5 })
+    expect_error("ValidationError", sbx.run, sbx, 42)
+    expect_error("ValidationError", sbx.files.write, sbx.files, "", "x")
+    expect_error("ValidationError", sbx.files.write, sbx.files, "a.bin", "\255\254")
+    expect_error("ValidationError", sbx.files.write, sbx.files, "a.txt", nil)
+    expect_error("ValidationError", sbx.files.read, sbx.files, 7)
+    expect_error("ValidationError", sbx.egress_log, sbx, { limit = "ten" })
+    assert.are.equal(0, badserver.count(srv, key))
+    local started = airlock.sandbox(opts(key, { start = false }))
+    local err = expect_error("SandboxError", started.run, started, "true")
+    assert.is_truthy(err.message:find("not started", 1, true))
+    expect_error("SandboxError", started.files.read, started.files, "x")
+    assert.are.equal(0, badserver.count(srv, key))
+    assert.are.equal("<Sandbox not started tenant=None egress=[]>", tostring(started))
+  end)
+
+  it("reuses one connection for a sequence of calls (server-side count)", function()
+    local key = "ok:keepalive"
+    local before = core.stats().connects
+    local sbx = airlock.sandbox(opts(key))
+    for i = 1, 10 do sbx:run("echo " .. i) end
+    sbx:close()
+    assert.are.equal(12, badserver.count(srv, key))
+    assert.are.equal(1, badserver.connections(srv, key))
+    assert.is_true(core.stats().connects - before <= 1)
+  end)
+end)
+
+describe("airlock SDK against airlockd", function()
+  local airlockd = require "support.airlockd"
+  local srv, opts, key
+
+  setup(function()
+    srv = airlockd.start()
+    key = srv.tenants.acme
+    opts = { api_key = key, base_url = srv.url }
+  end)
+
+  teardown(function()
+    if srv then
+      -- nothing may be left behind on the server
+      local ok, ids = pcall(session_ids, opts)
+      airlockd.stop(srv)
+      assert.is_true(ok, tostring(ids))
+      assert.are.equal(0, count(ids))
+    end
+  end)
+
+  local function with_opts(extra)
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return o
+  end
+
+  it("creates, writes, reads, runs and closes a session", function()
+    local sbx = airlock.sandbox(opts)
+    finally(function() sbx:close() end)
+    assert.is_truthy(sbx.session_id:match("^sbx_%x+$"))
+    assert.are.equal(16, #sbx.session_id)
+    assert.are.equal("acme", sbx.tenant_id)
+    assert.are.same({}, sbx.egress)
+    assert.are.equal(512, sbx.disk_quota_mb)
+    assert.are.equal("sandbox-base:latest", sbx.template)
+    assert.are.equal(srv.url, sbx.base_url)
+    assert.are.equal("<Sandbox " .. sbx.session_id .. " tenant=acme egress=[]>", tostring(sbx))
+    assert.is_true(session_ids(opts)[sbx.session_id])
+
+    sbx.files:write("dir one/hello.txt", "héllo wörld\n")
+    assert.are.equal("héllo wörld\n", sbx.files:read("dir one/hello.txt"))
+    assert.are.equal("Successfully wrote 3 characters to é.txt", sbx:write_file("é.txt", "a€😀"))
+    assert.are.equal("a€😀", sbx:read_file("é.txt"))
+
+    local r = sbx:run("cat 'dir one/hello.txt'; echo err >&2")
+    assert.are.equal("héllo wörld\n", r.stdout)
+    assert.are.equal("err\n", r.stderr)
+    assert.are.equal(0, r.exit_code)
+    assert.is_true(r.ok)
+    assert.are.equal(r, r:check())
+    assert.are.equal("[STDOUT]:\nhéllo wörld\n[STDERR]:\nerr\n[EXIT CODE]: 0", tostring(r))
+    assert.are.equal("[STDOUT]:\nhi\n[EXIT CODE]: 0", sbx:run_command("echo hi"))
+
+    local id = sbx.session_id
+    sbx:close()
+    assert.is_nil(sbx.session_id)
+    assert.is_nil(session_ids(opts)[id])
+    sbx:close()  -- twice: no error, nothing sent
+  end)
+
+  it("reports failing and timed-out commands", function()
+    local sbx = airlock.sandbox(opts)
+    finally(function() sbx:close() end)
+    local r = sbx:run("echo out; exit 3")
+    assert.are.equal(3, r.exit_code)
+    assert.is_false(r.ok)
+    local err = expect_error("CommandError", r.check, r)
+    assert.are.equal(r, err.result)
+    assert.is_truthy(err.message:find("^Command 'echo out; exit 3' exited with code 3%.\n"))
+    r = sbx:run("sleep 5", { timeout = 1 })
+    assert.is_true(r.timed_out)
+    assert.are.equal(-1, r.exit_code)
+    assert.are.same({ "Execution exceeded 1s limit." }, r.warnings)
+    assert.are.equal("[TIMEOUT]: Execution exceeded 1s limit.\n[EXIT CODE]: -1", r.output)
+  end)
+
+  it("answers usage, health, egress policy and log, and lists sessions", function()
+    local sbx = airlock.sandbox(opts)
+    finally(function() sbx:close() end)
+    local usage = sbx:usage()
+    assert.are.equal("acme", usage.tenant_id)
+    assert.is_true(usage.limits.max_sessions >= 1)
+    assert.are.equal(1, usage.sessions_open)
+    assert.are.equal("healthy", sbx:health().status)
+    assert.are.equal("table", type(sbx:egress_policy()))
+    assert.are.same({}, sbx:egress_log({ limit = 10 }))
+    local sessions, tenant = airlock.list_sessions(opts)
+    assert.are.equal("acme", tenant)
+    assert.are.equal(sbx.session_id, sessions[1].session_id)
+  end)
+
+  it("maps server errors: missing file, traversal, bad key, closed session", function()
+    local sbx = airlock.sandbox(opts)
+    finally(function() sbx:close() end)
+    local err = expect_error("FileNotFoundError", sbx.files.read, sbx.files, "nope.txt")
+    assert.are.equal("nope.txt", err.path)
+    err = expect_error("PermissionDeniedError", sbx.files.write, sbx.files, "../x", "x")
+    assert.are.equal(403, err.status)
+    expect_error("PermissionDeniedError", sbx.files.read, sbx.files, "../../etc/passwd")
+
+    err = expect_error("AuthenticationError", airlock.sandbox, with_opts({ api_key = "wrong-key-1234" }))
+    assert.are.equal(401, err.status)
+    assert.is_nil(tostring(err):find("wrong-key-1234", 1, true))
+
+    local id = sbx.session_id
+    sbx:close()
+    local again = airlock.attach(id, opts)
+    err = expect_error("NotFoundError", again.run, again, "true")
+    assert.are.equal(404, err.status)
+    again:close()   -- the 404 of the DELETE is swallowed
+  end)
+
+  it("deletes a dropped, unclosed session on the next call (GC backstop, no I/O in GC)", function()
+    local id
+    do
+      local sbx = airlock.sandbox(opts)
+      id = sbx.session_id
+    end
+    assert.is_true(session_ids(opts)[id])
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal(1, core.pending_count())
+    -- the next SDK call drains the queue first
+    assert.is_nil(session_ids(opts)[id])
+    assert.are.equal(0, core.pending_count())
+  end)
+
+  it("never deletes an attached session on GC", function()
+    local sbx = airlock.sandbox(opts)
+    finally(function() sbx:close() end)
+    do
+      local attached = airlock.attach(sbx.session_id, opts)
+      assert.are.equal(sbx.session_id, attached.session_id)
+    end
+    collectgarbage()
+    collectgarbage()
+    assert.are.equal(0, core.pending_count())
+    assert.is_true(session_ids(opts)[sbx.session_id])
+  end)
+
+  it("attach makes no network call", function()
+    local sbx = airlock.attach("sbx_000000000000", { api_key = "k", base_url = "http://127.0.0.1:9" })
+    assert.are.equal("sbx_000000000000", sbx.session_id)
+    assert.is_nil(sbx.tenant_id)
+  end)
+
+  it("airlock.with closes on success and on error, and re-raises", function()
+    local seen
+    local a, b = airlock.with(opts, function(sbx)
+      seen = sbx.session_id
+      sbx.files:write("x.txt", "1")
+      return "r1", 2
+    end)
+    assert.are.equal("r1", a)
+    assert.are.equal(2, b)
+    assert.is_nil(session_ids(opts)[seen])
+
+    local boom = setmetatable({}, { __tostring = function() return "boom" end })
+    local ok, err = pcall(airlock.with, opts, function(sbx)
+      seen = sbx.session_id
+      error(boom)
+    end)
+    assert.is_false(ok)
+    assert.are.equal(boom, err)
+    assert.is_nil(session_ids(opts)[seen])
+  end)
+
+  it("keeps one connection across a session's calls", function()
+    local before = core.stats().connects
+    local sbx = airlock.sandbox(opts)
+    for i = 1, 5 do
+      sbx.files:write("f" .. i, tostring(i))
+      assert.are.equal(tostring(i), sbx.files:read("f" .. i))
+    end
+    sbx:usage()
+    sbx:close()
+    -- 13 requests; at most one new connection (none if an idle one was already open)
+    assert.is_true(core.stats().connects - before <= 1, "connects: " .. core.stats().connects - before)
+  end)
+
+  it("runs two commands in two sandboxes at the same time from one thread (core)", function()
+    local engine = airlock.engine
+    local a, b = airlock.sandbox(opts), airlock.sandbox(opts)
+    finally(function() a:close() b:close() end)
+    local settings = engine.settings(opts)
+    local function exec(sbx)
+      return core.request(engine.build(settings, "POST",
+        engine.session_path(sbx.session_id, "/exec"),
+        { { "command", "sleep 2; echo x" }, { "timeout_seconds", 20 } }, { timeout = 60 }))
+    end
+    local t = clock()
+    local reqs, took = { exec(a), exec(b) }, {}
+    -- while both run, the server sees two commands at once (a third request in flight)
+    local seen_running = 0
+    while not (reqs[1]:done() and reqs[2]:done()) do
+      core.step(100)
+      for i, req in ipairs(reqs) do
+        if req:done() and not took[i] then took[i] = clock() - t end
+      end
+      if seen_running < 2 and clock() - t > 0.8 and not reqs[1]:done() and not reqs[2]:done() then
+        seen_running = math.max(seen_running, a:usage().commands_running)
+      end
+      assert.is_true(clock() - t < 30, "hang")
+    end
+    for i = 1, 2 do took[i] = took[i] or clock() - t end
+    local elapsed = clock() - t
+    for _, req in ipairs(reqs) do
+      local ok, data = engine.decode(settings, req:result())
+      assert.is_true(ok, tostring(data))
+      assert.are.equal("x\n", data.stdout)
+    end
+    assert.are.equal(2, seen_running)
+    -- overlapped: one after the other would take took[1] + took[2]
+    assert.is_true(elapsed < 0.75 * (took[1] + took[2]),
+      string.format("elapsed %.2f s, requests %.2f + %.2f s", elapsed, took[1], took[2]))
+  end)
+
+  it("runs tasks concurrently with spawn/poll", function()
+    local t = clock()
+    local outputs, took, tasks = {}, {}, {}
+    for i = 1, 2 do
+      tasks[i] = airlock.spawn(function()
+        return airlock.with(opts, function(sbx)
+          local t0 = clock()
+          local r = sbx:run("sleep 2; echo task" .. i)
+          took[i] = clock() - t0
+          outputs[i] = r.stdout
+          return r.exit_code
+        end)
+      end)
+    end
+    assert.are.equal("running", tasks[1].status)
+    local polls, seen_running = 0, 0
+    local probe = airlock.attach("sbx_000000000000", opts)
+    while airlock.poll(50) > 0 do
+      polls = polls + 1
+      if seen_running < 2 and clock() - t > 0.8 and not took[1] and not took[2] then
+        seen_running = math.max(seen_running, probe:usage().commands_running)
+      end
+      assert.is_true(clock() - t < 30, "tasks hang")
+    end
+    local elapsed = clock() - t
+    for i = 1, 2 do
+      local ok, code = tasks[i]:result()
+      assert.is_true(ok, tostring(code))
+      assert.are.equal(0, code)
+      assert.are.equal("task" .. i .. "\n", outputs[i])
+    end
+    assert.is_true(polls > 1)
+    assert.are.equal(2, seen_running)
+    assert.is_true(elapsed < 0.75 * (took[1] + took[2]) + 0.5,
+      string.format("elapsed %.2f s, runs %.2f + %.2f s", elapsed, took[1], took[2]))
+  end)
+
+  it("a poll(0) never blocks while requests are in flight", function()
+    local sbx = airlock.sandbox(opts)
+    finally(function() sbx:close() end)
+    local done = false
+    airlock.spawn(function() sbx:run("sleep 1") done = true end)
+    local worst = 0
+    while not done do
+      local t0 = clock()
+      airlock.poll(0)
+      worst = math.max(worst, clock() - t0)
+      assert.is_true(worst < 0.25, "poll(0) blocked for " .. worst .. " s")
+    end
+    assert.is_true(done)
+  end)
+end)

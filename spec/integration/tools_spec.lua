@@ -1,0 +1,55 @@
+-- airlock.tools.handle_tool_call on a real sandbox (the SDK against airlockd): the texts a
+-- model gets back for each tool and for the SDK's real errors.
+local airlockd = require "support.airlockd"
+local airlock = require "airlock"
+local tools = require "airlock.tools"
+
+describe("airlock.tools against airlockd", function()
+  local server, sbx
+
+  setup(function()
+    server = airlockd.start()
+    sbx = airlock.sandbox({ base_url = server.url, api_key = server.tenants.acme })
+  end)
+  teardown(function()
+    if sbx then pcall(sbx.close, sbx) end
+    airlockd.stop(server)
+  end)
+
+  it("writes, reads and runs", function()
+    assert.equal("Wrote 12 characters to src/hi.py",
+      tools.handle_tool_call(sbx, "write_file", '{"path": "src/hi.py", "content": "print(\\"h\\u00e9\\")\\n"}'))
+    assert.equal('print("h\195\169")\n', tools.handle_tool_call(sbx, "read_file", { path = "src/hi.py" }))
+    assert.equal("[STDOUT]:\nh\195\169\n[EXIT CODE]: 0",
+      tools.handle_tool_call(sbx, "run_command", { command = "python3 src/hi.py", timeout_seconds = 10 }))
+    assert.equal("[STDERR]:\noops\n[EXIT CODE]: 3",
+      tools.handle_tool_call(sbx, "run_command", '{"command": "echo oops >&2; exit 3"}'))
+  end)
+
+  it("reports the SDK's errors with their classes", function()
+    assert.equal("Error: file not found: nope.txt", tools.handle_tool_call(sbx, "read_file", { path = "nope.txt" }))
+    assert.equal("Error from sandbox (PermissionDeniedError): Access denied: symlink/path traversal outside "
+      .. "workspace for '../escape.txt'",
+      tools.handle_tool_call(sbx, "write_file", { path = "../escape.txt", content = "x" }))
+    assert.matches("^Error from sandbox %(ValidationError%): .*timeout",
+      tools.handle_tool_call(sbx, "run_command", { command = "ls", timeout_seconds = 999 }))
+  end)
+
+  it("cuts a big output to under 8,200 characters and keeps the exit code", function()
+    local out = tools.handle_tool_call(sbx, "run_command",
+      { command = "python3 -c \"print('x' * 50000); print('END')\"" })
+    assert.is_true(#out < 8200)
+    assert.matches("^%[STDOUT%]:\nxxxx", out)
+    assert.truthy(out:find("\n\n... [TRUNCATED: 42029 characters omitted] ...\n\n", 1, true), out:sub(3000, 3400))
+    assert.matches("xxx\nEND\n%[EXIT CODE%]: 0$", out)
+  end)
+
+  it("reports a closed session as a NotFoundError", function()
+    local other = airlock.sandbox({ base_url = server.url, api_key = server.tenants.acme })
+    local id = other.session_id
+    other:close()
+    local attached = airlock.attach(id, { base_url = server.url, api_key = server.tenants.acme })
+    assert.equal("Error from sandbox (NotFoundError): Session not found or expired",
+      tools.handle_tool_call(attached, "run_command", { command = "ls" }))
+  end)
+end)

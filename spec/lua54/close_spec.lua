@@ -1,0 +1,61 @@
+-- Lua 5.4 only: to-be-closed sandboxes (the only file using <close>).
+local airlock = require "airlock"
+local airlockd = require "support.airlockd"
+
+local function session_ids(opts)
+  local ids = {}
+  for _, s in ipairs((airlock.list_sessions(opts))) do ids[s.session_id] = true end
+  return ids
+end
+
+describe("local sbx <close>", function()
+  local srv, opts
+
+  setup(function()
+    srv = airlockd.start()
+    opts = { api_key = srv.tenants.acme, base_url = srv.url }
+  end)
+
+  teardown(function()
+    if srv then
+      local ok, ids = pcall(session_ids, opts)
+      airlockd.stop(srv)
+      assert.is_true(ok, tostring(ids))
+      assert.are.same({}, ids)
+    end
+  end)
+
+  it("deletes the session at the end of the block", function()
+    local id
+    do
+      local sbx <close> = airlock.sandbox(opts)
+      id = sbx.session_id
+      sbx.files:write("main.py", "print(2 ** 16)")
+      assert.is_true(session_ids(opts)[id])
+    end
+    assert.is_nil(session_ids(opts)[id])
+  end)
+
+  it("deletes the session when the body raises, and the error propagates", function()
+    local id, handle
+    local ok, err = pcall(function()
+      local sbx <close> = airlock.sandbox(opts)
+      id, handle = sbx.session_id, sbx
+      error("body failed", 0)
+    end)
+    assert.is_false(ok)
+    assert.are.equal("body failed", err)
+    assert.is_nil(handle.session_id)
+    assert.is_nil(session_ids(opts)[id])
+  end)
+
+  it("tolerates an explicit close inside the block", function()
+    local id
+    do
+      local sbx <close> = airlock.sandbox(opts)
+      id = sbx.session_id
+      sbx:close()
+    end
+    assert.is_nil(session_ids(opts)[id])
+  end)
+end)

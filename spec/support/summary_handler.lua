@@ -1,0 +1,25 @@
+-- busted output handler: busted's plain terminal output, then a count line that CI reads.
+-- With AIRLOCK_SUMMARY_FILE set, the counts are also appended to that file so that
+-- scripts/test.sh can add up several runs (Lua 5.4 and LuaJIT) into one closing line.
+return function(options)
+  local busted = require "busted"
+  local handler = require "busted.outputHandlers.plainTerminal"(options)
+
+  busted.subscribe({ "suite", "end" }, function()
+    local passed = handler.successesCount
+    local failed = handler.failuresCount + handler.errorsCount
+    local skipped = handler.pendingsCount
+    io.write(string.format("\n%s run: %d successes, %d failures/errors, %d pending\n",
+      _VERSION, passed, failed, skipped))
+    local file = os.getenv("AIRLOCK_SUMMARY_FILE")
+    if file and file ~= "" then
+      local f = assert(io.open(file, "a"))
+      f:write(string.format("%d %d %d\n", passed, failed, skipped))
+      f:close()
+    end
+    io.flush()
+    return nil, true
+  end)
+
+  return handler
+end

@@ -1,0 +1,35 @@
+/* What every request handler needs: configuration, registry, limits, isolation backend. */
+#ifndef AIRLOCKD_APP_H
+#define AIRLOCKD_APP_H
+
+#include "config.h"
+#include "http.h"
+#include "tenant_limits.h"
+#include "sandbox.h"
+#include "sessions.h"
+
+#include <stdatomic.h>
+
+typedef struct app {
+    const config *cfg;
+    registry *reg;
+    limits *lim;
+    sandbox_backend *sb;
+    atomic_ulong exec_seq; /* makes sandbox names unique per command */
+} app;
+
+/* The http_handler: routing, the /v1 check order, the route handlers. */
+void app_handle(void *cls, http_request *req);
+
+/* Route handlers (files.c, exec_route.c); tenant is already authenticated. */
+void handle_write(app *a, http_request *r, size_t tenant, const char *id, json_t *body);
+void handle_read(app *a, http_request *r, size_t tenant, const char *id);
+void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t *body);
+
+/* Appends the validation errors of a missing / non-object body; true when body is usable. */
+bool body_is_object(json_t *errs, json_t *body);
+
+/* Sends 404/403 for a failed session lookup with the shared strings. */
+void send_lookup_error(http_request *r, int code);
+
+#endif

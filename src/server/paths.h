@@ -1,0 +1,27 @@
+/* Workspace path rules (contract 2.5): a client path is joined to the workspace,
+ * resolved like Python's os.path.realpath, and must stay inside the workspace. Files are
+ * then opened component by component without following symlinks. */
+#ifndef AIRLOCKD_PATHS_H
+#define AIRLOCKD_PATHS_H
+
+#include <stddef.h>
+
+enum {
+    PATH_OK = 0,
+    PATH_DENIED,  /* 403: resolves outside the workspace */
+    PATH_ERROR,   /* 500: NUL byte, a directory, a file where a directory is needed, ... */
+    PATH_MISSING, /* read: the file does not exist */
+};
+
+/* ws must be an absolute, symlink-free directory. On PATH_OK *rel is the malloc'd
+ * resolved path relative to ws ("" = the workspace itself). */
+int path_resolve(const char *ws, const char *path, size_t len, char **rel);
+
+/* Opens an existing regular file for reading (PATH_OK, PATH_MISSING or PATH_ERROR). */
+int path_open_read(const char *ws, const char *rel, int *fd);
+
+/* Creates missing parent directories (owned by the sandbox user), then creates or
+ * truncates the file (PATH_OK or PATH_ERROR). */
+int path_open_write(const char *ws, const char *rel, int *fd);
+
+#endif
