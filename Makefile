@@ -19,6 +19,10 @@ MHD_CFLAGS  ?= $(shell $(PKG_CONFIG) --cflags libmicrohttpd)
 MHD_LIBS    ?= $(shell $(PKG_CONFIG) --libs libmicrohttpd)
 JSON_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags jansson)
 JSON_LIBS   ?= $(shell $(PKG_CONFIG) --libs jansson)
+SQLITE_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags sqlite3)
+SQLITE_LIBS   ?= $(shell $(PKG_CONFIG) --libs sqlite3)
+CRYPTO_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libcrypto)
+CRYPTO_LIBS   ?= $(shell $(PKG_CONFIG) --libs libcrypto)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -54,7 +58,8 @@ $(CORE_SO): $(CORE_SRC) $(wildcard src/core/*.h)
 $(AIRLOCKD): $(SERVER_SRC) $(wildcard src/server/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) -pthread $(SANITIZE)
+	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
+	  $(SQLITE_LIBS) $(CRYPTO_LIBS) -pthread $(SANITIZE)
 
 deps:
 	./scripts/install-deps.sh

@@ -33,6 +33,7 @@ build = {
       ["airlock.engine"] = "lua/airlock/engine.lua",
       ["airlock.errors"] = "lua/airlock/errors.lua",
       ["airlock.http"] = "lua/airlock/http.lua",
+      ["airlock.keys"] = "lua/airlock/keys.lua",
       ["airlock.mcp"] = "lua/airlock/mcp.lua",
       ["airlock.result"] = "lua/airlock/result.lua",
       ["airlock.tools"] = "lua/airlock/tools.lua",

@@ -9,7 +9,7 @@ packages=(
   build-essential pkg-config
   lua5.4 liblua5.4-dev lua-cjson lua-busted lua-check lua-socket luarocks
   luajit libluajit-5.1-dev
-  libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev
+  libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
   bubblewrap python3 ca-certificates curl cppcheck valgrind
 )
 

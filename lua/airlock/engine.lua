@@ -206,7 +206,15 @@ function M.settings(opts, getenv)
   if verify == nil then
     verify = not env_flag(getenv("SANDBOX_API_INSECURE"))
   elseif type(verify) == "string" then
-    if verify == "" then bad_argument("verify", "true, false or a CA file path", verify) end
+    if verify == "" or verify:find("\0", 1, true) then
+      bad_argument("verify", "true, false or a CA file path", verify)
+    end
+    -- a CA file that cannot be read fails here, not as a TLS error at the first request
+    local f, why = io.open(verify, "rb")
+    if not f then
+      errors.raise("ValidationError", "bad argument 'verify': cannot read the CA file: " .. tostring(why))
+    end
+    f:close()
   elseif type(verify) ~= "boolean" then
     bad_argument("verify", "true, false or a CA file path", verify)
   end

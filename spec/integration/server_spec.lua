@@ -22,58 +22,10 @@ end
 
 local q = airlockd.shell_quote
 
--- One HTTP request with curl. opts: key, body (string, sent raw), content_type (false = none),
--- headers (list of "Name: value"), raw_path (no escaping; caller encodes).
-local function http(server, method, path, opts)
-  opts = opts or {}
-  local args = { "curl", "-s", "-i", "--max-time", "90", "-X", method, "-H", "Expect:" }
-  if method == "HEAD" then args = { "curl", "-s", "-i", "--max-time", "30", "-I", "-H", "Expect:" } end
-  if opts.key then args[#args + 1] = "-H"; args[#args + 1] = "X-API-Key: " .. opts.key end
-  for _, h in ipairs(opts.headers or {}) do args[#args + 1] = "-H"; args[#args + 1] = h end
-  local tmp
-  if opts.body then
-    tmp = os.tmpname()
-    write_file(tmp, opts.body)
-    if opts.content_type ~= false then
-      args[#args + 1] = "-H"
-      args[#args + 1] = "Content-Type: " .. (opts.content_type or "application/json")
-    else
-      args[#args + 1] = "-H"
-      args[#args + 1] = "Content-Type:"
-    end
-    args[#args + 1] = "--data-binary"
-    args[#args + 1] = "@" .. tmp
-  end
-  args[#args + 1] = "--path-as-is"
-  args[#args + 1] = server.url .. path
-  local words = {}
-  for i, a in ipairs(args) do words[i] = q(a) end
-  local p = assert(io.popen(table.concat(words, " ") .. " 2>/dev/null", "r"))
-  local raw = p:read("*a")
-  p:close()
-  if tmp then os.remove(tmp) end
-  local head, body = raw:match("^(.-)\r\n\r\n(.*)$")
-  assert(head, "no HTTP response for " .. method .. " " .. path .. ": " .. raw)
-  local res = { headers = {}, body = body, raw = raw }
-  local first = true
-  for line in head:gmatch("[^\r\n]+") do
-    if first then
-      res.status = tonumber(line:match("^HTTP/%S+ (%d+)"))
-      first = false
-    else
-      local k, v = line:match("^([^:]+):%s*(.*)$")
-      if k then res.headers[k:lower()] = v end
-    end
-  end
-  if (res.headers["content-type"] or ""):find("application/json", 1, true) and body ~= "" then
-    res.json = cjson.decode(body)
-  end
-  return res
-end
-
-local function urlencode(s)
-  return (s:gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
-end
+-- The curl helper lives in spec/support/http_client.lua (shared with the red-team specs).
+local http_client = require "support.http_client"
+local http = http_client.request
+local urlencode = http_client.urlencode
 
 local function create(server, key, body)
   local r = http(server, "POST", "/v1/sessions", { key = key, body = body or "{}" })

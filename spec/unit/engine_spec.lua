@@ -103,7 +103,11 @@ describe("airlock.engine", function()
       end
       base.SANDBOX_API_INSECURE = "1"
       assert.is_true(engine.settings({ verify = true }, env(base)).verify)
-      assert.are.equal("/ca.pem", engine.settings({ verify = "/ca.pem" }, env(base)).verify)
+      local ca = os.tmpname()
+      assert.are.equal(ca, engine.settings({ verify = ca }, env(base)).verify)
+      os.remove(ca)
+      -- a CA file that cannot be read is refused before any request, naming the path
+      raises("ValidationError", function() engine.settings({ verify = ca }, env(base)) end, ca)
     end)
 
     it("rejects bad option values and unknown options", function()
@@ -121,6 +125,7 @@ describe("airlock.engine", function()
       raises("ValidationError", with("egress", "pypi"), "egress")
       raises("ValidationError", with("egress", { 1 }), "egress[1]")
       raises("ValidationError", with("verify", 1), "verify")
+      raises("ValidationError", with("verify", ""), "verify")
       raises("ValidationError", with("base_url", "ftp://h"), "base_url")
       raises("ValidationError", with("tempalte", "x"), "unknown option 'tempalte'")
       raises("ValidationError", function() engine.settings("http://h", env({})) end, "options")

@@ -22,6 +22,7 @@
 #define CORE_VERSION      "0.1.0"
 #define MAX_RETRY_WAIT_S  30
 #define MAX_RETRIES_LIMIT 100
+#define MAX_CONNECTS      32L
 #define DRIVER_MT  "airlock.core.driver"
 #define REQUEST_MT "airlock.core.request"
 #define SESSION_MT "airlock.core.session"
@@ -342,6 +343,20 @@ static int any_running(const driver *d)
   return 0;
 }
 
+static int tls_config_failure(CURLcode code)
+{
+  switch (code) {
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_ISSUER_ERROR:
+  case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
 /* Handle finished transfers: schedule a retry timer or mark the request done. */
 static int collect(driver *d)
 {
@@ -372,8 +387,11 @@ static int collect(driver *d)
       d->connects += (unsigned long)connects;
     }
     d->transfers++;
-    wait = retry_wait(r->attempt, r->max_retries, r->method, r->status,
-                      r->has_retry_after ? r->retry_after : NULL);
+    /* a certificate the client refuses, or a CA file it cannot use, fails the same way
+     * on every try: never retried */
+    if (tls_config_failure(code)) wait = -1;
+    else wait = retry_wait(r->attempt, r->max_retries, r->method, r->status,
+                           r->has_retry_after ? r->retry_after : NULL);
     if (wait >= 0) {
       r->attempt++;
       r->state = REQ_WAITING;
@@ -434,6 +452,25 @@ static int l_stats(lua_State *L)
   lua_setfield(L, -2, "live");
   lua_pushinteger(L, (lua_Integer)d->npending);
   lua_setfield(L, -2, "pending_deletes");
+  return 1;
+}
+
+/* core.close_connections() → true, or false while requests are in flight. Closes every
+ * idle keep-alive connection (the next request opens a new one). */
+static int l_close_connections(lua_State *L)
+{
+  driver *d = live_driver(L);
+  CURLM *fresh;
+  if (d->nlive > 0) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  fresh = curl_multi_init();
+  if (fresh == NULL) return luaL_error(L, "airlock.core: curl_multi_init failed");
+  curl_multi_setopt(fresh, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
+  curl_multi_cleanup(d->multi);
+  d->multi = fresh;
+  lua_pushboolean(L, 1);
   return 1;
 }
 
@@ -944,6 +981,7 @@ static const luaL_Reg functions[] = {
   { "take_pending", l_take_pending },
   { "pending_count", l_pending_count },
   { "retry_wait", l_retry_wait },
+  { "close_connections", l_close_connections },
   { NULL, NULL }
 };
 
@@ -991,7 +1029,7 @@ int luaopen_airlock_core(lua_State *L)
     lua_setmetatable(L, -2);
     d->multi = curl_multi_init();
     if (d->multi == NULL) return luaL_error(L, "airlock.core: curl_multi_init failed");
-    curl_multi_setopt(d->multi, CURLMOPT_MAXCONNECTS, 32L);
+    curl_multi_setopt(d->multi, CURLMOPT_MAXCONNECTS, MAX_CONNECTS);
     lua_pushvalue(L, -1);
     alc_rawsetp(L, LUA_REGISTRYINDEX, &driver_key);
   }

@@ -3,6 +3,7 @@
 #include "egress.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,13 @@
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
+/* tenants that can appear at runtime through self-service keys */
+#define RUNTIME_TENANTS 10000
+
+struct tenant_table {
+    pthread_mutex_t mu;
+    size_t n;
+};
 
 static int failf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -165,6 +173,8 @@ static int load_limits(config *c, char *err, size_t errlen)
         if ((rc = apply_limits(&scratch, v, k, err, errlen)) != 0) /* validate every entry */
             goto out;
     }
+    if (json_object_get(j, "*") && (rc = apply_limits(&c->star, json_object_get(j, "*"), "*", err, errlen)) != 0)
+        goto out;
     for (size_t i = 0; i < c->ntenants; i++) {
         json_t *star = json_object_get(j, "*"), *own = json_object_get(j, c->tenants[i].name);
         if (star && (rc = apply_limits(&c->tenants[i], star, "*", err, errlen)) != 0)
@@ -173,7 +183,10 @@ static int load_limits(config *c, char *err, size_t errlen)
             goto out;
     }
 out:
-    json_decref(j);
+    if (rc == 0)
+        c->limits_json = j;
+    else
+        json_decref(j);
     return rc;
 }
 
@@ -211,9 +224,63 @@ static int load_egress(config *c, char *err, size_t errlen)
             rules = json_object_get(j, "*");
         c->tenants[i].egress_allowed = rules ? egress_expand(rules) : json_array();
     }
+    json_t *star = j ? json_object_get(j, "*") : NULL;
+    c->star.egress_allowed = star ? egress_expand(star) : json_array();
 out:
-    json_decref(j);
+    if (rc == 0)
+        c->egress_json = j;
+    else
+        json_decref(j);
     return rc;
+}
+
+/* "sqlite:<path>" → the path; NULL when unset; -1 on a bad value. */
+static int sqlite_var(const char *var, char **out, char *err, size_t errlen)
+{
+    const char *s = getenv(var);
+    *out = NULL;
+    if (!s || !*s)
+        return 0;
+    if (strncmp(s, "sqlite:", 7) != 0 || !s[7])
+        return failf(err, errlen, "%s: expected sqlite:<path> (the only backend airlockd has), got '%s'", var, s);
+    *out = strdup(s + 7);
+    return *out ? 0 : failf(err, errlen, "out of memory");
+}
+
+static int load_stores(config *c, char *err, size_t errlen)
+{
+    if (sqlite_var("SANDBOX_KEYSTORE", &c->keystore_path, err, errlen) ||
+        sqlite_var("SANDBOX_AUDIT", &c->audit_path, err, errlen))
+        return -1;
+    const char *days = getenv("SANDBOX_AUDIT_RETENTION_DAYS");
+    c->audit_retention_days = 90;
+    if (days && *days) {
+        char *end;
+        errno = 0;
+        long d = strtol(days, &end, 10);
+        if (errno || *end || end == days || d < 1 || d > 36500)
+            return failf(err, errlen, "SANDBOX_AUDIT_RETENTION_DAYS: must be a whole number of days (1-36500), got '%s'",
+                         days);
+        c->audit_retention_days = (int)d;
+    }
+    const char *admin = getenv("SANDBOX_ADMIN_KEY");
+    if (!admin || !*admin)
+        return 0;
+    size_t n = strlen(admin);
+    if (n < 32)
+        return failf(err, errlen, "SANDBOX_ADMIN_KEY: must be at least 32 characters long");
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)admin[i] > 0x7E || (unsigned char)admin[i] < 0x21)
+            return failf(err, errlen, "SANDBOX_ADMIN_KEY: must be printable ASCII without spaces");
+    if (!c->keystore_path)
+        return failf(err, errlen, "SANDBOX_ADMIN_KEY: the admin API manages self-service keys; "
+                                  "set SANDBOX_KEYSTORE=sqlite:<path> too");
+    for (size_t i = 0; i < c->nkeys; i++)
+        if (strcmp(c->keys[i].key, admin) == 0)
+            return failf(err, errlen, "SANDBOX_ADMIN_KEY: must differ from every tenant key");
+    c->admin_key = strdup(admin);
+    c->admin_key_len = n;
+    return c->admin_key ? 0 : failf(err, errlen, "out of memory");
 }
 
 static int positive_number(const char *var, double def, double *out, char *err, size_t errlen)
@@ -233,12 +300,6 @@ static int positive_number(const char *var, double def, double *out, char *err, 
     return 0;
 }
 
-static bool var_set(const char *var)
-{
-    const char *s = getenv(var);
-    return s && *s && strcmp(s, "0") != 0;
-}
-
 int config_load_env(config *c, char *err, size_t errlen)
 {
     const char *keys = getenv("SANDBOX_API_KEYS"), *key = getenv("SANDBOX_API_KEY");
@@ -246,15 +307,12 @@ int config_load_env(config *c, char *err, size_t errlen)
         return -1;
     if (key && *key && add_key(c, "default", key, "SANDBOX_API_KEY", err, errlen))
         return -1;
-    if (c->nkeys == 0)
+    if (load_stores(c, err, errlen))
+        return -1;
+    if (c->nkeys == 0 && !c->keystore_path)
         return failf(err, errlen, "SANDBOX_API_KEYS / SANDBOX_API_KEY: no API key configured; "
-                                  "set SANDBOX_API_KEYS=tenant:key[,tenant:key] or SANDBOX_API_KEY");
-    /* Features of the hosted server that airlockd does not have: refuse rather than
-     * silently run without them. */
-    static const char *const unsupported[] = {"SANDBOX_KEYSTORE", "SANDBOX_ADMIN_KEY", "SANDBOX_AUDIT"};
-    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
-        if (var_set(unsupported[i]))
-            return failf(err, errlen, "%s: not supported by airlockd; unset it", unsupported[i]);
+                                  "set SANDBOX_API_KEYS=tenant:key[,tenant:key], SANDBOX_API_KEY "
+                                  "or SANDBOX_KEYSTORE");
     double mb;
     if (positive_number("SANDBOX_SESSION_TTL", 1800, &c->session_ttl, err, errlen) ||
         positive_number("SANDBOX_WORKSPACE_QUOTA_MB", 512, &mb, err, errlen))
@@ -263,9 +321,75 @@ int config_load_env(config *c, char *err, size_t errlen)
         return failf(err, errlen, "SANDBOX_WORKSPACE_QUOTA_MB: too large");
     c->quota_bytes = (long long)(mb * 1048576.0);
     c->require_gvisor = getenv("SANDBOX_REQUIRE_GVISOR") && strcmp(getenv("SANDBOX_REQUIRE_GVISOR"), "1") == 0;
+    c->star.max_sessions = DEFAULT_MAX_SESSIONS;
+    c->star.requests_per_minute = DEFAULT_RPM;
+    c->star.max_concurrent_exec = DEFAULT_MAX_EXEC;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;
+    /* room for the tenants self-service keys may bring; entries never move afterwards */
+    c->tenant_cap = c->ntenants + (c->keystore_path ? RUNTIME_TENANTS : 0);
+    tenant_cfg *nt = realloc(c->tenants, (c->tenant_cap ? c->tenant_cap : 1) * sizeof *nt);
+    c->tt = calloc(1, sizeof *c->tt);
+    if (nt)
+        c->tenants = nt;
+    if (!nt || !c->tt)
+        return failf(err, errlen, "out of memory");
+    pthread_mutex_init(&c->tt->mu, NULL);
+    c->tt->n = c->ntenants;
     return 0;
+}
+
+long config_tenant_intern(const config *c, const char *name)
+{
+    if (!c->tt || !name)
+        return -1;
+    long found = -1;
+    pthread_mutex_lock(&c->tt->mu);
+    for (size_t i = 0; i < c->tt->n && found < 0; i++)
+        if (strcmp(c->tenants[i].name, name) == 0)
+            found = (long)i;
+    if (found < 0 && c->tt->n < c->tenant_cap) {
+        tenant_cfg t = c->star;
+        t.name = strdup(name);
+        json_t *own = c->limits_json ? json_object_get(c->limits_json, name) : NULL;
+        char ignored[8];
+        if (own)
+            apply_limits(&t, own, name, ignored, sizeof ignored); /* validated at startup */
+        json_t *rules = c->egress_json ? json_object_get(c->egress_json, name) : NULL;
+        t.egress_allowed = rules ? egress_expand(rules) : json_deep_copy(c->star.egress_allowed);
+        if (t.name && t.egress_allowed) {
+            c->tenants[c->tt->n] = t;
+            found = (long)c->tt->n++;
+        } else {
+            free(t.name);
+            json_decref(t.egress_allowed);
+        }
+    } else if (found < 0) {
+        fprintf(stderr, "airlockd: tenant table full (%zu tenants); refusing tenant '%s'\n", c->tenant_cap, name);
+    }
+    pthread_mutex_unlock(&c->tt->mu);
+    return found;
+}
+
+size_t config_tenant_count(const config *c)
+{
+    if (!c->tt)
+        return c->ntenants;
+    pthread_mutex_lock(&c->tt->mu);
+    size_t n = c->tt->n;
+    pthread_mutex_unlock(&c->tt->mu);
+    return n;
+}
+
+bool config_is_admin(const config *c, const char *key)
+{
+    if (!c->admin_key || !key)
+        return false;
+    size_t n = strlen(key);
+    unsigned diff = (unsigned)(n ^ c->admin_key_len);
+    for (size_t j = 0; j < c->admin_key_len; j++)
+        diff |= (unsigned char)c->admin_key[j] ^ (unsigned char)(j < n ? key[j] : 0);
+    return diff == 0;
 }
 
 long config_auth(const config *c, const char *key)
@@ -291,7 +415,24 @@ long config_auth(const config *c, const char *key)
 
 void config_free(config *c)
 {
-    for (size_t i = 0; i < c->ntenants; i++) {
+    size_t nt = c->tt ? c->tt->n : c->ntenants;
+    if (c->tt) {
+        pthread_mutex_destroy(&c->tt->mu);
+        free(c->tt);
+        c->tt = NULL;
+    }
+    json_decref(c->star.egress_allowed);
+    json_decref(c->limits_json);
+    json_decref(c->egress_json);
+    free(c->keystore_path);
+    free(c->audit_path);
+    if (c->admin_key) {
+        memset(c->admin_key, 0, c->admin_key_len);
+        free(c->admin_key);
+    }
+    c->star.egress_allowed = c->limits_json = c->egress_json = NULL;
+    c->keystore_path = c->audit_path = c->admin_key = NULL;
+    for (size_t i = 0; i < nt; i++) {
         free(c->tenants[i].name);
         json_decref(c->tenants[i].egress_allowed);
     }

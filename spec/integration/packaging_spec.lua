@@ -1,0 +1,58 @@
+-- The rock builds and installs offline (`luarocks make --deps-mode=none`), and the installed
+-- module loads from the rock tree alone.
+local support = require "support.airlockd"
+local q = support.shell_quote
+
+local function run(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1; echo \"rc=$?\""))
+  local out = p:read("*a")
+  p:close()
+  local rc = tonumber(out:match("rc=(%d+)%s*$"))
+  return rc, out
+end
+
+local lua_version = _VERSION:match("%d+%.%d+")
+local interpreter = (type(jit) == "table") and "luajit" or ("lua" .. lua_version)
+
+describe("the rockspec", function()
+  local work
+
+  before_each(function()
+    work = os.tmpname()
+    os.remove(work)
+    assert(os.execute("mkdir -p " .. q(work .. "/src")))
+  end)
+
+  after_each(function()
+    os.execute("rm -rf " .. q(work))
+  end)
+
+  it("builds and installs offline, and the installed module loads #slow", function()
+    -- A copy of the sources, so the build leaves nothing in the checkout.
+    local rc, out = run("cp -r src/core " .. q(work .. "/src/") ..
+      " && cp -r lua bin rockspec docs examples " .. q(work))
+    assert.are.equal(0, rc, out)
+    local tree = work .. "/tree"
+    rc, out = run("cd " .. q(work) .. " && luarocks --lua-version=" .. lua_version ..
+      " make --deps-mode=none --tree=" .. q(tree) .. " rockspec/airlock-sandbox-scm-1.rockspec")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("airlock-sandbox scm-1 is now installed", 1, true), out)
+
+    -- Load from the rock tree only (plus the system paths for lua-cjson).
+    local lpath = tree .. "/share/lua/" .. lua_version .. "/?.lua;" ..
+      tree .. "/share/lua/" .. lua_version .. "/?/init.lua;;"
+    local cpath = tree .. "/lib/lua/" .. lua_version .. "/?.so;;"
+    local probe = [[local a = require "airlock"; local core = require "airlock.core"
+      local tools = require "airlock.tools"
+      print(a.VERSION, package.searchpath("airlock.core", package.cpath), #tools.openai_tools())]]
+    rc, out = run("cd / && LUA_PATH=" .. q(lpath) .. " LUA_CPATH=" .. q(cpath) .. " " ..
+      interpreter .. " -e " .. q(probe))
+    assert.are.equal(0, rc, out)
+    local version, so, ntools = out:match("^(%S+)%s+(%S+)%s+(%d+)")
+    assert.truthy(version, out)
+    assert.are.equal(tree .. "/lib/lua/" .. lua_version .. "/airlock/core.so", so)
+    assert.are.equal("3", ntools)
+    -- The MCP server script is installed as a command.
+    assert.truthy(io.open(tree .. "/bin/airlock-mcp", "r"), "bin/airlock-mcp not installed")
+  end)
+end)

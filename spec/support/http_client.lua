@@ -1,0 +1,99 @@
+-- A raw HTTP client for the integration specs: one request with curl against a server from
+-- support.airlockd (always loopback), returning status, lower-cased headers, body and the
+-- decoded JSON. It sends exactly what the caller gives (no SDK in between), so specs can
+-- check exact status codes, bodies and headers. Lua 5.1-compatible.
+local cjson = require "cjson"
+
+local M = {}
+
+local function q(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function write_file(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+-- One HTTP request with curl. opts: key, body (string, sent raw), content_type (false = none),
+-- headers (list of "Name: value"), max_time (seconds, default 90).
+-- The path is sent as is (no escaping; the caller encodes).
+function M.request(server, method, path, opts)
+  opts = opts or {}
+  local max_time = tostring(opts.max_time or 90)
+  local args = { "curl", "-s", "-i", "--max-time", max_time, "-X", method, "-H", "Expect:" }
+  if method == "HEAD" then args = { "curl", "-s", "-i", "--max-time", "30", "-I", "-H", "Expect:" } end
+  if opts.key then args[#args + 1] = "-H"; args[#args + 1] = "X-API-Key: " .. opts.key end
+  for _, h in ipairs(opts.headers or {}) do args[#args + 1] = "-H"; args[#args + 1] = h end
+  local tmp
+  if opts.body then
+    tmp = os.tmpname()
+    write_file(tmp, opts.body)
+    if opts.content_type ~= false then
+      args[#args + 1] = "-H"
+      args[#args + 1] = "Content-Type: " .. (opts.content_type or "application/json")
+    else
+      args[#args + 1] = "-H"
+      args[#args + 1] = "Content-Type:"
+    end
+    args[#args + 1] = "--data-binary"
+    args[#args + 1] = "@" .. tmp
+  end
+  args[#args + 1] = "--path-as-is"
+  args[#args + 1] = server.url .. path
+  local words = {}
+  for i, a in ipairs(args) do words[i] = q(a) end
+  local p = assert(io.popen(table.concat(words, " ") .. " 2>/dev/null", "r"))
+  local raw = p:read("*a")
+  p:close()
+  if tmp then os.remove(tmp) end
+  local head, body = raw:match("^(.-)\r\n\r\n(.*)$")
+  assert(head, "no HTTP response for " .. method .. " " .. path .. ": " .. raw)
+  local res = { headers = {}, body = body, raw = raw }
+  local first = true
+  for line in head:gmatch("[^\r\n]+") do
+    if first then
+      res.status = tonumber(line:match("^HTTP/%S+ (%d+)"))
+      first = false
+    else
+      local k, v = line:match("^([^:]+):%s*(.*)$")
+      if k then res.headers[k:lower()] = v end
+    end
+  end
+  if (res.headers["content-type"] or ""):find("application/json", 1, true) and body ~= "" then
+    res.json = cjson.decode(body)
+  end
+  return res
+end
+
+function M.urlencode(s)
+  return (s:gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
+end
+
+-- Convenience wrappers; each returns the response table.
+function M.create(server, key, body)
+  return M.request(server, "POST", "/v1/sessions", { key = key, body = body or "{}" })
+end
+
+function M.exec(server, key, id, command, timeout)
+  local body = { command = command }
+  if timeout then body.timeout_seconds = timeout end
+  return M.request(server, "POST", "/v1/sessions/" .. id .. "/exec",
+    { key = key, body = cjson.encode(body), max_time = (timeout or 15) + 60 })
+end
+
+function M.write(server, key, id, path, content)
+  return M.request(server, "POST", "/v1/sessions/" .. id .. "/write",
+    { key = key, body = cjson.encode({ path = path, content = content }) })
+end
+
+function M.read(server, key, id, path)
+  return M.request(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. M.urlencode(path), { key = key })
+end
+
+function M.delete(server, key, id)
+  return M.request(server, "DELETE", "/v1/sessions/" .. id, { key = key })
+end
+
+return M

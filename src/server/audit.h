@@ -1,0 +1,49 @@
+/* The audit log (SANDBOX_AUDIT=sqlite:<path>): one row per exec / import, per tenant,
+ * kept SANDBOX_AUDIT_RETENTION_DAYS days. Thread-safe; a failing store never fails the
+ * request (errors are logged). */
+#ifndef AIRLOCKD_AUDIT_H
+#define AIRLOCKD_AUDIT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct audit_store audit_store; /* NULL when SANDBOX_AUDIT is unset */
+
+typedef struct {
+    const char *tenant;
+    const char *session_id;
+    const char *actor;      /* "static key" | "key <key_id>" */
+    const char *kind;       /* "exec" | "import" */
+    const char *command;    /* stored up to 2000 characters, then "truncated": true */
+    bool has_exit_code;
+    int exit_code;
+    bool has_duration;
+    double duration_s;
+    bool timed_out;
+    bool oom_killed;
+    const char *detail;     /* may be NULL */
+} audit_entry;
+
+/* Opens (creates) the SQLite file at path and deletes entries older than retention_days.
+ * NULL with a message in err on failure. */
+audit_store *audit_open(const char *path, int retention_days, char *err, size_t errlen);
+void audit_close(audit_store *store);
+
+int audit_retention_days(const audit_store *store);
+
+/* Deletes entries older than the retention period (also done at open and hourly by
+ * audit_record). */
+void audit_prune(audit_store *store);
+
+/* Never fails the request; logs errors. NULL store: no-op. */
+void audit_record(audit_store *store, const audit_entry *e);
+
+/* GET /v1/audit: the tenant's entries older than the cursor `before` (NULL: from the
+ * newest; any other string is compared like a cursor, "<20-digit µs>#<8 hex>"), newest
+ * first, at most limit (1..500). 0 with *entries (new array) and *next (malloc'd cursor,
+ * or NULL when no more exist); -1 on a store error (logged). */
+int audit_query(audit_store *store, const char *tenant, const char *before, size_t before_len,
+                int limit, json_t **entries, char **next);
+
+#endif
