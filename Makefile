@@ -44,7 +44,8 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 export AIRLOCKD_BIN := $(CURDIR)/$(AIRLOCKD)
 export AIRLOCK_RUNSC := $(RUNSC)
 
-.PHONY: all build deps run test luajit-core lint sanitize valgrind bench install clean
+.PHONY: all build deps run test luajit-core compat-builds lint sanitize asan-test valgrind-test \
+        bench install clean
 
 all: build
 
@@ -58,8 +59,8 @@ $(CORE_SO): $(CORE_SRC) $(wildcard src/core/*.h)
 $(AIRLOCKD): $(SERVER_SRC) $(wildcard src/server/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
-	  $(SQLITE_LIBS) $(CRYPTO_LIBS) -pthread $(SANITIZE)
+	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
+	  $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) -pthread $(SANITIZE)
 
 deps:
 	./scripts/install-deps.sh
@@ -71,12 +72,26 @@ run: deps
 
 # make test: the same preparation, then the whole suite under Lua 5.4 and LuaJIT.
 test: deps
-	$(MAKE) build luajit-core
+	$(MAKE) build luajit-core compat-builds
 	LUA=$(LUA) ./scripts/test.sh
 
 # The same C core built against LuaJIT's headers (the module is ABI-specific).
 luajit-core:
 	$(MAKE) BUILD=build/luajit LUA_PC=luajit build/luajit/airlock/core.so
+
+# The core against the Lua 5.1 and 5.3 headers (build/lua51, build/lua53), each loaded by its
+# own interpreter with the whole Lua API, then the unit specs under it.
+COMPAT_CHECK := local c = require "airlock.core"; assert(require("airlock").core == c); \
+  assert(require("airlock.keys").client); print(_VERSION .. ": airlock.core " .. c._VERSION .. " loads")
+compat-builds:
+	$(MAKE) BUILD=build/lua51 LUA_PC=lua5.1 build/lua51/airlock/core.so
+	$(MAKE) BUILD=build/lua53 LUA_PC=lua5.3 build/lua53/airlock/core.so
+	@for v in 5.1 5.3; do \
+	  d=build/lua$$(echo $$v | tr -d .); \
+	  LUA_CPATH="$(CURDIR)/$$d/?.so;;" lua$$v -e '$(COMPAT_CHECK)' || exit 1; \
+	  LUA_CPATH="$(CURDIR)/$$d/?.so;;" lua$$v /usr/bin/busted -o spec/support/summary_handler.lua \
+	    spec/unit || exit 1; \
+	done
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
@@ -86,6 +101,39 @@ lint: deps
 sanitize:
 	$(MAKE) build BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+
+# The core and airlockd built with ASan/UBSan (make sanitize), under the unit and SDK
+# integration specs. The specs run in spec/c/lua_host.c, a Lua 5.4 host linked with ASan (no
+# LD_PRELOAD leaking into sh/python3/nginx). Every sanitizer report (the host's or an
+# airlockd's, leaks included) lands in build/asan/reports; any report fails the target.
+ASAN_HOST  := build/asan/lua-host
+ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
+              spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua
+asan-test: sanitize
+	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
+	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
+	  spec/c/lua_host.c $(shell $(PKG_CONFIG) --libs lua5.4)
+	rm -rf build/asan/reports && mkdir -p build/asan/reports
+	@ASAN_OPTIONS=detect_leaks=1:log_path=$(CURDIR)/build/asan/reports/asan \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/spec/c/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/build/asan/reports/ubsan \
+	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" AIRLOCKD_BIN=$(CURDIR)/build/asan/airlockd \
+	  $(ASAN_HOST) /usr/bin/busted -o spec/support/summary_handler.lua $(ASAN_SPECS); rc=$$?; \
+	if ls build/asan/reports/* >/dev/null 2>&1; then \
+	  cat build/asan/reports/*; echo "asan-test: sanitizer reports (above)"; exit 1; fi; \
+	[ $$rc -eq 0 ] && echo "asan-test: specs passed, no sanitizer reports"
+
+# valgrind over the core (Lua 5.4, the regular build): its unit spec and the failure paths
+# against the misbehaving server. Definite leaks and memory errors fail (exit 99).
+VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
+valgrind-test: build
+	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua \
+	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua
+
+# make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
+# airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
+bench: build
+	$(LUA) bench/airlockd_latency.lua
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_LUADIR)/airlock $(DESTDIR)$(INST_BINDIR)

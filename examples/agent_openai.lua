@@ -36,7 +36,9 @@ local MAX_STEPS = tonumber(env("AGENT_MAX_STEPS", "12")) or fail("AGENT_MAX_STEP
 
 -- The workspace: a small module with a bug and the unittest that catches it.
 local SEED = {
-  { "calc.py", "def add(a, b):\n    return a - b\n" },
+  -- The bug's fix changes the file's size: Python's bytecode cache trusts a .pyc whose source
+  -- has the same size and the same mtime second, and a fast model rewrites within a second.
+  { "calc.py", "def add(a, b):\n    total = a - b\n    return total\n" },
   { "test_calc.py", "import unittest\n\nfrom calc import add\n\n\n"
     .. "class AddTest(unittest.TestCase):\n    def test_add(self):\n"
     .. "        self.assertEqual(add(2, 3), 5)\n\n\nif __name__ == \"__main__\":\n"

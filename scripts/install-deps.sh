@@ -9,8 +9,9 @@ packages=(
   build-essential pkg-config
   lua5.4 liblua5.4-dev lua-cjson lua-busted lua-check lua-socket luarocks
   luajit libluajit-5.1-dev
-  libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
+  libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
   bubblewrap python3 ca-certificates curl cppcheck valgrind
+  nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
 )
 
 missing=()

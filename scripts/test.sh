@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole suite: every spec under Lua 5.4 and, when its core is built, all but spec/lua54
-# (the <close> specs) under LuaJIT. Integration specs start their own airlockd on loopback.
+# The whole suite: every spec under Lua 5.4; then, when its core is built, the library's specs
+# (spec/unit, spec/integration) again under LuaJIT. spec/server tests airlockd itself and
+# spec/lua54 uses <close>, so those run once. Integration specs start their own airlockd.
 # Ends with one line `N passed, N failed, N skipped` over all runs; exits non-zero on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ run_suite() {
   [ "$after" -gt "$before" ] || echo "0 1 0" >> "$summary"
 }
 
-run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua54
+run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua54 spec/server
 if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
   run_suite luajit "$top/build/luajit/?.so" spec/unit spec/integration
 fi

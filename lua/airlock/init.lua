@@ -299,6 +299,12 @@ M.is = errors.is
 M.spawn = transport.spawn
 M.poll = transport.poll
 
+-- airlock.close_connections() → true (false while requests are in flight): closes the idle
+-- keep-alive connections (e.g. before a long idle period or a fork).
+function M.close_connections()
+  return core.close_connections()
+end
+
 -- airlock.drain(): delete (now) the sessions of dropped, unclosed handles.
 function M.drain()
   return transport.drain(true)

@@ -61,6 +61,16 @@ function M.connections(server, key)
   return M.control(server, "/_count", key).connections
 end
 
+-- Connections still open whose last request used key.
+function M.open(server, key)
+  return M.control(server, "/_count", key).open
+end
+
+-- Sessions of key created and not deleted.
+function M.sessions(server, key)
+  return M.control(server, "/_count", key).sessions
+end
+
 function M.last(server, key)
   return M.control(server, "/_last", key)
 end

@@ -9,7 +9,8 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
                    RA is "none"), then as "ok"
   503:N            the first N get 503 with the capacity message, then as "ok"
   reset:N          the first N requests: the connection is closed without an answer
-  stall            never answers (the connection stays open)
+  stall            never answers (until the client closes the connection, at most 30 s)
+  truncated        200 with Content-Length larger than the body sent, then closes
   garbage          answers with bytes that are not HTTP, then closes
   text500          500 text/plain "Internal Server Error"
   422list          422 with a FastAPI validation list as detail
@@ -17,11 +18,14 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
   status:S         status S with {"detail": "status S"}
   missing          as "ok", but GET .../read answers the missing-file text for the path
 
-Control routes (no key needed): GET /_count?key=K → {"count": n, "connections": c} for that
-key; GET /_last?key=K → the last request of that key (method, path, query, headers, body).
+Control routes (no key needed): GET /_count?key=K → {"count": n, "connections": c,
+"open": o, "sessions": s} for that key (o: connections still open whose last request used
+K; s: sessions created by POST /v1/sessions and not yet deleted); GET /_last?key=K → the last
+request of that key (method, path, query, headers, body).
 The port is written to the file given as argv[1].
 """
 import json
+import select
 import socket
 import sys
 import threading
@@ -33,6 +37,9 @@ LOCK = threading.Lock()
 COUNTS = {}
 LAST = {}
 CONNECTIONS = {}
+OPEN = {}
+SESSIONS = {}
+NEXT_ID = [0]
 
 
 def bump(key):
@@ -47,6 +54,33 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.seen_keys = set()
+        self.open_key = None
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.set_open_key(None)
+
+    def set_open_key(self, key):
+        with LOCK:
+            if self.open_key is not None:
+                OPEN[self.open_key] = OPEN.get(self.open_key, 0) - 1
+            self.open_key = key
+            if key is not None:
+                OPEN[key] = OPEN.get(key, 0) + 1
+
+    def wait_for_client_close(self, limit):
+        """Stall: keep the connection open, answering nothing, until the client hangs up."""
+        end = time.time() + limit
+        while time.time() < end:
+            ready, _, _ = select.select([self.connection], [], [], 0.1)
+            if ready:
+                try:
+                    if not self.connection.recv(1, socket.MSG_PEEK):
+                        break
+                except OSError:
+                    break
 
     def log_message(self, *args):
         pass
@@ -71,7 +105,9 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             if url.path == "/_count":
                 return self.send_json(200, {"count": COUNTS.get(key, 0),
-                                            "connections": CONNECTIONS.get(key, 0)})
+                                            "connections": CONNECTIONS.get(key, 0),
+                                            "open": OPEN.get(key, 0),
+                                            "sessions": len(SESSIONS.get(key, ()))})
             if url.path == "/_last":
                 return self.send_json(200, LAST.get(key) or {})
         return self.send_json(404, {"detail": "Not Found"})
@@ -87,6 +123,7 @@ class Handler(BaseHTTPRequestHandler):
             with LOCK:
                 CONNECTIONS[key] = CONNECTIONS.get(key, 0) + 1
         n = bump(key)
+        self.set_open_key(key)
         with LOCK:
             LAST[key] = {"method": self.command, "path": url.path, "query": url.query,
                          "headers": {k.lower(): v for k, v in self.headers.items()},
@@ -106,7 +143,18 @@ class Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
         elif mode == "stall":
-            time.sleep(30)
+            self.wait_for_client_close(30)
+            self.close_connection = True
+            return
+        elif mode == "truncated":
+            data = b'{"session_id": "sbx_0123'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "4096")
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+            self.close_connection = True
             return
         elif mode == "garbage":
             self.wfile.write(b"THIS IS NOT HTTP\r\n\r\n")
@@ -134,7 +182,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"path": path, "content": "Error: File '%s' does not exist." % path})
         # "ok"
         if self.command == "POST" and url.path == "/v1/sessions":
-            return self.send_json(201, {"session_id": "sbx_0123456789ab", "tenant_id": "bad",
+            with LOCK:
+                NEXT_ID[0] += 1
+                sid = "sbx_%012x" % NEXT_ID[0]
+                SESSIONS.setdefault(key, set()).add(sid)
+            return self.send_json(201, {"session_id": sid, "tenant_id": "bad",
                                         "egress": [], "disk_quota_mb": 512,
                                         "created_at": time.time(), "status": "ready"})
         if self.command == "POST" and url.path.endswith("/exec"):
@@ -142,6 +194,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(200, {"command": req.get("command"),
                                         "output": "[STDOUT]:\nran %s\n[EXIT CODE]: 0" % req.get("command"),
                                         "echo": {"query": url.query, "body": body}})
+        if self.command == "DELETE" and url.path.startswith("/v1/sessions/"):
+            with LOCK:
+                SESSIONS.get(key, set()).discard(url.path.rsplit("/", 1)[1])
         return self.send_json(200, {"method": self.command, "path": url.path, "query": url.query,
                                     "body": body, "content": "echo",
                                     "headers": {k.lower(): v for k, v in self.headers.items()}})

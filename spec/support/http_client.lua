@@ -96,4 +96,37 @@ function M.delete(server, key, id)
   return M.request(server, "DELETE", "/v1/sessions/" .. id, { key = key })
 end
 
+-- Starts an exec in the background (curl, loopback) and returns a handle whose wait()
+-- gives the decoded response body (nil if it never came) once curl has finished.
+function M.exec_async(server, key, id, command, timeout)
+  local out = os.tmpname()
+  local body = cjson.encode({ command = command, timeout_seconds = timeout or 15 })
+  local curl = string.format("curl -s -m %d -H "
+    .. "'Content-Type: application/json' -H %s --data-binary %s %s > %s 2>/dev/null",
+    (timeout or 15) + 60, q("X-API-Key: " .. key), q(body), q(server.url .. "/v1/sessions/" .. id .. "/exec"),
+    q(out .. ".body"))
+  os.execute("(" .. curl .. "; echo done > " .. q(out) .. ") &")
+  local handle = {}
+  function handle.done()
+    local f = io.open(out, "rb")
+    local data = f and f:read("*a") or ""
+    if f then f:close() end
+    return data:find("done", 1, true) ~= nil
+  end
+  function handle.wait(max_seconds)
+    for _ = 1, (max_seconds or 120) * 10 do
+      if handle.done() then break end
+      os.execute("sleep 0.1")
+    end
+    local f = io.open(out .. ".body", "rb")
+    local data = f and f:read("*a") or ""
+    if f then f:close() end
+    os.remove(out)
+    os.remove(out .. ".body")
+    local ok, decoded = pcall(cjson.decode, data)
+    return ok and decoded or nil, data
+  end
+  return handle
+end
+
 return M

@@ -2,8 +2,10 @@
 #ifndef AIRLOCKD_APP_H
 #define AIRLOCKD_APP_H
 
+#include "audit.h"
 #include "config.h"
 #include "http.h"
+#include "keystore.h"
 #include "tenant_limits.h"
 #include "sandbox.h"
 #include "sessions.h"
@@ -16,15 +18,29 @@ typedef struct app {
     limits *lim;
     sandbox_backend *sb;
     atomic_ulong exec_seq; /* makes sandbox names unique per command */
+    audit_store *audit;    /* SANDBOX_AUDIT, or NULL */
+    keystore *keys;        /* SANDBOX_KEYSTORE, or NULL */
 } app;
 
 /* The http_handler: routing, the /v1 check order, the route handlers. */
 void app_handle(void *cls, http_request *req);
 
-/* Route handlers (files.c, exec_route.c); tenant is already authenticated. */
+/* Route handlers (files.c, exec_route.c, import_route.c); tenant is already authenticated. */
 void handle_write(app *a, http_request *r, size_t tenant, const char *id, json_t *body);
 void handle_read(app *a, http_request *r, size_t tenant, const char *id);
 void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t *body);
+void handle_import(app *a, http_request *r, size_t tenant, const char *id, json_t *body); /* import_route.c */
+
+/* keys_route.c: tenant index for an X-API-Key value (static or self-service key), or -1.
+ * Also sets the calling thread's app_actor(). */
+long app_auth(app *a, const char *key);
+/* Audit actor of the request this thread is handling: "static key" or "key <key_id>". */
+const char *app_actor(void);
+void handle_audit(app *a, http_request *r, size_t tenant);
+/* /v1/keys[/{key_id}] and /v1/admin/keys[/{key_id}] by method (key_id NULL without one);
+ * the admin handler does its own authentication. */
+void handle_keys(app *a, http_request *r, size_t tenant, const char *method, const char *key_id, json_t *body);
+void handle_admin_keys(app *a, http_request *r, const char *method, const char *key_id, json_t *body);
 
 /* Appends the validation errors of a missing / non-object body; true when body is usable. */
 bool body_is_object(json_t *errs, json_t *body);

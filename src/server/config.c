@@ -300,6 +300,31 @@ static int positive_number(const char *var, double def, double *out, char *err, 
     return 0;
 }
 
+/* SANDBOX_IMPORT_MAX_MB (a positive whole number) and the archive download base URL. */
+static int load_import(config *c, char *err, size_t errlen)
+{
+    const char *s = getenv("SANDBOX_IMPORT_MAX_MB");
+    c->import_max_mb = 100;
+    if (s && *s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        while (*end == ' ')
+            end++;
+        if (errno || *end || end == s || v < 1 || v > 1000000)
+            return failf(err, errlen, "SANDBOX_IMPORT_MAX_MB: must be a positive whole number of MB, got '%s'", s);
+        c->import_max_mb = (int)v;
+    }
+    if (!c->import_base_url || !*c->import_base_url) {
+        const char *env = getenv("AIRLOCK_IMPORT_BASE_URL");
+        c->import_base_url = env && *env ? env : "https://github.com";
+    }
+    if (strncmp(c->import_base_url, "http://", 7) != 0 && strncmp(c->import_base_url, "https://", 8) != 0)
+        return failf(err, errlen, "AIRLOCK_IMPORT_BASE_URL / --import-base-url: must be an http:// or https:// URL, got '%s'",
+                     c->import_base_url);
+    return 0;
+}
+
 int config_load_env(config *c, char *err, size_t errlen)
 {
     const char *keys = getenv("SANDBOX_API_KEYS"), *key = getenv("SANDBOX_API_KEY");
@@ -320,10 +345,16 @@ int config_load_env(config *c, char *err, size_t errlen)
     if (mb > 1e9)
         return failf(err, errlen, "SANDBOX_WORKSPACE_QUOTA_MB: too large");
     c->quota_bytes = (long long)(mb * 1048576.0);
-    c->require_gvisor = getenv("SANDBOX_REQUIRE_GVISOR") && strcmp(getenv("SANDBOX_REQUIRE_GVISOR"), "1") == 0;
+    /* A typo here must not silently allow the weaker bubblewrap fallback: only 1 or 0. */
+    const char *gv = getenv("SANDBOX_REQUIRE_GVISOR");
+    if (gv && *gv && strcmp(gv, "1") != 0 && strcmp(gv, "0") != 0)
+        return failf(err, errlen, "SANDBOX_REQUIRE_GVISOR: must be 1 (refuse to run without gVisor) or 0, got '%s'", gv);
+    c->require_gvisor = gv && strcmp(gv, "1") == 0;
     c->star.max_sessions = DEFAULT_MAX_SESSIONS;
     c->star.requests_per_minute = DEFAULT_RPM;
     c->star.max_concurrent_exec = DEFAULT_MAX_EXEC;
+    if (load_import(c, err, errlen))
+        return -1;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;
     /* room for the tenants self-service keys may bring; entries never move afterwards */

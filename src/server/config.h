@@ -43,6 +43,7 @@ typedef struct config {
     double session_ttl;      /* seconds of idle time */
     long long quota_bytes;   /* per-workspace soft quota */
     bool require_gvisor;
+    int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
     /* flags */
     const char *listen_host;
     unsigned port;
@@ -50,6 +51,7 @@ typedef struct config {
     const char *state_dir;
     const char *port_file;
     const char *runsc;
+    const char *import_base_url; /* --import-base-url, else $AIRLOCK_IMPORT_BASE_URL, else https://github.com */
 } config;
 
 /* Reads the environment into c (flags are set by the caller). Returns 0, or -1 with a

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define OOM_WARNING "Process killed by cgroups (Memory limit exceeded)."
 #define KILLED_WARNING "Process was killed (exit 137, SIGKILL), most likely for exceeding the memory limit."
@@ -53,7 +54,10 @@ void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t 
     snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
     sandbox_result res;
     memset(&res, 0, sizeof res);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = sandbox_exec(a->sb, s->workspace, name, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     limits_exec_end(a->lim, tenant);
     if (rc != 0) {
         fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
@@ -88,6 +92,12 @@ void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t 
         if (quota_warn)
             warnings[nw++] = quota_warn;
     }
+    double duration = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = app_actor(), .kind = "exec",
+                      .command = command, .has_exit_code = true, .exit_code = exit_code,
+                      .has_duration = true, .duration_s = (double)(long long)(duration * 1000.0 + 0.5) / 1000.0,
+                      .timed_out = timed_out, .oom_killed = oom, .detail = NULL};
+    audit_record(a->audit, &ae);
     sandbox_result_free(&res);
     registry_release(a->reg, s);
     size_t output_len = 0;

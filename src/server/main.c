@@ -34,18 +34,23 @@ static void on_sigpipe(int sig)
 static void usage(FILE *f)
 {
     fputs("usage: airlockd [--listen HOST:PORT] [--unix PATH] [--state-dir DIR] [--port-file FILE]\n"
-          "                [--runsc PATH] [--help]\n"
+          "                [--runsc PATH] [--import-base-url URL] [--help]\n"
           "\n"
           "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
           "  --unix PATH         also listen on a unix socket\n"
           "  --state-dir DIR     workspaces and sandbox state (default ./airlockd-state)\n"
           "  --port-file FILE    write the bound TCP port here once listening\n"
           "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then PATH)\n"
+          "  --import-base-url URL  where /import downloads archives (default\n"
+          "                      $AIRLOCK_IMPORT_BASE_URL, then https://github.com)\n"
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
           "SANDBOX_WORKSPACE_QUOTA_MB (512), SANDBOX_TENANT_LIMITS[_FILE], SANDBOX_EGRESS_POLICY[_FILE],\n"
-          "SANDBOX_REQUIRE_GVISOR=1.\n",
+          "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
+          "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
+          "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
+          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com).\n",
           f);
 }
 
@@ -134,7 +139,7 @@ int main(int argc, char **argv)
         }
         bool known = strcmp(name, "--listen") == 0 || strcmp(name, "--unix") == 0 ||
                      strcmp(name, "--state-dir") == 0 || strcmp(name, "--port-file") == 0 ||
-                     strcmp(name, "--runsc") == 0;
+                     strcmp(name, "--runsc") == 0 || strcmp(name, "--import-base-url") == 0;
         if (!known) {
             fprintf(stderr, "airlockd: unknown option '%s'\n", a);
             usage(stderr);
@@ -158,6 +163,8 @@ int main(int argc, char **argv)
             cfg.state_dir = val;
         } else if (strcmp(name, "--port-file") == 0) {
             cfg.port_file = val;
+        } else if (strcmp(name, "--import-base-url") == 0) {
+            cfg.import_base_url = val;
         } else {
             cfg.runsc = val;
         }
@@ -193,6 +200,14 @@ int main(int argc, char **argv)
     a.sb = sandbox_backend_open(state, cfg.runsc, cfg.require_gvisor, err, sizeof err);
     if (!a.sb) {
         fprintf(stderr, "airlockd: no isolation backend: %s\n", err);
+        goto out;
+    }
+    if (cfg.audit_path && !(a.audit = audit_open(cfg.audit_path, cfg.audit_retention_days, err, sizeof err))) {
+        fprintf(stderr, "airlockd: %s\n", err);
+        goto out;
+    }
+    if (cfg.keystore_path && !(a.keys = keystore_open(cfg.keystore_path, err, sizeof err))) {
+        fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
     a.reg = registry_new(state, cfg.session_ttl, err, sizeof err);
@@ -243,6 +258,8 @@ out:
     http_stop(srv);
     registry_free(a.reg);
     limits_free(a.lim);
+    audit_close(a.audit);
+    keystore_close(a.keys);
     if (a.sb)
         sandbox_backend_close(a.sb);
     if (cfg.unix_path && srv)

@@ -174,10 +174,13 @@ static bool parse_body(http_request *r, json_t **out)
 
 /* ---- small handlers ---------------------------------------------------------------- */
 
+/* The body is the contract's, exactly; the isolation backend ("gvisor", or the weaker
+ * "bubblewrap" fallback) is reported in a header so clients and monitors can tell. */
 static void handle_healthz(app *a, http_request *r)
 {
-    http_send_json(r, 200, json_pack("{s:s,s:I}", "status", "healthy", "active_sessions",
-                                     (json_int_t)registry_count(a->reg)));
+    http_send_json_header(r, 200, json_pack("{s:s,s:I}", "status", "healthy", "active_sessions",
+                                            (json_int_t)registry_count(a->reg)),
+                          "x-airlock-isolation", sandbox_backend_name(a->sb));
 }
 
 static bool validate_egress(json_t *errs, json_t *body, json_t **egress)
@@ -361,42 +364,6 @@ static void handle_egress_log(app *a, http_request *r, size_t tenant, const char
     registry_release(a->reg, s);
 }
 
-static void handle_import(app *a, http_request *r, size_t tenant, const char *id, json_t *body)
-{
-    json_t *errs = json_array();
-    const char *repo = NULL, *s1, *s2;
-    size_t repo_len = 0, l1, l2;
-    if (body_is_object(errs, body)) {
-        v_string(errs, body, "repo", true, 300, &repo, &repo_len);
-        json_t *ref = json_object_get(body, "ref"), *path = json_object_get(body, "path");
-        if (ref && !json_is_null(ref))
-            v_string(errs, body, "ref", false, 200, &s1, &l1);
-        if (path && !json_is_null(path))
-            v_string(errs, body, "path", false, 200, &s2, &l2);
-    }
-    if (json_array_size(errs)) {
-        send_validation(r, errs);
-        return;
-    }
-    json_decref(errs);
-    session *s;
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
-        return;
-    }
-    registry_release(a->reg, s);
-    /* airlockd runs without internet access; there is nothing to download from */
-    char *name = strndup(repo, repo_len), *msg = NULL;
-    if (name && asprintf(&msg, "Couldn't download %s: airlockd has no internet access", name) >= 0) {
-        http_send_detail(r, 502, msg);
-        free(msg);
-    } else {
-        http_send_500(r);
-    }
-    free(name);
-}
-
 /* ---- dispatch ---------------------------------------------------------------------- */
 
 static void redirect_without_slash(http_request *r, const char *path)
@@ -419,11 +386,11 @@ static void run_v1(app *a, http_request *r, const route *rt, const char *param)
     if (rt->body && !parse_body(r, &body))
         return;
     if (rt->id == R_ADMIN_LIST || rt->id == R_ADMIN_CREATE || rt->id == R_ADMIN_DELETE) {
-        http_send_detail(r, 404, "The admin API is not enabled on this server.");
+        handle_admin_keys(a, r, rt->method, rt->id == R_ADMIN_DELETE ? param : NULL, body);
         json_decref(body);
         return;
     }
-    long tenant = config_auth(a->cfg, http_header(r, "X-API-Key"));
+    long tenant = app_auth(a, http_header(r, "X-API-Key"));
     if (tenant < 0) {
         http_send_detail(r, 401, "Invalid or missing X-API-Key header");
         json_decref(body);
@@ -473,12 +440,12 @@ static void run_v1(app *a, http_request *r, const route *rt, const char *param)
         handle_usage(a, r, t, available);
         break;
     case R_AUDIT:
-        http_send_detail(r, 501, "The audit log is not enabled on this server (SANDBOX_AUDIT).");
+        handle_audit(a, r, t);
         break;
     case R_KEYS_LIST:
     case R_KEYS_CREATE:
     case R_KEYS_DELETE:
-        http_send_detail(r, 501, "Self-service keys are not enabled on this server (SANDBOX_KEYSTORE).");
+        handle_keys(a, r, t, rt->method, rt->id == R_KEYS_DELETE ? param : NULL, body);
         break;
     default:
         http_send_500(r);

@@ -625,7 +625,9 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
             return b;
     }
     if (require_gvisor) {
-        snprintf(errbuf, errlen, "gVisor is required but does not work: %s", why);
+        snprintf(errbuf, errlen,
+                 "gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: %s; "
+                 "refusing the weaker bubblewrap fallback", why);
         goto fail;
     }
     b->bwrap = find_program(NULL, "bwrap");

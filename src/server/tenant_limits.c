@@ -8,6 +8,7 @@ typedef struct {
     double tokens;
     double last; /* monotonic seconds of the last refill */
     int running;
+    bool started; /* tenants added at runtime get a full bucket on their first request */
 } tenant_state;
 
 struct limits {
@@ -28,7 +29,8 @@ limits *limits_new(const config *c)
     limits *l = calloc(1, sizeof *l);
     if (!l)
         return NULL;
-    l->t = calloc(c->ntenants ? c->ntenants : 1, sizeof *l->t);
+    size_t cap = c->tenant_cap > c->ntenants ? c->tenant_cap : c->ntenants;
+    l->t = calloc(cap ? cap : 1, sizeof *l->t);
     if (!l->t) {
         free(l);
         return NULL;
@@ -39,6 +41,7 @@ limits *limits_new(const config *c)
     for (size_t i = 0; i < c->ntenants; i++) {
         l->t[i].tokens = c->tenants[i].requests_per_minute; /* buckets start full */
         l->t[i].last = now;
+        l->t[i].started = true;
     }
     return l;
 }
@@ -58,6 +61,11 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
     pthread_mutex_lock(&l->mu);
     tenant_state *s = &l->t[tenant];
     double now = mono_now();
+    if (!s->started) {
+        s->tokens = cap;
+        s->last = now;
+        s->started = true;
+    }
     double t = s->tokens + (now - s->last) * rate;
     s->tokens = t < cap ? t : cap;
     s->last = now;

@@ -1,0 +1,152 @@
+-- luacheck: max line length 160
+-- The bubblewrap fallback (issue #3 item 7): with runsc missing, airlockd still isolates every
+-- command (uid 1000, only loopback, read-only root, memory and process limits, timeouts) but
+-- says loudly that it is the weaker backend: a startup log line and the x-airlock-isolation
+-- header on /healthz (the healthz body is the contract's, unchanged). SANDBOX_REQUIRE_GVISOR=1
+-- refuses to start instead. Lua 5.1-compatible (no <close>).
+local airlockd = require "support.airlockd"
+local http_client = require "support.http_client"
+
+local http = http_client.request
+
+local function run_capture(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1; echo rc=$?", "r"))
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+describe("airlockd without runsc (bubblewrap fallback)", function()
+  local server, key, id
+  local secret = "fb_secret_" .. airlockd.random_hex(12)
+
+  local function exec(command, timeout)
+    local r = http_client.exec(server, key, id, command, timeout)
+    assert.are.equal(200, r.status, r.body)
+    return r.json
+  end
+
+  lazy_setup(function()
+    server = airlockd.start({ args = { "--runsc", "/nonexistent/runsc" }, env = { AIRLOCK_TEST_SECRET = secret } })
+    key = server.tenants.acme
+    local r = http_client.create(server, key)
+    assert.are.equal(201, r.status, r.body)
+    id = r.json.session_id
+  end)
+
+  lazy_teardown(function()
+    if server then airlockd.stop(server) end
+  end)
+
+  it("reports the weaker backend in the log and the healthz header, with the exact healthz body", function()
+    local log = airlockd.log(server)
+    assert.truthy(log:find("airlockd: gVisor unavailable (runsc not found (/nonexistent/runsc)); using the weaker bubblewrap sandbox\n", 1, true), log)
+    assert.truthy(log:find("(isolation: bubblewrap)", 1, true), log)
+    local h = http(server, "GET", "/healthz")
+    assert.are.equal(200, h.status)
+    assert.are.equal("bubblewrap", h.headers["x-airlock-isolation"])
+    assert.are.equal('{"status":"healthy","active_sessions":1}', h.body)
+  end)
+
+  it("runs a command with the contract's exact result", function()
+    local r = http_client.exec(server, key, id, "echo hi")
+    assert.are.equal('{"command":"echo hi","output":"[STDOUT]:\\nhi\\n[EXIT CODE]: 0","stdout":"hi\\n","stderr":"",' ..
+      '"exit_code":0,"timed_out":false,"oom_killed":false,"warnings":[]}', r.body)
+    assert.are.equal(200, http_client.write(server, key, id, "f.txt", "from the API").status)
+    assert.are.equal("from the API|/workspace\n", exec("printf '%s|' \"$(cat f.txt)\"; pwd").stdout)
+  end)
+
+  it("runs as uid 1000 with no capabilities and only the sandbox's environment", function()
+    local r = exec("id; grep -E '^CapEff' /proc/self/status; env | sort | grep -Ev '^(_|SHLVL)='")
+    assert.are.equal("uid=1000(sandboxuser) gid=1000(sandboxuser) groups=1000(sandboxuser)\nCapEff:\t0000000000000000\n" ..
+      "HOME=/tmp\nPATH=/workspace/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n" ..
+      "PIP_DISABLE_PIP_VERSION_CHECK=1\nPIP_NO_CACHE_DIR=1\nPIP_USER=1\nPWD=/workspace\nPYTHONUSERBASE=/workspace/.local\n", r.stdout)
+    -- nor the server's: not in any process visible to the command (bwrap's init included)
+    r = exec("grep -ls -e " .. airlockd.shell_quote(secret) .. " -e SANDBOX_API_KEYS /proc/[0-9]*/environ; echo grep=$?")
+    assert.are.equal("grep=1\n", r.stdout)
+  end)
+
+  it("has no network: only lo, host loopback refused, no route elsewhere, no DNS", function()
+    local probe = [[python3 - <<'EOF'
+import socket, errno
+for host, port in [("127.0.0.1", PORT), ("169.254.169.254", 80), ("192.0.2.1", 443)]:
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        print(host, "CONNECTED")
+    except socket.timeout:
+        print(host, "TIMEOUT")
+    except OSError as e:
+        print(host, errno.errorcode.get(e.errno, e.errno))
+EOF
+tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; getent hosts example.com; echo dns=$?]]
+    local r = exec((probe:gsub("PORT", tostring(server.port))))
+    assert.are.equal("127.0.0.1 ECONNREFUSED\n169.254.169.254 ENETUNREACH\n192.0.2.1 ENETUNREACH\nlo\ndns=2\n", r.stdout)
+  end)
+
+  it("has a read-only root, a 64 MB noexec /tmp, and no /root or /home", function()
+    local r = exec("for d in / /usr /etc /bin; do touch $d/x 2>/dev/null && echo WROTE $d || echo denied $d; done; " ..
+      "head -c 100000000 /dev/zero > /tmp/fill 2>/dev/null; stat -c %s /tmp/fill; rm /tmp/fill; " ..
+      "cp /bin/true /tmp/t; /tmp/t 2>/dev/null; echo exec=$?; ls -d /root /home 2>&1 | wc -l")
+    assert.are.equal("denied /\ndenied /usr\ndenied /etc\ndenied /bin\n67108864\nexec=126\n2\n", r.stdout)
+    assert.are.equal("touch: cannot touch '/x': Read-only file system\n",
+      exec("touch /x").stderr)
+  end)
+
+  it("kills a memory bomb with the memory warning", function()
+    local r = exec("python3 -c 'x = bytearray(1024 * 1024 * 1024)'", 30)
+    assert.are.equal(137, r.exit_code)
+    assert.is_true(r.oom_killed)
+    assert.are.same({ "Process killed by cgroups (Memory limit exceeded)." }, r.warnings)
+  end)
+
+  it("holds a fork bomb at the process limit", function()
+    local r = exec('bomb(){ bomb | bomb & }; bomb; while ((SECONDS < 3)); do :; done; n=(/proc/[0-9]*); echo "procs ${#n[@]}"', 20)
+    assert.is_false(r.timed_out)
+    local procs = tonumber(r.stdout:match("^procs (%d+)\n$"))
+    -- 64 sandboxed processes plus bwrap's own init
+    assert.truthy(procs and procs <= 66, r.stdout)
+    assert.truthy(r.stderr:find("fork: retry: Resource temporarily unavailable", 1, true), r.stderr)
+    assert.are.equal("ok\n", exec("echo ok").stdout)
+  end)
+
+  it("kills the whole sandbox at the timeout; nothing survives into the next command", function()
+    local r = exec("sleep 1000 & while :; do :; done", 2)
+    assert.are.equal("[TIMEOUT]: Execution exceeded 2s limit.\n[EXIT CODE]: -1", r.output)
+    assert.is_true(r.timed_out)
+    assert.are.equal("started\n", exec("nohup setsid sleep 999 >/dev/null 2>&1 & echo started").stdout)
+    r = exec("ps -e -o comm=")
+    assert.are.equal("bwrap\nps\n", r.stdout)
+    local host = io.popen("ps -eo args= | grep -c " .. airlockd.shell_quote("[s]leep 99[9]") .. " ; true"):read("*a")
+    assert.are.equal("0\n", host)
+  end)
+end)
+
+describe("SANDBOX_REQUIRE_GVISOR", function()
+  local bin = os.getenv("AIRLOCKD_BIN") or "build/airlockd"
+  local dir = os.tmpname()
+
+  after_each(function() os.execute("rm -rf " .. airlockd.shell_quote(dir) .. "-state") end)
+
+  it("refuses to start without gVisor, naming the variable", function()
+    local out = run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=1 timeout 60 " .. airlockd.shell_quote(bin) ..
+      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc")
+    assert.are.equal("airlockd: no isolation backend: gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: " ..
+      "runsc not found (/nonexistent/runsc); refusing the weaker bubblewrap fallback\nrc=1\n", out)
+  end)
+
+  it("rejects a value other than 1 or 0 instead of silently allowing the fallback", function()
+    local out = run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=yes timeout 60 " .. airlockd.shell_quote(bin) ..
+      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc")
+    assert.are.equal("airlockd: invalid configuration: SANDBOX_REQUIRE_GVISOR: must be 1 (refuse to run without gVisor) or 0, got 'yes'\nrc=2\n", out)
+  end)
+
+  it("starts on gVisor when runsc works", function()
+    local s = airlockd.start({ env = { SANDBOX_REQUIRE_GVISOR = "1" } })
+    local ok, err = pcall(function()
+      assert.truthy(airlockd.log(s):find("(isolation: gvisor)", 1, true))
+      assert.are.equal("gvisor", http(s, "GET", "/healthz").headers["x-airlock-isolation"])
+    end)
+    airlockd.stop(s)
+    assert(ok, err)
+  end)
+end)

@@ -1,0 +1,152 @@
+-- A real TLS endpoint on loopback for the TLS specs: Debian's nginx, run with its own prefix
+-- and configuration in a temporary directory, terminating TLS in front of an airlockd, with
+-- a private CA and server certificates made here with the openssl CLI.
+--   port       TLS, certificate for 127.0.0.1 / localhost (signed by the private CA)
+--   wrong_port TLS, certificate for wrong.example only (same CA)
+--   status_port plain HTTP stub_status (open client connections, for leak checks)
+local M = {}
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+local function run(cmd)
+  local ok = os.execute(cmd .. " >/dev/null 2>&1")
+  assert(ok == true or ok == 0, "command failed: " .. cmd)
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+local function write_file(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+local function free_port()
+  local socket = require "socket"
+  local s = assert(socket.bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return tonumber(port)
+end
+
+local function listening(port)
+  local socket = require "socket"
+  local c = socket.tcp()
+  c:settimeout(0.2)
+  local ok = c:connect("127.0.0.1", port)
+  c:close()
+  return ok ~= nil
+end
+
+-- A CA, and a server certificate for `sans` (e.g. "IP:127.0.0.1,DNS:localhost") signed by it.
+local function make_certs(dir)
+  run(string.format("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=airlock test CA' " ..
+    "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign " ..
+    "-keyout %s -out %s", q(dir .. "/ca.key"), q(dir .. "/ca.pem")))
+  local function server_cert(name, cn, sans)
+    write_file(dir .. "/" .. name .. ".ext", "subjectAltName=" .. sans .. "\n" ..
+      "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+    run(string.format("openssl req -newkey rsa:2048 -nodes -subj %s -keyout %s -out %s",
+      q("/CN=" .. cn), q(dir .. "/" .. name .. ".key"), q(dir .. "/" .. name .. ".csr")))
+    run(string.format("openssl x509 -req -in %s -CA %s -CAkey %s -CAcreateserial -days 2 " ..
+      "-extfile %s -out %s", q(dir .. "/" .. name .. ".csr"), q(dir .. "/ca.pem"), q(dir .. "/ca.key"),
+      q(dir .. "/" .. name .. ".ext"), q(dir .. "/" .. name .. ".pem")))
+  end
+  server_cert("server", "127.0.0.1", "IP:127.0.0.1,DNS:localhost")
+  server_cert("wrong", "wrong.example", "DNS:wrong.example")
+end
+
+-- start(upstream_port) → proxy {url, wrong_url, ca, dir, ...}
+function M.start(upstream_port)
+  local dir = os.tmpname()
+  os.remove(dir)
+  run("mkdir -p " .. q(dir .. "/logs") .. " " .. q(dir .. "/tmp"))
+  make_certs(dir)
+  local p = { dir = dir, ca = dir .. "/ca.pem", port = free_port(), wrong_port = free_port(),
+              status_port = free_port() }
+  local conf = {
+    "worker_processes 1;",
+    "pid " .. dir .. "/nginx.pid;",
+    "error_log " .. dir .. "/logs/error.log warn;",
+    "events { worker_connections 64; }",
+    "http {",
+    "  access_log off;",
+    "  client_body_temp_path " .. dir .. "/tmp/body;",
+    "  proxy_temp_path " .. dir .. "/tmp/proxy;",
+    "  fastcgi_temp_path " .. dir .. "/tmp/fastcgi;",
+    "  uwsgi_temp_path " .. dir .. "/tmp/uwsgi;",
+    "  scgi_temp_path " .. dir .. "/tmp/scgi;",
+    "  upstream airlockd { server 127.0.0.1:" .. upstream_port .. "; keepalive 4; }",
+    "  proxy_http_version 1.1;",
+    "  proxy_set_header Connection \"\";",
+    "  proxy_read_timeout 120s;",
+    "  keepalive_timeout 60s;",
+    "  server {",
+    "    listen 127.0.0.1:" .. p.port .. " ssl;",
+    "    ssl_certificate " .. dir .. "/server.pem;",
+    "    ssl_certificate_key " .. dir .. "/server.key;",
+    "    location / { proxy_pass http://airlockd; }",
+    "  }",
+    "  server {",
+    "    listen 127.0.0.1:" .. p.wrong_port .. " ssl;",
+    "    ssl_certificate " .. dir .. "/wrong.pem;",
+    "    ssl_certificate_key " .. dir .. "/wrong.key;",
+    "    location / { proxy_pass http://airlockd; }",
+    "  }",
+    "  server {",
+    "    listen 127.0.0.1:" .. p.status_port .. ";",
+    "    location = /status { stub_status; }",
+    "  }",
+    "}",
+  }
+  -- as root, nginx's worker would switch to nobody, who cannot read the temp directory
+  local idp = io.popen("id -u")
+  local uid = idp:read("*l")
+  idp:close()
+  if uid == "0" then table.insert(conf, 1, "user root;") end
+  write_file(dir .. "/nginx.conf", table.concat(conf, "\n") .. "\n")
+  run(string.format("nginx -p %s -c %s -e %s -t", q(dir), q(dir .. "/nginx.conf"), q(dir .. "/logs/error.log")))
+  assert(os.execute(string.format("nginx -p %s -c %s -e %s -g 'daemon off;' > %s 2>&1 & echo $! > %s",
+    q(dir), q(dir .. "/nginx.conf"), q(dir .. "/logs/error.log"), q(dir .. "/logs/stdout"), q(dir .. "/pid"))))
+  p.pid = tonumber((read_file(dir .. "/pid") or ""):match("%d+"))
+  for _ = 1, 100 do
+    if listening(p.port) and listening(p.wrong_port) and listening(p.status_port) then break end
+    os.execute("sleep 0.05")
+  end
+  assert(listening(p.port), "nginx did not start: " .. (read_file(dir .. "/logs/error.log") or ""))
+  p.url = "https://127.0.0.1:" .. p.port
+  p.localhost_url = "https://localhost:" .. p.port
+  p.wrong_url = "https://127.0.0.1:" .. p.wrong_port
+  return p
+end
+
+-- Client connections nginx has open, not counting the one asking.
+function M.active_connections(p)
+  local http = require "socket.http"
+  local body = http.request("http://127.0.0.1:" .. p.status_port .. "/status")
+  local n = tonumber((body or ""):match("Active connections:%s*(%d+)"))
+  assert(n, "no stub_status answer: " .. tostring(body))
+  return n - 1
+end
+
+function M.stop(p)
+  if p.pid then
+    os.execute("kill " .. p.pid .. " 2>/dev/null")
+    for _ = 1, 100 do
+      local r = os.execute("kill -0 " .. p.pid .. " 2>/dev/null")
+      if not (r == true or r == 0) then break end
+      os.execute("sleep 0.05")
+    end
+    os.execute("kill -9 " .. p.pid .. " 2>/dev/null")
+    p.pid = nil
+  end
+  os.execute("rm -rf " .. q(p.dir))
+end
+
+return M
