@@ -103,12 +103,13 @@ sanitize:
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
 # The core and airlockd built with ASan/UBSan (make sanitize), under the unit and SDK
-# integration specs. The specs run in spec/c/lua_host.c, a Lua 5.4 host linked with ASan (no
+# integration specs and airlockd's own HTTP specs. The specs run in spec/c/lua_host.c, a Lua 5.4 host linked with ASan (no
 # LD_PRELOAD leaking into sh/python3/nginx). Every sanitizer report (the host's or an
 # airlockd's, leaks included) lands in build/asan/reports; any report fails the target.
 ASAN_HOST  := build/asan/lua-host
 ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
-              spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua
+              spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
+              spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \

@@ -12,12 +12,14 @@
 -- Needs root (runsc), like airlockd. No assertion anywhere: it prints a table.
 package.path = "spec/?.lua;" .. package.path
 local airlockd = require "support.airlockd"
+local proc = require "support.proc"
 local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
 local socket = require "socket"
 local cjson = require "cjson"
 
 local RUNS = math.max(30, tonumber(arg and arg[1]) or 30)
-local q = airlockd.shell_quote
+local q = proc.shell_quote
+local write_file = proc.write_file
 
 local function percentile(sorted, p)
   local idx = math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))
@@ -45,12 +47,6 @@ local function call(server, method, path, key, body)
   local ok, decoded = pcall(cjson.decode, rbody or "")
   check(status, "no answer: " .. tostring(raw))
   return status, ok and decoded or rbody
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
 end
 
 -- The OCI config sandbox_spec.c writes, minus nothing that costs time: same mounts, limits,

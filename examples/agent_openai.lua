@@ -8,55 +8,20 @@
 -- Settings: OPENAI_API_KEY (required), OPENAI_BASE_URL (default https://api.openai.com/v1),
 -- OPENAI_MODEL (default gpt-4o-mini), AGENT_MAX_STEPS (default 12), and the sandbox's
 -- SANDBOX_API_URL / SANDBOX_API_KEY. Runs on Lua 5.1/LuaJIT too (airlock.with, no <close>).
-local airlock = require "airlock"
+-- The task, its workspace, the transcript and the final check are shared with the other
+-- agent example: examples/agent_task.lua, next to this file.
+package.path = (arg and arg[0] or ""):match("^(.-)[^/]*$") .. "?.lua;" .. package.path
+local task = require "agent_task"
 local tools = require "airlock.tools"
 local http = require "airlock.http"
 
-local function env(name, default)
-  local v = os.getenv(name)
-  if v == nil or v == "" then return default end
-  return v
-end
-
-local function fail(message)
-  io.stderr:write("agent_openai: ", message, "\n")
-  os.exit(1)
-end
-
--- Ends the run from inside the sandbox scope: airlock.with deletes the sandbox first.
-local Abort = { __tostring = function(e) return e.message end }
-local function abort(message)
-  error(setmetatable({ message = message }, Abort), 0)
-end
+local env, show, abort = task.env, task.show, task.abort
+local function fail(message) task.fail("agent_openai", message) end
 
 local API_KEY = env("OPENAI_API_KEY") or fail("set OPENAI_API_KEY")
 local BASE_URL = env("OPENAI_BASE_URL", "https://api.openai.com/v1"):gsub("/+$", "")
 local MODEL = env("OPENAI_MODEL", "gpt-4o-mini")
 local MAX_STEPS = tonumber(env("AGENT_MAX_STEPS", "12")) or fail("AGENT_MAX_STEPS must be a number")
-
--- The workspace: a small module with a bug and the unittest that catches it.
-local SEED = {
-  -- The bug's fix changes the file's size: Python's bytecode cache trusts a .pyc whose source
-  -- has the same size and the same mtime second, and a fast model rewrites within a second.
-  { "calc.py", "def add(a, b):\n    total = a - b\n    return total\n" },
-  { "test_calc.py", "import unittest\n\nfrom calc import add\n\n\n"
-    .. "class AddTest(unittest.TestCase):\n    def test_add(self):\n"
-    .. "        self.assertEqual(add(2, 3), 5)\n\n\nif __name__ == \"__main__\":\n"
-    .. "    unittest.main()\n" },
-}
-local TEST_COMMAND = "python3 -m unittest -q"
-
-local SYSTEM = "You are a careful software engineer. You work in an isolated Linux sandbox "
-  .. "(bash, Python 3.11) through the tools write_file, read_file and run_command; paths are "
-  .. "relative to the workspace. Fix code, not tests. When you are done, answer with one "
-  .. "short sentence saying what you changed."
-local TASK = "Make the failing test in this workspace pass. Run the tests with `"
-  .. TEST_COMMAND .. "`."
-
-local function show(label, text)
-  text = tostring(text)
-  io.write(label, (text:gsub("\n", "\n" .. string.rep(" ", #label))), "\n")
-end
 
 -- One Chat Completions call; returns the first choice.
 local function complete(messages)
@@ -74,13 +39,11 @@ local function complete(messages)
 end
 
 local function run_agent(sbx)
-  for _, file in ipairs(SEED) do sbx.files:write(file[1], file[2]) end
-  print("sandbox " .. sbx.session_id .. ": seeded " .. #SEED .. " files; model " .. MODEL)
-  show("user: ", TASK)
+  task.seed(sbx, MODEL)
 
   local messages = {
-    { role = "system", content = SYSTEM },
-    { role = "user", content = TASK },
+    { role = "system", content = task.SYSTEM },
+    { role = "user", content = task.TASK },
   }
   for step = 1, MAX_STEPS do
     local choice = complete(messages)
@@ -107,19 +70,7 @@ local function run_agent(sbx)
       messages[#messages + 1] = { role = "tool", tool_call_id = call.id, content = result }
     end
   end
-  print("stopped: the step limit (" .. MAX_STEPS .. ") was reached")
-  return false
+  return task.step_limit_reached(MAX_STEPS)
 end
 
-local ok, finished_and_passed = pcall(airlock.with, {}, function(sbx)
-  local finished = run_agent(sbx)
-  local check = sbx:run(TEST_COMMAND, { timeout = 30 })
-  print("-- check: " .. TEST_COMMAND)
-  show("", check.output)
-  print("calc.py now:")
-  io.write(sbx.files:read("calc.py"))
-  print(check.ok and "RESULT: the tests pass" or "RESULT: the tests still fail")
-  return finished and check.ok
-end)
-if not ok then fail(tostring(finished_and_passed)) end
-if finished_and_passed ~= true then os.exit(1) end
+task.run("agent_openai", run_agent)

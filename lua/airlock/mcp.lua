@@ -209,42 +209,7 @@ end
 -- The SDK, seen through the few calls the server makes. Everything that depends on the
 -- shape of the airlock module is here.
 
-local function errors_module()
-  local ok, errors = pcall(require, "airlock.errors")
-  if ok and type(errors) == "table" then return errors end
-  return nil
-end
-
-local SANDBOX_CLASSES = {
-  SandboxError = true, APIConnectionError = true, AuthenticationError = true,
-  PermissionDeniedError = true, NotFoundError = true, QuotaExceededError = true,
-  ValidationError = true, RateLimitError = true, CapacityError = true, CommandError = true,
-  FileNotFoundError = true,
-}
-
-local function class_name(err)
-  if type(err) == "table" then
-    local mt = getmetatable(err)
-    local candidates = { err.name, err.class, mt and mt.__name }
-    for i = 1, 3 do
-      local v = candidates[i]
-      if type(v) == "string" and v ~= "" then return v end
-    end
-  end
-  return nil
-end
-
-local function is_a(err, class)
-  if type(err) ~= "table" then return false end
-  local errors = errors_module()
-  if errors and type(errors.is) == "function" then
-    local ok, yes = pcall(errors.is, err, class)
-    if ok and yes then return true end
-  end
-  local name = class_name(err)
-  if class == "SandboxError" then return SANDBOX_CLASSES[name] == true end
-  return name == class
-end
+local class_name, is_a = tools._error_class, tools._is_error
 M.is_a = is_a
 
 local function message_of(err)

@@ -136,9 +136,9 @@ function M.truncate(text, limit)
 end
 
 -- Error objects from the SDK are tables; find their class name and test their class
--- without depending on how errors.lua spells it internally.
+-- without depending on how errors.lua spells it internally (airlock.mcp uses these too).
 local errors_ok, errors = pcall(require, "airlock.errors")
-if not errors_ok then errors = nil end
+if not errors_ok or type(errors) ~= "table" then errors = nil end
 
 local function class_name(err)
   if type(err) == "table" then
@@ -170,6 +170,12 @@ local function is_a(err, class)
   if class == "SandboxError" then return SANDBOX_CLASSES[name] == true end
   return name == class
 end
+
+-- For airlock.mcp, not public (hence the underscore): the class name of an error object (its
+-- name, class or metatable __name) or nil, and whether err is an SDK error of class
+-- ("SandboxError" matches every SDK error class).
+M._error_class = class_name
+M._is_error = is_a
 
 local function message_of(err)
   if type(err) == "table" then

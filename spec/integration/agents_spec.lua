@@ -4,18 +4,16 @@
 -- transcript, what the sandbox ended up with, and the exact messages sent back to the model.
 local airlockd = require "support.airlockd"
 local fake_llm = require "support.fake_llm"
+local proc = require "support.proc"
 local tools = require "airlock.tools"
 local airlock = require "airlock"
 local cjson = require "cjson"
 
-local q = fake_llm.shell_quote
-local read_file = fake_llm.read_file
+local q = proc.shell_quote
+local read_file = proc.read_file
 
 -- The interpreter running these specs runs the examples too (lua5.4 or luajit).
-local function interpreter()
-  if type(jit) == "table" then return "luajit" end
-  return (_VERSION:gsub("^Lua ", "lua"))
-end
+local interpreter = proc.lua_interpreter
 
 local FIXED_CALC = "def add(a, b):\n    return a + b\n"
 local TEST_COMMAND = "python3 -m unittest -q test_calc > result.txt 2>&1; echo exit=$?"
@@ -29,9 +27,7 @@ local function run_example(script, env)
   local err_path = os.tmpname()
   local cmd = string.format("env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY %s %s %s 2>%s; echo \"__EXIT__=$?\"",
     table.concat(words, " "), interpreter(), q(script), q(err_path))
-  local p = assert(io.popen(cmd, "r"))
-  local out = p:read("*a")
-  p:close()
+  local out = proc.output(cmd)
   local stderr = read_file(err_path) or ""
   os.remove(err_path)
   local status = tonumber(out:match("__EXIT__=(%d+)%s*$"))

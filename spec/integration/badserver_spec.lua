@@ -8,25 +8,30 @@ local unpack = table.unpack or unpack  -- luacheck: ignore 143
 
 local function clock() return require("socket").gettime() end
 
-local function expect_error(class, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected " .. class)
-  assert.is_true(airlock.is(err, class), "expected " .. class .. ", got " .. tostring(err))
-  return err
+local badserver = require "support.badserver"
+local expect_error = require "support.expect_error"
+local proc = require "support.proc"
+
+-- The server of the describe block running now: each block gets its own (use_own_server).
+local srv
+
+local function use_own_server()
+  setup(function() srv = badserver.start() end)
+  teardown(function()
+    if srv then badserver.stop(srv) end
+    srv = nil
+  end)
+end
+
+-- SDK options for a call whose answers key chooses (see badserver.py), plus extra.
+local function opts(key, extra)
+  local o = { api_key = key, base_url = srv.url }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
 end
 
 describe("airlock SDK against a misbehaving server", function()
-  local badserver = require "support.badserver"
-  local srv
-
-  setup(function() srv = badserver.start() end)
-  teardown(function() if srv then badserver.stop(srv) end end)
-
-  local function opts(key, extra)
-    local o = { api_key = key, base_url = srv.url }
-    for k, v in pairs(extra or {}) do o[k] = v end
-    return o
-  end
+  use_own_server()
 
   it("sends the contract headers on every request and the create body with egress []", function()
     local key = "ok"
@@ -216,17 +221,7 @@ end)
 -- server: connections still open (a failed connection must be closed; a healthy one may
 -- stay in the keep-alive pool until close_connections) and sessions (must be none).
 describe("failure paths leave nothing behind", function()
-  local badserver = require "support.badserver"
-  local srv
-
-  setup(function() srv = badserver.start() end)
-  teardown(function() if srv then badserver.stop(srv) end end)
-
-  local function opts(key, extra)
-    local o = { api_key = key, base_url = srv.url }
-    for k, v in pairs(extra or {}) do o[k] = v end
-    return o
-  end
+  use_own_server()
 
   -- connections the server still has open for key, after giving closes time to arrive
   local function open_after(key, want)
@@ -234,7 +229,7 @@ describe("failure paths leave nothing behind", function()
     for _ = 1, 40 do
       n = badserver.open(srv, key)
       if n <= want then break end
-      os.execute("sleep 0.05")
+      proc.sleep(0.05)
     end
     return n
   end

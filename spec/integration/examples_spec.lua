@@ -1,17 +1,14 @@
 -- The examples the README shows run for real against airlockd, as a user would run them.
 local airlockd = require "support.airlockd"
-local q = airlockd.shell_quote
+local proc = require "support.proc"
+local q = proc.shell_quote
 
-local lua = (type(jit) == "table") and "luajit" or ("lua" .. _VERSION:match("%d+%.%d+"))
+local lua = proc.lua_interpreter()
 local is54 = _VERSION == "Lua 5.4" and type(jit) ~= "table"
 
 local function run_example(server, file)
-  local cmd = string.format("SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s %s 2>&1; echo \"rc=$?\"",
-    q(server.url), q(server.tenants.acme), lua, q(file))
-  local p = assert(io.popen(cmd))
-  local out = p:read("*a")
-  p:close()
-  return tonumber(out:match("rc=(%d+)%s*$")), (out:gsub("rc=%d+%s*$", ""))
+  return proc.run_capture(string.format("SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s %s",
+    q(server.url), q(server.tenants.acme), lua, q(file)))
 end
 
 local function sessions_left(server)

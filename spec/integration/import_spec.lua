@@ -6,30 +6,22 @@
 local airlockd = require "support.airlockd"
 local archive_server = require "support.archive_server"
 local client = require "support.http_client"
+local proc = require "support.proc"
+local expect_error = require "support.expect_error"
 local airlock = require "airlock"
 local cjson = require "cjson"
 
-local q = airlockd.shell_quote
+local q = proc.shell_quote
+local write_file = proc.write_file
+local sh = proc.run
 
 local NOT_GITHUB = "Only GitHub repositories can be imported (https://github.com/owner/repo)."
 local FORM = "Give the repository as owner/repo or https://github.com/owner/repo."
 local TREE = "Use https://github.com/owner/repo or https://github.com/owner/repo/tree/<branch>."
 
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
-
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  return ok == true or ok == 0
-end
-
 -- A fixture tree of repositories: <root>/acme/hello has 4 regular files and a symlink.
 local function make_fixtures()
-  local root = os.tmpname()
-  os.remove(root)
+  local root = proc.make_temp_dir()
   assert(sh("mkdir -p " .. q(root .. "/acme/hello/src/util")))
   write_file(root .. "/acme/hello/README.md", "# hello\n")
   write_file(root .. "/acme/hello/src/main.py", "print('hello from the import')\n")
@@ -53,28 +45,8 @@ end
 
 -- A background import with curl; wait() gives the decoded response.
 local function import_async(server, key, id, body)
-  local out = os.tmpname()
-  local curl = string.format("curl -s -m 240 -H 'Content-Type: application/json' -H %s --data-binary %s %s > %s 2>/dev/null",
-    q("X-API-Key: " .. key), q(cjson.encode(body)), q(server.url .. "/v1/sessions/" .. id .. "/import"), q(out .. ".body"))
-  os.execute("(" .. curl .. "; echo done > " .. q(out) .. ") &")
-  return {
-    wait = function()
-      for _ = 1, 2400 do
-        local f = io.open(out, "rb")
-        local data = f and f:read("*a") or ""
-        if f then f:close() end
-        if data:find("done", 1, true) then break end
-        os.execute("sleep 0.1")
-      end
-      local f = io.open(out .. ".body", "rb")
-      local data = f and f:read("*a") or ""
-      if f then f:close() end
-      os.remove(out)
-      os.remove(out .. ".body")
-      local ok, decoded = pcall(cjson.decode, data)
-      return ok and decoded or nil, data
-    end,
-  }
+  local job = client.post_async(server, key, "/v1/sessions/" .. id .. "/import", body, 240)
+  return { wait = function() return job.wait(240) end }
 end
 
 local function running(server, key)
@@ -82,18 +54,7 @@ local function running(server, key)
 end
 
 local function wait_running(server, key, n)
-  for _ = 1, 300 do
-    if running(server, key) == n then return true end
-    os.execute("sleep 0.05")
-  end
-  return false
-end
-
-local function expect_error(class, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected " .. class)
-  assert.is_true(airlock.is(err, class), "expected " .. class .. ", got " .. tostring(err))
-  return err
+  return proc.wait_until(15, function() return running(server, key) == n end, 0.05)
 end
 
 describe("POST /v1/sessions/{id}/import", function()

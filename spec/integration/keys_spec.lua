@@ -4,12 +4,8 @@ local airlock = require "airlock"
 local keys = require "airlock.keys"
 local cjson = require "cjson"
 
-local function expect_error(class, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected " .. class)
-  assert.is_true(airlock.is(err, class), "expected " .. class .. ", got " .. tostring(err))
-  return err
-end
+local expect_error = require "support.expect_error"
+local proc = require "support.proc"
 
 local function env(t) return function(name) return t[name] end end
 
@@ -124,9 +120,7 @@ describe("airlock.keys against airlockd", function()
 
   setup(function()
     admin_key = "adm_" .. airlockd.random_hex(20)
-    dir = os.tmpname()
-    os.remove(dir)
-    os.execute("mkdir -p " .. airlockd.shell_quote(dir))
+    dir = proc.make_temp_dir()
     plain = airlockd.start()
     local started, server = pcall(airlockd.start, { env = {
       SANDBOX_KEYSTORE = "sqlite:" .. dir .. "/keys.db", SANDBOX_ADMIN_KEY = admin_key } })
@@ -142,7 +136,7 @@ describe("airlock.keys against airlockd", function()
   teardown(function()
     if srv then airlockd.stop(srv) end
     if plain then airlockd.stop(plain) end
-    if dir then os.execute("rm -rf " .. airlockd.shell_quote(dir)) end
+    if dir then proc.remove_tree(dir) end
   end)
 
 

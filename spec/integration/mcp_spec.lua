@@ -2,24 +2,16 @@
 -- (stdin is a FIFO the spec writes to, so it can look at airlockd between messages; closing
 -- it is the client disconnecting), against a real airlockd.
 local airlockd = require "support.airlockd"
+local proc = require "support.proc"
 local airlock = require "airlock"
 local mcp = require "airlock.mcp"
 local cjson = require "cjson"
 
-local q = airlockd.shell_quote
+local q = proc.shell_quote
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
-local function interpreter()
-  if type(jit) == "table" then return "luajit" end
-  return (_VERSION:gsub("^Lua ", "lua"))
-end
+local read_file = proc.read_file
+local interpreter = proc.lua_interpreter
+local alive = proc.alive
 
 local function repo_root()
   local src = debug.getinfo(1, "S").source:gsub("^@", "")
@@ -30,29 +22,23 @@ local function repo_root()
 end
 local BIN = repo_root() .. "/bin/airlock-mcp"
 
-local function alive(pid)
-  local r = os.execute("kill -0 " .. pid .. " 2>/dev/null")
-  return r == true or r == 0
-end
-
 -- A running airlock-mcp. proc:send(msg) writes one line; proc:wait(n) waits until n answer
 -- lines exist and returns them decoded; proc:close() is the disconnect.
 local Proc = {}
 Proc.__index = Proc
 
 local function start_mcp(env, args)
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p " .. q(dir) .. " && mkfifo " .. q(dir .. "/in")))
+  local dir = proc.make_temp_dir()
+  assert(os.execute("mkfifo " .. q(dir .. "/in")))
   local words = {}
   for k, v in pairs(env) do words[#words + 1] = k .. "=" .. q(v) end
   assert(os.execute(string.format("env %s %s %s %s < %s > %s 2> %s & echo $! > %s",
     table.concat(words, " "), interpreter(), q(BIN), args or "", q(dir .. "/in"), q(dir .. "/out"),
     q(dir .. "/err"), q(dir .. "/pid"))))
-  local proc = setmetatable({ dir = dir }, Proc)
-  proc.writer = assert(io.open(dir .. "/in", "w"))
-  proc.pid = tonumber(read_file(dir .. "/pid"):match("%d+"))
-  return proc
+  local child = setmetatable({ dir = dir }, Proc)
+  child.writer = assert(io.open(dir .. "/in", "w"))
+  child.pid = tonumber(read_file(dir .. "/pid"):match("%d+"))
+  return child
 end
 
 function Proc:send(msg)
@@ -75,7 +61,7 @@ function Proc:wait(n)
       return decoded
     end
     if not alive(self.pid) then break end
-    airlockd.sleep(0.05)
+    proc.sleep(0.05)
   end
   error("airlock-mcp did not answer " .. n .. " messages; stderr:\n" .. (read_file(self.dir .. "/err") or ""))
 end
@@ -88,7 +74,7 @@ function Proc:close()
   end
   for _ = 1, 400 do
     if not alive(self.pid) then break end
-    airlockd.sleep(0.05)
+    proc.sleep(0.05)
   end
   local still = alive(self.pid)
   return read_file(self.dir .. "/err") or "", still
@@ -98,7 +84,7 @@ function Proc:kill()
   os.execute("kill -9 " .. self.pid .. " 2>/dev/null")
   for _ = 1, 100 do
     if not alive(self.pid) then break end
-    airlockd.sleep(0.05)
+    proc.sleep(0.05)
   end
   if self.writer then pcall(self.writer.close, self.writer) end
   self.writer = nil
@@ -107,7 +93,7 @@ end
 function Proc:cleanup()
   if self.writer then self:close() end
   if alive(self.pid) then self:kill() end
-  os.execute("rm -rf " .. q(self.dir))
+  proc.remove_tree(self.dir)
 end
 
 local function call(id, name, arguments)
@@ -140,7 +126,7 @@ describe("bin/airlock-mcp against airlockd", function()
   end)
   after_each(function()
     for _, p in ipairs(procs) do p:cleanup() end
-    os.execute("rm -rf " .. q(state_dir))
+    proc.remove_tree(state_dir)
   end)
 
   local function env(extra)
@@ -332,11 +318,8 @@ describe("bin/airlock-mcp against airlockd", function()
 
   it("refuses to start without settings, and prints its version and help", function()
     local function run(cmd)
-      local f = assert(io.popen(cmd .. " 2>&1; echo \"__EXIT__=$?\""))
-      local out = f:read("*a")
-      f:close()
-      local status = tonumber(out:match("__EXIT__=(%d+)%s*$"))
-      return out:gsub("__EXIT__=%d+%s*$", ""), status
+      local status, out = proc.run_capture(cmd)
+      return out, status
     end
     local out, status = run("env -u SANDBOX_API_URL -u SANDBOX_API_KEY " .. interpreter() .. " " .. q(BIN)
       .. " < /dev/null")

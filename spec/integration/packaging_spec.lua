@@ -1,30 +1,22 @@
 -- The rock builds and installs offline (`luarocks make --deps-mode=none`), and the installed
 -- module loads from the rock tree alone.
-local support = require "support.airlockd"
-local q = support.shell_quote
-
-local function run(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1; echo \"rc=$?\""))
-  local out = p:read("*a")
-  p:close()
-  local rc = tonumber(out:match("rc=(%d+)%s*$"))
-  return rc, out
-end
+local proc = require "support.proc"
+local q = proc.shell_quote
+local run = proc.run_capture
 
 local lua_version = _VERSION:match("%d+%.%d+")
-local interpreter = (type(jit) == "table") and "luajit" or ("lua" .. lua_version)
+local interpreter = proc.lua_interpreter()
 
 describe("the rockspec", function()
   local work
 
   before_each(function()
-    work = os.tmpname()
-    os.remove(work)
+    work = proc.make_temp_dir()
     assert(os.execute("mkdir -p " .. q(work .. "/src")))
   end)
 
   after_each(function()
-    os.execute("rm -rf " .. q(work))
+    proc.remove_tree(work)
   end)
 
   it("builds and installs offline, and the installed module loads #slow", function()

@@ -6,12 +6,7 @@ local core = require "airlock.core"
 
 local function clock() return require("socket").gettime() end
 
-local function expect_error(class, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected " .. class)
-  assert.is_true(airlock.is(err, class), "expected " .. class .. ", got " .. tostring(err))
-  return err
-end
+local expect_error = require "support.expect_error"
 
 local function session_ids(opts)
   local ids = {}

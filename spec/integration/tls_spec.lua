@@ -6,19 +6,14 @@ local airlock = require "airlock"
 local core = require "airlock.core"
 local airlockd = require "support.airlockd"
 local tlsproxy = require "support.tlsproxy"
+local proc = require "support.proc"
 
 local function clock() return require("socket").gettime() end
 
-local function expect_error(class, fn, ...)
-  local ok, err = pcall(fn, ...)
-  assert.is_false(ok, "expected " .. class)
-  assert.is_true(airlock.is(err, class), "expected " .. class .. ", got " .. tostring(err))
-  return err
-end
+local expect_error = require "support.expect_error"
 
 local function have(cmd)
-  local r = os.execute("command -v " .. cmd .. " >/dev/null 2>&1")
-  return r == true or r == 0
+  return proc.run("command -v " .. cmd .. " >/dev/null 2>&1")
 end
 
 describe("TLS", function()
@@ -42,7 +37,7 @@ describe("TLS", function()
       for _ = 1, 40 do
         open = tlsproxy.active_connections(proxy)
         if open == 0 then break end
-        os.execute("sleep 0.05")
+        proc.sleep(0.05)
       end
       tlsproxy.stop(proxy)
     end
@@ -90,26 +85,20 @@ describe("TLS", function()
     -- the interpreter running this spec (lua5.4, luajit, or the ASan host of make asan-test)
     local lua = (arg and arg[-1]) or (rawget(_G, "jit") and "luajit") or "lua5.4"
     local script = proxy.dir .. "/insecure.lua"
-    local f = assert(io.open(script, "w"))
-    f:write([[
+    proc.write_file(script, [[
       local airlock = require "airlock"
       local id
       local out = airlock.with(nil, function(sbx) id = sbx.session_id return sbx:run("echo insecure").stdout end)
       io.write(out, id)
     ]])
-    f:close()
+    local q = proc.shell_quote
     local cmd = string.format("SANDBOX_API_INSECURE=1 SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s %s 2>&1",
-      airlockd.shell_quote(proxy.url), airlockd.shell_quote(key), airlockd.shell_quote(lua),
-      airlockd.shell_quote(script))
-    local p = io.popen(cmd)
-    local out = p:read("*a")
-    p:close()
+      q(proxy.url), q(key), q(lua), q(script))
+    local out = proc.output(cmd)
     assert.is_truthy(out:match("^insecure\nsbx_%x+$"), out)
     -- and without it, the same environment fails verification
     cmd = cmd:gsub("^SANDBOX_API_INSECURE=1 ", "SANDBOX_API_INSECURE=0 ")
-    p = io.popen(cmd)
-    out = p:read("*a")
-    p:close()
+    out = proc.output(cmd)
     assert.is_truthy(out:find("APIConnectionError", 1, true), out)
   end)
 

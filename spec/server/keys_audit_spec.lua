@@ -5,11 +5,12 @@
 -- Lua 5.1-compatible (no <close>).
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
+local proc = require "support.proc"
 local cjson = require "cjson"
 
 local http = http_client.request
 local urlencode = http_client.urlencode
-local q = airlockd.shell_quote
+local q = proc.shell_quote
 
 local NOTE = "Store this key now: it is shown only once and can't be recovered."
 local BAD_TENANT = "Tenant names are 1-63 chars of lowercase letters, digits, '-' or '_'."
@@ -20,38 +21,19 @@ local NO_ADMIN = '{"detail":"The admin API is not enabled on this server."}'
 local BAD_ADMIN = '{"detail":"Invalid or missing admin key"}'
 local BAD_KEY = '{"detail":"Invalid or missing X-API-Key header"}'
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local data = f:read("*a")
-  f:close()
-  return data
-end
-
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p " .. q(dir)))
-  return dir
-end
-
-local function binary()
-  local bin = os.getenv("AIRLOCKD_BIN")
-  return (bin and bin ~= "") and bin or "build/airlockd"
-end
+local read_file = proc.read_file
+local tmpdir = proc.make_temp_dir
+local binary = airlockd.binary
 
 -- Runs airlockd with env (plus a static key) for at most 10 s; returns exit status, output.
 local function run_with(env)
   local dir = tmpdir()
   local words = { "SANDBOX_API_KEYS=acme:static_acme_key_1234" }
   for k, v in pairs(env) do words[#words + 1] = k .. "=" .. q(v) end
-  local cmd = string.format("env %s timeout 10 %s --listen 127.0.0.1:0 --state-dir %s 2>&1; echo \"rc=$?\"",
-    table.concat(words, " "), q(binary()), q(dir .. "/state"))
-  local p = assert(io.popen(cmd, "r"))
-  local out = p:read("*a")
-  p:close()
-  os.execute("rm -rf " .. q(dir))
-  return tonumber(out:match("rc=(%d+)%s*$")), out
+  local rc, out = proc.run_capture(string.format("env %s timeout 10 %s --listen 127.0.0.1:0 --state-dir %s",
+    table.concat(words, " "), q(binary()), q(dir .. "/state")))
+  proc.remove_tree(dir)
+  return rc, out
 end
 
 local function body(t) return cjson.encode(t) end
@@ -181,7 +163,7 @@ describe("airlockd configuration of keys and audit", function()
     local srv = airlockd.start({ tenants = {}, env = { SANDBOX_KEYSTORE = "sqlite:" .. dir .. "/k.db" } })
     local r = http(srv, "GET", "/v1/keys", { key = "asb_aaaaaaaaaa_" .. string.rep("x", 43) })
     airlockd.stop(srv)
-    os.execute("rm -rf " .. q(dir))
+    proc.remove_tree(dir)
     assert.are.equal(401, r.status)
   end)
 
@@ -224,7 +206,7 @@ describe("airlockd with key store, admin key and audit log", function()
 
   lazy_teardown(function()
     if server then airlockd.stop(server) end
-    if dir then os.execute("rm -rf " .. q(dir)) end
+    if dir then proc.remove_tree(dir) end
   end)
 
   describe("admin API", function()

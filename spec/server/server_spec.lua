@@ -3,24 +3,13 @@
 -- sections 1, 2 and 7): exact status codes, bodies and headers, observed with curl against
 -- a real server on 127.0.0.1. Lua 5.1-compatible (no <close>).
 local airlockd = require "support.airlockd"
+local proc = require "support.proc"
 local cjson = require "cjson"
 
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local data = f:read("*a")
-  f:close()
-  return data
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
-
-local q = airlockd.shell_quote
+local read_file = proc.read_file
+local write_file = proc.write_file
+local q = proc.shell_quote
+local sh = proc.run
 
 -- The curl helper lives in spec/support/http_client.lua (shared with the red-team specs).
 local http_client = require "support.http_client"
@@ -35,11 +24,6 @@ end
 
 local function workspace(server, id)
   return server.dir .. "/state/workspaces/" .. id
-end
-
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  return ok == true or ok == 0
 end
 
 local function has_sandbox(server)

@@ -1,14 +1,8 @@
 -- Starts spec/support/badserver.py (a misbehaving loopback HTTP server, see its header) and
 -- stops it. Used only for the HTTP failure paths airlockd cannot produce.
-local M = {}
+local proc = require "support.proc"
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local data = f:read("*a")
-  f:close()
-  return data
-end
+local M = {}
 
 local function script_path()
   local src = debug.getinfo(1, "S").source:gsub("^@", "")
@@ -16,30 +10,14 @@ local function script_path()
 end
 
 function M.start()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
-  assert(os.execute(string.format("python3 '%s' '%s/port' > '%s/log' 2>&1 & echo $! > '%s/pid'",
-    script_path(), dir, dir, dir)))
-  local server = { dir = dir, pid = tonumber((read_file(dir .. "/pid") or ""):match("%d+")) }
-  for _ = 1, 200 do
-    local port = tonumber((read_file(dir .. "/port") or ""):match("^(%d+)$"))
-    if port then
-      server.port = port
-      server.url = "http://127.0.0.1:" .. port
-      return server
-    end
-    os.execute("sleep 0.05")
-  end
-  M.stop(server)
-  error("badserver did not start: " .. (read_file(dir .. "/log") or ""))
+  local dir = proc.make_temp_dir()
+  return proc.start_server({
+    name = "badserver", dir = dir, log = dir .. "/log",
+    command = string.format("python3 %s %s", proc.shell_quote(script_path()), proc.shell_quote(dir .. "/port")),
+  })
 end
 
-function M.stop(server)
-  if server.pid then os.execute("kill " .. server.pid .. " 2>/dev/null") end
-  server.pid = nil
-  os.execute("rm -rf '" .. server.dir .. "'")
-end
+M.stop = proc.stop_server
 
 -- GET a control route with a plain, separate connection (lua-socket), decoded JSON.
 function M.control(server, route, key)

@@ -3,18 +3,12 @@
 -- decoded JSON. It sends exactly what the caller gives (no SDK in between), so specs can
 -- check exact status codes, bodies and headers. Lua 5.1-compatible.
 local cjson = require "cjson"
+local proc = require "support.proc"
 
 local M = {}
 
-local function q(s)
-  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
-end
+local q = proc.shell_quote
+local write_file = proc.write_file
 
 -- One HTTP request with curl. opts: key, body (string, sent raw), content_type (false = none),
 -- headers (list of "Name: value"), max_time (seconds, default 90).
@@ -44,9 +38,7 @@ function M.request(server, method, path, opts)
   args[#args + 1] = server.url .. path
   local words = {}
   for i, a in ipairs(args) do words[i] = q(a) end
-  local p = assert(io.popen(table.concat(words, " ") .. " 2>/dev/null", "r"))
-  local raw = p:read("*a")
-  p:close()
+  local raw = proc.output(table.concat(words, " ") .. " 2>/dev/null")
   if tmp then os.remove(tmp) end
   local head, body = raw:match("^(.-)\r\n\r\n(.*)$")
   assert(head, "no HTTP response for " .. method .. " " .. path .. ": " .. raw)
@@ -96,37 +88,35 @@ function M.delete(server, key, id)
   return M.request(server, "DELETE", "/v1/sessions/" .. id, { key = key })
 end
 
--- Starts an exec in the background (curl, loopback) and returns a handle whose wait()
--- gives the decoded response body (nil if it never came) once curl has finished.
-function M.exec_async(server, key, id, command, timeout)
+-- Starts a POST of body (a table, sent as JSON) to path in the background (curl, loopback,
+-- at most max_time seconds) and returns a handle: done() says whether curl has finished;
+-- wait(max_seconds) waits for that (default 120 s) and gives the decoded response body (nil
+-- if it never came) and the raw body.
+function M.post_async(server, key, path, body, max_time)
   local out = os.tmpname()
-  local body = cjson.encode({ command = command, timeout_seconds = timeout or 15 })
   local curl = string.format("curl -s -m %d -H "
     .. "'Content-Type: application/json' -H %s --data-binary %s %s > %s 2>/dev/null",
-    (timeout or 15) + 60, q("X-API-Key: " .. key), q(body), q(server.url .. "/v1/sessions/" .. id .. "/exec"),
-    q(out .. ".body"))
+    max_time, q("X-API-Key: " .. key), q(cjson.encode(body)), q(server.url .. path), q(out .. ".body"))
   os.execute("(" .. curl .. "; echo done > " .. q(out) .. ") &")
   local handle = {}
   function handle.done()
-    local f = io.open(out, "rb")
-    local data = f and f:read("*a") or ""
-    if f then f:close() end
-    return data:find("done", 1, true) ~= nil
+    return (proc.read_file(out) or ""):find("done", 1, true) ~= nil
   end
   function handle.wait(max_seconds)
-    for _ = 1, (max_seconds or 120) * 10 do
-      if handle.done() then break end
-      os.execute("sleep 0.1")
-    end
-    local f = io.open(out .. ".body", "rb")
-    local data = f and f:read("*a") or ""
-    if f then f:close() end
+    proc.wait_until(max_seconds or 120, handle.done)
+    local data = proc.read_file(out .. ".body") or ""
     os.remove(out)
     os.remove(out .. ".body")
     local ok, decoded = pcall(cjson.decode, data)
     return ok and decoded or nil, data
   end
   return handle
+end
+
+-- An exec in the background (see post_async).
+function M.exec_async(server, key, id, command, timeout)
+  return M.post_async(server, key, "/v1/sessions/" .. id .. "/exec",
+    { command = command, timeout_seconds = timeout or 15 }, (timeout or 15) + 60)
 end
 
 return M

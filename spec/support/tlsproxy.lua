@@ -4,27 +4,15 @@
 --   port       TLS, certificate for 127.0.0.1 / localhost (signed by the private CA)
 --   wrong_port TLS, certificate for wrong.example only (same CA)
 --   status_port plain HTTP stub_status (open client connections, for leak checks)
+local proc = require "support.proc"
+
 local M = {}
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local q = proc.shell_quote
+local write_file = proc.write_file
 
 local function run(cmd)
-  local ok = os.execute(cmd .. " >/dev/null 2>&1")
-  assert(ok == true or ok == 0, "command failed: " .. cmd)
-end
-
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local data = f:read("*a")
-  f:close()
-  return data
-end
-
-local function write_file(path, data)
-  local f = assert(io.open(path, "wb"))
-  f:write(data)
-  f:close()
+  assert(proc.run(cmd .. " >/dev/null 2>&1"), "command failed: " .. cmd)
 end
 
 local function free_port()
@@ -64,8 +52,7 @@ end
 
 -- start(upstream_port) → proxy {url, wrong_url, ca, dir, ...}
 function M.start(upstream_port)
-  local dir = os.tmpname()
-  os.remove(dir)
+  local dir = proc.make_temp_dir()
   run("mkdir -p " .. q(dir .. "/logs") .. " " .. q(dir .. "/tmp"))
   make_certs(dir)
   local p = { dir = dir, ca = dir .. "/ca.pem", port = free_port(), wrong_port = free_port(),
@@ -106,20 +93,15 @@ function M.start(upstream_port)
     "}",
   }
   -- as root, nginx's worker would switch to nobody, who cannot read the temp directory
-  local idp = io.popen("id -u")
-  local uid = idp:read("*l")
-  idp:close()
-  if uid == "0" then table.insert(conf, 1, "user root;") end
+  if proc.output("id -u"):match("^%d+") == "0" then table.insert(conf, 1, "user root;") end
   write_file(dir .. "/nginx.conf", table.concat(conf, "\n") .. "\n")
   run(string.format("nginx -p %s -c %s -e %s -t", q(dir), q(dir .. "/nginx.conf"), q(dir .. "/logs/error.log")))
-  assert(os.execute(string.format("nginx -p %s -c %s -e %s -g 'daemon off;' > %s 2>&1 & echo $! > %s",
-    q(dir), q(dir .. "/nginx.conf"), q(dir .. "/logs/error.log"), q(dir .. "/logs/stdout"), q(dir .. "/pid"))))
-  p.pid = tonumber((read_file(dir .. "/pid") or ""):match("%d+"))
-  for _ = 1, 100 do
-    if listening(p.port) and listening(p.wrong_port) and listening(p.status_port) then break end
-    os.execute("sleep 0.05")
-  end
-  assert(listening(p.port), "nginx did not start: " .. (read_file(dir .. "/logs/error.log") or ""))
+  p.pid = proc.spawn(string.format("nginx -p %s -c %s -e %s -g 'daemon off;'", q(dir), q(dir .. "/nginx.conf"),
+    q(dir .. "/logs/error.log")), dir .. "/logs/stdout", dir .. "/pid")
+  proc.wait_until(5, function()
+    return listening(p.port) and listening(p.wrong_port) and listening(p.status_port)
+  end, 0.05)
+  assert(listening(p.port), "nginx did not start: " .. (proc.read_file(dir .. "/logs/error.log") or ""))
   p.url = "https://127.0.0.1:" .. p.port
   p.localhost_url = "https://localhost:" .. p.port
   p.wrong_url = "https://127.0.0.1:" .. p.wrong_port
@@ -135,18 +117,9 @@ function M.active_connections(p)
   return n - 1
 end
 
+-- Stops nginx (SIGKILL after 5 s) and removes its directory.
 function M.stop(p)
-  if p.pid then
-    os.execute("kill " .. p.pid .. " 2>/dev/null")
-    for _ = 1, 100 do
-      local r = os.execute("kill -0 " .. p.pid .. " 2>/dev/null")
-      if not (r == true or r == 0) then break end
-      os.execute("sleep 0.05")
-    end
-    os.execute("kill -9 " .. p.pid .. " 2>/dev/null")
-    p.pid = nil
-  end
-  os.execute("rm -rf " .. q(p.dir))
+  proc.stop_server(p, 5)
 end
 
 return M

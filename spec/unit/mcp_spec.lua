@@ -6,20 +6,9 @@ local mcp = require "airlock.mcp"
 local errors = require "airlock.errors"
 local cjson = require "cjson"
 
-local function tmpdir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p '" .. dir .. "'"))
-  return dir
-end
+local proc = require "support.proc"
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_file = proc.read_file
 
 local function getenv_from(t) return function(k) return t[k] end end
 
@@ -92,6 +81,18 @@ local function settings(dir, extra)
     egress = {}, verify = true, state_dir = dir }
   for k, v in pairs(extra or {}) do s[k] = v end
   return s
+end
+
+-- Each test of the enclosing describe block gets a fresh state directory, fake SDK and
+-- server: set(dir, sdk, server) hands them over; the directory is removed after the test.
+local function fresh_server_each_test(set)
+  local dir
+  before_each(function()
+    dir = proc.make_temp_dir()
+    local sdk = fake_sdk()
+    set(dir, sdk, mcp.server(settings(dir), { sdk = sdk }))
+  end)
+  after_each(function() proc.remove_tree(dir) end)
 end
 
 local function rpc(server, id, method, params)
@@ -216,13 +217,8 @@ describe("airlock.mcp helpers", function()
 end)
 
 describe("airlock.mcp JSON-RPC", function()
-  local dir, sdk, server
-  before_each(function()
-    dir = tmpdir()
-    sdk = fake_sdk()
-    server = mcp.server(settings(dir), { sdk = sdk })
-  end)
-  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+  local sdk, server
+  fresh_server_each_test(function(_, f, srv) sdk, server = f, srv end)
 
   it("initializes, echoing a supported protocol version", function()
     for _, v in ipairs({ "2025-06-18", "2025-03-26", "2024-11-05" }) do
@@ -330,12 +326,7 @@ end)
 
 describe("airlock.mcp tools and the sandbox holder", function()
   local dir, sdk, server
-  before_each(function()
-    dir = tmpdir()
-    sdk = fake_sdk()
-    server = mcp.server(settings(dir), { sdk = sdk })
-  end)
-  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+  fresh_server_each_test(function(d, f, srv) dir, sdk, server = d, f, srv end)
 
   local function state()
     local text = read_file(mcp.state_file(settings(dir)))

@@ -42,10 +42,18 @@ void handle_audit(app *a, http_request *r, size_t tenant);
 void handle_keys(app *a, http_request *r, size_t tenant, const char *method, const char *key_id, json_t *body);
 void handle_admin_keys(app *a, http_request *r, const char *method, const char *key_id, json_t *body);
 
+/* route_checks.c: the checks every route shares. */
 /* Appends the validation errors of a missing / non-object body; true when body is usable. */
 bool body_is_object(json_t *errs, json_t *body);
-
-/* Sends 404/403 for a failed session lookup with the shared strings. */
-void send_lookup_error(http_request *r, int code);
+/* Sends the 422 {"detail": errs}; takes errs. */
+void send_validation(http_request *r, json_t *errs);
+/* Sends the 422 when errs holds any error, else frees errs; true when the 422 was sent. */
+bool send_if_invalid(http_request *r, json_t *errs);
+/* Reads the optional ?limit= integer into *limit (left as is when absent);
+ * false when a 422 was sent. */
+bool limit_query(http_request *r, long long *limit);
+/* The tenant's session id, touched and referenced (registry_release it);
+ * NULL when a 404/403 was sent. */
+session *acquire_session(app *a, http_request *r, size_t tenant, const char *id);
 
 #endif

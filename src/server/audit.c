@@ -1,6 +1,7 @@
 /* The audit log on SQLite (contract 1.12). Rows are keyed per tenant by a sort key
  * "<20-digit microsecond timestamp>#<8 hex>", which is also the paging cursor. */
 #include "audit.h"
+#include "sqlite_open.h"
 
 #include "utf8.h"
 
@@ -66,18 +67,8 @@ audit_store *audit_open(const char *path, int retention_days, char *err, size_t 
         return NULL;
     }
     s->retention_days = retention_days;
-    int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                             NULL);
-    char *msg = NULL;
-    if (rc == SQLITE_OK) {
-        sqlite3_busy_timeout(s->db, 5000);
-        rc = sqlite3_exec(s->db, SCHEMA, NULL, NULL, &msg);
-    }
-    if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "SANDBOX_AUDIT: cannot open %s: %s", path,
-                 msg ? msg : s->db ? sqlite3_errmsg(s->db) : "out of memory");
-        sqlite3_free(msg);
-        sqlite3_close(s->db);
+    s->db = sqlite_open_store(path, SCHEMA, "SANDBOX_AUDIT", err, errlen);
+    if (!s->db) {
         free(s);
         return NULL;
     }

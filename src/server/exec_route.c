@@ -23,17 +23,11 @@ void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t 
         v_string(errs, body, "command", true, 0, &command, &command_len);
         v_lax_int(errs, body, "timeout_seconds", 15, 1, 60, &timeout);
     }
-    if (json_array_size(errs)) {
-        http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
+    if (send_if_invalid(r, errs))
         return;
-    }
-    json_decref(errs);
-    session *s;
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
+    session *s = acquire_session(a, r, tenant, id);
+    if (!s)
         return;
-    }
     const tenant_cfg *t = &a->cfg->tenants[tenant];
     if (!limits_exec_begin(a->lim, tenant)) {
         char msg[128];
@@ -56,7 +50,7 @@ void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t 
     memset(&res, 0, sizeof res);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    rc = sandbox_exec(a->sb, s->workspace, name, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    int rc = sandbox_exec(a->sb, s->workspace, name, command, (int)timeout, &res, errbuf, sizeof errbuf);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     limits_exec_end(a->lim, tenant);
     if (rc != 0) {

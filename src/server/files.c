@@ -48,20 +48,14 @@ void handle_write(app *a, http_request *r, size_t tenant, const char *id, json_t
         v_string(errs, body, "path", true, 0, &path, &path_len);
         v_string(errs, body, "content", true, 0, &content, &content_len);
     }
-    if (json_array_size(errs)) {
-        http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
+    if (send_if_invalid(r, errs))
         return;
-    }
-    json_decref(errs);
-    session *s;
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
+    session *s = acquire_session(a, r, tenant, id);
+    if (!s)
         return;
-    }
     char *rel = NULL, *quota_msg = NULL;
     int fd = -1;
-    rc = path_resolve(s->workspace, path, path_len, &rel);
+    int rc = path_resolve(s->workspace, path, path_len, &rel);
     if (rc == PATH_DENIED) {
         send_denied(r, path, path_len);
     } else if (rc != PATH_OK) {
@@ -137,7 +131,7 @@ void handle_read(app *a, http_request *r, size_t tenant, const char *id)
     if (!raw) {
         json_t *errs = json_array();
         json_array_append_new(errs, verr("missing", loc_of("query", "path"), "Field required", NULL, NULL));
-        http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
+        send_validation(r, errs);
         return;
     }
     /* Starlette decodes query values as UTF-8 with replacement */
@@ -148,16 +142,14 @@ void handle_read(app *a, http_request *r, size_t tenant, const char *id)
         http_send_500(r);
         return;
     }
-    session *s;
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
+    session *s = acquire_session(a, r, tenant, id);
+    if (!s) {
         free(path);
         return;
     }
     char *rel = NULL;
     int fd = -1;
-    rc = path_resolve(s->workspace, path, path_len, &rel);
+    int rc = path_resolve(s->workspace, path, path_len, &rel);
     if (rc == PATH_OK)
         rc = path_open_read(s->workspace, rel, &fd);
     if (rc == PATH_DENIED) {

@@ -283,6 +283,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return r->responded ? MHD_YES : MHD_NO;
 }
 
+/* Closes a connection idle this long (a half-sent request, an unused keep-alive) so slow
+ * clients can't hold connection threads. MHD counts from the last socket activity and does
+ * not check while a handler runs, so a long exec or import is not cut off. */
+#define HTTP_IDLE_TIMEOUT_S 30
+
 static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const struct sockaddr *sa, int fd)
 {
     flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
@@ -290,7 +295,7 @@ static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const str
 #define COMMON_OPTIONS                                                                  \
     MHD_OPTION_URI_LOG_CALLBACK, on_uri, (void *)s,                                     \
     MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)s,                               \
-    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)300,                                   \
+    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT_S,                   \
     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),                           \
     MHD_OPTION_END
     if (sa)

@@ -178,21 +178,15 @@ void handle_import(app *a, http_request *r, size_t tenant, const char *id, json_
         if (jpath && !json_is_null(jpath))
             v_string(errs, body, "path", false, 200, &path, &path_len);
     }
-    if (json_array_size(errs)) {
-        http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
+    if (send_if_invalid(r, errs))
         return;
-    }
-    json_decref(errs);
-    session *s;
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
+    session *s = acquire_session(a, r, tenant, id);
+    if (!s)
         return;
-    }
     char *command = command_text(repo, ref, path), *msg = NULL;
     size_t msg_len = 0;
     import_spec spec;
-    rc = command ? import_spec_parse(repo, repo_len, ref, ref_len, path, path_len, &spec, &msg, &msg_len) : -1;
+    int rc = command ? import_spec_parse(repo, repo_len, ref, ref_len, path, path_len, &spec, &msg, &msg_len) : -1;
     if (rc == 0) {
         run_import(a, r, tenant, s, command, &spec);
         import_spec_free(&spec);

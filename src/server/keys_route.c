@@ -40,11 +40,6 @@ long app_auth(app *a, const char *key)
     return idx;
 }
 
-static void send_validation(http_request *r, json_t *errs)
-{
-    http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
-}
-
 /* detail text built from a format with one user-supplied string (made valid UTF-8). */
 static void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg)
 {
@@ -63,18 +58,9 @@ static void send_detail_with(http_request *r, unsigned status, const char *fmt, 
 void handle_audit(app *a, http_request *r, size_t tenant)
 {
     long long limit = 100;
-    size_t len = 0, before_len = 0;
-    char *lim = http_query(r, "limit", &len);
-    if (lim) {
-        json_t *errs = json_array();
-        bool ok = v_query_int(errs, "limit", lim, len, &limit);
-        free(lim);
-        if (!ok) {
-            send_validation(r, errs);
-            return;
-        }
-        json_decref(errs);
-    }
+    size_t before_len = 0;
+    if (!limit_query(r, &limit))
+        return;
     if (!a->audit) {
         http_send_detail(r, 501, "The audit log is not enabled on this server (SANDBOX_AUDIT).");
         return;
@@ -138,12 +124,7 @@ static bool key_body(http_request *r, json_t *body, bool admin, const char **ten
             v_string(errs, body, "tenant", true, 0, tenant, tenant_len);
         v_string(errs, body, "name", false, 100, name, name_len);
     }
-    if (json_array_size(errs)) {
-        send_validation(r, errs);
-        return false;
-    }
-    json_decref(errs);
-    return true;
+    return !send_if_invalid(r, errs);
 }
 
 static void create_key(app *a, http_request *r, const char *tenant, size_t tenant_len, const char *name,

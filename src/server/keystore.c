@@ -1,6 +1,7 @@
 /* Self-service keys on SQLite. Every operation runs under one mutex, so the
  * "max 10 active keys" and "last active key" checks and their writes are atomic. */
 #include "keystore.h"
+#include "sqlite_open.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -37,18 +38,8 @@ keystore *keystore_open(const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    int rc = sqlite3_open_v2(path, &ks->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                             NULL);
-    char *msg = NULL;
-    if (rc == SQLITE_OK) {
-        sqlite3_busy_timeout(ks->db, 5000);
-        rc = sqlite3_exec(ks->db, SCHEMA, NULL, NULL, &msg);
-    }
-    if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "SANDBOX_KEYSTORE: cannot open %s: %s", path,
-                 msg ? msg : ks->db ? sqlite3_errmsg(ks->db) : "out of memory");
-        sqlite3_free(msg);
-        sqlite3_close(ks->db);
+    ks->db = sqlite_open_store(path, SCHEMA, "SANDBOX_KEYSTORE", err, errlen);
+    if (!ks->db) {
         free(ks);
         return NULL;
     }

@@ -75,33 +75,6 @@ static bool path_matches(const char *pattern, const char *path, char *param, siz
     return *pattern == '\0' && *path == '\0';
 }
 
-void send_lookup_error(http_request *r, int code)
-{
-    if (code == 404)
-        http_send_detail(r, 404, "Session not found or expired");
-    else
-        http_send_detail(r, 403, "Forbidden: Access denied to this session");
-}
-
-bool body_is_object(json_t *errs, json_t *body)
-{
-    if (!body) {
-        verr_missing_body(errs);
-        return false;
-    }
-    if (!json_is_object(body)) {
-        json_array_append_new(errs, verr("model_attributes_type", loc_of("body", NULL),
-            "Input should be a valid dictionary or object to extract fields from", body, NULL));
-        return false;
-    }
-    return true;
-}
-
-static void send_validation(http_request *r, json_t *errs)
-{
-    http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
-}
-
 /* FastAPI parses a body as JSON when there is no content-type or it is application/json
  * or application/...+json; otherwise the raw text is validated (and fails). */
 static bool json_content_type(const char *ct)
@@ -249,11 +222,8 @@ static void handle_create(app *a, http_request *r, size_t tenant, json_t *body)
         validate_metadata(errs, body);
         validate_egress(errs, body, &egress_in);
     }
-    if (json_array_size(errs)) {
-        send_validation(r, errs);
+    if (send_if_invalid(r, errs))
         return;
-    }
-    json_decref(errs);
     if (!tpl)
         tpl = TEMPLATES[0], tpl_len = strlen(TEMPLATES[0]);
     bool allowed = false;
@@ -340,25 +310,12 @@ static void handle_usage(app *a, http_request *r, size_t tenant, long available)
 
 static void handle_egress_log(app *a, http_request *r, size_t tenant, const char *id)
 {
-    size_t len;
-    char *lim = http_query(r, "limit", &len);
-    if (lim) {
-        json_t *errs = json_array();
-        long long v;
-        bool ok = v_query_int(errs, "limit", lim, len, &v);
-        free(lim);
-        if (!ok) {
-            send_validation(r, errs);
-            return;
-        }
-        json_decref(errs);
-    }
-    session *s;
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
+    long long limit = 0; /* validated only: there are no events to page through */
+    if (!limit_query(r, &limit))
         return;
-    }
+    session *s = acquire_session(a, r, tenant, id);
+    if (!s)
+        return;
     /* airlockd has no egress proxy yet, so no session has events */
     http_send_json(r, 200, json_pack("{s:s,s:[]}", "session_id", s->id, "events"));
     registry_release(a->reg, s);

@@ -148,6 +148,16 @@ static void set_err_from_output(const sbx_buf *err, const char *prefix, char *er
 /* ---- gVisor ---------------------------------------------------------------------------- */
 
 /* True when runsc still has state files for container id (a run that did not finish). */
+/* A finished command's exit code and output; out takes over r's buffers. */
+static void finish_result(sandbox_result *out, int code, const sbx_proc_result *r)
+{
+    out->exit_code = code;
+    out->out = r->out.data;
+    out->out_len = r->out.len;
+    out->err = r->err.data;
+    out->err_len = r->err.len;
+}
+
 static bool runsc_state_left(const sandbox_backend *b, const char *id)
 {
     DIR *d = opendir(b->runsc_root);
@@ -259,11 +269,7 @@ static int exec_gvisor(sandbox_backend *b, const char *workspace_dir, const char
             out->oom_killed = true;
             code = 137;
         }
-        out->exit_code = code;
-        out->out = r.out.data;
-        out->out_len = r.out.len;
-        out->err = r.err.data;
-        out->err_len = r.err.len;
+        finish_result(out, code, &r);
     }
     rc = 0;
 done:
@@ -439,11 +445,7 @@ static int exec_bwrap(sandbox_backend *b, const char *workspace_dir, const char 
                 out->exit_code = -1;
             } else {
                 out->oom_killed = oom || (code == 137 && limit_hit);
-                out->exit_code = code;
-                out->out = r.out.data;
-                out->out_len = r.out.len;
-                out->err = r.err.data;
-                out->err_len = r.err.len;
+                finish_result(out, code, &r);
             }
             rc = 0;
         }

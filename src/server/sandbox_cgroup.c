@@ -27,12 +27,20 @@ static bool is_v2(void)
     return access(CG_ROOT "/cgroup.controllers", F_OK) == 0;
 }
 
+#define CONTROL_PATH_MAX (SBX_CG_PATH_MAX + 64)
+
+/* dir/file into path; false when it does not fit. */
+static bool control_path(char path[CONTROL_PATH_MAX], const char *dir, const char *file)
+{
+    int n = snprintf(path, CONTROL_PATH_MAX, "%s/%s", dir, file);
+    return n >= 0 && n < CONTROL_PATH_MAX;
+}
+
 /* Writes a short string to a control file; returns 0 or an errno value. */
 static int write_file(const char *dir, const char *file, const char *value)
 {
-    char path[SBX_CG_PATH_MAX + 64];
-    int n = snprintf(path, sizeof path, "%s/%s", dir, file);
-    if (n < 0 || (size_t)n >= sizeof path)
+    char path[CONTROL_PATH_MAX];
+    if (!control_path(path, dir, file))
         return ENAMETOOLONG;
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
@@ -48,9 +56,8 @@ static int write_file(const char *dir, const char *file, const char *value)
 /* Reads a whole control file (NUL-terminated, caller frees); NULL on error. */
 static char *read_file(const char *dir, const char *file)
 {
-    char path[SBX_CG_PATH_MAX + 64];
-    int n = snprintf(path, sizeof path, "%s/%s", dir, file);
-    if (n < 0 || (size_t)n >= sizeof path)
+    char path[CONTROL_PATH_MAX];
+    if (!control_path(path, dir, file))
         return NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -147,64 +154,54 @@ int sbx_cg_probe(char *errbuf, size_t errlen)
     return -1;
 }
 
+/* Writes one limit to dir/file; on failure errbuf says "cannot <what>: <reason>". optional
+ * tolerates a missing file: the kernel then lacks that accounting and so the thing it limits. */
+static int set_limit(const char *dir, const char *file, const char *value, bool optional,
+                     const char *what, char *errbuf, size_t errlen)
+{
+    int err = write_file(dir, file, value);
+    if (!err || (optional && err == ENOENT))
+        return 0;
+    snprintf(errbuf, errlen, "cannot %s: %s", what, strerror(err));
+    return -1;
+}
+
 static int apply_v1(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf, size_t errlen)
 {
     char v[64];
-    int err;
     snprintf(v, sizeof v, "%" PRIu64, lim->memory_bytes);
-    if ((err = write_file(cg->dirs[0], "memory.limit_in_bytes", v))) {
-        snprintf(errbuf, errlen, "cannot set memory limit: %s", strerror(err));
-        return -1;
-    }
     /* memsw exists only with swap accounting; without it there is no swap to forbid. */
-    err = write_file(cg->dirs[0], "memory.memsw.limit_in_bytes", v);
-    if (err && err != ENOENT) {
-        snprintf(errbuf, errlen, "cannot set memory+swap limit: %s", strerror(err));
+    if (set_limit(cg->dirs[0], "memory.limit_in_bytes", v, false, "set memory limit", errbuf, errlen) ||
+        set_limit(cg->dirs[0], "memory.memsw.limit_in_bytes", v, true, "set memory+swap limit", errbuf,
+                  errlen))
         return -1;
-    }
     (void)write_file(cg->dirs[0], "memory.swappiness", "0"); /* best effort */
     if (cg->dirs[1][0]) {
         snprintf(v, sizeof v, "%" PRIu64, lim->pids);
-        if ((err = write_file(cg->dirs[1], "pids.max", v))) {
-            snprintf(errbuf, errlen, "cannot set pids limit: %s", strerror(err));
+        if (set_limit(cg->dirs[1], "pids.max", v, false, "set pids limit", errbuf, errlen))
             return -1;
-        }
     }
     if (cg->dirs[2][0]) {
         snprintf(v, sizeof v, "%u", 1000u * lim->cpu_percent);
-        if ((err = write_file(cg->dirs[2], "cpu.cfs_period_us", "100000")) ||
-            (err = write_file(cg->dirs[2], "cpu.cfs_quota_us", v))) {
-            snprintf(errbuf, errlen, "cannot set cpu quota: %s", strerror(err));
+        if (set_limit(cg->dirs[2], "cpu.cfs_period_us", "100000", false, "set cpu quota", errbuf, errlen) ||
+            set_limit(cg->dirs[2], "cpu.cfs_quota_us", v, false, "set cpu quota", errbuf, errlen))
             return -1;
-        }
     }
     return 0;
 }
 
 static int apply_v2(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf, size_t errlen)
 {
-    char v[64];
-    int err;
-    snprintf(v, sizeof v, "%" PRIu64, lim->memory_bytes);
-    if ((err = write_file(cg->dirs[0], "memory.max", v))) {
-        snprintf(errbuf, errlen, "cannot set memory limit: %s", strerror(err));
+    char mem[32], pids[32], cpu[48];
+    snprintf(mem, sizeof mem, "%" PRIu64, lim->memory_bytes);
+    snprintf(pids, sizeof pids, "%" PRIu64, lim->pids);
+    snprintf(cpu, sizeof cpu, "%u 100000", 1000u * lim->cpu_percent);
+    const char *dir = cg->dirs[0];
+    if (set_limit(dir, "memory.max", mem, false, "set memory limit", errbuf, errlen) ||
+        set_limit(dir, "memory.swap.max", "0", true, "forbid swap", errbuf, errlen) ||
+        set_limit(dir, "pids.max", pids, false, "set pids limit", errbuf, errlen) ||
+        set_limit(dir, "cpu.max", cpu, false, "set cpu quota", errbuf, errlen))
         return -1;
-    }
-    err = write_file(cg->dirs[0], "memory.swap.max", "0");
-    if (err && err != ENOENT) {
-        snprintf(errbuf, errlen, "cannot forbid swap: %s", strerror(err));
-        return -1;
-    }
-    snprintf(v, sizeof v, "%" PRIu64, lim->pids);
-    if ((err = write_file(cg->dirs[0], "pids.max", v))) {
-        snprintf(errbuf, errlen, "cannot set pids limit: %s", strerror(err));
-        return -1;
-    }
-    snprintf(v, sizeof v, "%u 100000", 1000u * lim->cpu_percent);
-    if ((err = write_file(cg->dirs[0], "cpu.max", v))) {
-        snprintf(errbuf, errlen, "cannot set cpu quota: %s", strerror(err));
-        return -1;
-    }
     return 0;
 }
 

@@ -225,6 +225,23 @@ static int copy_python_dirs(const char *root, char *errbuf, size_t errlen)
     return rc;
 }
 
+/* copy_file or copy_link: host src to root/rel, a missing source skipped. */
+typedef int (*copy_fn)(const char *src, const char *root, const char *rel, char *errbuf, size_t errlen);
+
+/* Copies each /etc/<name> to root/etc/<name> with copy. */
+static int copy_from_etc(const char *root, const char *const *names, size_t count, copy_fn copy,
+                         char *errbuf, size_t errlen)
+{
+    for (size_t i = 0; i < count; i++) {
+        char src[PATH_MAX], rel[PATH_MAX];
+        if (join(src, sizeof src, "/etc", names[i]) != 0 || join(rel, sizeof rel, "etc", names[i]) != 0)
+            continue;
+        if (copy(src, root, rel, errbuf, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int build_etc(const char *root, char *errbuf, size_t errlen)
 {
     struct {
@@ -238,22 +255,11 @@ static int build_etc(const char *root, char *errbuf, size_t errlen)
     for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++)
         if (write_text(root, gen[i].rel, gen[i].text, strlen(gen[i].text), errbuf, errlen))
             return -1;
-    for (size_t i = 0; i < sizeof copied_files / sizeof copied_files[0]; i++) {
-        char src[PATH_MAX], rel[PATH_MAX];
-        if (join(src, sizeof src, "/etc", copied_files[i]) != 0 ||
-            join(rel, sizeof rel, "etc", copied_files[i]) != 0)
-            continue;
-        if (copy_file(src, root, rel, errbuf, errlen) != 0)
-            return -1;
-    }
-    for (size_t i = 0; i < sizeof copied_links / sizeof copied_links[0]; i++) {
-        char src[PATH_MAX], rel[PATH_MAX];
-        if (join(src, sizeof src, "/etc", copied_links[i]) != 0 ||
-            join(rel, sizeof rel, "etc", copied_links[i]) != 0)
-            continue;
-        if (copy_link(src, root, rel, errbuf, errlen) != 0)
-            return -1;
-    }
+    if (copy_from_etc(root, copied_files, sizeof copied_files / sizeof copied_files[0], copy_file,
+                      errbuf, errlen) != 0 ||
+        copy_from_etc(root, copied_links, sizeof copied_links / sizeof copied_links[0], copy_link,
+                      errbuf, errlen) != 0)
+        return -1;
     char mtab[PATH_MAX];
     if (join(mtab, sizeof mtab, root, "etc/mtab") != 0 || symlink("../proc/self/mounts", mtab)) {
         snprintf(errbuf, errlen, "cannot create %s/etc/mtab: %s", root, strerror(errno));

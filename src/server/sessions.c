@@ -83,6 +83,16 @@ static bool unlink_locked(registry *r, session *s)
     return --s->refs == 0;
 }
 
+/* Unlinks s; when that dropped the last reference, queues it on *doomed so it is
+ * destroyed after the lock is released (destroying removes a workspace tree). */
+static void retire_locked(registry *r, session *s, session **doomed)
+{
+    if (unlink_locked(r, s)) {
+        s->next = *doomed;
+        *doomed = s;
+    }
+}
+
 static void *reaper_main(void *arg)
 {
     registry *r = arg;
@@ -109,10 +119,7 @@ static void *reaper_main(void *arg)
             /* a session with a request in flight (e.g. a long command) is not idle */
             if (s->refs > 1 || now - s->last_accessed_at <= r->ttl)
                 continue;
-            if (unlink_locked(r, s)) {
-                s->next = doomed;
-                doomed = s;
-            }
+            retire_locked(r, s, &doomed);
         }
         pthread_mutex_unlock(&r->mu);
         for (session *s = doomed, *nx; s; s = nx) {
@@ -148,10 +155,7 @@ void registry_remove_all(registry *r)
     session *doomed = NULL;
     while (r->head) {
         session *s = r->head;
-        if (unlink_locked(r, s)) {
-            s->next = doomed;
-            doomed = s;
-        }
+        retire_locked(r, s, &doomed);
     }
     pthread_mutex_unlock(&r->mu);
     for (session *s = doomed, *nx; s; s = nx) {

@@ -1,0 +1,141 @@
+-- Files, shell commands and background processes for the specs, the support servers and the
+-- bench: shell quoting, reading and writing files, sleeping, running a command and capturing
+-- its exit status and output, starting a server that writes its port to a file and waiting
+-- for it, and stopping a process. Lua 5.1-compatible (LuaJIT and 5.4; no <close>).
+local M = {}
+
+-- s as one word for /bin/sh, in single quotes.
+function M.shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+local q = M.shell_quote
+
+-- The whole file, or nil if it cannot be opened.
+function M.read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+function M.write_file(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+function M.sleep(seconds)
+  os.execute("sleep " .. seconds)
+end
+
+-- Whether os.execute's result means success: true on 5.2+, 0 on 5.1/LuaJIT.
+function M.succeeded(status)
+  return status == true or status == 0
+end
+
+-- Runs cmd; true when it exits 0.
+function M.run(cmd)
+  return M.succeeded(os.execute(cmd))
+end
+
+-- Runs cmd and returns what it writes to stdout.
+function M.output(cmd)
+  local p = assert(io.popen(cmd, "r"))
+  local out = p:read("*a")
+  p:close()
+  return out
+end
+
+-- Runs cmd with stderr joined to stdout; returns its exit status and that output.
+function M.run_capture(cmd)
+  local out = M.output(cmd .. " 2>&1; echo \"__rc=$?\"")
+  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
+  return rc, (out:gsub("__rc=%d+%s*$", ""))
+end
+
+-- The interpreter running this, as a command: luajit, lua5.4, lua5.1, ...
+function M.lua_interpreter()
+  if type(jit) == "table" then return "luajit" end
+  return (_VERSION:gsub("^Lua ", "lua"))
+end
+
+-- A fresh, empty temporary directory.
+function M.make_temp_dir()
+  local dir = os.tmpname()
+  os.remove(dir)
+  assert(os.execute("mkdir -p " .. q(dir)))
+  return dir
+end
+
+function M.remove_tree(dir)
+  os.execute("rm -rf " .. q(dir))
+end
+
+-- Calls pred every step seconds (default 0.1) until it answers true or about `seconds` have
+-- passed; returns its last answer.
+function M.wait_until(seconds, pred, step)
+  step = step or 0.1
+  for _ = 1, math.ceil(seconds / step) do
+    if pred() then return true end
+    M.sleep(step)
+  end
+  return pred()
+end
+
+function M.alive(pid)
+  return pid ~= nil and M.succeeded(os.execute("kill -0 " .. pid .. " 2>/dev/null"))
+end
+
+-- Sends pid SIGTERM. With grace_seconds, waits that long for it to end, then sends SIGKILL.
+function M.stop_process(pid, grace_seconds)
+  if not pid then return end
+  os.execute("kill " .. pid .. " 2>/dev/null")
+  if grace_seconds then
+    M.wait_until(grace_seconds, function() return not M.alive(pid) end, 0.05)
+    os.execute("kill -9 " .. pid .. " 2>/dev/null")
+  end
+end
+
+-- Stops a server from start_server (see stop_process for grace_seconds) and removes its directory.
+function M.stop_server(server, grace_seconds)
+  M.stop_process(server.pid, grace_seconds)
+  server.pid = nil
+  M.remove_tree(server.dir)
+end
+
+-- Starts command (a quoted shell command line, without redirections) in the background with
+-- stdout and stderr in log_path; its pid is written to pid_path, and returned.
+function M.spawn(command, log_path, pid_path)
+  assert(os.execute(string.format("%s > %s 2>&1 & echo $! > %s", command, q(log_path), q(pid_path))))
+  return tonumber((M.read_file(pid_path) or ""):match("%d+"))
+end
+
+-- Starts a loopback server that writes the port it listens on to <dir>/port, and waits up to
+-- 10 s for that port. opts:
+--   name     names the server in the error
+--   dir      a fresh directory of the server's own (its pid goes to <dir>/pid)
+--   command  the shell command line, quoted, without redirections
+--   log      the file its stdout and stderr go to
+--   stop     stop(server) for a server that did not start (default: stop_server)
+--   give_up_on_exit  stop waiting as soon as the process has ended
+-- Returns { dir, pid, port, url = "http://127.0.0.1:<port>" }.
+function M.start_server(opts)
+  local server = { dir = opts.dir, pid = M.spawn(opts.command, opts.log, opts.dir .. "/pid") }
+  for _ = 1, 200 do
+    local port = tonumber((M.read_file(opts.dir .. "/port") or ""):match("^%s*(%d+)%s*$"))
+    if port then
+      server.port = port
+      server.url = "http://127.0.0.1:" .. port
+      return server
+    end
+    if opts.give_up_on_exit and not M.alive(server.pid) then break end
+    M.sleep(0.05)
+  end
+  local log = M.read_file(opts.log) or ""
+  local stop = opts.stop or M.stop_server
+  stop(server)
+  error(opts.name .. " did not start:\n" .. log, 3)
+end
+
+return M
