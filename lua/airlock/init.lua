@@ -1,10 +1,11 @@
 -- airlock: the Lua client for Airlock sandbox servers (parity with the Python SDK 0.5.0).
 --
 --   local airlock = require "airlock"
---   local sbx <close> = airlock.sandbox{ api_key = "...", base_url = "https://..." }  -- 5.4
+--   local sbx = airlock.sandbox{ api_key = "...", base_url = "https://..." }  -- a to-be-closed
+--                                                                          -- variable on 5.4
 --   airlock.with(opts, function(sbx) ... end)                            -- 5.1 / LuaJIT
 --
--- Library code runs on Lua 5.1/LuaJIT through 5.4 (no <close> here).
+-- Library code runs on Lua 5.1/LuaJIT through 5.4 (no to-be-closed variables here).
 local engine = require "airlock.engine"
 local errors = require "airlock.errors"
 local result = require "airlock.result"
@@ -53,7 +54,7 @@ function Sandbox.__tostring(self)
     self.tenant_id or "None", python_list_repr(self.egress))
 end
 
--- Lua 5.4: `local sbx <close> = airlock.sandbox{...}` closes (deletes) the session.
+-- Lua 5.4: a to-be-closed variable holding the sandbox closes (deletes) the session.
 function Sandbox.__close(self)
   self:close()
 end
