@@ -57,6 +57,17 @@ function M.start(upstream_port)
   make_certs(dir)
   local p = { dir = dir, ca = dir .. "/ca.pem", port = free_port(), wrong_port = free_port(),
               status_port = free_port() }
+  -- A TLS front for airlockd on `port` with the certificate `<cert>.pem` / `<cert>.key`.
+  local function tls_server(port, cert)
+    return table.concat({
+      "  server {",
+      "    listen 127.0.0.1:" .. port .. " ssl;",
+      "    ssl_certificate " .. cert .. ".pem;",
+      "    ssl_certificate_key " .. cert .. ".key;",
+      "    location / { proxy_pass http://airlockd; }",
+      "  }",
+    }, "\n")
+  end
   local conf = {
     "worker_processes 1;",
     "pid " .. dir .. "/nginx.pid;",
@@ -74,18 +85,8 @@ function M.start(upstream_port)
     "  proxy_set_header Connection \"\";",
     "  proxy_read_timeout 120s;",
     "  keepalive_timeout 60s;",
-    "  server {",
-    "    listen 127.0.0.1:" .. p.port .. " ssl;",
-    "    ssl_certificate " .. dir .. "/server.pem;",
-    "    ssl_certificate_key " .. dir .. "/server.key;",
-    "    location / { proxy_pass http://airlockd; }",
-    "  }",
-    "  server {",
-    "    listen 127.0.0.1:" .. p.wrong_port .. " ssl;",
-    "    ssl_certificate " .. dir .. "/wrong.pem;",
-    "    ssl_certificate_key " .. dir .. "/wrong.key;",
-    "    location / { proxy_pass http://airlockd; }",
-    "  }",
+    tls_server(p.port, dir .. "/server"),
+    tls_server(p.wrong_port, dir .. "/wrong"),
     "  server {",
     "    listen 127.0.0.1:" .. p.status_port .. ";",
     "    location = /status { stub_status; }",
