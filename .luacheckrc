@@ -10,3 +10,6 @@ read_globals = {
 }
 
 files["spec/"] = { std = "+busted" }
+-- code that runs inside a host: LÖVE's `love`, Neovim's `vim`
+files["spec/support/hosts/love_game/"] = { std = "+love" }
+files["spec/support/hosts/nvim_boot.lua"] = { read_globals = { "vim" } }

@@ -2,6 +2,8 @@
 # The whole suite: every spec under Lua 5.4; then, when its core is built, the library's specs
 # (spec/unit, spec/integration) again under LuaJIT. spec/server tests airlockd itself and
 # spec/lua54 uses <close>, so those run once. Integration specs start their own airlockd.
+# spec/hosts then drives the SDK's real hosts from Lua 5.4 (nginx with the Lua module,
+# nvim --headless, LÖVE headless; spec/support/hosts), which load the LuaJIT build of the core.
 # Ends with one line `N passed, N failed, N skipped` over all runs; exits non-zero on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +32,7 @@ run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua
 if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
   run_suite luajit "$top/build/luajit/?.so" spec/unit spec/integration
 fi
+run_suite lua5.4 "$top/build/?.so" spec/hosts
 
 awk '{ p += $1; f += $2; s += $3 }
      END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0 || p == 0) }' "$summary"

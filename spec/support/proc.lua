@@ -83,8 +83,13 @@ function M.wait_until(seconds, pred, step)
   return pred()
 end
 
+-- Whether pid is running. A zombie counts as ended: a process whose parent has gone waits as
+-- a zombie until PID 1 reaps it, which here can take over a second.
 function M.alive(pid)
-  return pid ~= nil and M.succeeded(os.execute("kill -0 " .. pid .. " 2>/dev/null"))
+  if pid == nil then return false end
+  local stat = M.read_file("/proc/" .. pid .. "/stat")
+  if stat then return stat:match("^%d+ %b() (%a)") ~= "Z" end
+  return M.succeeded(os.execute("kill -0 " .. pid .. " 2>/dev/null"))
 end
 
 -- Sends pid SIGTERM. With grace_seconds, waits that long for it to end, then sends SIGKILL.
