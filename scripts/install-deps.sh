@@ -18,7 +18,7 @@ packages=(
   bubblewrap python3 ca-certificates curl cppcheck valgrind
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
   # the SDK's hosts, driven by spec/hosts: nginx's Lua module, Neovim, LÖVE
-  libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love
+  libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
 )
 
 missing=()

@@ -92,6 +92,18 @@ describe("host harness", function()
       assert.is_false(proc.alive(workers[1]))
     end)
 
+    it("stops nginx when the function given to with() fails, and passes the failure on", function()
+      local master, workers
+      local ok, err = pcall(nginx.with, {}, function(srv)
+        master, workers = nginx.master_pid(srv), nginx.worker_pids(srv)
+        error({ reason = "the spec failed" })
+      end)
+      assert.is_false(ok)
+      assert.are.same({ reason = "the spec failed" }, err)
+      assert.is_false(proc.alive(master))
+      assert.is_false(proc.alive(workers[1]))
+    end)
+
     it("says why nginx did not start", function()
       local ok, err = pcall(nginx.start, { server = "no_such_directive on;" })
       assert.is_false(ok)
