@@ -66,4 +66,31 @@ function M.run_bounded(command, seconds, env)
   return result
 end
 
+-- Runs a host (`command`, a quoted shell command line) on one script with run_bounded.
+-- opts.script (a path) or opts.code (Lua source, written to <temp>/<file_name>); opts.timeout
+-- (seconds, default 30); opts.env and env: more environment variables. The host reads the
+-- script's path from $AIRLOCK_HOST_SCRIPT and the checkout's paths from $LUA_PATH/$LUA_CPATH;
+-- what it hands to support.hosts.report comes back as .result. Its XDG data directory is a
+-- temporary one, so nothing lands in the user's.
+function M.run_host(command, opts, file_name, env)
+  assert(opts.script or opts.code, "give opts.script or opts.code")
+  local dir = proc.make_temp_dir()
+  local script = opts.script
+  if opts.code then
+    script = dir .. "/" .. file_name
+    proc.write_file(script, opts.code)
+  end
+  if script:sub(1, 1) ~= "/" then script = (os.getenv("PWD") or ".") .. "/" .. script end
+  local result_file = dir .. "/result"
+  local all_env = { LUA_PATH = M.lua_path(), LUA_CPATH = M.lua_cpath(), AIRLOCK_HOST_SCRIPT = script,
+                    AIRLOCK_HOST_RESULT = result_file, XDG_DATA_HOME = dir .. "/data" }
+  for _, more in ipairs({ env or {}, opts.env or {} }) do
+    for k, v in pairs(more) do all_env[k] = v end
+  end
+  local run = M.run_bounded(command, opts.timeout or 30, all_env)
+  run.result = proc.read_file(result_file)
+  proc.remove_tree(dir)
+  return run
+end
+
 return M

@@ -22,27 +22,9 @@ local q = proc.shell_quote
 -- Returns { code, timed_out, stdout, stderr, result } (result: what the script handed to
 -- support.hosts.report, or nil). Raises if LÖVE is not installed.
 function M.run(opts)
-  assert(opts.script or opts.code, "love.run: give script or code")
   assert(proc.run("command -v love >/dev/null"), "love is not installed (scripts/install-deps.sh)")
-  local dir = proc.make_temp_dir()
-  local script = opts.script
-  if opts.code then
-    script = dir .. "/main.lua"
-    proc.write_file(script, opts.code)
-  end
-  if script:sub(1, 1) ~= "/" then script = (os.getenv("PWD") or ".") .. "/" .. script end
-  local result_file = dir .. "/result"
-  local env = { LUA_PATH = common.lua_path(), LUA_CPATH = common.lua_cpath(),
-                AIRLOCK_HOST_SCRIPT = script, AIRLOCK_HOST_RESULT = result_file,
-                AIRLOCK_HOST_FRAMES = opts.frames and tostring(opts.frames) or nil,
-                -- LÖVE's save directory (unused unless the game writes files) stays in dir
-                XDG_DATA_HOME = dir .. "/data" }
-  for k, v in pairs(opts.env or {}) do env[k] = v end
-  local run = common.run_bounded("love " .. q(common.top() .. "/spec/support/hosts/love_game"),
-    opts.timeout or 30, env)
-  run.result = proc.read_file(result_file)
-  proc.remove_tree(dir)
-  return run
+  return common.run_host("love " .. q(common.top() .. "/spec/support/hosts/love_game"), opts, "main.lua",
+    { AIRLOCK_HOST_FRAMES = opts.frames and tostring(opts.frames) or nil })
 end
 
 return M

@@ -21,24 +21,9 @@ local q = proc.shell_quote
 -- Returns { code, timed_out, stdout, stderr, result } (result: what the script handed to
 -- support.hosts.report, or nil). Raises if nvim is not installed.
 function M.run(opts)
-  assert(opts.script or opts.code, "nvim.run: give script or code")
   assert(proc.run("command -v nvim >/dev/null"), "nvim is not installed (scripts/install-deps.sh)")
-  local dir = proc.make_temp_dir()
-  local script = opts.script
-  if opts.code then
-    script = dir .. "/script.lua"
-    proc.write_file(script, opts.code)
-  end
-  local result_file = dir .. "/result"
-  local env = { LUA_PATH = common.lua_path(), LUA_CPATH = common.lua_cpath(),
-                AIRLOCK_HOST_SCRIPT = script, AIRLOCK_HOST_RESULT = result_file }
-  for k, v in pairs(opts.env or {}) do env[k] = v end
   local boot = common.top() .. "/spec/support/hosts/nvim_boot.lua"
-  local run = common.run_bounded("nvim --headless -u NONE --clean -n -c " .. q("luafile " .. boot),
-    opts.timeout or 30, env)
-  run.result = proc.read_file(result_file)
-  proc.remove_tree(dir)
-  return run
+  return common.run_host("nvim --headless -u NONE --clean -n -c " .. q("luafile " .. boot), opts, "script.lua")
 end
 
 return M
