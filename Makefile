@@ -32,7 +32,8 @@ INST_BINDIR ?= $(PREFIX)/bin
 BUILD      ?= build
 RUNSC      ?= $(CURDIR)/.deps/runsc/usr/bin/runsc
 
-CORE_SRC   := $(wildcard src/core/*.c)
+CORE_SRC   := src/core/core.c
+CORE_PARTS := $(wildcard src/core/*.c src/core/*.h)
 SERVER_SRC := $(wildcard src/server/*.c)
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
@@ -51,7 +52,7 @@ all: build
 
 build: $(CORE_SO) $(AIRLOCKD)
 
-$(CORE_SO): $(CORE_SRC) $(wildcard src/core/*.h)
+$(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
 	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
