@@ -19,7 +19,7 @@ describe("the driver's host-loop hooks", function()
     local watched, seen, removed = {}, {}, {}
     local function sync()
       for _, e in ipairs(core.socket_events()) do
-        assert.is_true(math.type == nil or math.type(e.fd) == "integer")
+        assert.are.equal(math.floor(e.fd), e.fd)
         if e.events == "remove" then
           watched[e.fd] = nil
           removed[e.fd] = true

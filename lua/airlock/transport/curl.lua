@@ -39,7 +39,7 @@ end
 
 -- t:sleep(seconds): transfers in flight keep advancing meanwhile.
 function M:sleep(seconds)   -- luacheck: ignore 212
-  if not (seconds > 0) then return end
+  if seconds ~= seconds or seconds <= 0 then return end
   local timer = setmetatable({ at = core.now() + seconds * 1000 }, Timer)
   if tasks.await(timer) then return end
   while not timer:ready() do core.step(timer:remaining_ms(), true) end

@@ -43,13 +43,18 @@ function M.in_cosocket_context()
   return M.COSOCKET_PHASES[ngx.get_phase()] == true
 end
 
+-- Whether `require(name)` would find a Lua module (package.searchpath is 5.2+).
 local function has_module(name)
   if package.loaded[name] then return true end
-  if package.searchpath then
-    return package.searchpath(name, package.path) ~= nil
-  end
-  for _, searcher in ipairs(package.loaders or {}) do   -- luacheck: ignore 143
-    if type(searcher(name)) == "function" then return true end
+  local searchpath = rawget(package, "searchpath")
+  if searchpath then return searchpath(name, package.path) ~= nil end
+  local file = name:gsub("%.", "/")
+  for pattern in package.path:gmatch("[^;]+") do
+    local f = io.open((pattern:gsub("%?", file)), "r")
+    if f then
+      f:close()
+      return true
+    end
   end
   return false
 end
