@@ -277,6 +277,29 @@ describe("airlock SDK against airlockd", function()
       string.format("elapsed %.2f s, runs %.2f + %.2f s", elapsed, took[1], took[2]))
   end)
 
+  -- PUC Lua 5.1's pcall cannot be yielded across: with and the agent tools must not use it.
+  it("spawn + with: a scope that waits then fails is closed and its error re-raised (every Lua)", function()
+    local tools = require "airlock.tools"
+    local seen, text
+    local boom = setmetatable({}, { __tostring = function() return "boom" end })
+    local task = airlock.spawn(function()
+      return airlock.with(opts, function(sbx)
+        seen = sbx.session_id
+        text = tools.handle_tool_call(sbx, "run_command", '{"command": "echo from-a-task"}')
+        local ok, err = airlock.pcall(sbx.files.read, sbx.files, "missing.txt")
+        assert(not ok and airlock.is(err, "FileNotFoundError"), tostring(err))
+        error(boom)
+      end)
+    end)
+    local t = clock()
+    while airlock.poll(50) > 0 do assert.is_true(clock() - t < 60, "the task hangs") end
+    local ok, err = task:result()
+    assert.is_false(ok)
+    assert.are.equal(boom, err)
+    assert.is_truthy(text:find("from-a-task", 1, true), text)
+    assert.is_nil(session_ids(opts)[seen])
+  end)
+
   it("a poll(0) never blocks while requests are in flight", function()
     local sbx = airlock.sandbox(opts)
     finally(function() sbx:close() end)
