@@ -2,16 +2,23 @@
 # Installs what airlock needs on Debian 12: the Debian packages that are missing, and
 # Debian 13's runsc (gVisor) unpacked into .deps/ (Debian 12's runsc fails statx on
 # current kernels). Idempotent: a second run installs nothing.
+#
+# LuaJIT is OpenResty's luajit2 (`luajit` binary, `pkg-config luajit`, the same 5.1 ABI), the
+# one Debian's nginx Lua module is built for. It conflicts with Debian's `luajit` packages: on
+# a machine that has them, apt replaces them in the same install. Never name `luajit` or
+# `libluajit-5.1-*` here, or each run would swap the two back and forth.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
   build-essential pkg-config
   lua5.4 liblua5.4-dev lua-cjson lua-busted lua-check lua-socket luarocks
-  luajit libluajit-5.1-dev
+  luajit2 libluajit2-5.1-dev
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
   bubblewrap python3 ca-certificates curl cppcheck valgrind
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
+  # the SDK's hosts, driven by spec/hosts: nginx's Lua module, Neovim, LÖVE
+  libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
 )
 
 missing=()

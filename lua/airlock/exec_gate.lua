@@ -17,6 +17,7 @@ Gate.__index = Gate
 
 local Ticket = {}
 Ticket.__index = Ticket
+Ticket.notifies = true            -- pump() calls tasks.notify when it grants one
 function Ticket:ready() return self.granted end
 
 -- The gate of settings' server and key (created on first use); the option, when given, caps

@@ -5,10 +5,15 @@
 --
 -- A waitable is any table with
 --   w:ready()        → true once the task may go on (a transfer finished, a timer expired)
---   w.driver         (optional) what advances it: an object with driver.step(ms) that waits
---                    at most ms milliseconds and returns early when something finished
---   w:remaining_ms() (optional) how long until it is ready on its own (timers)
--- When it becomes ready outside of poll (a callback), its owner calls tasks.notify(w).
+-- and one of
+--   w.driver         what makes it ready: driver.step(ms) advances the I/O, waiting at most ms
+--                    milliseconds (less when a timer of its own is due) and returning early
+--                    when something finished; driver.completions() is a count that grows
+--                    whenever one of its waitables may have become ready (by any caller)
+--   w.notifies       true: whoever makes it ready calls tasks.notify(w)
+-- A waitable with neither is checked at every poll.
+-- poll looks at its tasks only when something may have changed, so a frame with many tasks
+-- in flight and nothing finished costs one driver step.
 local M = {}
 
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end
@@ -88,7 +93,8 @@ M.Scheduler = Scheduler
 
 -- tasks.new_scheduler([name]) → a scheduler: an owner of tasks.
 function M.new_scheduler(name)
-  return setmetatable({ name = name or "scheduler", tasks = {}, background = {} }, Scheduler)
+  return setmetatable({ name = name or "scheduler", tasks = {}, background = {}, drivers = {},
+    dirty = false, go = {} }, Scheduler)
 end
 
 function Scheduler:__tostring()
@@ -102,6 +108,7 @@ local function remove(list, item)
 end
 
 local function resume(task, ...)
+  local owner = task.owner
   local r = pack(coroutine.resume(task.co, ...))
   if not r[1] then
     task.status, task.error, task.waiting = "failed", r[2], nil
@@ -109,13 +116,21 @@ local function resume(task, ...)
     task.status, task.waiting = "done", nil
     task.values = pack(unpack(r, 2, r.n))
   elseif r[2] == WAIT then
-    task.waiting = r[3]
+    local w = r[3]
+    task.waiting = w
+    local d = w.driver
+    if d then
+      if owner.drivers[d] == nil then owner.drivers[d] = false end  -- new: look next poll
+    elseif not w.notifies then
+      owner.dirty = true            -- only looking tells whether it is ready
+    end
     return
   else
-    task.waiting = nil   -- a plain yield: resumed at the next poll
+    task.waiting = nil              -- a plain yield: resumed at the next poll
+    owner.dirty = true
     return
   end
-  remove(task.background and task.owner.background or task.owner.tasks, task)
+  remove(task.background and owner.background or owner.tasks, task)
 end
 
 local function spawn(self, background, fn, ...)
@@ -151,45 +166,55 @@ local function ready(task)
   return w == nil or w:ready()
 end
 
--- The tasks that can go on now, and the drivers and timer bound of those that cannot.
-local function survey(self)
-  local go, drivers, bound = {}, {}, nil
+-- Whether a driver finished something since this scheduler last looked at its tasks.
+local function drivers_moved(self)
+  for d, seen in pairs(self.drivers) do
+    if d.completions() ~= seen then return true end
+  end
+  return false
+end
+
+-- Resumes, once each, the tasks that can go on (in spawn order, program's first).
+local function run_ready(self)
+  self.dirty = false
+  for d in pairs(self.drivers) do self.drivers[d] = d.completions() end
+  local go, n, unknown = self.go, 0, false
   for _, list in ipairs({ self.tasks, self.background }) do
     for _, task in ipairs(list) do
       if ready(task) then
-        go[#go + 1] = task
-      elseif task.waiting then
+        n = n + 1
+        go[n] = task
+      else
         local w = task.waiting
-        if w.driver then drivers[w.driver] = true end
-        local left = w.remaining_ms and w:remaining_ms()
-        if left and (bound == nil or left < bound) then bound = left end
+        if w and not w.driver and not w.notifies then unknown = true end
       end
     end
   end
-  return go, drivers, bound
+  for i = 1, n do
+    local task = go[i]
+    go[i] = nil
+    if ready(task) then resume(task) end
+  end
+  -- a waitable nobody reports on is looked at again next poll
+  if unknown then self.dirty = true end
 end
 
--- scheduler:poll([ms]) → number of the program's tasks still running. Advances the I/O the
+-- scheduler:poll([ms]) → number of the program's tasks still running. Advances the I/O its
 -- tasks wait on (waiting at most ms milliseconds when none can go on; 0, the default, never
 -- blocks) and resumes, once each, the tasks that can go on.
 function Scheduler:poll(ms)
   ms = ms or 0
-  local go, drivers, bound = survey(self)
-  local wait = (#go == 0) and ms or 0
-  if bound and bound < wait then wait = bound end
-  local list = {}
-  for d in pairs(drivers) do list[#list + 1] = d end
-  if #list == 1 then
-    list[1].step(wait)
-  elseif #list > 1 then
+  if #self.tasks == 0 and #self.background == 0 then return 0 end
+  local wait = (self.dirty or drivers_moved(self)) and 0 or ms
+  local first = next(self.drivers)
+  if first ~= nil and next(self.drivers, first) == nil then
+    first.step(wait)
+  elseif first ~= nil then
     -- several kinds of I/O (a test transport beside libcurl): share the wait in slices
     local slice = wait > 0 and math.min(wait, 10) or 0
-    for _, d in ipairs(list) do d.step(slice) end
+    for d in pairs(self.drivers) do d.step(slice) end
   end
-  if #list > 0 then go = survey(self) end
-  for _, task in ipairs(go) do
-    if ready(task) then resume(task) end
-  end
+  if self.dirty or drivers_moved(self) then run_ready(self) end
   return #self.tasks
 end
 
@@ -206,12 +231,14 @@ function M.await(w)
   return true
 end
 
--- w became ready outside of poll (in a libuv callback, say). A scheduler that resumes on
--- notification has an on_ready(task) method (it may call resume_if_ready at once or later);
--- the others leave the task to their next poll.
+-- w (a `notifies` waitable) became ready. Its task's next poll looks at it; a scheduler that
+-- resumes on notification has an on_ready(task) method (which may call resume_if_ready at
+-- once, or schedule it: a libuv host, Neovim's vim.schedule).
 function M.notify(w)
   local task = w.task
-  if task and task.owner.on_ready then task.owner:on_ready(task) end
+  if not task then return end
+  task.owner.dirty = true
+  if task.owner.on_ready then task.owner:on_ready(task) end
 end
 
 -- scheduler:resume_if_ready(task): resumes one of its own tasks if it can go on.

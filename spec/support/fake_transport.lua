@@ -8,7 +8,7 @@ local M = {}
 
 function M.new(answer, polls)
   local t = { name = "fake", sent = {}, slept = {}, steps = 0 }
-  t.driver = { step = function() t.steps = t.steps + 1 end }
+  t.driver = { step = function() t.steps = t.steps + 1 end, completions = function() return t.steps end }
   local function rounds(n)
     local w = { left = n, driver = t.driver }
     function w.ready(self)

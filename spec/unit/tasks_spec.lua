@@ -66,29 +66,52 @@ describe("airlock.tasks", function()
     assert.are.equal("done", t.status)
   end)
 
+  -- A driver whose completions the spec controls.
+  local function test_driver()
+    local d = { asked = {}, done = 0 }
+    d.step = function(ms) d.asked[#d.asked + 1] = ms end
+    d.completions = function() return d.done end
+    return d
+  end
+
   it("poll(0) steps the tasks' driver without waiting, and a failing task reports its error", function()
     local s = tasks.new_scheduler("p")
-    local steps = {}
+    local d = test_driver()
     local w = gate()
-    w.driver = { step = function(ms) steps[#steps + 1] = ms end }
+    w.driver = d
     local t = s:spawn(function() tasks.await(w) error("boom", 0) end)
     assert.are.equal(1, s:poll(0))
-    assert.are.same({ 0 }, steps)
+    assert.are.same({ 0 }, d.asked)
     w.open = true
+    d.done = d.done + 1
     assert.are.equal(0, s:poll(50))
-    assert.is_true(steps[2] == nil or steps[2] == 0) -- a ready task: no waiting
+    assert.are.equal(0, d.asked[2])                  -- something finished: no waiting
     assert.are.same({ false, "boom" }, { t:result() })
     assert.are.equal("failed", t.status)
   end)
 
-  it("poll(ms) waits no longer than the nearest timer", function()
-    local s = tasks.new_scheduler("t")
-    local asked
-    local w = { ready = function() return false end, remaining_ms = function() return 7 end,
-      driver = { step = function(ms) asked = ms end } }
+  it("poll looks at its tasks only when a driver finished something (or was told)", function()
+    local s = tasks.new_scheduler("lazy")
+    local d = test_driver()
+    local checks = 0
+    local w = { driver = d, ready = function() checks = checks + 1 return false end }
     s:spawn(function() tasks.await(w) end)
-    s:poll(1000)
-    assert.are.equal(7, asked)
+    s:poll(0)                                          -- a new driver: look once
+    local seen = checks
+    for _ = 1, 10 do s:poll(0) end
+    assert.are.equal(seen, checks)                     -- nothing finished: nothing looked at
+    assert.are.same({ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }, d.asked)
+    s:poll(25)
+    assert.are.equal(25, d.asked[12])                  -- nothing to do: the driver waits
+    d.done = 1
+    s:poll(25)
+    assert.are.equal(0, d.asked[13])
+    assert.is_true(checks > seen)
+  end)
+
+  it("a scheduler without tasks returns at once", function()
+    local s = tasks.new_scheduler("empty")
+    assert.are.equal(0, s:poll(1000))
   end)
 
   it("background tasks run but are not counted", function()

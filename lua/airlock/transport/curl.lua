@@ -7,10 +7,36 @@ local tasks = require "airlock.tasks"
 
 local M = { name = "curl", core = core }
 
--- What advances libcurl's transfers for a scheduler: wait at most ms, return early when a
--- transfer finished (sleeping the whole ms when none is in flight: timers may be waiting).
+-- Every step of the core goes through here, so that the completions of transfers are
+-- counted whoever stepped (a blocking call may finish a task's transfer).
+local completions = 0
+local function step(ms, idle_wait)
+  local finished = core.step(ms, idle_wait)
+  completions = completions + finished
+end
+
+-- Deadlines (core.now() ms) of the timers tasks sleep on, until seen expired.
+local timers = {}
+
+-- The scheduler's driver (see airlock.tasks): waits at most ms, less when a task's timer is
+-- due first, returning early when a transfer finished.
 M.driver = {
-  step = function(ms) core.step(ms, true) end,
+  completions = function() return completions end,
+  step = function(ms)
+    local now, next_at = core.now(), nil
+    for i = 1, #timers do
+      if next_at == nil or timers[i] < next_at then next_at = timers[i] end
+    end
+    if next_at and next_at - now < ms then ms = math.max(0, next_at - now) end
+    step(ms, true)
+    now = core.now()
+    for i = #timers, 1, -1 do
+      if timers[i] <= now then
+        table.remove(timers, i)
+        completions = completions + 1
+      end
+    end
+  end,
 }
 
 local Transfer = {}
@@ -28,7 +54,7 @@ function Timer:remaining_ms() return math.max(0, self.at - core.now()) end
 function M:send(request)   -- luacheck: ignore 212
   local req = core.request(request)
   if not tasks.await(setmetatable({ req = req }, Transfer)) then
-    while not req:done() do core.step(1000) end
+    while not req:done() do step(1000) end
   end
   local r = req:result()
   if r.status then
@@ -41,8 +67,12 @@ end
 function M:sleep(seconds)   -- luacheck: ignore 212
   if seconds ~= seconds or seconds <= 0 then return end
   local timer = setmetatable({ at = core.now() + seconds * 1000 }, Timer)
-  if tasks.await(timer) then return end
-  while not timer:ready() do core.step(timer:remaining_ms(), true) end
+  if tasks.current_task() then
+    timers[#timers + 1] = timer.at
+    tasks.await(timer)
+    return
+  end
+  while not timer:ready() do step(timer:remaining_ms(), true) end
 end
 
 -- t:close_idle() → true, or false while transfers are in flight.
