@@ -16,7 +16,7 @@ description = {
       and retry policy; transports for plain Lua and host loops (libcurl's multi interface in
       a small C core, with keep-alive connections and hooks for a libuv loop).
       Lua 5.1, LuaJIT and 5.3/5.4: for LuaJIT (OpenResty, Neovim, LOVE) install with
-      `luarocks --lua-version=5.1 LUA_INCDIR=/usr/include/luajit-2.1 install ...`.
+      `luarocks --lua-version=5.1 install <rock> LUA_INCDIR=/usr/include/luajit-2.1`.
    ]],
    license = "MIT",
 }
