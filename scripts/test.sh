@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The whole suite: every spec under Lua 5.4; then, when its core is built, the library's specs
-# (spec/unit, spec/integration) again under LuaJIT. spec/server tests airlockd itself and
-# spec/lua54 uses <close>, so those run once. Integration specs start their own airlockd.
+# (spec/unit, spec/integration) again under LuaJIT; then, under PUC Lua 5.1, the unit specs
+# and the integration specs of what differs there (tasks and pcall, with, the agent tools,
+# the command line, the host-loop hooks), not the HTTP failure paths that LuaJIT already runs
+# on the same 5.1 API. spec/server tests airlockd itself and spec/lua54 uses <close>, so those
+# run once. Integration specs start their own airlockd.
 # Ends with one line `N passed, N failed, N skipped` over all runs; exits non-zero on failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,10 @@ run_suite() {
 run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua54 spec/server
 if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
   run_suite luajit "$top/build/luajit/?.so" spec/unit spec/integration
+fi
+if [ -f build/lua51/airlock/core.so ] && command -v lua5.1 >/dev/null; then
+  run_suite lua5.1 "$top/build/lua51/?.so" spec/unit \
+    spec/integration/{sdk,leaks,tools,agents,mcp,exec_queue,driver_hooks,examples,keys,http}_spec.lua
 fi
 
 awk '{ p += $1; f += $2; s += $3 }
