@@ -59,17 +59,31 @@ local function has_module(name)
   return false
 end
 
--- The automatic choice for the code running now.
+local host_default   -- set_default's choice
+
+-- transport.set_default(choice): what the automatic choice gives in this Lua state (a host
+-- with its own loop: `set_default("uv")` in a Neovim plugin); nil: back to automatic.
+function M.set_default(choice)
+  if choice ~= nil and type(choice) ~= "string" and type(choice) ~= "table" then
+    error("airlock.transport.set_default: a transport name, object or nil expected", 2)
+  end
+  if choice == "auto" then choice = nil end
+  host_default = choice
+end
+
+-- The automatic choice for the code running now: cosockets inside nginx, else the host's
+-- default, else libcurl.
 function M.auto()
   if M.in_cosocket_context() and has_module("airlock.transport.ngx") then return load("ngx") end
+  if host_default ~= nil then return M.resolve(host_default) end
   return load("curl")
 end
 
 -- The transport for a choice (nil or "auto": automatic; engine.check_transport checks it).
 function M.resolve(choice)
   if choice == nil or choice == "auto" then return M.auto() end
-  if type(choice) == "string" then return load(choice) end
-  return choice
+  if type(choice) == "table" then return choice end
+  return load(choice)
 end
 
 return M
