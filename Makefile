@@ -32,11 +32,17 @@ INST_BINDIR ?= $(PREFIX)/bin
 BUILD      ?= build
 RUNSC      ?= $(CURDIR)/.deps/runsc/usr/bin/runsc
 
-CORE_SRC   := $(wildcard src/core/*.c)
+CORE_SRC   := src/core/core.c
+CORE_PARTS := $(wildcard src/core/*.c src/core/*.h)
 SERVER_SRC := $(wildcard src/server/*.c)
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
-LUA_SRC    := $(wildcard lua/airlock/*.lua)
+LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
+# The version, said once: the engine's (airlock.VERSION); the rockspec and core.c must agree.
+VERSION    := $(shell sed -n 's/^M.VERSION = "\(.*\)"$$/\1/p' lua/airlock/engine.lua)
+ROCKSPEC   := rockspec/airlock-sandbox-$(VERSION)-1.rockspec
+DIST_NAME  := airlock-sandbox-$(VERSION)
+DIST_DIR   := $(BUILD)/dist
 
 # Lua sees lua/ (the modules) and build/ (airlock/core.so) before anything installed.
 export LUA_PATH  := $(CURDIR)/lua/?.lua;$(CURDIR)/lua/?/init.lua;$(CURDIR)/spec/?.lua;;
@@ -45,13 +51,13 @@ export AIRLOCKD_BIN := $(CURDIR)/$(AIRLOCKD)
 export AIRLOCK_RUNSC := $(RUNSC)
 
 .PHONY: all build deps run test luajit-core compat-builds lint sanitize asan-test valgrind-test \
-        bench install clean
+        bench install dist clean
 
 all: build
 
 build: $(CORE_SO) $(AIRLOCKD)
 
-$(CORE_SO): $(CORE_SRC) $(wildcard src/core/*.h)
+$(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
 	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
@@ -81,7 +87,7 @@ luajit-core:
 
 # The core against the Lua 5.1 and 5.3 headers (build/lua51, build/lua53), each loaded by its
 # own interpreter with the whole Lua API, then the unit specs under it.
-COMPAT_CHECK := local c = require "airlock.core"; assert(require("airlock").core == c); \
+COMPAT_CHECK := local c = require "airlock.core"; assert(require("airlock").VERSION == c._VERSION); \
   assert(require("airlock.keys").client); print(_VERSION .. ": airlock.core " .. c._VERSION .. " loads")
 compat-builds:
 	$(MAKE) BUILD=build/lua51 LUA_PC=lua5.1 build/lua51/airlock/core.so
@@ -108,6 +114,7 @@ sanitize:
 # airlockd's, leaks included) lands in build/asan/reports; any report fails the target.
 ASAN_HOST  := build/asan/lua-host
 ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
+              spec/integration/driver_hooks_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua
 asan-test: sanitize
@@ -124,24 +131,45 @@ asan-test: sanitize
 	  cat build/asan/reports/*; echo "asan-test: sanitizer reports (above)"; exit 1; fi; \
 	[ $$rc -eq 0 ] && echo "asan-test: specs passed, no sanitizer reports"
 
-# valgrind over the core (Lua 5.4, the regular build): its unit spec and the failure paths
-# against the misbehaving server. Definite leaks and memory errors fail (exit 99).
+# valgrind over the core (Lua 5.4, the regular build): its unit spec, the failure paths
+# against the misbehaving server and the host-loop hooks. Definite leaks and memory errors
+# fail (exit 99).
 VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
 valgrind-test: build
 	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua \
-	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua
+	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua
 
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
+# poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
 bench: build
 	$(LUA) bench/airlockd_latency.lua
+	$(LUA) bench/poll_frames.lua
 
 install: build
-	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_LUADIR)/airlock $(DESTDIR)$(INST_BINDIR)
+	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)
 	install -m 755 $(CORE_SO) $(DESTDIR)$(INST_LIBDIR)/airlock/core.so
-	install -m 644 $(LUA_SRC) $(DESTDIR)$(INST_LUADIR)/airlock/
+	for f in $(LUA_SRC:lua/%=%); do \
+	  install -D -m 644 lua/$$f $(DESTDIR)$(INST_LUADIR)/$$f || exit 1; done
 	install -m 755 $(AIRLOCKD) $(DESTDIR)$(INST_BINDIR)/airlockd
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
+
+# make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and
+# the .src.rock that carries it with the rockspec (what `luarocks pack` makes, zipped here
+# because pack would look for the tarball elsewhere), in build/dist/. Installs offline:
+#   luarocks --lua-version=5.4 install --deps-mode=none ./airlock-sandbox-<v>-1.src.rock
+DIST_FILES := Makefile README.md rockspec src/core lua bin docs examples
+dist:
+	@grep -q '^#define CORE_VERSION *"$(VERSION)"' src/core/internal.h || \
+	  { echo "dist: src/core/internal.h's CORE_VERSION is not $(VERSION)"; exit 1; }
+	@test -f $(ROCKSPEC) || { echo "dist: no $(ROCKSPEC)"; exit 1; }
+	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
+	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+	  --transform 's,^,$(DIST_NAME)/,' -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_FILES)
+	cp $(ROCKSPEC) $(DIST_DIR)/
+	cd $(DIST_DIR) && touch -d @0 $(notdir $(ROCKSPEC)) $(DIST_NAME).tar.gz && \
+	  zip -q -X $(DIST_NAME)-1.src.rock $(notdir $(ROCKSPEC)) $(DIST_NAME).tar.gz
+	@echo "dist: $(DIST_DIR)/$(DIST_NAME)-1.src.rock" 
 
 clean:
 	rm -rf $(BUILD)

@@ -1,6 +1,7 @@
--- The engine: request building, response decoding, error mapping, retry policy and argument
--- checks as pure functions (no I/O). The libcurl transport uses it; a transport on other
--- sockets (OpenResty cosockets) can reuse it unchanged.
+-- The engine: settings, argument checks, request building, response decoding, error mapping
+-- and THE retry policy, as pure functions (no I/O). Every transport (libcurl, OpenResty
+-- cosockets, libuv) moves the bytes of the requests built here; exchange.lua applies the
+-- policy between tries.
 local cjson = require "cjson"
 local errors = require "airlock.errors"
 
@@ -174,7 +175,15 @@ M.env_flag = env_flag
 local OPTIONS = {
   api_key = true, base_url = true, egress = true, template = true, verify = true,
   timeout = true, connect_timeout = true, max_retries = true, start = true,
+  transport = true, max_concurrent_exec = true,
 }
+
+-- The transport option: nil, a name, or an object with send and sleep methods.
+function M.check_transport(t)
+  if t == nil or (type(t) == "string" and t:match("^[%w_]+$")) then return t end
+  if type(t) == "table" and type(t.send) == "function" and type(t.sleep) == "function" then return t end
+  bad_argument("transport", "\"curl\", \"ngx\", \"uv\" or an object with send and sleep methods", t)
+end
 
 -- Resolve client settings from options and the environment (getenv: a function like
 -- os.getenv). Raises before any request. Returns a plain table (no references to objects).
@@ -235,6 +244,8 @@ function M.settings(opts, getenv)
   local template = opts.template
   if template == nil then template = M.DEFAULT_TEMPLATE end
   M.check_string("template", template, { non_empty = true, utf8 = true })
+  local max_exec = opts.max_concurrent_exec
+  if max_exec ~= nil then M.check_integer("max_concurrent_exec", max_exec, 1, 1000) end
   local egress = {}
   if opts.egress ~= nil then
     if type(opts.egress) ~= "table" then bad_argument("egress", "a list of strings", opts.egress) end
@@ -246,7 +257,7 @@ function M.settings(opts, getenv)
   return {
     base_url = base_url, api_key = api_key, verify = verify, timeout = timeout,
     connect_timeout = connect_timeout, max_retries = max_retries, template = template,
-    egress = egress,
+    egress = egress, transport = M.check_transport(opts.transport), max_concurrent_exec = max_exec,
   }
 end
 
@@ -322,7 +333,7 @@ function M.parse_retry_after(value)
   return nil
 end
 
--- The error for an HTTP error answer {status, body, reason, retry_after}.
+-- The error for an HTTP error answer {status, body, reason, headers}.
 function M.http_error(settings, res)
   local status = res.status
   local reason = res.reason
@@ -342,7 +353,7 @@ function M.http_error(settings, res)
   end
   local class = errors.STATUS_ERRORS[status] or "SandboxError"
   local fields = { status = status, detail = detail, secret = settings.api_key }
-  if status == 429 then fields.retry_after = M.parse_retry_after(res.retry_after) end
+  if status == 429 then fields.retry_after = M.parse_retry_after(res.headers and res.headers["retry-after"]) end
   return errors.new(class, message, fields)
 end
 
@@ -352,11 +363,11 @@ function M.connection_error(settings, reason)
     { secret = settings.api_key })
 end
 
--- Decode a transport result {status=, body=, reason=, retry_after=, error=}:
--- true, data (nil for an empty body) | false, error object.
-function M.decode(settings, res)
+-- Decode what a transport's send gave: a response {status, reason, headers, body}, or nil
+-- and a failure {message, sent, tls}. → true, data (nil for an empty body) | false, error.
+function M.decode(settings, res, failure)
   if res == nil or res.status == nil then
-    return false, M.connection_error(settings, res and res.error or "no response")
+    return false, M.connection_error(settings, failure and failure.message or "no response")
   end
   local status = res.status
   if status < 200 or status >= 300 then return false, M.http_error(settings, res) end
@@ -376,9 +387,9 @@ end
 
 ---------------------------------------------------------------- retry policy (contract 3.7)
 
--- Seconds to wait before the next try, or nil to give up. t: attempt (0 for the first
--- failure), max_retries, method, status (nil = connection failure), retry_after (raw header).
--- airlock.core implements the same function in C (core.retry_wait); a spec keeps them equal.
+-- THE retry policy of the SDK (every transport, every call). Seconds to wait before the next
+-- try, or nil to give up. t: attempt (0 for the first failure), max_retries, method, status
+-- (nil = connection failure), retry_after (the raw header).
 function M.retry_wait(t)
   local attempt, max_retries = t.attempt, t.max_retries or M.DEFAULT_MAX_RETRIES
   if attempt >= max_retries then return nil end
@@ -393,6 +404,17 @@ function M.retry_wait(t)
   if status == 503 then return floor(backoff) end
   if status == nil and (t.method == "GET" or t.method == "DELETE") then return floor(backoff) end
   return nil
+end
+
+-- The server's limit of commands at once when res is its "too many commands" answer
+-- (contract 2.2: 429 without Retry-After, "Too many commands running at once: <n> allowed."),
+-- else nil.
+function M.concurrency_limit(res)
+  if res.status ~= 429 or (res.headers and res.headers["retry-after"]) then return nil end
+  local ok, data = parse_json(res.body)
+  if not ok or type(data) ~= "table" or type(data.detail) ~= "string" then return nil end
+  local n = data.detail:match("^Too many commands running at once: (%d+) allowed")
+  return n and tonumber(n) or nil
 end
 
 return M

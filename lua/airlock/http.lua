@@ -1,7 +1,8 @@
---- JSON over HTTP(S) for talking to LLM providers from an agent loop, on the SDK's own C core
--- (libcurl, connection reuse, retry timers): 429 (honouring an integer Retry-After up to 30 s)
--- and 503 are retried on any method, connection failures on GET/DELETE only, with the SDK's
--- backoff of 1, 2, 4 s. Inside an airlock.spawn() task the wait yields like every SDK call.
+--- JSON over HTTP(S) for talking to LLM providers from an agent loop, on the SDK's own
+-- transports (libcurl with connection reuse; OpenResty cosockets inside nginx) and its one
+-- retry policy: 429 (honouring an integer Retry-After up to 30 s) and 503 are retried on any
+-- method, connection failures on GET/DELETE only, with the SDK's backoff of 1, 2, 4 s.
+-- Inside an airlock.spawn() task the waits yield like every SDK call.
 --
 --   local http = require "airlock.http"
 --   local status, data = http.request{
@@ -10,14 +11,15 @@
 --   }
 --
 -- Returns status, data (the decoded JSON, or the raw text when it is not JSON; nil for an
--- empty body) and a headers table (lower-case names; the core reports `retry-after`).
+-- empty body) and the response headers (lower-case names).
 -- HTTP error statuses are returned, not raised; a failed connection raises an
 -- APIConnectionError. Header values (API keys) never appear in error messages.
 local cjson = require "cjson"
 local cjson_safe = require "cjson.safe"
 local errors = require "airlock.errors"
 local engine = require "airlock.engine"
-local transport = require "airlock.transport"
+local exchange = require "airlock.exchange"
+local transports = require "airlock.transport"
 
 local M = {}
 
@@ -28,7 +30,7 @@ M.USER_AGENT = engine.USER_AGENT
 
 local OPTIONS = {
   method = true, url = true, headers = true, body = true, timeout = true,
-  connect_timeout = true, max_retries = true, verify = true,
+  connect_timeout = true, max_retries = true, verify = true, transport = true,
 }
 
 local function bad(what, expected, got)
@@ -142,7 +144,9 @@ function M.request(opts)
   if not seen["accept"] then lines[#lines + 1] = "Accept: application/json" end
   if not seen["user-agent"] then lines[#lines + 1] = "User-Agent: " .. M.USER_AGENT end
 
-  local req = transport.submit({
+  local transport = transports.resolve(engine.check_transport(opts.transport))
+
+  local res, failure = exchange.perform(transport, {
     method = method,
     url = url,
     headers = lines,
@@ -152,13 +156,11 @@ function M.request(opts)
     max_retries = max_retries,
     verify = verify,
   })
-  local res = transport.wait(req)
   if res == nil or res.status == nil then
     errors.raise("APIConnectionError", scrub("Could not reach " .. shown_url(url) .. ": "
-      .. tostring(res and res.error or "no response"), secrets))
+      .. tostring(failure and failure.message or "no response"), secrets))
   end
-  local headers = {}
-  if res.retry_after ~= nil then headers["retry-after"] = res.retry_after end
+  local headers = res.headers or {}
   local text = res.body
   if text == nil or text == "" then return res.status, nil, headers end
   local data = cjson_safe.decode(text)

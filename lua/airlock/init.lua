@@ -5,29 +5,34 @@
 --                                                                          -- variable on 5.4
 --   airlock.with(opts, function(sbx) ... end)                            -- 5.1 / LuaJIT
 --
--- Library code runs on Lua 5.1/LuaJIT through 5.4 (no to-be-closed variables here).
+-- Library code runs on Lua 5.1/LuaJIT through 5.4 (no to-be-closed variables here). Every
+-- request goes through exchange.lua (engine + retry policy) to a transport (libcurl, or
+-- OpenResty cosockets, ...): nothing here touches the C core.
+local dropped = require "airlock.dropped_sessions"
 local engine = require "airlock.engine"
 local errors = require "airlock.errors"
+local exchange = require "airlock.exchange"
+local exec_gate = require "airlock.exec_gate"
 local result = require "airlock.result"
-local transport = require "airlock.transport"
+local tasks = require "airlock.tasks"
+local transports = require "airlock.transport"
 
-local core = transport.core
 local unpack = table.unpack or unpack  -- luacheck: ignore 143
 local pack = table.pack or function(...) return { n = select("#", ...), ... } end
 
 local M = {
+  VERSION = engine.VERSION,
   _VERSION = engine.VERSION,
   __version__ = engine.VERSION,
   errors = errors,
   engine = engine,
-  core = core,
   Result = result.Result,
 }
 
 local function raise(err) error(err, 0) end
 
 local function call(settings, method, path, body, opts)
-  local ok, data = transport.call(settings, method, path, body, opts)
+  local ok, data = exchange.call(settings, method, path, body, opts)
   if not ok then raise(data) end
   return data
 end
@@ -104,8 +109,8 @@ function Sandbox:start()
   self.tenant_id = data.tenant_id
   self.egress = type(data.egress) == "table" and data.egress or {}
   self.disk_quota_mb = data.disk_quota_mb
-  -- the token deletes the session if this handle is dropped unclosed (queued, no I/O in GC)
-  self._token = core.session(data.session_id, true, s)
+  -- the guard deletes the session if this handle is dropped unclosed (queued, no I/O in GC)
+  self._guard = dropped.guard(data.session_id, s)
   return self
 end
 
@@ -122,12 +127,12 @@ function Sandbox:close(opts)
   end
   local id = self.session_id
   self.session_id = nil
-  if self._token then
-    self._token:close()
-    self._token = nil
+  if self._guard then
+    self._guard:disarm()
+    self._guard = nil
   end
   if not id then return end
-  local ok, err = transport.call(self._settings, "DELETE", engine.session_path(id), nil,
+  local ok, err = exchange.call(self._settings, "DELETE", engine.session_path(id), nil,
     timeout and { timeout = timeout, max_retries = 0 } or nil)
   if not ok and not (errors.is(err, "NotFoundError") and err.status == 404) then raise(err) end
 end
@@ -150,7 +155,7 @@ function Sandbox:run(command, opts)
   local s = self._settings
   local data = call(s, "POST", engine.session_path(id, "/exec"),
     { { "command", command }, { "timeout_seconds", timeout } },
-    { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE) })
+    { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true })
   return result.from_response(data)
 end
 
@@ -224,7 +229,7 @@ function Sandbox:import_repo(repo, opts)
   return call(s, "POST", engine.session_path(id, "/import"),
     { { "repo", repo }, { "ref", ref == nil and engine.null or ref },
       { "path", path == nil and engine.null or path } },
-    { timeout = math.max(s.timeout, engine.IMPORT_TIMEOUT) })
+    { timeout = math.max(s.timeout, engine.IMPORT_TIMEOUT), command = true })
 end
 
 ---------------------------------------------------------------- Files
@@ -269,23 +274,27 @@ function M.attach(session_id, opts)
   engine.check_string("session_id", session_id, { non_empty = true, no_nul = true })
   local sbx = new_sandbox(opts)
   sbx.session_id = session_id
-  sbx._token = core.session(session_id, false)
   return sbx
 end
 
 -- airlock.with(opts, fn) → fn's results. Creates a sandbox, calls fn(sbx), always closes it
--- (error or not) and re-raises fn's error. The scoped form for Lua 5.1/LuaJIT.
+-- (error or not) and re-raises fn's error. The scoped form for Lua 5.1/LuaJIT; fn may wait
+-- (yield) inside a task on every Lua version.
 function M.with(opts, fn)
   if type(fn) ~= "function" then engine.bad_argument("fn", "a function", fn) end
   local sbx = M.sandbox(opts)
-  local r = pack(pcall(fn, sbx))
+  local r = pack(tasks.pcall(fn, sbx))
   if not r[1] then
-    pcall(sbx.close, sbx)
+    tasks.pcall(sbx.close, sbx)
     error(r[2], 0)
   end
   sbx:close()
   return unpack(r, 2, r.n)
 end
+
+-- airlock.pcall(fn, ...): pcall that an SDK call inside a task may yield through, also on
+-- PUC Lua 5.1 (whose own pcall cannot be yielded across).
+M.pcall = tasks.pcall
 
 -- airlock.list_sessions([opts]) → sessions (newest first), tenant_id
 function M.list_sessions(opts)
@@ -296,19 +305,50 @@ end
 -- airlock.is(err, "SandboxError"): hierarchy-aware error test
 M.is = errors.is
 
--- Non-blocking use: tasks are coroutines whose SDK calls yield; poll advances them.
-M.spawn = transport.spawn
-M.poll = transport.poll
+-- airlock.spawn(fn, ...) → Task: fn runs as a task of the current scheduler (the plain
+-- program's, or the one its host gives: an OpenResty request's, a libuv loop's).
+function M.spawn(fn, ...)
+  if type(fn) ~= "function" then engine.bad_argument("fn", "a function", fn) end
+  return tasks.current():spawn(fn, ...)
+end
+
+-- airlock.poll([ms]) → number of tasks still running: advances the current scheduler's tasks
+-- (0, the default, never blocks) and starts the DELETEs of dropped sessions in the background.
+function M.poll(ms)
+  ms = ms or 0
+  if type(ms) ~= "number" or ms ~= ms or ms < 0 then engine.bad_argument("ms", "a number >= 0", ms) end
+  exchange.delete_dropped(false)
+  return tasks.current():poll(ms)
+end
 
 -- airlock.close_connections() → true (false while requests are in flight): closes the idle
 -- keep-alive connections (e.g. before a long idle period or a fork).
 function M.close_connections()
-  return core.close_connections()
+  local t = transports.auto()
+  if t.close_idle then return t:close_idle() end
+  return true
 end
 
--- airlock.drain(): delete (now) the sessions of dropped, unclosed handles.
+-- airlock.drain() → n: delete (now) the sessions of dropped, unclosed handles.
 function M.drain()
-  return transport.drain(true)
+  return exchange.delete_dropped(true)
+end
+
+-- airlock.stats() → counters: requests, retries, requeued, commands running/waiting in the
+-- client-side line, dropped sessions waiting, tasks, and the automatic transport's own.
+function M.stats()
+  local s = exchange.stats()
+  local gate = exec_gate.stats()
+  s.commands_running, s.commands_waiting, s.commands_queued = gate.running, gate.waiting, gate.queued
+  s.server_full = gate.refusals
+  s.dropped_waiting, s.dropped_overflow = dropped.count(), dropped.overflow()
+  s.tasks = tasks.current():running()
+  local t = transports.auto()
+  s.transport = t.name
+  if t.stats then
+    for k, v in pairs(t:stats()) do s[k] = v end
+  end
+  return s
 end
 
 return M

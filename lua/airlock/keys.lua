@@ -7,11 +7,11 @@
 --   for _, k in ipairs(mine:list()) do print(k.key_id, k.active) end
 --   mine:revoke(old_key_id)
 --
--- Requests go through the same engine and transport as airlock.sandbox (same retry policy,
--- TLS options, error classes; usable inside airlock.spawn tasks).
+-- Requests go through the same engine, retry policy and transports as airlock.sandbox (same
+-- TLS options, error classes; usable inside airlock.spawn tasks and in OpenResty).
 local engine = require "airlock.engine"
 local errors = require "airlock.errors"
-local transport = require "airlock.transport"
+local exchange = require "airlock.exchange"
 
 local M = {}
 
@@ -20,7 +20,7 @@ M.NEED_TENANT = "Admins must say which tenant the key is for (tenant=...)."
 
 local OPTIONS = {
   api_key = true, base_url = true, admin = true, verify = true, timeout = true,
-  connect_timeout = true, max_retries = true,
+  connect_timeout = true, max_retries = true, transport = true,
 }
 
 local Client = {}
@@ -36,7 +36,7 @@ local function missing_settings(var)
   return "Set base_url and api_key, or the SANDBOX_API_URL and " .. var .. " environment variables."
 end
 
--- keys.client{api_key=, base_url=, admin=false, verify=, timeout=30, max_retries=3}
+-- keys.client{api_key=, base_url=, admin=false, verify=, timeout=30, max_retries=3, transport=}
 -- → Client. The key defaults to $SANDBOX_ADMIN_KEY (admin) or $SANDBOX_API_KEY, the URL to
 -- $SANDBOX_API_URL. Raises SandboxError before any request when either is missing.
 function M.client(opts, getenv)
@@ -62,6 +62,7 @@ function M.client(opts, getenv)
     api_key = api_key, base_url = base_url, verify = opts.verify,
     timeout = opts.timeout == nil and M.DEFAULT_TIMEOUT or opts.timeout,
     connect_timeout = opts.connect_timeout, max_retries = opts.max_retries,
+    transport = opts.transport,
   }, getenv)
   return setmetatable({
     admin = admin,
@@ -78,7 +79,7 @@ local function check_self(self, what)
 end
 
 local function call(self, method, path, body, query)
-  local ok, data = transport.call(self._settings, method, path, body, query and { query = query } or nil)
+  local ok, data = exchange.call(self._settings, method, path, body, query and { query = query } or nil)
   if not ok then error(data, 0) end
   return data
 end

@@ -1,14 +1,17 @@
 --- A local MCP server over stdio (used by bin/airlock-mcp): JSON-RPC 2.0, one message per
 -- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
 -- sandbox per process created on the first tool call and deleted when the client
--- disconnects. Runs on Lua 5.1/LuaJIT through 5.4.
+-- disconnects. The tools, their checks and texts come from the agent catalogue
+-- (airlock.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
 --
 --   local mcp = require "airlock.mcp"
 --   local settings = assert(mcp.settings_from_env(os.getenv, arg))
 --   mcp.serve(settings, io.stdin, io.stdout)
 local cjson = require "cjson"
 local cjson_safe = require "cjson.safe"
-local tools = require "airlock.tools"
+local catalogue = require "airlock.agent.catalogue"
+local agent_text = require "airlock.agent.text"
+local tasks = require "airlock.tasks"
 
 local M = {}
 
@@ -47,28 +50,10 @@ M.INSTRUCTIONS = table.concat({
 
 local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
 
--- Python's shlex.quote: safe words unchanged, anything else in single quotes.
-function M.shell_quote(s)
-  if s == "" then return "''" end
-  if not s:find("[^%w_@%%%+=:,%./%-]") then return s end
-  return "'" .. s:gsub("'", "'\"'\"'") .. "'"
-end
+M.shell_quote = agent_text.shell_quote
+M.group_digits = agent_text.group_digits
 
--- 1234567 -> "1,234,567"
-function M.group_digits(n)
-  local s = string.format("%d", n)
-  local sign, digits = s:match("^(%-?)(%d+)$")
-  digits = digits:reverse():gsub("(%d%d%d)", "%1,"):reverse():gsub("^,", "")
-  return sign .. digits
-end
-
-local function clamp(n, lo, hi)
-  if n < lo then return lo end
-  if n > hi then return hi end
-  return n
-end
-
-local function is_null(v) return v == nil or v == cjson_safe.null end
+local is_null = catalogue.is_null
 
 local function read_all(path)
   local f = io.open(path, "rb")
@@ -209,13 +194,8 @@ end
 -- The SDK, seen through the few calls the server makes. Everything that depends on the
 -- shape of the airlock module is here.
 
-local class_name, is_a = tools._error_class, tools._is_error
+local class_name, is_a, message_of = agent_text.error_class, agent_text.is_error, agent_text.message_of
 M.is_a = is_a
-
-local function message_of(err)
-  if type(err) == "table" and err.message ~= nil then return tostring(err.message) end
-  return tostring(err)
-end
 
 local Sdk = {}
 Sdk.__index = function(self, key)
@@ -303,7 +283,7 @@ function Holder:get()
   if not self.swept then
     self.swept = true
     local old = self:left_over()
-    if old then pcall(self.sdk.delete, self.sdk, self.settings, old, 5) end
+    if old then tasks.pcall(self.sdk.delete, self.sdk, self.settings, old, 5) end
     self:forget()
   end
   local sbx = self.sdk:create(self.settings)
@@ -316,7 +296,7 @@ end
 -- once more, prefixing its text with a note.
 function Holder:call(fn)
   local sbx = self:get()
-  local ok, res = pcall(fn, sbx)
+  local ok, res = tasks.pcall(fn, sbx)
   if ok then return res end
   if not is_a(res, "NotFoundError") then error(res, 0) end
   self.sbx = nil
@@ -329,7 +309,7 @@ function Holder:reset()
   local old = self.sbx
   self.sbx = nil
   if old then
-    local ok, err = pcall(self.sdk.close, self.sdk, old, nil)
+    local ok, err = tasks.pcall(self.sdk.close, self.sdk, old, nil)
     if not ok and not is_a(err, "NotFoundError") then error(err, 0) end
   end
   self:forget()
@@ -342,220 +322,34 @@ function Holder:shutdown()
   local sbx = self.sbx
   self.sbx = nil
   if sbx then
-    pcall(self.sdk.close, self.sdk, sbx, 1.5)
+    tasks.pcall(self.sdk.close, self.sdk, sbx, 1.5)
     self:forget()
   end
 end
 
 ---------------------------------------------------------------------------------------------
--- The tools
+-- The tools (the catalogue's "mcp" surface)
 
-local function format_egress(events, sbx)
-  if #events == 0 then
-    local egress = sbx.egress
-    if type(egress) ~= "table" or #egress == 0 then return "This sandbox has no internet access." end
-    return "No outbound connections yet."
-  end
-  local lines = {}
-  for i, e in ipairs(events) do
-    local host = e.host
-    if is_null(host) or host == "" then host = e.target end
-    if is_null(host) or host == "" then host = "?" end
-    local line = string.format("%-5s  %s", tostring(is_null(e.decision) and "" or e.decision), tostring(host))
-    if not is_null(e.reason) and e.reason ~= "" then line = line .. "  (" .. tostring(e.reason) .. ")" end
-    local down = tonumber(e.bytes_down)
-    if down and down ~= 0 then line = line .. "  " .. M.group_digits(down) .. " bytes in" end
-    lines[i] = line
-  end
-  return table.concat(lines, "\n")
-end
-M.format_egress = format_egress
+local SURFACE = "mcp"
+local TEXTS = catalogue.TEXTS.mcp
 
-local function format_activity(entries)
-  if #entries == 0 then return "No commands recorded yet." end
-  local lines = {}
-  for i, e in ipairs(entries) do
-    local result
-    if e.timed_out == true then
-      result = "timed out"
-    elseif e.oom_killed == true then
-      result = "out of memory"
-    elseif is_null(e.exit_code) then
-      result = "failed"
-    else
-      result = "exit " .. string.format("%d", e.exit_code)
-    end
-    local line = string.format("%-13s %s", result, tostring(is_null(e.command) and "" or e.command))
-    if not is_null(e.session_id) and e.session_id ~= "" then
-      line = line .. "   [" .. tostring(e.session_id) .. "]"
-    end
-    lines[i] = line
-  end
-  return table.concat(lines, "\n")
-end
-M.format_activity = format_activity
-
--- Parameter kinds: "string" or "integer" (an integer value, or a string of one, like the
--- reference's lax validation).
-local function P(name, kind, description, default)
-  return { name = name, kind = kind, description = description, default = default }
-end
-
-local LIST_FILES_PRINTF = "'%y %8s  %p\\n'"
-
-M.TOOLS = {
-  {
-    name = "run_command", title = "Run a shell command", read_only = false, destructive = false,
-    description = "Run a shell command in the sandbox and return stdout, stderr and the exit code.\n\n"
-      .. "Each call uses a fresh container; files in /workspace persist between calls. "
-      .. "timeout_seconds must be 1-60.",
-    params = { P("command", "string", "Shell command to run, e.g. 'python3 -m pytest -q'"),
-      P("timeout_seconds", "integer", "1-60, default 30", 30) },
-    run = function(sbx, a) return sbx:run(a.command, { timeout = a.timeout_seconds }).output end,
-  },
-  {
-    name = "write_file", title = "Write a file", read_only = false, destructive = false,
-    description = "Create or overwrite a text file in the sandbox workspace (path relative to /workspace).",
-    params = { P("path", "string", "Path relative to /workspace"), P("content", "string", "Full file content") },
-    run = function(sbx, a)
-      sbx.files:write(a.path, a.content)
-      return string.format("Wrote %d characters to %s", tools.char_count(a.content), a.path)
-    end,
-  },
-  {
-    name = "read_file", title = "Read a file", read_only = true, destructive = false,
-    description = "Read a text file from the sandbox workspace (path relative to /workspace).",
-    params = { P("path", "string", "Path relative to /workspace") },
-    run = function(sbx, a) return sbx.files:read(a.path) end,
-  },
-  {
-    name = "list_files", title = "List files", read_only = true, destructive = false,
-    description = "List files and directories in the sandbox workspace, with sizes "
-      .. "(installed packages under .local are skipped).",
-    params = { P("path", "string", "Folder relative to /workspace", "."),
-      P("max_depth", "integer", "How deep to descend, 1-10", 3) },
-    run = function(sbx, a)
-      local command = string.format(
-        "find %s -maxdepth %d -path '*/.local' -prune -o -printf %s 2>&1 | sort -k3 | head -500",
-        M.shell_quote(a.path), clamp(a.max_depth, 1, 10), LIST_FILES_PRINTF)
-      return sbx:run(command, { timeout = 15 }).output
-    end,
-  },
-  {
-    name = "import_repo", title = "Import a GitHub repository", read_only = false, destructive = false,
-    description = "Copy a public GitHub repository into the sandbox workspace.\n\n"
-      .. "repo is \"owner/repo\" or https://github.com/owner/repo; ref is a branch, tag or commit "
-      .. "(default: the default branch); path is the folder under /workspace (default: the repo "
-      .. "name). Works without internet access in the sandbox.",
-    params = { P("repo", "string", "owner/repo or https://github.com/owner/repo"),
-      P("ref", "string", "Branch, tag or commit (default: the default branch)", ""),
-      P("path", "string", "Folder under /workspace (default: the repo name)", "") },
-    run = function(sbx, a)
-      local r = sbx:import_repo(a.repo, {
-        ref = a.ref ~= "" and a.ref or nil, path = a.path ~= "" and a.path or nil })
-      return string.format("Imported %s@%s: %s files in %s", tostring(r.repo), tostring(r.ref),
-        tostring(r.files), tostring(r.path))
-    end,
-  },
-  {
-    name = "egress_log", title = "Egress log", read_only = true, destructive = false,
-    description = "Show the sandbox's outbound internet connections: which hosts were allowed or "
-      .. "denied, and why.",
-    params = { P("limit", "integer", "How many events, newest last (1-500)", 50) },
-    run = function(sbx, a) return format_egress(sbx:egress_log(clamp(a.limit, 1, 500)), sbx) end,
-  },
-  {
-    name = "activity", title = "Activity log", read_only = true, destructive = false,
-    description = "Show recent commands run in this tenant's sandboxes (newest first): command, "
-      .. "exit code, duration.",
-    params = { P("limit", "integer", "How many commands (1-100)", 20) },
-    run = function(sbx, a)
-      local page = sbx:audit({ limit = clamp(a.limit, 1, 100) })
-      return format_activity(page.entries or {})
-    end,
-  },
-  {
-    name = "sandbox_info", title = "Sandbox info", read_only = true, destructive = false,
-    description = "Show the sandbox's session, internet access, disk quota and the tenant's limits.",
-    params = {},
-    run = function(sbx, _, server)
-      local usage = sbx:usage()
-      local limits = usage.limits or {}
-      local egress = type(sbx.egress) == "table" and #sbx.egress > 0 and table.concat(sbx.egress, ", ") or "none"
-      return table.concat({
-        "Server: " .. server.settings.base_url,
-        string.format("Session: %s (tenant %s)", tostring(sbx.session_id), tostring(sbx.tenant_id or usage.tenant_id)),
-        "Internet: " .. egress,
-        "Disk quota: " .. tostring(sbx.disk_quota_mb) .. " MB",
-        string.format("Limits: %s sessions, %s requests/min, %s concurrent commands",
-          tostring(limits.max_sessions), tostring(limits.requests_per_minute),
-          tostring(limits.max_concurrent_exec)),
-      }, "\n")
-    end,
-  },
-  {
-    name = "reset_sandbox", title = "Reset the sandbox", read_only = false, destructive = true,
-    description = "Delete the sandbox workspace and start a fresh, empty one.",
-    params = {},
-    reset = true,
-  },
-}
-
-local TOOLS_BY_NAME = {}
-for _, t in ipairs(M.TOOLS) do TOOLS_BY_NAME[t.name] = t end
-
-local function input_schema(tool)
-  local properties, required = {}, {}
-  for _, p in ipairs(tool.params) do
-    local prop = { type = p.kind, description = p.description }
-    if p.default ~= nil then prop.default = p.default else required[#required + 1] = p.name end
-    properties[p.name] = prop
-  end
-  -- lua-cjson writes an empty table as {}: right for `properties`; an empty `required`
-  -- list is left out rather than sent as an object.
-  local schema = { type = "object", properties = properties }
-  if #required > 0 then schema.required = required end
-  return schema
-end
+M.format_egress = catalogue.format_egress
+M.format_activity = catalogue.format_activity
+M.TOOLS = catalogue.tools(SURFACE)
 
 function M.list_tools()
   local list = {}
   for i, t in ipairs(M.TOOLS) do
+    local m = t.mcp
     list[i] = {
       name = t.name,
-      title = t.title,
-      description = t.description,
-      inputSchema = input_schema(t),
-      annotations = { title = t.title, readOnlyHint = t.read_only, destructiveHint = t.destructive },
+      title = m.title,
+      description = m.description,
+      inputSchema = catalogue.schema(t, SURFACE),
+      annotations = { title = m.title, readOnlyHint = m.read_only, destructiveHint = m.destructive },
     }
   end
   return list
-end
-
--- Checks and completes the arguments of `tool`; nil and a message when they are invalid.
-local function check_arguments(tool, args)
-  local out = {}
-  for _, p in ipairs(tool.params) do
-    local v = args[p.name]
-    if is_null(v) then
-      if p.default == nil then
-        return nil, string.format("missing required argument '%s' for %s", p.name, tool.name)
-      end
-      v = p.default
-    elseif p.kind == "string" then
-      if type(v) ~= "string" then
-        return nil, string.format("argument '%s' for %s must be a string", p.name, tool.name)
-      end
-    else
-      local n = type(v) == "number" and v or (type(v) == "string" and tonumber(v:match("^%s*([+-]?%d+)%s*$")))
-      if type(n) ~= "number" or n ~= math.floor(n) or n ~= n or n == math.huge or n == -math.huge then
-        return nil, string.format("argument '%s' for %s must be an integer", p.name, tool.name)
-      end
-      v = math.floor(n)
-    end
-    out[p.name] = v
-  end
-  return out
 end
 
 ---------------------------------------------------------------------------------------------
@@ -599,24 +393,24 @@ local function rpc_error(id, code, message)
   return encode_response(id, "error", { code = code, message = message })
 end
 
-local function tool_result(text, is_error)
-  return { content = { { type = "text", text = tools.truncate(text) } }, isError = is_error }
+local function tool_result(answer, is_error)
+  return { content = { { type = "text", text = agent_text.truncate(answer) } }, isError = is_error }
 end
 
 function Server:call_tool(tool, args)
-  local ok, res = pcall(function()
+  local ok, res = tasks.pcall(function()
     if tool.reset then
       local sbx = self.holder:reset()
-      return string.format("Started a fresh sandbox (%s). All previous files are gone.", tostring(sbx.session_id))
+      return string.format(TEXTS.reset, tostring(sbx.session_id))
     end
-    return self.holder:call(function(sbx) return tool.run(sbx, args, self) end)
+    return self.holder:call(function(sbx) return catalogue.run(tool, SURFACE, sbx, args, self) end)
   end)
   if ok then return tool_result(type(res) == "string" and res or tostring(res), false) end
   local err = res
   if is_a(err, "FileNotFoundError") then
-    return tool_result("File not found: " .. tostring(args.path), true)
+    return tool_result(string.format(TEXTS.not_found, tostring(args.path)), true)
   end
-  return tool_result((class_name(err) or "Error") .. ": " .. message_of(err), true)
+  return tool_result(string.format(TEXTS.error, class_name(err) or "Error", message_of(err)), true)
 end
 
 local function negotiate(requested)
@@ -670,14 +464,14 @@ function Server:dispatch(msg)
     if type(name) ~= "string" then
       return rpc_error(id, -32602, "Invalid params: 'name' must be the name of a tool")
     end
-    local tool = TOOLS_BY_NAME[name]
+    local tool = catalogue.find(SURFACE, name)
     if not tool then return rpc_error(id, -32602, "Unknown tool: " .. name) end
     local args = params.arguments
     if is_null(args) then args = {} end
     if type(args) ~= "table" or args[1] ~= nil then
       return rpc_error(id, -32602, "Invalid params: 'arguments' must be an object")
     end
-    local checked, problem = check_arguments(tool, args)
+    local checked, problem = catalogue.check(tool, SURFACE, args)
     if not checked then return rpc_error(id, -32602, "Invalid params: " .. problem) end
     return encode_response(id, "result", self:call_tool(tool, checked))
   end

@@ -3,6 +3,7 @@
 -- are in spec/lua54/leaks_close_spec.lua.)
 local airlock = require "airlock"
 local core = require "airlock.core"
+local dropped = require "airlock.dropped_sessions"
 local airlockd = require "support.airlockd"
 
 local function clock() return require("socket").gettime() end
@@ -40,7 +41,7 @@ describe("no session outlives its handle", function()
     assert.are.equal(100, created)
     assert.are.equal(0, left)
     assert.are.equal(0, left_expiring)
-    assert.are.equal(0, core.pending_count())
+    assert.are.equal(0, dropped.count())
   end)
 
   it("airlock.with, normal end (20)", function()
@@ -86,7 +87,7 @@ describe("no session outlives its handle", function()
     for _ = 1, n do drop_one() end
     collectgarbage()
     collectgarbage()
-    assert.are.equal(n, core.pending_count())
+    assert.are.equal(n, dropped.count())
   end
 
   it("explicit close, twice (20)", function()
@@ -104,14 +105,14 @@ describe("no session outlives its handle", function()
     drop_and_collect(10)
     -- the next call deletes them first, so it already sees none
     assert.are.equal(0, remaining(opts))
-    assert.are.equal(0, core.pending_count())
+    assert.are.equal(0, dropped.count())
   end)
 
   it("handles dropped and garbage-collected, drained by poll (10)", function()
     drop_and_collect(10)
     local t = clock()
     airlock.poll(0)                       -- sends the DELETEs without blocking
-    assert.are.equal(0, core.pending_count())
+    assert.are.equal(0, dropped.count())
     while core.stats().live > 0 do
       airlock.poll(50)
       assert.is_true(clock() - t < 30, "the DELETEs did not finish")
@@ -125,7 +126,7 @@ describe("no session outlives its handle", function()
       created = created + 1
       do local _ = airlock.attach(owner.session_id, opts) end
       collectgarbage()
-      assert.are.equal(0, core.pending_count())
+      assert.are.equal(0, dropped.count())
       local other = airlock.attach(owner.session_id, opts)
       other:close()
       owner:close()     -- already deleted through the attached handle: a silent 404
@@ -152,8 +153,8 @@ describe("no session outlives its handle", function()
     for i = 6, 10 do handles[i] = nil end
     collectgarbage()
     collectgarbage()
-    assert.are.equal(5, core.pending_count())
-    assert.are.equal(0, airlock.drain() == 5 and core.pending_count() or -1)
+    assert.are.equal(5, dropped.count())
+    assert.are.equal(0, airlock.drain() == 5 and dropped.count() or -1)
     assert.are.equal(0, remaining(short_opts))
   end)
 end)

@@ -1,5 +1,7 @@
--- The rock builds and installs offline (`luarocks make --deps-mode=none`), and the installed
--- module loads from the rock tree alone.
+-- Packaging: the rockspec names every module and the SDK's own version; `make dist` makes a
+-- .src.rock that installs offline into a fresh tree (`--deps-mode=none`: the declared
+-- lua-cjson comes from Debian), and the installed SDK loads from that tree alone and reports
+-- the rockspec's version.
 local proc = require "support.proc"
 local q = proc.shell_quote
 local run = proc.run_capture
@@ -7,43 +9,97 @@ local run = proc.run_capture
 local lua_version = _VERSION:match("%d+%.%d+")
 local interpreter = proc.lua_interpreter()
 
+-- The rockspec's fields, read as the Lua file it is.
+local function load_rockspec(path)
+  local text = assert(proc.read_file(path), "cannot read " .. path)
+  local env = {}
+  local chunk
+  if setfenv then                                        -- luacheck: ignore 113
+    chunk = assert(loadstring(text, path))               -- luacheck: ignore 113
+    setfenv(chunk, env)                                  -- luacheck: ignore 113
+  else
+    chunk = assert(load(text, path, "t", env))
+  end
+  chunk()
+  return env
+end
+
+local function rockspec_path()
+  local version = require("airlock").VERSION
+  return "rockspec/airlock-sandbox-" .. tostring(version) .. "-1.rockspec"
+end
+
 describe("the rockspec", function()
+  it("carries the SDK's version (airlock.VERSION, the C core's) and declares lua-cjson", function()
+    local airlock = require "airlock"
+    assert.is_string(airlock.VERSION)
+    local spec = load_rockspec(rockspec_path())
+    assert.are.equal(airlock.VERSION .. "-1", spec.version)
+    assert.are.equal(airlock.VERSION, require("airlock.core")._VERSION)
+    assert.are.equal("airlock-sandbox-" .. airlock.VERSION .. ".tar.gz", spec.source.url)
+    local deps = table.concat(spec.dependencies, ",")
+    assert.is_truthy(deps:find("lua-cjson", 1, true), deps)
+  end)
+
+  it("installs every Lua module of lua/", function()
+    local spec = load_rockspec(rockspec_path())
+    local mapped = {}
+    for _, src in pairs(spec.build.modules) do
+      if type(src) == "string" then mapped[src] = true end
+    end
+    local missing = {}
+    for file in proc.output("find lua -name '*.lua' | sort"):gmatch("[^\n]+") do
+      if not mapped[file] then missing[#missing + 1] = file end
+    end
+    assert.are.same({}, missing)
+  end)
+end)
+
+describe("make dist", function()
   local work
 
-  before_each(function()
-    work = proc.make_temp_dir()
-    assert(os.execute("mkdir -p " .. q(work .. "/src")))
-  end)
+  before_each(function() work = proc.make_temp_dir() end)
+  after_each(function() proc.remove_tree(work) end)
 
-  after_each(function()
-    proc.remove_tree(work)
-  end)
-
-  it("builds and installs offline, and the installed module loads #slow", function()
-    -- A copy of the sources, so the build leaves nothing in the checkout.
-    local rc, out = run("cp -r src/core " .. q(work .. "/src/") ..
-      " && cp -r lua bin rockspec docs examples " .. q(work))
+  it("makes a .src.rock that installs offline and loads from its tree alone #slow", function()
+    -- A copy of the sources, so that nothing is built in the checkout.
+    local rc, out = run("cp -r Makefile README.md rockspec lua bin docs examples " .. q(work) ..
+      " && mkdir -p " .. q(work .. "/src") .. " && cp -r src/core " .. q(work .. "/src/"))
     assert.are.equal(0, rc, out)
+    rc, out = run("cd " .. q(work) .. " && make -s dist BUILD=build")
+    assert.are.equal(0, rc, out)
+    local rock = out:match("dist: (%S+%.src%.rock)")
+    assert.truthy(rock, out)
+
     local tree = work .. "/tree"
-    rc, out = run("cd " .. q(work) .. " && luarocks --lua-version=" .. lua_version ..
-      " make --deps-mode=none --tree=" .. q(tree) .. " rockspec/airlock-sandbox-scm-1.rockspec")
+    rc, out = run("cd " .. q(work .. "/" .. rock:match("^(.*)/")) .. " && luarocks --lua-version=" .. lua_version ..
+      " install --deps-mode=none --tree=" .. q(tree) .. " ./" .. q(rock:match("[^/]+$")))
     assert.are.equal(0, rc, out)
-    assert.truthy(out:find("airlock-sandbox scm-1 is now installed", 1, true), out)
+    local rock_version = rock:match("airlock%-sandbox%-(.+)%.src%.rock$")
+    assert.truthy(out:find("airlock-sandbox " .. rock_version .. " is now installed", 1, true), out)
+
+    -- The dependency on lua-cjson is declared (and, with --deps-mode=none, not fetched).
+    rc, out = run("luarocks --lua-version=" .. lua_version .. " --tree=" .. q(tree) ..
+      " show --deps airlock-sandbox")
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("lua-cjson", 1, true), out)
 
     -- Load from the rock tree only (plus the system paths for lua-cjson).
     local lpath = tree .. "/share/lua/" .. lua_version .. "/?.lua;" ..
       tree .. "/share/lua/" .. lua_version .. "/?/init.lua;;"
     local cpath = tree .. "/lib/lua/" .. lua_version .. "/?.so;;"
     local probe = [[local a = require "airlock"; local core = require "airlock.core"
-      local tools = require "airlock.tools"
-      print(a.VERSION, package.searchpath("airlock.core", package.cpath), #tools.openai_tools())]]
+      local tools = require "airlock.tools"; local t = require "airlock.transport".load("curl")
+      print(a.VERSION, core._VERSION, t.name, #tools.openai_tools(), #require("airlock.mcp").list_tools())]]
     rc, out = run("cd / && LUA_PATH=" .. q(lpath) .. " LUA_CPATH=" .. q(cpath) .. " " ..
       interpreter .. " -e " .. q(probe))
     assert.are.equal(0, rc, out)
-    local version, so, ntools = out:match("^(%S+)%s+(%S+)%s+(%d+)")
-    assert.truthy(version, out)
-    assert.are.equal(tree .. "/lib/lua/" .. lua_version .. "/airlock/core.so", so)
+    local version, core_version, transport, ntools, nmcp = out:match("^(%S+)%s+(%S+)%s+(%S+)%s+(%d+)%s+(%d+)")
+    assert.are.equal(rock_version, version and version .. "-1", out)
+    assert.are.equal(version, core_version)
+    assert.are.equal("curl", transport)
     assert.are.equal("3", ntools)
+    assert.are.equal("9", nmcp)
     -- The MCP server script is installed as a command.
     assert.truthy(io.open(tree .. "/bin/airlock-mcp", "r"), "bin/airlock-mcp not installed")
   end)

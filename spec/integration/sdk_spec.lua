@@ -3,6 +3,7 @@
 -- bodies) are in badserver_spec.lua.
 local airlock = require "airlock"
 local core = require "airlock.core"
+local dropped = require "airlock.dropped_sessions"
 
 local function clock() return require("socket").gettime() end
 
@@ -142,10 +143,10 @@ describe("airlock SDK against airlockd", function()
     assert.is_true(session_ids(opts)[id])
     collectgarbage()
     collectgarbage()
-    assert.are.equal(1, core.pending_count())
+    assert.are.equal(1, dropped.count())
     -- the next SDK call drains the queue first
     assert.is_nil(session_ids(opts)[id])
-    assert.are.equal(0, core.pending_count())
+    assert.are.equal(0, dropped.count())
   end)
 
   it("never deletes an attached session on GC", function()
@@ -157,7 +158,7 @@ describe("airlock SDK against airlockd", function()
     end
     collectgarbage()
     collectgarbage()
-    assert.are.equal(0, core.pending_count())
+    assert.are.equal(0, dropped.count())
     assert.is_true(session_ids(opts)[sbx.session_id])
   end)
 
@@ -228,7 +229,8 @@ describe("airlock SDK against airlockd", function()
     for i = 1, 2 do took[i] = took[i] or clock() - t end
     local elapsed = clock() - t
     for _, req in ipairs(reqs) do
-      local ok, data = engine.decode(settings, req:result())
+      local r = req:result()
+      local ok, data = engine.decode(settings, r.status and r or nil, r)
       assert.is_true(ok, tostring(data))
       assert.are.equal("x\n", data.stdout)
     end
@@ -273,6 +275,29 @@ describe("airlock SDK against airlockd", function()
     assert.are.equal(2, seen_running)
     assert.is_true(elapsed < 0.75 * (took[1] + took[2]) + 0.5,
       string.format("elapsed %.2f s, runs %.2f + %.2f s", elapsed, took[1], took[2]))
+  end)
+
+  -- PUC Lua 5.1's pcall cannot be yielded across: with and the agent tools must not use it.
+  it("spawn + with: a scope that waits then fails is closed and its error re-raised (every Lua)", function()
+    local tools = require "airlock.tools"
+    local seen, text
+    local boom = setmetatable({}, { __tostring = function() return "boom" end })
+    local task = airlock.spawn(function()
+      return airlock.with(opts, function(sbx)
+        seen = sbx.session_id
+        text = tools.handle_tool_call(sbx, "run_command", '{"command": "echo from-a-task"}')
+        local ok, err = airlock.pcall(sbx.files.read, sbx.files, "missing.txt")
+        assert(not ok and airlock.is(err, "FileNotFoundError"), tostring(err))
+        error(boom)
+      end)
+    end)
+    local t = clock()
+    while airlock.poll(50) > 0 do assert.is_true(clock() - t < 60, "the task hangs") end
+    local ok, err = task:result()
+    assert.is_false(ok)
+    assert.are.equal(boom, err)
+    assert.is_truthy(text:find("from-a-task", 1, true), text)
+    assert.is_nil(session_ids(opts)[seen])
   end)
 
   it("a poll(0) never blocks while requests are in flight", function()

@@ -1,14 +1,15 @@
--- airlock.core without a server: argument checks, session tokens and the pending-delete
--- queue, and that step() never blocks when told not to.
+-- airlock.core without a server: argument checks, one attempt per request (no retries in C),
+-- connection failures described (sent, tls), step() never blocking when told not to, the
+-- host-loop hooks when idle, and the monotonic clock.
 local core = require "airlock.core"
 
 local function clock() return require("socket").gettime() end
 
 describe("airlock.core", function()
-  it("exposes a version and one shared driver", function()
-    assert.are.equal("0.1.0", core._VERSION)
-    assert.are.equal("0.1.0", require("airlock.engine").VERSION)
-    assert.are.equal(30, core.MAX_RETRY_WAIT)
+  it("exposes the SDK's version", function()
+    assert.are.equal(require("airlock.engine").VERSION, core._VERSION)
+    assert.is_nil(core.retry_wait)      -- the retry policy lives in Lua only
+    assert.is_nil(core.session)         -- so does the dropped-session queue
   end)
 
   describe("request argument checks", function()
@@ -27,7 +28,6 @@ describe("airlock.core", function()
       bad({ method = "GET", url = "http://x/\0y" }, "bad url")
       bad({ method = "GET", url = "http://x/", timeout_ms = -1 }, "timeout_ms")
       bad({ method = "GET", url = "http://x/", timeout_ms = 1.5 }, "timeout_ms")
-      bad({ method = "GET", url = "http://x/", max_retries = 101 }, "max_retries")
       bad({ method = "GET", url = "http://x/", headers = { "A: b\r\nC: d" } }, "header 1")
       bad({ method = "GET", url = "http://x/", headers = "A: b" }, "headers")
       bad({ method = "GET", url = "http://x/", verify = 1 }, "verify")
@@ -45,69 +45,93 @@ describe("airlock.core", function()
       assert.is_true(clock() - t < 1)
     end)
 
-    it("step(0) does not block while a retry timer is pending", function()
-      -- port 9 on loopback refuses; GET is retried after 1 s (a timer, not a sleep)
-      local req = core.request({ method = "GET", url = "http://127.0.0.1:9/", max_retries = 1 })
+    it("with idle_wait, sleeps the time asked when nothing is in flight", function()
       local t = clock()
-      for _ = 1, 20 do core.step(0) end
-      assert.is_true(clock() - t < 0.5)
-      assert.is_false(req:done())
-      assert.are.equal("waiting", (req:state()))
-      repeat core.step(200) until req:done()
+      core.step(120, true)
+      local took = clock() - t
+      assert.is_true(took >= 0.1, "slept " .. took)
+      assert.is_true(took < 2, "slept " .. took)
+    end)
+
+    it("makes one attempt: a refused connection is an error, never retried, not sent", function()
+      -- port 9 on loopback refuses
+      local req = core.request({ method = "GET", url = "http://127.0.0.1:9/" })
+      local t = clock()
+      repeat core.step(200) until req:done() or clock() - t > 10
+      assert.is_true(req:done())
       local res = req:result()
       assert.is_nil(res.status)
-      assert.are.equal(2, res.attempts)
       assert.is_string(res.error)
+      assert.is_false(res.sent)
+      assert.is_false(res.tls)
+      assert.are.equal(7, res.code)                       -- CURLE_COULDNT_CONNECT
+      assert.is_true(clock() - t < 5)
+    end)
+
+    -- A loopback listener that never accepts: connections complete in the kernel's backlog
+    -- and the request then waits for an answer that never comes.
+    local function silent_listener()
+      local server = assert(require("socket").bind("127.0.0.1", 0))
+      local _, port = server:getsockname()
+      return server, "http://127.0.0.1:" .. port .. "/"
+    end
+
+    it("step(0) does not block while a transfer waits for an answer", function()
+      local server, url = silent_listener()
+      finally(function() server:close() end)
+      local req = core.request({ method = "GET", url = url, timeout_ms = 300 })
+      local t = clock()
+      for _ = 1, 20 do core.step(0) end
+      assert.is_true(clock() - t < 0.25)
+      assert.is_false(req:done())
+      repeat core.step(100) until req:done() or clock() - t > 10
+      local res = req:result()
+      assert.is_nil(res.status)
+      assert.are.equal(28, res.code)                      -- CURLE_OPERATION_TIMEDOUT
+      assert.is_true(res.sent)                            -- the request went out
     end)
 
     it("cancel() ends a request early", function()
-      local req = core.request({ method = "GET", url = "http://127.0.0.1:9/", max_retries = 3 })
+      local server, url = silent_listener()
+      finally(function() server:close() end)
+      local req = core.request({ method = "GET", url = url, timeout_ms = 5000 })
       core.step(0)
       req:cancel()
       assert.is_true(req:done())
       assert.are.equal("request cancelled", req:result().error)
       assert.are.equal(0, select(2, core.step(0)))
+      assert.are.equal("airlock.core.request (GET, done)", tostring(req))
     end)
   end)
 
-  describe("session tokens", function()
-    it("close() returns the id once", function()
-      local t = core.session("sbx_aaaaaaaaaaaa", true, {})
-      assert.are.equal("sbx_aaaaaaaaaaaa", t:id())
-      assert.is_true(t:owns())
-      assert.are.equal("sbx_aaaaaaaaaaaa", t:close())
-      assert.is_nil(t:close())
-      assert.is_nil(t:id())
+  describe("host-loop hooks", function()
+    it("report no timer and no sockets when idle", function()
+      core.step(0)
+      assert.is_nil(core.timeout())
+      local events = core.socket_events()
+      for _, e in ipairs(events) do assert.are.equal("remove", e.events) end
+      assert.are.same({}, core.socket_events())
+      local finished, live = core.action()
+      assert.are.equal(0, finished)
+      assert.are.equal(0, live)
     end)
 
-    it("a dropped owning token queues its id with its settings (no I/O)", function()
-      core.take_pending()
-      local settings = { base_url = "http://x", marker = "m1" }
-      local t = core.session("sbx_bbbbbbbbbbbb", true, settings)
-      assert.is_truthy(tostring(t):find("sbx_bbbbbbbbbbbb", 1, true))
-      t = nil  -- luacheck: ignore 311
-      collectgarbage()
-      collectgarbage()
-      assert.are.equal(1, core.pending_count())
-      local pending = core.take_pending()
-      assert.are.equal(1, #pending)
-      assert.are.equal("sbx_bbbbbbbbbbbb", pending[1].id)
-      assert.are.equal(settings, pending[1].settings)
-      assert.are.equal(0, core.pending_count())
+    it("check their arguments", function()
+      assert.has_error(function() core.action(-1, "in") end)
+      assert.has_error(function() core.action(3, "sideways") end)
     end)
 
-    it("closed and attached (non-owning) tokens queue nothing", function()
-      core.take_pending()
-      core.session("sbx_cccccccccccc", false)
-      core.session("sbx_dddddddddddd", true, {}):close()
-      collectgarbage()
-      collectgarbage()
-      assert.are.equal(0, core.pending_count())
+    it("a new request asks for a timeout action at once", function()
+      local req = core.request({ method = "GET", url = "http://127.0.0.1:9/" })
+      assert.are.equal(0, core.timeout())
+      req:cancel()
     end)
+  end)
 
-    it("refuses an empty id", function()
-      assert.has_error(function() core.session("", true) end)
-      assert.has_error(function() core.session("a\0b", true) end)
-    end)
+  it("now() is a monotonic clock in milliseconds", function()
+    local a = core.now()
+    core.step(20, true)
+    local b = core.now()
+    assert.is_true(b - a >= 15 and b - a < 2000, tostring(b - a))
   end)
 end)

@@ -1,7 +1,8 @@
 -- docs/api.md documents every public function: of the airlock module, Sandbox, Files,
--- Result, airlock.keys and its client, airlock.http and airlock.tools. A function counts as
--- documented when a heading (or, for the tools, a table row) shows its call form, e.g.
--- "### sbx:run(" or "| `tools.truncate(".
+-- Result, airlock.keys and its client, airlock.http, airlock.tools, and the seam for
+-- transports and hosts (the transport interface, airlock.tasks and its schedulers, the C
+-- core's hooks). A function counts as documented when a heading (or a table row) shows its
+-- call form, e.g. "### sbx:run(" or "| `tools.truncate(".
 local airlock = require "airlock"
 local keys = require "airlock.keys"
 
@@ -44,6 +45,10 @@ describe("docs/api.md", function()
     { "keys client", keys.Client, "client:" },
     { "airlock.http", require("airlock.http"), "http." },
     { "airlock.tools", require("airlock.tools"), "tools." },
+    { "the transport interface (curl)", require("airlock.transport").load("curl"), "t:" },
+    { "airlock.tasks", require("airlock.tasks"), "tasks." },
+    { "schedulers", require("airlock.tasks").Scheduler, "scheduler:" },
+    { "airlock.core", require("airlock.core"), "core." },
   }
 
   for _, s in ipairs(surfaces) do

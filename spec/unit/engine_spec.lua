@@ -1,7 +1,6 @@
 -- The engine's pure functions: encoding, settings, argument checks, request building,
--- response decoding and the retry policy (compared with the C core's own copy).
+-- response decoding and the retry policy.
 local engine = require "airlock.engine"
-local core = require "airlock.core"
 local cjson = require "cjson"
 local airlock = require "airlock"
 
@@ -234,25 +233,6 @@ describe("airlock.engine", function()
       end
       assert.is_nil(wait({ attempt = 0, max_retries = 0, method = "GET", status = 503 }))
       assert.is_nil(wait({ attempt = 0, max_retries = 0, method = "GET", status = 429, retry_after = "0" }))
-    end)
-
-    it("is the same function as the C driver's core.retry_wait", function()
-      local n = 0
-      for attempt = 0, 7 do
-        for _, max_retries in ipairs({ 0, 1, 3, 8 }) do
-          for _, method in ipairs({ "GET", "POST", "DELETE" }) do
-            for _, status in ipairs({ false, 200, 400, 404, 429, 500, 503 }) do
-              for _, ra in ipairs({ false, "0", "1", "30", "31", "99999999999", "x", "" }) do
-                local t = { attempt = attempt, max_retries = max_retries, method = method,
-                  status = status or nil, retry_after = ra or nil }
-                assert.are.equal(engine.retry_wait(t), core.retry_wait(t))
-                n = n + 1
-              end
-            end
-          end
-        end
-      end
-      assert.is_true(n > 1000)
     end)
   end)
 end)

@@ -1,0 +1,368 @@
+-- The one catalogue of the agent surface: every sandbox tool a model can call, its
+-- parameters, the argument checks, what it runs and the texts it answers with. Two surfaces
+-- read it and differ only where their references differ:
+--   "sdk"  airlock.tools: write_file, read_file, run_command with the reference Python SDK's
+--          schemas and texts (airlock_sandbox.tools)
+--   "mcp"  the local MCP server (airlock.mcp): those three plus six more, with the reference
+--          MCP server's titles, descriptions, defaults and texts (airlock-sandbox-mcp)
+local cjson_safe = require "cjson.safe"
+local text = require "airlock.agent.text"
+
+local M = {}
+
+local function is_null(v) return v == nil or v == cjson_safe.null end
+M.is_null = is_null
+
+local function clamp(n, lo, hi)
+  if n < lo then return lo end
+  if n > hi then return hi end
+  return n
+end
+
+---------------------------------------------------------------- texts
+
+M.TEXTS = {
+  sdk = {
+    not_json = "Error: tool arguments were not valid JSON: %s",
+    not_object = "Error: tool arguments must be a JSON object.",
+    unknown = "Error: unknown tool '%s'. Available: ['write_file', 'read_file', 'run_command']",
+    missing = "Error: missing required argument '%s' for %s.",
+    not_string = "Error: argument '%s' for %s must be a string, not %s.",
+    not_found = "Error: file not found: %s",
+    sandbox_error = "Error from sandbox (%s): %s",
+    failed = "Error: %s failed (%s): %s",
+  },
+  mcp = {
+    missing = "missing required argument '%s' for %s",
+    not_string = "argument '%s' for %s must be a string",
+    not_integer = "argument '%s' for %s must be an integer",
+    not_found = "File not found: %s",
+    error = "%s: %s",
+    reset = "Started a fresh sandbox (%s). All previous files are gone.",
+  },
+  wrote = "Wrote %d characters to %s",
+}
+
+---------------------------------------------------------------- formatting
+
+function M.format_egress(events, sbx)
+  if #events == 0 then
+    local egress = sbx.egress
+    if type(egress) ~= "table" or #egress == 0 then return "This sandbox has no internet access." end
+    return "No outbound connections yet."
+  end
+  local lines = {}
+  for i, e in ipairs(events) do
+    local host = e.host
+    if is_null(host) or host == "" then host = e.target end
+    if is_null(host) or host == "" then host = "?" end
+    local line = string.format("%-5s  %s", tostring(is_null(e.decision) and "" or e.decision), tostring(host))
+    if not is_null(e.reason) and e.reason ~= "" then line = line .. "  (" .. tostring(e.reason) .. ")" end
+    local down = tonumber(e.bytes_down)
+    if down and down ~= 0 then line = line .. "  " .. text.group_digits(down) .. " bytes in" end
+    lines[i] = line
+  end
+  return table.concat(lines, "\n")
+end
+
+function M.format_activity(entries)
+  if #entries == 0 then return "No commands recorded yet." end
+  local lines = {}
+  for i, e in ipairs(entries) do
+    local result
+    if e.timed_out == true then
+      result = "timed out"
+    elseif e.oom_killed == true then
+      result = "out of memory"
+    elseif is_null(e.exit_code) then
+      result = "failed"
+    else
+      result = "exit " .. string.format("%d", e.exit_code)
+    end
+    local line = string.format("%-13s %s", result, tostring(is_null(e.command) and "" or e.command))
+    if not is_null(e.session_id) and e.session_id ~= "" then
+      line = line .. "   [" .. tostring(e.session_id) .. "]"
+    end
+    lines[i] = line
+  end
+  return table.concat(lines, "\n")
+end
+
+---------------------------------------------------------------- Python's int()
+
+-- A failure that is not a SandboxError, reported as `failed (<Class>)`.
+local Failure = {}
+Failure.__index = Failure
+M.Failure = Failure
+
+local function fail(class, message)
+  error(setmetatable({ class = class, message = message }, Failure), 0)
+end
+
+-- Python's int() of a JSON value, as the reference SDK does with timeout_seconds: integers
+-- and floats (truncated), booleans, and strings of an integer; otherwise a ValueError (bad
+-- string) or TypeError (null, object, array).
+local function py_int(v)
+  if type(v) == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then
+      fail("ValueError", "cannot convert float " .. tostring(v) .. " to integer")
+    end
+    return v >= 0 and math.floor(v) or math.ceil(v)
+  elseif type(v) == "boolean" then
+    return v and 1 or 0
+  elseif type(v) == "string" then
+    local s = v:match("^%s*([+-]?%d+)%s*$")
+    if s then return tonumber(s) end
+    fail("ValueError", string.format("invalid literal for int() with base 10: '%s'", v))
+  end
+  local kind = is_null(v) and "NoneType" or (type(v) == "table" and "dict" or type(v))
+  fail("TypeError", "int() argument must be a string, a bytes-like object or a real number, not '"
+    .. kind .. "'")
+end
+
+---------------------------------------------------------------- the tools
+
+-- A parameter. kind: "string"; "integer" (an integer, or a string of one, like the MCP
+-- reference's lax validation); "py_int" (converted by Python's int() when the tool runs, like
+-- the SDK reference). opts: default (applied and shown), optional (not required, no shown
+-- default), schema (more JSON schema fields).
+local function P(name, kind, description, opts)
+  opts = opts or {}
+  return { name = name, kind = kind, description = description, default = opts.default,
+    optional = opts.optional or opts.default ~= nil, schema = opts.schema }
+end
+
+local LIST_FILES_PRINTF = "'%y %8s  %p\\n'"
+
+local function run_command(sbx, a)
+  return sbx:run(a.command, { timeout = a.timeout_seconds }).output
+end
+
+local function write_file(sbx, a)
+  sbx.files:write(a.path, a.content)
+  return string.format(M.TEXTS.wrote, text.char_count(a.content), a.path)
+end
+
+local function read_file(sbx, a)
+  return sbx.files:read(a.path)
+end
+
+-- In the order the SDK's models see them (the MCP server's order is mcp.order). Each: name,
+-- its surfaces (sdk, mcp: description, params; mcp also title, read_only, destructive,
+-- order) and run(sbx, args, server).
+M.TOOLS = {
+  {
+    name = "write_file", run = write_file,
+    sdk = {
+      description = "Create or overwrite a text file in the sandbox workspace.",
+      params = { P("path", "string", "Path relative to the workspace, e.g. 'src/main.py'"),
+        P("content", "string", "Full file content") },
+    },
+    mcp = {
+      title = "Write a file", read_only = false, destructive = false, order = 2,
+      description = "Create or overwrite a text file in the sandbox workspace (path relative to /workspace).",
+      params = { P("path", "string", "Path relative to /workspace"), P("content", "string", "Full file content") },
+    },
+  },
+  {
+    name = "read_file", run = read_file,
+    sdk = {
+      description = "Read a text file from the sandbox workspace.",
+      params = { P("path", "string", "Path relative to the workspace") },
+    },
+    mcp = {
+      title = "Read a file", read_only = true, destructive = false, order = 3,
+      description = "Read a text file from the sandbox workspace (path relative to /workspace).",
+      params = { P("path", "string", "Path relative to /workspace") },
+    },
+  },
+  {
+    name = "run_command", run = run_command,
+    sdk = {
+      description = "Run a shell command in an isolated Linux sandbox (bash, Python 3.11). "
+        .. "Files in the workspace persist between commands; processes do not. "
+        .. "Returns stdout, stderr and the exit code.",
+      params = { P("command", "string", "Shell command, e.g. 'python3 -m pytest -q'"),
+        P("timeout_seconds", "py_int", "1-60, default 15",
+          { optional = true, schema = { minimum = 1, maximum = 60 } }) },
+      defaults = { timeout_seconds = 15 },
+    },
+    mcp = {
+      title = "Run a shell command", read_only = false, destructive = false, order = 1,
+      description = "Run a shell command in the sandbox and return stdout, stderr and the exit code.\n\n"
+        .. "Each call uses a fresh container; files in /workspace persist between calls. "
+        .. "timeout_seconds must be 1-60.",
+      params = { P("command", "string", "Shell command to run, e.g. 'python3 -m pytest -q'"),
+        P("timeout_seconds", "integer", "1-60, default 30", { default = 30 }) },
+    },
+  },
+  {
+    name = "list_files",
+    mcp = {
+      title = "List files", read_only = true, destructive = false,
+      description = "List files and directories in the sandbox workspace, with sizes "
+        .. "(installed packages under .local are skipped).",
+      params = { P("path", "string", "Folder relative to /workspace", { default = "." }),
+        P("max_depth", "integer", "How deep to descend, 1-10", { default = 3 }) },
+    },
+    run = function(sbx, a)
+      local command = string.format(
+        "find %s -maxdepth %d -path '*/.local' -prune -o -printf %s 2>&1 | sort -k3 | head -500",
+        text.shell_quote(a.path), clamp(a.max_depth, 1, 10), LIST_FILES_PRINTF)
+      return sbx:run(command, { timeout = 15 }).output
+    end,
+  },
+  {
+    name = "import_repo",
+    mcp = {
+      title = "Import a GitHub repository", read_only = false, destructive = false,
+      description = "Copy a public GitHub repository into the sandbox workspace.\n\n"
+        .. "repo is \"owner/repo\" or https://github.com/owner/repo; ref is a branch, tag or commit "
+        .. "(default: the default branch); path is the folder under /workspace (default: the repo "
+        .. "name). Works without internet access in the sandbox.",
+      params = { P("repo", "string", "owner/repo or https://github.com/owner/repo"),
+        P("ref", "string", "Branch, tag or commit (default: the default branch)", { default = "" }),
+        P("path", "string", "Folder under /workspace (default: the repo name)", { default = "" }) },
+    },
+    run = function(sbx, a)
+      local r = sbx:import_repo(a.repo, {
+        ref = a.ref ~= "" and a.ref or nil, path = a.path ~= "" and a.path or nil })
+      return string.format("Imported %s@%s: %s files in %s", tostring(r.repo), tostring(r.ref),
+        tostring(r.files), tostring(r.path))
+    end,
+  },
+  {
+    name = "egress_log",
+    mcp = {
+      title = "Egress log", read_only = true, destructive = false,
+      description = "Show the sandbox's outbound internet connections: which hosts were allowed or "
+        .. "denied, and why.",
+      params = { P("limit", "integer", "How many events, newest last (1-500)", { default = 50 }) },
+    },
+    run = function(sbx, a) return M.format_egress(sbx:egress_log(clamp(a.limit, 1, 500)), sbx) end,
+  },
+  {
+    name = "activity",
+    mcp = {
+      title = "Activity log", read_only = true, destructive = false,
+      description = "Show recent commands run in this tenant's sandboxes (newest first): command, "
+        .. "exit code, duration.",
+      params = { P("limit", "integer", "How many commands (1-100)", { default = 20 }) },
+    },
+    run = function(sbx, a)
+      local page = sbx:audit({ limit = clamp(a.limit, 1, 100) })
+      return M.format_activity(page.entries or {})
+    end,
+  },
+  {
+    name = "sandbox_info",
+    mcp = {
+      title = "Sandbox info", read_only = true, destructive = false,
+      description = "Show the sandbox's session, internet access, disk quota and the tenant's limits.",
+      params = {},
+    },
+    run = function(sbx, _, server)
+      local usage = sbx:usage()
+      local limits = usage.limits or {}
+      local egress = type(sbx.egress) == "table" and #sbx.egress > 0 and table.concat(sbx.egress, ", ") or "none"
+      return table.concat({
+        "Server: " .. server.settings.base_url,
+        string.format("Session: %s (tenant %s)", tostring(sbx.session_id), tostring(sbx.tenant_id or usage.tenant_id)),
+        "Internet: " .. egress,
+        "Disk quota: " .. tostring(sbx.disk_quota_mb) .. " MB",
+        string.format("Limits: %s sessions, %s requests/min, %s concurrent commands",
+          tostring(limits.max_sessions), tostring(limits.requests_per_minute),
+          tostring(limits.max_concurrent_exec)),
+      }, "\n")
+    end,
+  },
+  {
+    name = "reset_sandbox", reset = true,
+    mcp = {
+      title = "Reset the sandbox", read_only = false, destructive = true,
+      description = "Delete the sandbox workspace and start a fresh, empty one.",
+      params = {},
+    },
+  },
+}
+
+-- The tools of a surface, in its order (a surface's `order`, else the catalogue's); and one
+-- by name (nil when the surface has no such tool).
+function M.tools(surface)
+  local list = {}
+  for i, t in ipairs(M.TOOLS) do
+    if t[surface] then list[#list + 1] = { t = t, key = t[surface].order or i } end
+  end
+  table.sort(list, function(a, b) return a.key < b.key end)
+  for i, item in ipairs(list) do list[i] = item.t end
+  return list
+end
+
+function M.find(surface, name)
+  for _, t in ipairs(M.TOOLS) do
+    if t.name == name and t[surface] then return t end
+  end
+  return nil
+end
+
+-- The JSON schema of a tool's parameters on a surface (a new table each call). lua-cjson
+-- writes an empty table as {}: right for `properties`; an empty `required` is left out.
+function M.schema(tool, surface)
+  local properties, required = {}, {}
+  for _, p in ipairs(tool[surface].params) do
+    local prop = { type = p.kind == "string" and "string" or "integer", description = p.description }
+    if p.default ~= nil then prop.default = p.default end
+    for k, v in pairs(p.schema or {}) do prop[k] = v end
+    if not p.optional then required[#required + 1] = p.name end
+    properties[p.name] = prop
+  end
+  local schema = { type = "object", properties = properties }
+  if #required > 0 then schema.required = required end
+  return schema
+end
+
+local function kind_of(v)
+  if type(v) == "table" then return "an object or array" end
+  return "a " .. type(v)
+end
+
+-- Checks args (a table) for tool on surface and completes the defaults: the arguments to
+-- run with, or nil and the text that says what is wrong.
+function M.check(tool, surface, args)
+  local texts = M.TEXTS[surface]
+  local out = {}
+  for _, p in ipairs(tool[surface].params) do
+    local v = args[p.name]
+    -- a py_int's null goes to int() like the reference's (a TypeError), not to the default
+    if v == nil or (is_null(v) and p.kind ~= "py_int") then
+      if not p.optional then return nil, string.format(texts.missing, p.name, tool.name) end
+      v = p.default
+    elseif p.kind == "string" then
+      if type(v) ~= "string" then
+        return nil, string.format(texts.not_string, p.name, tool.name, kind_of(v))
+      end
+    elseif p.kind == "integer" then
+      local n = type(v) == "number" and v or (type(v) == "string" and tonumber(v:match("^%s*([+-]?%d+)%s*$")))
+      if type(n) ~= "number" or n ~= math.floor(n) or n ~= n or n == math.huge or n == -math.huge then
+        return nil, string.format(texts.not_integer, p.name, tool.name)
+      end
+      v = math.floor(n)
+    end
+    out[p.name] = v
+  end
+  for k, v in pairs(tool[surface].defaults or {}) do
+    if out[k] == nil then out[k] = v end
+  end
+  return out
+end
+
+-- Runs a checked call: converts its py_int arguments (a bad one fails like Python's int()),
+-- then the tool. Raises what the tool raises.
+function M.run(tool, surface, sbx, args, server)
+  for _, p in ipairs(tool[surface].params) do
+    if p.kind == "py_int" and args[p.name] ~= nil then args[p.name] = py_int(args[p.name]) end
+  end
+  return tool.run(sbx, args, server)
+end
+
+return M

@@ -1,0 +1,88 @@
+-- One API call over a transport: the engine builds the request, the transport sends it, the
+-- engine's retry policy decides whether and when to send it again (the transport only
+-- sleeps), the engine decodes the answer. Commands (exec, import) first take a place in
+-- their server's line (exec_gate.lua). Also the DELETEs of dropped sessions.
+local engine = require "airlock.engine"
+local exec_gate = require "airlock.exec_gate"
+local dropped = require "airlock.dropped_sessions"
+local tasks = require "airlock.tasks"
+local transports = require "airlock.transport"
+
+local M = {}
+
+local counters = { requests = 0, retries = 0, requeued = 0 }
+
+-- Sends request (engine.build's shape; max_retries is the policy's) and retries per the
+-- policy: response | nil, failure. A failure with tls set is never retried.
+function M.perform(transport, request, gate)
+  local attempt = 0
+  while true do
+    local ticket = gate and gate:acquire()
+    counters.requests = counters.requests + 1
+    local ok, res, failure = tasks.pcall(transport.send, transport, request)
+    if not ok then
+      if ticket then gate:done(ticket) end
+      error(res, 0)
+    end
+    local server_limit = ticket and res and engine.concurrency_limit(res)
+    local again = false
+    if server_limit then
+      again = gate:refused(ticket, server_limit)
+      if again then counters.requeued = counters.requeued + 1 end
+    elseif ticket then
+      gate:done(ticket)
+    end
+    if not again then
+      local wait
+      if not (failure and failure.tls) then
+        wait = engine.retry_wait({
+          attempt = attempt, max_retries = request.max_retries, method = request.method,
+          status = res and res.status, retry_after = res and res.headers and res.headers["retry-after"],
+        })
+      end
+      if wait == nil then return res, failure end
+      counters.retries = counters.retries + 1
+      transport:sleep(wait)
+      attempt = attempt + 1
+    end
+  end
+end
+
+-- Sends the DELETE of every queued dropped session. wait: return when they are answered
+-- (blocking, or yielding inside a task); else each runs as a background task of the
+-- current scheduler (poll). Returns how many were sent.
+function M.delete_dropped(wait)
+  if dropped.count() == 0 then return 0 end
+  local items = dropped.take()
+  for _, item in ipairs(items) do
+    local s = item.settings
+    local function delete()
+      local request = engine.build(s, "DELETE", engine.session_path(item.id), nil,
+        { timeout = math.min(s.timeout, 10), max_retries = 1 })
+      M.perform(transports.resolve(s.transport), request)
+    end
+    if wait then
+      tasks.pcall(delete)   -- best effort: the server's idle TTL is the backstop
+    else
+      tasks.current():spawn_background(delete)
+    end
+  end
+  return #items
+end
+
+-- One call, start to finish: true, data | false, error object. opts: engine.build's, plus
+-- command = true for exec and import (they wait in the server's line).
+function M.call(settings, method, path, body, opts)
+  M.delete_dropped(true)
+  local request = engine.build(settings, method, path, body, opts)
+  local gate = opts and opts.command and exec_gate.for_settings(settings) or nil
+  local res, failure = M.perform(transports.resolve(settings.transport), request, gate)
+  return engine.decode(settings, res, failure)
+end
+
+-- Counters: requests sent, retries, commands sent again after a full server.
+function M.stats()
+  return { requests = counters.requests, retries = counters.retries, requeued = counters.requeued }
+end
+
+return M

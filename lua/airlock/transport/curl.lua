@@ -1,0 +1,87 @@
+-- The libcurl transport, on the C core airlock.core. send() starts one transfer and waits for
+-- it: inside a task by yielding to the scheduler (whose poll steps the core), elsewhere by
+-- stepping the core itself (a blocking call). sleep() is a timer the same way. The C core
+-- never yields; this module does.
+local core = require "airlock.core"
+local tasks = require "airlock.tasks"
+
+local M = { name = "curl", core = core }
+
+-- Every step of the core goes through here, so that the completions of transfers are
+-- counted whoever stepped (a blocking call may finish a task's transfer).
+local completions = 0
+local function step(ms, idle_wait)
+  local finished = core.step(ms, idle_wait)
+  completions = completions + finished
+end
+
+-- Deadlines (core.now() ms) of the timers tasks sleep on, until seen expired.
+local timers = {}
+
+-- The scheduler's driver (see airlock.tasks): waits at most ms, less when a task's timer is
+-- due first, returning early when a transfer finished.
+M.driver = {
+  completions = function() return completions end,
+  step = function(ms)
+    local now, next_at = core.now(), nil
+    for i = 1, #timers do
+      if next_at == nil or timers[i] < next_at then next_at = timers[i] end
+    end
+    if next_at and next_at - now < ms then ms = math.max(0, next_at - now) end
+    step(ms, true)
+    now = core.now()
+    for i = #timers, 1, -1 do
+      if timers[i] <= now then
+        table.remove(timers, i)
+        completions = completions + 1
+      end
+    end
+  end,
+}
+
+local Transfer = {}
+Transfer.__index = Transfer
+Transfer.driver = M.driver
+function Transfer:ready() return self.req:done() end
+
+local Timer = {}
+Timer.__index = Timer
+Timer.driver = M.driver
+function Timer:ready() return core.now() >= self.at end
+function Timer:remaining_ms() return math.max(0, self.at - core.now()) end
+
+-- t:send(request) → response | nil, failure (see airlock.transport).
+function M:send(request)   -- luacheck: ignore 212
+  local req = core.request(request)
+  if not tasks.await(setmetatable({ req = req }, Transfer)) then
+    while not req:done() do step(1000) end
+  end
+  local r = req:result()
+  if r.status then
+    return { status = r.status, reason = r.reason, headers = r.headers, body = r.body }
+  end
+  return nil, { message = r.error, sent = r.sent, tls = r.tls, code = r.code }
+end
+
+-- t:sleep(seconds): transfers in flight keep advancing meanwhile.
+function M:sleep(seconds)   -- luacheck: ignore 212
+  if seconds ~= seconds or seconds <= 0 then return end
+  local timer = setmetatable({ at = core.now() + seconds * 1000 }, Timer)
+  if tasks.current_task() then
+    timers[#timers + 1] = timer.at
+    tasks.await(timer)
+    return
+  end
+  while not timer:ready() do step(timer:remaining_ms(), true) end
+end
+
+-- t:close_idle() → true, or false while transfers are in flight.
+function M:close_idle()   -- luacheck: ignore 212
+  return core.close_connections()
+end
+
+function M:stats()   -- luacheck: ignore 212
+  return core.stats()
+end
+
+return M

@@ -1,0 +1,61 @@
+rockspec_format = "3.0"
+package = "airlock-sandbox"
+version = "0.1.0-1"
+source = {
+   -- The release tarball `make dist` makes; it travels inside the .src.rock (build/dist/), so
+   -- `luarocks install ./airlock-sandbox-0.1.0-1.src.rock` needs no network. From a checkout:
+   -- `luarocks make --deps-mode=none rockspec/airlock-sandbox-0.1.0-1.rockspec`.
+   url = "airlock-sandbox-0.1.0.tar.gz",
+   dir = "airlock-sandbox-0.1.0",
+}
+description = {
+   summary = "Lua SDK for Airlock sandbox servers: run AI agents' code in isolated gVisor sandboxes",
+   detailed = [[
+      airlock runs commands in isolated sandboxes (gVisor containers with no network unless
+      allowed, hard memory/CPU/process/disk limits) on an Airlock server. One pure-Lua engine
+      and retry policy; transports for plain Lua and host loops (libcurl's multi interface in
+      a small C core, with keep-alive connections and hooks for a libuv loop).
+      Lua 5.1, LuaJIT and 5.3/5.4: for LuaJIT (OpenResty, Neovim, LOVE) install with
+      `luarocks --lua-version=5.1 install <rock> LUA_INCDIR=/usr/include/luajit-2.1`.
+   ]],
+   license = "MIT",
+}
+dependencies = {
+   "lua >= 5.1",
+   "lua-cjson >= 2.1.0",   -- Debian: lua-cjson (then install this rock with --deps-mode=none)
+}
+external_dependencies = {
+   -- library only: Debian keeps curl/curl.h in a multiarch include dir LuaRocks does not search.
+   CURL = { library = "curl" },
+}
+build = {
+   type = "builtin",
+   modules = {
+      -- one compilation unit: core.c includes the other parts of src/core/
+      ["airlock.core"] = {
+         sources = { "src/core/core.c" },
+         libraries = { "curl" },
+         libdirs = { "$(CURL_LIBDIR)" },
+      },
+      ["airlock"] = "lua/airlock/init.lua",
+      ["airlock.agent.catalogue"] = "lua/airlock/agent/catalogue.lua",
+      ["airlock.agent.text"] = "lua/airlock/agent/text.lua",
+      ["airlock.dropped_sessions"] = "lua/airlock/dropped_sessions.lua",
+      ["airlock.engine"] = "lua/airlock/engine.lua",
+      ["airlock.errors"] = "lua/airlock/errors.lua",
+      ["airlock.exchange"] = "lua/airlock/exchange.lua",
+      ["airlock.exec_gate"] = "lua/airlock/exec_gate.lua",
+      ["airlock.http"] = "lua/airlock/http.lua",
+      ["airlock.keys"] = "lua/airlock/keys.lua",
+      ["airlock.mcp"] = "lua/airlock/mcp.lua",
+      ["airlock.result"] = "lua/airlock/result.lua",
+      ["airlock.tasks"] = "lua/airlock/tasks.lua",
+      ["airlock.tools"] = "lua/airlock/tools.lua",
+      ["airlock.transport"] = "lua/airlock/transport/init.lua",
+      ["airlock.transport.curl"] = "lua/airlock/transport/curl.lua",
+   },
+   install = {
+      bin = { ["airlock-mcp"] = "bin/airlock-mcp" },
+   },
+   copy_directories = { "docs", "examples" },
+}
