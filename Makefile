@@ -33,7 +33,10 @@ BUILD      ?= build
 RUNSC      ?= $(CURDIR)/.deps/runsc/usr/bin/runsc
 
 CORE_SRC   := $(wildcard src/core/*.c)
-SERVER_SRC := $(wildcard src/server/*.c)
+# airlockd's sources live in folders under src/server (http/, api/, domain/, sandbox/, ...);
+# every include is spelled from src/server ("http/http.h"), hence -I src/server.
+SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
+SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
 LUA_SRC    := $(wildcard lua/airlock/*.lua)
@@ -56,9 +59,9 @@ $(CORE_SO): $(CORE_SRC) $(wildcard src/core/*.h)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
 	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
 
-$(AIRLOCKD): $(SERVER_SRC) $(wildcard src/server/*.h)
+$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread $(MHD_CFLAGS) $(JSON_CFLAGS) \
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
 	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
 	  $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) -pthread $(SANITIZE)
 

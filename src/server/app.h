@@ -2,13 +2,13 @@
 #ifndef AIRLOCKD_APP_H
 #define AIRLOCKD_APP_H
 
-#include "audit.h"
+#include "store/audit.h"
 #include "config.h"
-#include "http.h"
-#include "keystore.h"
-#include "tenant_limits.h"
-#include "sandbox.h"
-#include "sessions.h"
+#include "http/http.h"
+#include "store/keystore.h"
+#include "domain/limits.h"
+#include "sandbox/sandbox.h"
+#include "domain/sessions.h"
 
 #include <stdatomic.h>
 

@@ -1,6 +1,6 @@
 #include "config.h"
 
-#include "egress.h"
+#include "egress/policy.h"
 
 #include <errno.h>
 #include <pthread.h>
