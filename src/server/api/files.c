@@ -4,6 +4,7 @@
 #include "domain/paths.h"
 #include "domain/quota.h"
 #include "text/utf8.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -82,30 +83,12 @@ void handle_write(app *a, http_request *r, size_t tenant, const char *id, json_t
 
 static char *read_fd(int fd, size_t *len)
 {
-    size_t cap = 8192, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb)
-                break;
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t got = read(fd, buf + n, cap - n - 1);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            break;
-        if (got == 0) {
-            buf[n] = '\0';
-            *len = n;
-            return buf;
-        }
-        n += (size_t)got;
+    buffer b = {0};
+    if (buf_read_all(&b, fd) != 0) {
+        buf_free(&b);
+        return NULL;
     }
-    free(buf);
-    return NULL;
+    return buf_take(&b, len);
 }
 
 /* Python's universal newlines: \r\n and a lone \r both become \n. */

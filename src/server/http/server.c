@@ -1,4 +1,7 @@
+/* The HTTP server on libmicrohttpd: daemons, request lifecycle, body accumulation, responses. */
 #include "http/http.h"
+
+#include "util/buf.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -19,8 +22,7 @@ struct http_request {
     char *raw_uri;
     const char *method;
     const char *url;
-    char *body;
-    size_t body_len, body_cap;
+    buffer body; /* limit: HTTP_MAX_BODY */
     bool started, too_large, responded;
     unsigned status;
     struct timespec t0;
@@ -78,7 +80,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (r->started)
         log_request(r);
     free(r->raw_uri);
-    free(r->body);
+    buf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }
@@ -172,8 +174,8 @@ const char *http_raw_query(const http_request *r)
 
 const char *http_body(const http_request *r, size_t *len)
 {
-    *len = r->body_len;
-    return r->body ? r->body : "";
+    *len = r->body.len;
+    return r->body.data ? r->body.data : "";
 }
 
 const char *http_header(const http_request *r, const char *name)
@@ -235,6 +237,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->conn = c;
         r->url = url;
         r->method = method;
+        buf_init(&r->body, HTTP_MAX_BODY);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > HTTP_MAX_BODY) {
             r->too_large = true;
@@ -247,28 +250,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         if (r->too_large || r->responded)
             return MHD_YES;
-        if (r->body_len + n > HTTP_MAX_BODY) {
-            r->too_large = true;
-            free(r->body);
-            r->body = NULL;
-            r->body_len = r->body_cap = 0;
-            return MHD_YES;
+        if (buf_append(&r->body, upload, n) != 0) {
+            r->too_large = true; /* over the cap, or no memory for it */
+            buf_free(&r->body);
         }
-        if (r->body_len + n + 1 > r->body_cap) {
-            size_t cap = r->body_cap ? r->body_cap : 4096;
-            while (cap < r->body_len + n + 1)
-                cap *= 2;
-            char *nb = realloc(r->body, cap);
-            if (!nb) {
-                r->too_large = true;
-                return MHD_YES;
-            }
-            r->body = nb;
-            r->body_cap = cap;
-        }
-        memcpy(r->body + r->body_len, upload, n);
-        r->body_len += n;
-        r->body[r->body_len] = '\0';
         return MHD_YES;
     }
     if (r->responded)

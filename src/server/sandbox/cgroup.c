@@ -1,6 +1,8 @@
 /* Host cgroups for one sandbox run: limits, membership, OOM evidence, cleanup. */
 #include "sandbox/cgroup.h"
 
+#include "util/buf.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -62,35 +64,14 @@ static char *read_file(const char *dir, const char *file)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (cap - len < 2) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + len, cap - len - 1);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        if (r == 0) {
-            buf[len] = '\0';
-            break;
-        }
-        len += (size_t)r;
-    }
+    buffer b = {0};
+    int rc = buf_read_all(&b, fd);
     close(fd);
-    return buf;
+    if (rc != 0) {
+        buf_free(&b);
+        return NULL;
+    }
+    return buf_take(&b, NULL);
 }
 
 /* Value of "key N" in a flat-keyed control file (memory.oom_control, memory.events). */

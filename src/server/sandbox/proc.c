@@ -47,28 +47,14 @@ static int64_t now_ms(void)
 }
 
 /* Appends what is readable on fd; returns 1 on EOF, 0 to continue, -1 on error. */
-static int drain(int fd, sbx_buf *b)
+static int drain(int fd, buffer *b)
 {
     for (;;) {
-        if (b->cap - b->len < 65536 + 1) {
-            size_t ncap = b->cap ? b->cap * 2 : 65536 * 2;
-            char *nd = realloc(b->data, ncap);
-            if (!nd)
-                return -1;
-            b->data = nd;
-            b->cap = ncap;
-            b->data[b->len] = '\0';
-        }
-        ssize_t r = read(fd, b->data + b->len, b->cap - b->len - 1);
-        if (r > 0) {
-            b->len += (size_t)r;
-            b->data[b->len] = '\0';
+        ssize_t r = buf_read(b, fd, 65536);
+        if (r > 0)
             continue;
-        }
         if (r == 0)
             return 1;
-        if (errno == EINTR)
-            continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return 0;
         return -1;
@@ -333,8 +319,6 @@ int sbx_proc_exit_code(int status)
 
 void sbx_proc_result_free(sbx_proc_result *r)
 {
-    free(r->out.data);
-    free(r->err.data);
-    r->out = (sbx_buf){0};
-    r->err = (sbx_buf){0};
+    buf_free(&r->out);
+    buf_free(&r->err);
 }

@@ -9,12 +9,7 @@
 #include <sys/resource.h>
 
 #include "sandbox/cgroup.h"
-
-typedef struct {
-    char *data;  /* NUL-terminated when non-NULL */
-    size_t len;
-    size_t cap;
-} sbx_buf;
+#include "util/buf.h"
 
 typedef struct {
     int resource;  /* RLIMIT_* */
@@ -42,8 +37,8 @@ typedef struct {
 } sbx_proc_opts;
 
 typedef struct {
-    sbx_buf out;
-    sbx_buf err;
+    buffer out;
+    buffer err;
     bool timed_out;  /* deadline hit: the tree was killed */
     int status;      /* waitpid status */
 } sbx_proc_result;

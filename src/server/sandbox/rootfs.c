@@ -2,6 +2,8 @@
 #define _XOPEN_SOURCE 700
 #include "sandbox/rootfs.h"
 
+#include "util/buf.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,24 +128,18 @@ static int copy_file(const char *src, const char *root, const char *rel, char *e
         return 0;
     }
     size_t size = (size_t)st.st_size;
-    char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        close(fd);
+    buffer b;
+    buf_init(&b, size); /* what the file held when looked at; a read error ends the copy */
+    while (b.len < size && buf_read(&b, fd, size - b.len) > 0) {
+    }
+    close(fd);
+    if (b.err) {
+        buf_free(&b);
         snprintf(errbuf, errlen, "out of memory copying %s", src);
         return -1;
     }
-    size_t off = 0;
-    while (off < size) {
-        ssize_t r = read(fd, buf + off, size - off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        off += (size_t)r;
-    }
-    close(fd);
-    int rc = write_text(root, rel, buf, off, errbuf, errlen);
-    free(buf);
+    int rc = write_text(root, rel, b.data ? b.data : "", b.len, errbuf, errlen);
+    buf_free(&b);
     return rc;
 }
 

@@ -134,7 +134,7 @@ static void make_id(const char *name, char *id, size_t idlen)
     snprintf(id, idlen, "%s-%x-%x", clean, (unsigned)getpid() & 0xffffffffu, k);
 }
 
-static void set_err_from_output(const sbx_buf *err, const char *prefix, char *errbuf,
+static void set_err_from_output(const buffer *err, const char *prefix, char *errbuf,
                                 size_t errlen)
 {
     const char *text = err->data ? err->data : "";
@@ -147,17 +147,15 @@ static void set_err_from_output(const sbx_buf *err, const char *prefix, char *er
 
 /* ---- gVisor ---------------------------------------------------------------------------- */
 
-/* True when runsc still has state files for container id (a run that did not finish). */
 /* A finished command's exit code and output; out takes over r's buffers. */
-static void finish_result(sandbox_result *out, int code, const sbx_proc_result *r)
+static void finish_result(sandbox_result *out, int code, sbx_proc_result *r)
 {
     out->exit_code = code;
-    out->out = r->out.data;
-    out->out_len = r->out.len;
-    out->err = r->err.data;
-    out->err_len = r->err.len;
+    out->out = buf_take(&r->out, &out->out_len);
+    out->err = buf_take(&r->err, &out->err_len);
 }
 
+/* True when runsc still has state files for container id (a run that did not finish). */
 static bool runsc_state_left(const sandbox_backend *b, const char *id)
 {
     DIR *d = opendir(b->runsc_root);

@@ -1,6 +1,7 @@
 #include "text/exec_format.h"
 
 #include "text/utf8.h"
+#include "util/buf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,52 +53,21 @@ void py_strip(const char *s, size_t n, size_t *start, size_t *end)
     *end = b;
 }
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
-}
-
-/* Parts are joined with "\n"; this adds the separator before every part but the first. */
-static void sb_part(sbuf *b, const char *prefix, const char *s, size_t n)
+/* Parts are joined with "\n"; this adds the separator before every part but the first.
+ * A failed append is remembered in b->err and checked once at the end. */
+static void sb_part(buffer *b, const char *prefix, const char *s, size_t n)
 {
     if (b->len)
-        sb_add(b, "\n", 1);
-    sb_str(b, prefix);
-    sb_add(b, s, n);
+        buf_append(b, "\n", 1);
+    buf_puts(b, prefix);
+    buf_append(b, s, n);
 }
 
 char *exec_format_output(const char *out, size_t out_len, const char *err, size_t err_len,
                          const char *const *warnings, size_t nwarnings, int exit_code,
                          bool timed_out, size_t *len)
 {
-    sbuf b = {0};
+    buffer b = {0};
     char code[32];
     snprintf(code, sizeof code, "%d", exit_code);
     if (timed_out) {
@@ -115,10 +85,5 @@ char *exec_format_output(const char *out, size_t out_len, const char *err, size_
             sb_part(&b, "[WARNING]: ", warnings[i], strlen(warnings[i]));
         sb_part(&b, "[EXIT CODE]: ", code, strlen(code));
     }
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    *len = b.len;
-    return b.p;
+    return buf_take(&b, len);
 }

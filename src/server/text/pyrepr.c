@@ -1,6 +1,7 @@
 #include "text/pyrepr.h"
 
 #include "text/utf8.h"
+#include "util/buf.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -67,41 +68,23 @@ char *pyrepr_str(const char *s, size_t n)
 
 char *pyrepr_list(const json_t *array)
 {
-    size_t cap = 64, len = 0, idx;
+    buffer out = {0};
+    size_t idx;
     const json_t *v;
-    char *out = malloc(cap);
-    if (!out)
-        return NULL;
-    out[len++] = '[';
+    buf_puts(&out, "[");
     json_array_foreach(array, idx, v) {
         if (!json_is_string(v))
             continue;
         char *r = pyrepr_str(json_string_value(v), json_string_length(v));
         if (!r) {
-            free(out);
+            buf_free(&out);
             return NULL;
         }
-        size_t rl = strlen(r);
-        if (len + rl + 4 > cap) {
-            while (len + rl + 4 > cap)
-                cap *= 2;
-            char *np = realloc(out, cap);
-            if (!np) {
-                free(r);
-                free(out);
-                return NULL;
-            }
-            out = np;
-        }
-        if (len > 1) {
-            out[len++] = ',';
-            out[len++] = ' ';
-        }
-        memcpy(out + len, r, rl);
-        len += rl;
+        if (out.len > 1)
+            buf_puts(&out, ", ");
+        buf_puts(&out, r);
         free(r);
     }
-    out[len++] = ']';
-    out[len] = '\0';
-    return out;
+    buf_puts(&out, "]");
+    return buf_take(&out, NULL);
 }
