@@ -1,9 +1,12 @@
 /* The checks route handlers share before doing their work: body shape, 422 replies,
  * the optional ?limit= query, and the session lookup with its 404/403 replies. */
-#include "app.h"
-#include "api/validate.h"
+#include "api/api.h"
 
+#include "text/utf8.h"
+
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool body_is_object(json_t *errs, json_t *body)
 {
@@ -51,23 +54,27 @@ bool limit_query(http_request *r, long long *limit)
     return true;
 }
 
-/* 404/403 for a failed session lookup, the same strings on every route. */
-static void send_lookup_error(http_request *r, int code)
-{
-    if (code == 404)
-        http_send_detail(r, 404, "Session not found or expired");
-    else
-        http_send_detail(r, 403, "Forbidden: Access denied to this session");
-}
-
-session *acquire_session(app *a, http_request *r, size_t tenant, const char *id)
+session *acquire_session(app *a, http_request *r, const api_call *c)
 {
     session *s = NULL;
     /* every session route counts as activity, so the idle reaper spares it */
-    int rc = registry_acquire(a->reg, id, tenant, true, &s);
-    if (rc) {
-        send_lookup_error(r, rc);
-        return NULL;
-    }
-    return s;
+    session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
+    /* the same strings on every session route */
+    if (rc == SESSION_NOT_FOUND)
+        http_send_detail(r, 404, "Session not found or expired");
+    else if (rc != SESSION_OK)
+        http_send_detail(r, 403, "Forbidden: Access denied to this session");
+    return rc == SESSION_OK ? s : NULL;
+}
+
+void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg)
+{
+    size_t n;
+    char *clean = utf8_replace(arg, strlen(arg), &n), *msg = NULL;
+    if (clean && asprintf(&msg, fmt, clean) >= 0)
+        http_send_detail(r, status, msg);
+    else
+        http_send_500(r);
+    free(msg);
+    free(clean);
 }

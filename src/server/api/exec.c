@@ -1,8 +1,8 @@
 /* POST /v1/sessions/{id}/exec (contract 1.7). */
-#include "app.h"
-#include "text/exec_format.h"
-#include "api/validate.h"
+#include "api/handlers.h"
+
 #include "domain/quota.h"
+#include "text/exec_format.h"
 #include "text/utf8.h"
 
 #include <stdio.h>
@@ -13,8 +13,10 @@
 #define OOM_WARNING "Process killed by cgroups (Memory limit exceeded)."
 #define KILLED_WARNING "Process was killed (exit 137, SIGKILL), most likely for exceeding the memory limit."
 
-void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t *body)
+void api_exec(app *a, http_request *r, const api_call *c)
 {
+    size_t tenant = c->tenant;
+    json_t *body = c->body;
     json_t *errs = json_array();
     const char *command = NULL;
     size_t command_len = 0;
@@ -25,10 +27,10 @@ void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t 
     }
     if (send_if_invalid(r, errs))
         return;
-    session *s = acquire_session(a, r, tenant, id);
+    session *s = acquire_session(a, r, c);
     if (!s)
         return;
-    const tenant_cfg *t = &a->cfg->tenants[tenant];
+    const tenant_cfg *t = tenants_get(a->tenants, tenant);
     if (!limits_exec_begin(a->lim, tenant)) {
         char msg[128];
         snprintf(msg, sizeof msg, "Too many commands running at once: %d allowed. Wait for one to finish.",
@@ -87,7 +89,7 @@ void handle_exec(app *a, http_request *r, size_t tenant, const char *id, json_t 
             warnings[nw++] = quota_warn;
     }
     double duration = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = app_actor(), .kind = "exec",
+    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
                       .command = command, .has_exit_code = true, .exit_code = exit_code,
                       .has_duration = true, .duration_s = (double)(long long)(duration * 1000.0 + 0.5) / 1000.0,
                       .timed_out = timed_out, .oom_killed = oom, .detail = NULL};

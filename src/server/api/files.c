@@ -1,6 +1,6 @@
 /* POST /v1/sessions/{id}/write and GET /v1/sessions/{id}/read (contract 1.5, 1.6). */
-#include "app.h"
-#include "api/validate.h"
+#include "api/handlers.h"
+
 #include "domain/paths.h"
 #include "domain/quota.h"
 #include "text/utf8.h"
@@ -40,8 +40,9 @@ static void send_denied(http_request *r, const char *path, size_t len)
     free(p);
 }
 
-void handle_write(app *a, http_request *r, size_t tenant, const char *id, json_t *body)
+void api_files_write(app *a, http_request *r, const api_call *c)
 {
+    json_t *body = c->body;
     json_t *errs = json_array();
     const char *path = NULL, *content = NULL;
     size_t path_len = 0, content_len = 0;
@@ -51,7 +52,7 @@ void handle_write(app *a, http_request *r, size_t tenant, const char *id, json_t
     }
     if (send_if_invalid(r, errs))
         return;
-    session *s = acquire_session(a, r, tenant, id);
+    session *s = acquire_session(a, r, c);
     if (!s)
         return;
     char *rel = NULL, *quota_msg = NULL;
@@ -107,7 +108,7 @@ static size_t normalize_newlines(char *s, size_t n)
     return o;
 }
 
-void handle_read(app *a, http_request *r, size_t tenant, const char *id)
+void api_files_read(app *a, http_request *r, const api_call *c)
 {
     size_t raw_len;
     char *raw = http_query(r, "path", &raw_len);
@@ -125,7 +126,7 @@ void handle_read(app *a, http_request *r, size_t tenant, const char *id)
         http_send_500(r);
         return;
     }
-    session *s = acquire_session(a, r, tenant, id);
+    session *s = acquire_session(a, r, c);
     if (!s) {
         free(path);
         return;

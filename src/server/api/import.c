@@ -1,12 +1,12 @@
 /* POST /v1/sessions/{id}/import (contract 1.8): validation, the order of checks, the
- * response and the audit entry. Parsing, download and unpacking live in import_*.c. */
-#include "app.h"
-#include "store/audit.h"
+ * response and the audit entry. Parsing, download and unpacking live in import/. */
+#include "api/handlers.h"
+
 #include "fs/walk.h"
 #include "import/fetch.h"
 #include "import/spec.h"
 #include "import/unpack.h"
-#include "api/validate.h"
+#include "store/audit.h"
 #include "text/utf8.h"
 
 #include <errno.h>
@@ -20,13 +20,13 @@
 #define AUDIT_DETAIL_CHARS 300
 
 /* ---- audit: kind "import", command as requested, exit_code null ---------------------- */
-static void audit_import(app *a, size_t tenant, const session *s, const char *command, const char *detail)
+static void audit_import(app *a, const api_call *c, const session *s, const char *command, const char *detail)
 {
     audit_entry e;
     memset(&e, 0, sizeof e);
-    e.tenant = a->cfg->tenants[tenant].name;
+    e.tenant = tenants_get(a->tenants, c->tenant)->name;
     e.session_id = s->id;
-    e.actor = app_actor();
+    e.actor = c->actor;
     e.kind = "import";
     e.command = command;
     e.detail = detail;
@@ -47,13 +47,13 @@ static char *cut_chars(const char *s, size_t max)
 }
 
 /* Sends the error and audits it as "failed (<status>): <message>". */
-static void fail(app *a, http_request *r, size_t tenant, const session *s, const char *command,
+static void fail(app *a, http_request *r, const api_call *c, const session *s, const char *command,
                  int status, const char *msg, size_t msg_len)
 {
     char *detail = NULL;
     if (asprintf(&detail, "failed (%d): %.*s", status, (int)msg_len, msg) >= 0) {
         char *cut = cut_chars(detail, AUDIT_DETAIL_CHARS);
-        audit_import(a, tenant, s, command, cut ? cut : detail);
+        audit_import(a, c, s, command, cut ? cut : detail);
         free(cut);
         free(detail);
     }
@@ -87,10 +87,11 @@ static char *command_text(const char *repo, const char *ref, const char *path)
 }
 
 /* Runs the import for an acquired session; answers every outcome. */
-static void run_import(app *a, http_request *r, size_t tenant, session *s, const char *command,
+static void run_import(app *a, http_request *r, const api_call *c, session *s, const char *command,
                        const import_spec *spec)
 {
-    const tenant_cfg *t = &a->cfg->tenants[tenant];
+    size_t tenant = c->tenant;
+    const tenant_cfg *t = tenants_get(a->tenants, tenant);
     char *msg = NULL;
     int exists = import_dest_exists(s->workspace, spec->dest);
     if (exists) {
@@ -101,7 +102,7 @@ static void run_import(app *a, http_request *r, size_t tenant, session *s, const
         if (rc < 0)
             msg = NULL;
         if (msg)
-            fail(a, r, tenant, s, command, exists < 0 ? 400 : 409, msg, strlen(msg));
+            fail(a, r, c, s, command, exists < 0 ? 400 : 409, msg, strlen(msg));
         else
             http_send_500(r);
         free(msg);
@@ -144,7 +145,7 @@ static void run_import(app *a, http_request *r, size_t tenant, session *s, const
         if (asprintf(&path, "/workspace/%s", spec->dest) < 0)
             path = NULL;
         if (path && asprintf(&detail, "%lld files into %s", files, path) >= 0) {
-            audit_import(a, tenant, s, command, detail);
+            audit_import(a, c, s, command, detail);
             free(detail);
         }
         char *full = NULL;
@@ -158,15 +159,16 @@ static void run_import(app *a, http_request *r, size_t tenant, session *s, const
         }
         free(path);
     } else if (rc > 0 && msg) {
-        fail(a, r, tenant, s, command, rc, msg, strlen(msg));
+        fail(a, r, c, s, command, rc, msg, strlen(msg));
     } else {
         http_send_500(r);
     }
     free(msg);
 }
 
-void handle_import(app *a, http_request *r, size_t tenant, const char *id, json_t *body)
+void api_import(app *a, http_request *r, const api_call *c)
 {
+    json_t *body = c->body;
     json_t *errs = json_array();
     const char *repo = NULL, *ref = NULL, *path = NULL;
     size_t repo_len = 0, ref_len = 0, path_len = 0;
@@ -180,7 +182,7 @@ void handle_import(app *a, http_request *r, size_t tenant, const char *id, json_
     }
     if (send_if_invalid(r, errs))
         return;
-    session *s = acquire_session(a, r, tenant, id);
+    session *s = acquire_session(a, r, c);
     if (!s)
         return;
     char *command = command_text(repo, ref, path), *msg = NULL;
@@ -188,10 +190,10 @@ void handle_import(app *a, http_request *r, size_t tenant, const char *id, json_
     import_spec spec;
     int rc = command ? import_spec_parse(repo, repo_len, ref, ref_len, path, path_len, &spec, &msg, &msg_len) : -1;
     if (rc == 0) {
-        run_import(a, r, tenant, s, command, &spec);
+        run_import(a, r, c, s, command, &spec);
         import_spec_free(&spec);
     } else if (rc == 400) {
-        fail(a, r, tenant, s, command, 400, msg, msg_len);
+        fail(a, r, c, s, command, 400, msg, msg_len);
     } else {
         http_send_500(r);
     }

@@ -1,3 +1,4 @@
+/* Token buckets and running-command counts per tenant, under one mutex. */
 #include "domain/limits.h"
 
 #include <pthread.h>
@@ -8,11 +9,11 @@ typedef struct {
     double tokens;
     double last; /* monotonic seconds of the last refill */
     int running;
-    bool started; /* tenants added at runtime get a full bucket on their first request */
+    bool started; /* a bucket starts full at the tenant's first request */
 } tenant_state;
 
 struct limits {
-    const config *cfg;
+    const tenants *tenants;
     pthread_mutex_t mu;
     tenant_state *t;
 };
@@ -24,25 +25,19 @@ static double mono_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-limits *limits_new(const config *c)
+limits *limits_new(const tenants *t)
 {
     limits *l = calloc(1, sizeof *l);
     if (!l)
         return NULL;
-    size_t cap = c->tenant_cap > c->ntenants ? c->tenant_cap : c->ntenants;
+    size_t cap = tenants_capacity(t);
     l->t = calloc(cap ? cap : 1, sizeof *l->t);
     if (!l->t) {
         free(l);
         return NULL;
     }
-    l->cfg = c;
+    l->tenants = t;
     pthread_mutex_init(&l->mu, NULL);
-    double now = mono_now();
-    for (size_t i = 0; i < c->ntenants; i++) {
-        l->t[i].tokens = c->tenants[i].requests_per_minute; /* buckets start full */
-        l->t[i].last = now;
-        l->t[i].started = true;
-    }
     return l;
 }
 
@@ -57,7 +52,7 @@ void limits_free(limits *l)
 
 bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_after)
 {
-    double cap = l->cfg->tenants[tenant].requests_per_minute, rate = cap / 60.0;
+    double cap = tenants_get(l->tenants, tenant)->requests_per_minute, rate = cap / 60.0;
     pthread_mutex_lock(&l->mu);
     tenant_state *s = &l->t[tenant];
     double now = mono_now();
@@ -87,7 +82,7 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
 bool limits_exec_begin(limits *l, size_t tenant)
 {
     pthread_mutex_lock(&l->mu);
-    bool ok = l->t[tenant].running < l->cfg->tenants[tenant].max_concurrent_exec;
+    bool ok = l->t[tenant].running < tenants_get(l->tenants, tenant)->max_concurrent_exec;
     if (ok)
         l->t[tenant].running++;
     pthread_mutex_unlock(&l->mu);

@@ -3,13 +3,14 @@
 #ifndef AIRLOCKD_TENANT_LIMITS_H
 #define AIRLOCKD_TENANT_LIMITS_H
 
-#include "config.h"
+#include "domain/tenants.h"
 
 #include <stdbool.h>
 
 typedef struct limits limits;
 
-limits *limits_new(const config *c);
+/* Per-tenant state for every tenant t can hold; static tenants start with full buckets. */
+limits *limits_new(const tenants *t);
 void limits_free(limits *l);
 
 /* Takes one request token. Returns true when granted (then *available = floor of the

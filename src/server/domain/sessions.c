@@ -201,12 +201,12 @@ static int new_id(char out[17])
     return 0;
 }
 
-int registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
-                    session **out, int *open_now)
+session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
+                               session **out, int *open_now)
 {
     session *s = calloc(1, sizeof *s);
     if (!s)
-        return REG_ERROR;
+        return SESSION_ERROR;
     pthread_mutex_lock(&r->mu);
     int count = 0;
     for (session *it = r->head; it; it = it->next)
@@ -216,7 +216,7 @@ int registry_create(registry *r, size_t tenant, int max_sessions, const json_t *
         pthread_mutex_unlock(&r->mu);
         free(s);
         *open_now = count;
-        return REG_LIMIT;
+        return SESSION_LIMIT;
     }
     do {
         if (new_id(s->id) != 0)
@@ -241,21 +241,27 @@ int registry_create(registry *r, size_t tenant, int max_sessions, const json_t *
     r->head = s;
     pthread_mutex_unlock(&r->mu);
     *out = s;
-    return REG_OK;
+    return SESSION_OK;
 fail:
     pthread_mutex_unlock(&r->mu);
     fprintf(stderr, "airlockd: cannot create a workspace: %s\n", strerror(errno));
     free(s->workspace);
     free(s);
-    return REG_ERROR;
+    return SESSION_ERROR;
 }
 
-int registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out)
+/* Whether the tenant may use s (NULL: not found). */
+static session_result owner_check(const session *s, size_t tenant)
+{
+    return !s ? SESSION_NOT_FOUND : s->tenant != tenant ? SESSION_FORBIDDEN : SESSION_OK;
+}
+
+session_result registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out)
 {
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
-    int rc = !s ? 404 : s->tenant != tenant ? 403 : 0;
-    if (rc == 0) {
+    session_result rc = owner_check(s, tenant);
+    if (rc == SESSION_OK) {
         s->refs++;
         if (touch)
             s->last_accessed_at = epoch_now();
@@ -274,47 +280,54 @@ void registry_release(registry *r, session *s)
         session_destroy(s);
 }
 
-int registry_delete(registry *r, const char *id, size_t tenant)
+session_result registry_delete(registry *r, const char *id, size_t tenant)
 {
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
-    int rc = !s ? 404 : s->tenant != tenant ? 403 : 200;
-    bool destroy = rc == 200 && unlink_locked(r, s);
+    session_result rc = owner_check(s, tenant);
+    bool destroy = rc == SESSION_OK && unlink_locked(r, s);
     pthread_mutex_unlock(&r->mu);
     if (destroy)
         session_destroy(s);
     return rc;
 }
 
-json_t *registry_list(registry *r, size_t tenant, const char *tenant_name, long long disk_quota_mb)
+session_info *registry_list(registry *r, size_t tenant, size_t *n)
 {
-    json_t *items = json_array();
+    *n = 0;
     pthread_mutex_lock(&r->mu);
-    for (session *s = r->head; s; s = s->next) {
+    size_t count = 0;
+    for (session *s = r->head; s; s = s->next)
+        count += s->tenant == tenant;
+    session_info *v = count ? calloc(count, sizeof *v) : NULL;
+    for (session *s = r->head; v && s; s = s->next) {
         if (s->tenant != tenant)
             continue;
-        json_t *o = json_pack("{s:s,s:s,s:O,s:f,s:f,s:f,s:I}", "session_id", s->id,
-                              "tenant_id", tenant_name, "egress", s->egress,
-                              "created_at", s->created_at, "last_accessed_at", s->last_accessed_at,
-                              "expires_at", s->last_accessed_at + r->ttl, "disk_quota_mb", (json_int_t)disk_quota_mb);
-        json_array_append_new(items, o);
+        session_info *e = &v[(*n)++];
+        memcpy(e->id, s->id, sizeof e->id);
+        e->egress = json_incref(s->egress);
+        e->created_at = s->created_at;
+        e->last_accessed_at = s->last_accessed_at;
+        e->expires_at = s->last_accessed_at + r->ttl;
     }
     pthread_mutex_unlock(&r->mu);
-    /* newest first; the list is kept in creation order reversed already, but sort to be
-     * robust against equal-microsecond creations */
-    size_t n = json_array_size(items);
-    for (size_t i = 1; i < n; i++) {
-        for (size_t j = i; j > 0; j--) {
-            double a = json_real_value(json_object_get(json_array_get(items, j - 1), "created_at"));
-            double b = json_real_value(json_object_get(json_array_get(items, j), "created_at"));
-            if (a >= b)
-                break;
-            json_t *tmp = json_incref(json_array_get(items, j));
-            json_array_set(items, j, json_array_get(items, j - 1));
-            json_array_set_new(items, j - 1, tmp);
+    /* newest first; the list is kept in creation order reversed already, but sort (stably)
+     * to be robust against equal-microsecond creations */
+    for (size_t i = 1; i < *n; i++) {
+        for (size_t k = i; k > 0 && v[k - 1].created_at < v[k].created_at; k--) {
+            session_info tmp = v[k];
+            v[k] = v[k - 1];
+            v[k - 1] = tmp;
         }
     }
-    return json_pack("{s:s,s:o}", "tenant_id", tenant_name, "sessions", items);
+    return v;
+}
+
+void session_info_free(session_info *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        json_decref(v[i].egress);
+    free(v);
 }
 
 size_t registry_count(registry *r)

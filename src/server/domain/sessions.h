@@ -36,23 +36,41 @@ void registry_free(registry *r);
 /* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s). */
 int registry_start_reaper(registry *r);
 
-enum { REG_OK = 0, REG_LIMIT, REG_ERROR };
+/* What a registry operation came to; the API layer turns these into HTTP answers. */
+typedef enum {
+    SESSION_OK = 0,
+    SESSION_NOT_FOUND, /* no such session (never created, deleted, or expired) */
+    SESSION_FORBIDDEN, /* another tenant's session */
+    SESSION_LIMIT,     /* the tenant already has max_sessions open */
+    SESSION_ERROR,     /* the workspace could not be made (logged) */
+} session_result;
 
 /* Creates a session (checked against max_sessions atomically). egress is copied.
- * On REG_LIMIT *open_now is the tenant's session count. On REG_OK *out holds a reference. */
-int registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
-                    session **out, int *open_now);
+ * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
+ * in *out. */
+session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
+                               session **out, int *open_now);
 
-/* get_authorized_session: 0 with a reference in *out (and last_accessed_at refreshed when
- * touch), 404 unknown/expired, 403 other tenant's. */
-int registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out);
+/* The tenant's session id with a reference in *out (last_accessed_at refreshed when touch):
+ * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
+session_result registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out);
 void registry_release(registry *r, session *s);
 
-/* DELETE: 200, 404 or 403. */
-int registry_delete(registry *r, const char *id, size_t tenant);
+/* Removes the tenant's session id (its workspace goes when no request uses it any more):
+ * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
+session_result registry_delete(registry *r, const char *id, size_t tenant);
 
-/* {"tenant_id":..., "sessions":[...]} items newest first. */
-json_t *registry_list(registry *r, size_t tenant, const char *tenant_name, long long disk_quota_mb);
+/* What a session list shows of one session. */
+typedef struct {
+    char id[17];
+    json_t *egress; /* a reference */
+    double created_at, last_accessed_at, expires_at;
+} session_info;
+
+/* The tenant's sessions, newest first: a malloc'd array of *n entries (NULL when there are
+ * none or memory ran out); free it with session_info_free. */
+session_info *registry_list(registry *r, size_t tenant, size_t *n);
+void session_info_free(session_info *v, size_t n);
 
 size_t registry_count(registry *r);
 size_t registry_count_tenant(registry *r, size_t tenant);

@@ -1,6 +1,8 @@
 /* The HTTP layer on libmicrohttpd: daemons (TCP and optional unix socket), body
- * accumulation with a size cap, response helpers that match Starlette's output
- * (compact JSON, raw UTF-8, plain-text 500), one log line per request. */
+ * accumulation with a per-route size cap, response helpers that match Starlette's output
+ * (compact JSON, raw UTF-8, plain-text 500), one log line per request. It knows nothing of
+ * routes: the application answers through an http_handler and sizes bodies through an
+ * http_body_limit. */
 #ifndef AIRLOCKD_HTTP_H
 #define AIRLOCKD_HTTP_H
 
@@ -8,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The largest body any request may have (and the cap when no http_body_limit is given). */
 #define HTTP_MAX_BODY (64u * 1024u * 1024u)
 
 typedef struct http_request http_request;
@@ -16,9 +19,22 @@ typedef struct http_server http_server;
 /* Called once per request when the whole body is in; must answer with one http_send_*. */
 typedef void (*http_handler)(void *cls, http_request *req);
 
-/* Starts listening on host:port (port 0 = ephemeral) and, if unix_path, on that socket. */
-http_server *http_start(const char *host, unsigned port, const char *unix_path,
-                        http_handler handler, void *cls, char *err, size_t errlen);
+/* The largest body (bytes, at most HTTP_MAX_BODY) accepted for method and the decoded
+ * path; asked once the headers are in. A larger Content-Length or body is answered 413
+ * without calling the handler. */
+typedef size_t (*http_body_limit)(void *cls, const char *method, const char *path);
+
+typedef struct {
+    const char *host;          /* TCP listen address */
+    unsigned port;             /* 0 = ephemeral */
+    const char *unix_path;     /* also listen on this unix socket when non-NULL */
+    http_handler handler;
+    http_body_limit body_limit; /* NULL: HTTP_MAX_BODY for every request */
+    void *cls;                 /* passed to handler and body_limit */
+} http_options;
+
+/* Starts listening; NULL with a message in err on failure. */
+http_server *http_start(const http_options *o, char *err, size_t errlen);
 unsigned http_port(const http_server *s);
 void http_stop(http_server *s);
 
@@ -42,9 +58,5 @@ void http_send_500(http_request *r);
 /* 307 with a location header and an empty body */
 void http_send_redirect(http_request *r, const char *location);
 void http_send_405(http_request *r, const char *allow);
-
-/* Serialises a JSON value the way Python's json.dumps(ensure_ascii=False,
- * separators=(",", ":")) does; malloc'd. */
-char *http_json_text(const json_t *v);
 
 #endif

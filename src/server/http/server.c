@@ -1,12 +1,10 @@
-/* The HTTP server on libmicrohttpd: daemons, request lifecycle, body accumulation, responses. */
-#include "http/http.h"
-
-#include "util/buf.h"
+/* The HTTP server on libmicrohttpd: daemons, the request lifecycle, body accumulation up to
+ * the route's cap, one log line per request. */
+#include "http/internal.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,20 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-struct http_request {
-    struct MHD_Connection *conn;
-    char *raw_uri;
-    const char *method;
-    const char *url;
-    buffer body; /* limit: HTTP_MAX_BODY */
-    bool started, too_large, responded;
-    unsigned status;
-    struct timespec t0;
-};
-
 struct http_server {
     struct MHD_Daemon *tcp, *unix_d;
     http_handler handler;
+    http_body_limit body_limit;
     void *cls;
     unsigned port;
 };
@@ -85,138 +73,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
-static void queue(http_request *r, unsigned status, const char *data, size_t len,
-                  const char *ctype, const char *hname, const char *hvalue)
-{
-    if (r->responded)
-        return;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
-    if (!resp)
-        return;
-    if (ctype)
-        MHD_add_response_header(resp, "content-type", ctype);
-    if (hname)
-        MHD_add_response_header(resp, hname, hvalue);
-    if (MHD_queue_response(r->conn, status, resp) == MHD_YES) {
-        r->responded = true;
-        r->status = status;
-    }
-    MHD_destroy_response(resp);
-}
 
-char *http_json_text(const json_t *v)
-{
-    /* 16 significant digits print microsecond timestamps and typical inputs exactly as
-     * Python's repr does */
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(16));
-    if (!s)
-        return NULL;
-    /* jansson writes control characters as \u001F; Python writes \u001f */
-    for (char *p = s; *p; p++) {
-        if (*p != '\\')
-            continue;
-        p++;
-        if (*p == 'u')
-            for (int k = 1; k <= 4 && p[k]; k++)
-                p[k] = (char)tolower((unsigned char)p[k]);
-    }
-    return s;
-}
 
-void http_send_json_header(http_request *r, unsigned status, json_t *body,
-                           const char *hname, const char *hvalue)
-{
-    char *text = body ? http_json_text(body) : NULL;
-    json_decref(body);
-    if (!text) {
-        http_send_500(r);
-        return;
-    }
-    queue(r, status, text, strlen(text), "application/json", hname, hvalue);
-    free(text);
-}
 
-void http_send_json(http_request *r, unsigned status, json_t *body)
-{
-    http_send_json_header(r, status, body, NULL, NULL);
-}
-
-void http_send_detail(http_request *r, unsigned status, const char *detail)
-{
-    http_send_json(r, status, json_pack("{s:s}", "detail", detail));
-}
-
-void http_send_500(http_request *r)
-{
-    static const char msg[] = "Internal Server Error";
-    queue(r, 500, msg, sizeof msg - 1, "text/plain; charset=utf-8", NULL, NULL);
-}
-
-void http_send_redirect(http_request *r, const char *location)
-{
-    queue(r, 307, "", 0, NULL, "location", location);
-}
-
-void http_send_405(http_request *r, const char *allow)
-{
-    static const char msg[] = "{\"detail\":\"Method Not Allowed\"}";
-    queue(r, 405, msg, sizeof msg - 1, "application/json", "allow", allow);
-}
-
-const char *http_method(const http_request *r) { return r->method; }
-const char *http_path(const http_request *r) { return r->url; }
-
-const char *http_raw_query(const http_request *r)
-{
-    const char *q = strchr(r->raw_uri, '?');
-    return q ? q + 1 : NULL;
-}
-
-const char *http_body(const http_request *r, size_t *len)
-{
-    *len = r->body.len;
-    return r->body.data ? r->body.data : "";
-}
-
-const char *http_header(const http_request *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-}
-
-typedef struct {
-    const char *name;
-    const char *val;
-    size_t len;
-    bool found;
-} query_find;
-
-static enum MHD_Result query_iter(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                  const char *value, size_t value_size)
-{
-    (void)kind;
-    query_find *f = cls;
-    if (key && key_size == strlen(f->name) && memcmp(key, f->name, key_size) == 0) {
-        f->val = value ? value : ""; /* Starlette keeps the last occurrence */
-        f->len = value ? value_size : 0;
-        f->found = true;
-    }
-    return MHD_YES;
-}
-
-char *http_query(const http_request *r, const char *name, size_t *len)
-{
-    query_find f = {name, NULL, 0, false};
-    MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND, query_iter, &f);
-    if (!f.found)
-        return NULL;
-    char *out = malloc(f.len + 1);
-    if (!out)
-        return NULL;
-    memcpy(out, f.val, f.len);
-    out[f.len] = '\0';
-    *len = f.len;
-    return out;
-}
 
 static void send_too_large(http_request *r)
 {
@@ -237,9 +96,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->conn = c;
         r->url = url;
         r->method = method;
-        buf_init(&r->body, HTTP_MAX_BODY);
+        size_t limit = s->body_limit ? s->body_limit(s->cls, method, url) : HTTP_MAX_BODY;
+        if (limit > HTTP_MAX_BODY)
+            limit = HTTP_MAX_BODY;
+        buf_init(&r->body, limit);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > HTTP_MAX_BODY) {
+        if (cl && strtoull(cl, NULL, 10) > limit) {
             r->too_large = true;
             send_too_large(r); /* answer now; MHD closes the connection afterwards */
         }
@@ -293,16 +155,18 @@ static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const str
 #undef COMMON_OPTIONS
 }
 
-http_server *http_start(const char *host, unsigned port, const char *unix_path,
-                        http_handler handler, void *cls, char *err, size_t errlen)
+http_server *http_start(const http_options *o, char *err, size_t errlen)
 {
+    const char *host = o->host, *unix_path = o->unix_path;
+    unsigned port = o->port;
     http_server *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    s->handler = handler;
-    s->cls = cls;
+    s->handler = o->handler;
+    s->body_limit = o->body_limit;
+    s->cls = o->cls;
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;

@@ -1,7 +1,9 @@
+/* Python json module compatibility: the decoder's rejections and the encoder's spelling. */
 #include "text/pyjson.h"
 
 #include "text/utf8.h"
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -231,4 +233,23 @@ int pyjson_check(const char *s, size_t n, const char **msg, size_t *pos)
     *msg = sc.msg;
     *pos = utf8_count(s, sc.err);
     return 1;
+}
+
+char *pyjson_dumps(const json_t *v)
+{
+    /* 16 significant digits print microsecond timestamps and typical inputs exactly as
+     * Python's repr does */
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(16));
+    if (!s)
+        return NULL;
+    /* jansson writes control characters as \u001F; Python writes \u001f */
+    for (char *p = s; *p; p++) {
+        if (*p != '\\')
+            continue;
+        p++;
+        if (*p == 'u')
+            for (int k = 1; k <= 4 && p[k]; k++)
+                p[k] = (char)tolower((unsigned char)p[k]);
+    }
+    return s;
 }
