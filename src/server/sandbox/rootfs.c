@@ -1,13 +1,12 @@
 /* Builds the sandbox's read-only root directory and its generated minimal /etc. */
-#define _XOPEN_SOURCE 700
 #include "sandbox/rootfs.h"
 
+#include "fs/walk.h"
 #include "util/buf.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -56,25 +55,6 @@ static const char nsswitch_text[] =
     "protocols: files\n"
     "services: files\n";
 static const char resolv_text[] = "# no network in the sandbox\n";
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    if (remove(path) != 0 && errno != ENOENT)
-        return -1;
-    return 0;
-}
-
-int sbx_rmtree(const char *dir)
-{
-    struct stat st;
-    if (lstat(dir, &st) != 0)
-        return errno == ENOENT ? 0 : -1;
-    /* FTW_DEPTH: children first; FTW_PHYS: never follow symlinks; FTW_MOUNT: stay on this fs. */
-    return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
 
 static int join(char *buf, size_t len, const char *a, const char *b)
 {
@@ -269,7 +249,7 @@ static int build_etc(const char *root, char *errbuf, size_t errlen)
 int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    if (sbx_rmtree(dir) != 0) {
+    if (fs_rmtree(dir) != 0) {
         snprintf(errbuf, errlen, "cannot remove old sandbox root %s: %s", dir, strerror(errno));
         return -1;
     }

@@ -18,7 +18,4 @@ typedef struct {
 /* (Re)creates the root directory at dir. */
 int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errlen);
 
-/* Removes a directory tree without following symlinks or crossing mounts. */
-int sbx_rmtree(const char *dir);
-
 #endif

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fs/walk.h"
 #include "sandbox/cgroup.h"
 #include "sandbox/proc.h"
 #include "sandbox/rootfs.h"
@@ -275,7 +276,7 @@ done:
         sbx_cg_destroy(&cg);
     if (runsc_state_left(b, id))
         runsc_delete(b, id);
-    if (sbx_rmtree(bundle) != 0 && errno != ENOENT)
+    if (fs_rmtree(bundle) != 0 && errno != ENOENT)
         fprintf(stderr, "airlockd: cannot remove sandbox bundle %s: %s\n", bundle,
                 strerror(errno));
     free(bundle);
@@ -533,7 +534,7 @@ static int probe_backend(sandbox_backend *b, const char *state_dir, char *errbuf
             }
         }
     }
-    (void)sbx_rmtree(ws);
+    (void)fs_rmtree(ws);
     free(ws);
     return rc;
 }
@@ -544,11 +545,11 @@ void sandbox_backend_close(sandbox_backend *b)
         return;
     /* Everything this backend made under the state dir (runs must have finished). */
     if (b->bundles_dir)
-        (void)sbx_rmtree(b->bundles_dir);
+        (void)fs_rmtree(b->bundles_dir);
     if (b->runsc_root)
-        (void)sbx_rmtree(b->runsc_root);
+        (void)fs_rmtree(b->runsc_root);
     if (b->rootfs_dir)
-        (void)sbx_rmtree(b->rootfs_dir);
+        (void)fs_rmtree(b->rootfs_dir);
     free(b->rootfs_dir);
     free(b->bundles_dir);
     free(b->runsc_root);
@@ -589,7 +590,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
     }
     if (sbx_rootfs_build(b->rootfs_dir, &b->rootfs, errbuf, errlen) != 0)
         goto fail;
-    if (sbx_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
+    if (fs_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));
         goto fail;
@@ -606,7 +607,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
                      strerror(errno));
             goto fail;
         }
-    } else if (sbx_rmtree(b->runsc_root) != 0 ||
+    } else if (fs_rmtree(b->runsc_root) != 0 ||
                mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));

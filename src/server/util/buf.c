@@ -122,6 +122,14 @@ int buf_read_all(buffer *b, int fd)
     }
 }
 
+void buf_truncate(buffer *b, size_t len)
+{
+    if (b->data && len < b->len) {
+        b->len = len;
+        b->data[len] = '\0';
+    }
+}
+
 char *buf_take(buffer *b, size_t *len)
 {
     if (!b->err && !b->data)

@@ -35,6 +35,9 @@ ssize_t buf_read(buffer *b, int fd, size_t max);
 /* Reads fd to its end. 0, or -1 with errno set (EFBIG past the limit). */
 int buf_read_all(buffer *b, int fd);
 
+/* Drops everything after the first len bytes (len <= b->len). */
+void buf_truncate(buffer *b, size_t len);
+
 /* Hands the bytes over as a malloc'd NUL-terminated string ("" when empty; *len its length
  * when len is non-NULL) and leaves b empty. NULL when b->err is set or out of memory (b is
  * freed then too). */
