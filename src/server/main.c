@@ -179,7 +179,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    /* deep workspace trees are walked with one descriptor per level */
+    /* every connection and every running sandbox holds descriptors (tree walks hold at most
+     * FS_WALK_OPEN_DIRS + 3): use what the hard limit allows */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;

@@ -46,18 +46,40 @@ static char *cut_chars(const char *s, size_t max)
     return strndup(s, i);
 }
 
+/* The HTTP status of a failed import step. */
+static unsigned import_status(import_result rc)
+{
+    switch (rc) {
+    case IMPORT_BAD_REQUEST:
+        return 400;
+    case IMPORT_NOT_FOUND:
+        return 404;
+    case IMPORT_EXISTS:
+        return 409;
+    case IMPORT_TOO_LARGE:
+        return 413;
+    case IMPORT_UNPACK_FAILED:
+        return 422;
+    case IMPORT_UPSTREAM:
+        return 502;
+    default:
+        return 500;
+    }
+}
+
 /* Sends the error and audits it as "failed (<status>): <message>". */
 static void fail(app *a, http_request *r, const api_call *c, const session *s, const char *command,
-                 int status, const char *msg, size_t msg_len)
+                 import_result rc, const char *msg, size_t msg_len)
 {
+    unsigned status = import_status(rc);
     char *detail = NULL;
-    if (asprintf(&detail, "failed (%d): %.*s", status, (int)msg_len, msg) >= 0) {
+    if (asprintf(&detail, "failed (%u): %.*s", status, (int)msg_len, msg) >= 0) {
         char *cut = cut_chars(detail, AUDIT_DETAIL_CHARS);
         audit_import(a, c, s, command, cut ? cut : detail);
         free(cut);
         free(detail);
     }
-    http_send_json(r, (unsigned)status, json_pack("{s:s%}", "detail", msg, msg_len));
+    http_send_json(r, status, json_pack("{s:s%}", "detail", msg, msg_len));
 }
 
 /* An anonymous file for the download, gone when closed. */
@@ -102,7 +124,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         if (rc < 0)
             msg = NULL;
         if (msg)
-            fail(a, r, c, s, command, exists < 0 ? 400 : 409, msg, strlen(msg));
+            fail(a, r, c, s, command, exists < 0 ? IMPORT_BAD_REQUEST : IMPORT_EXISTS, msg, strlen(msg));
         else
             http_send_500(r);
         free(msg);
@@ -117,30 +139,30 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
     }
     int fd = temp_file(a->cfg->state_dir);
     long long bytes = 0, files = 0;
-    int rc = fd < 0 ? -1 : import_fetch(a->cfg, spec, fd, &bytes, &msg);
-    if (rc == 0) {
+    import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, fd, &bytes, &msg);
+    if (rc == IMPORT_OK) {
         long long usage = fs_tree_usage(s->workspace);
         long long free_bytes = a->cfg->quota_bytes - (usage < 0 ? 0 : usage);
         if (free_bytes < 0)
             free_bytes = 0;
         if (bytes > free_bytes) {
-            rc = 413;
+            rc = IMPORT_TOO_LARGE;
             if (asprintf(&msg, "The archive (%.1f MB) doesn't fit in the workspace's free disk space (%.1f MB).",
                          (double)bytes / MB, (double)free_bytes / MB) < 0)
-                msg = NULL, rc = -1;
+                msg = NULL, rc = IMPORT_FAILED;
         }
     }
-    if (rc == 0) {
+    if (rc == IMPORT_OK) {
         char name[64], errbuf[512] = "";
         snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
         rc = import_unpack(a->sb, s->workspace, name, fd, spec, &files, &msg, errbuf, sizeof errbuf);
-        if (rc < 0)
+        if (rc == IMPORT_FAILED)
             fprintf(stderr, "airlockd: import into %s failed: %s\n", s->id, errbuf);
     }
     if (fd >= 0)
         close(fd);
     limits_exec_end(a->lim, tenant);
-    if (rc == 0) {
+    if (rc == IMPORT_OK) {
         char *path = NULL, *detail = NULL;
         if (asprintf(&path, "/workspace/%s", spec->dest) < 0)
             path = NULL;
@@ -158,7 +180,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
             http_send_500(r);
         }
         free(path);
-    } else if (rc > 0 && msg) {
+    } else if (rc != IMPORT_FAILED && msg) {
         fail(a, r, c, s, command, rc, msg, strlen(msg));
     } else {
         http_send_500(r);
@@ -188,12 +210,13 @@ void api_import(app *a, http_request *r, const api_call *c)
     char *command = command_text(repo, ref, path), *msg = NULL;
     size_t msg_len = 0;
     import_spec spec;
-    int rc = command ? import_spec_parse(repo, repo_len, ref, ref_len, path, path_len, &spec, &msg, &msg_len) : -1;
-    if (rc == 0) {
+    import_result rc = command ? import_spec_parse(repo, repo_len, ref, ref_len, path, path_len, &spec, &msg, &msg_len)
+                               : IMPORT_FAILED;
+    if (rc == IMPORT_OK) {
         run_import(a, r, c, s, command, &spec);
         import_spec_free(&spec);
-    } else if (rc == 400) {
-        fail(a, r, c, s, command, 400, msg, msg_len);
+    } else if (rc == IMPORT_BAD_REQUEST) {
+        fail(a, r, c, s, command, rc, msg, msg_len);
     } else {
         http_send_500(r);
     }

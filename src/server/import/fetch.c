@@ -114,13 +114,13 @@ static bool is_default_base(const char *base)
     return n == strlen("https://github.com") && strncasecmp(base, "https://github.com", n) == 0;
 }
 
-int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *bytes, char **msg)
+import_result import_fetch(const config *cfg, const import_spec *spec, int fd, long long *bytes, char **msg)
 {
     *bytes = 0;
     *msg = NULL;
     pthread_once(&curl_once, curl_start);
     if (!curl_ready)
-        return -1;
+        return IMPORT_FAILED;
     const char *base = cfg->import_base_url;
     size_t bl = strlen(base);
     while (bl && base[bl - 1] == '/')
@@ -128,14 +128,14 @@ int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *
     bool base_is_default = is_default_base(base);
     char *url = NULL;
     if (asprintf(&url, "%.*s/%s/%s/archive/%s.tar.gz", (int)bl, base, spec->owner, spec->name, spec->ref) < 0)
-        return -1;
+        return IMPORT_FAILED;
     url_parts base_parts;
     url_split(url, &base_parts);
     CURL *h = curl_easy_init();
     if (!h) {
         free(url);
         url_parts_free(&base_parts);
-        return -1;
+        return IMPORT_FAILED;
     }
     char errbuf[CURL_ERROR_SIZE];
     sink k = {.h = h, .fd = fd, .max = (long long)cfg->import_max_mb * 1048576};
@@ -152,7 +152,7 @@ int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &k);
 
-    int status = -1;
+    import_result status = IMPORT_FAILED;
     for (int hop = 0;; hop++) {
         errbuf[0] = '\0';
         k.written = 0;
@@ -161,21 +161,21 @@ int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *
         long code = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
         if (k.io_error) {
-            status = -1;
+            status = IMPORT_FAILED;
             break;
         }
         if (k.too_big) {
-            status = 413;
+            status = IMPORT_TOO_LARGE;
             if (asprintf(msg, "%s/%s is larger than the %d MB import limit.", spec->owner, spec->name,
                          cfg->import_max_mb) < 0)
-                *msg = NULL, status = -1;
+                *msg = NULL, status = IMPORT_FAILED;
             break;
         }
         if (rc != CURLE_OK) {
-            status = 502;
+            status = IMPORT_UPSTREAM;
             if (asprintf(msg, "Couldn't download %s/%s: %s", spec->owner, spec->name,
                          errbuf[0] ? errbuf : curl_easy_strerror(rc)) < 0)
-                *msg = NULL, status = -1;
+                *msg = NULL, status = IMPORT_FAILED;
             break;
         }
         char *next = NULL;
@@ -184,23 +184,23 @@ int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *
             bool parsed = url_split(next, &to);
             bool ok = parsed && redirect_allowed(&to, &base_parts, base_is_default);
             if (!ok) {
-                status = 502;
+                status = IMPORT_UPSTREAM;
                 if (asprintf(msg, "GitHub redirected the download to an unexpected host (%s).",
                              to.host ? to.host : next) < 0)
-                    *msg = NULL, status = -1;
+                    *msg = NULL, status = IMPORT_FAILED;
                 url_parts_free(&to);
                 break;
             }
             url_parts_free(&to);
             if (hop >= MAX_REDIRECTS) {
-                status = 502;
+                status = IMPORT_UPSTREAM;
                 if (asprintf(msg, "Couldn't download %s/%s: too many redirects", spec->owner, spec->name) < 0)
-                    *msg = NULL, status = -1;
+                    *msg = NULL, status = IMPORT_FAILED;
                 break;
             }
             char *copy = strdup(next); /* next belongs to the handle and changes with the URL */
             if (!copy) {
-                status = -1;
+                status = IMPORT_FAILED;
                 break;
             }
             free(url);
@@ -208,18 +208,18 @@ int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *
             continue;
         }
         if (code == 200) {
-            status = 0;
+            status = IMPORT_OK;
             *bytes = k.written;
         } else if (code == 404) {
-            status = 404;
+            status = IMPORT_NOT_FOUND;
             if (asprintf(msg, "%s/%s@%s wasn't found. For a private repository, connect GitHub in the console "
                               "(Workspaces \xe2\x86\x92 Private repositories) and give Airlock access to it.",
                          spec->owner, spec->name, spec->ref) < 0)
-                *msg = NULL, status = -1;
+                *msg = NULL, status = IMPORT_FAILED;
         } else {
-            status = 502;
+            status = IMPORT_UPSTREAM;
             if (asprintf(msg, "GitHub answered %ld for %s/%s.", code, spec->owner, spec->name) < 0)
-                *msg = NULL, status = -1;
+                *msg = NULL, status = IMPORT_FAILED;
         }
         break;
     }

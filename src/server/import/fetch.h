@@ -9,8 +9,10 @@
 /* GETs <cfg->import_base_url>/<owner>/<name>/archive/<ref>.tar.gz and writes the body of
  * the 200 answer to fd (a fresh, empty file). Redirects are followed only to https
  * github.com / codeload.github.com / api.github.com, and with a non-default base URL also
- * to that base's own scheme, host and port. Returns 0 with *bytes, or the HTTP status to
- * answer (404, 413, 502) with the malloc'd detail in *msg; -1 for a local failure (500). */
-int import_fetch(const config *cfg, const import_spec *spec, int fd, long long *bytes, char **msg);
+ * to that base's own scheme, host and port. IMPORT_OK with *bytes; IMPORT_NOT_FOUND,
+ * IMPORT_TOO_LARGE or IMPORT_UPSTREAM with the malloc'd detail in *msg; IMPORT_FAILED for a
+ * local failure. */
+import_result import_fetch(const config *cfg, const import_spec *spec, int fd, long long *bytes,
+                           char **msg);
 
 #endif

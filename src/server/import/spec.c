@@ -167,14 +167,15 @@ static char *dup_span(span s)
     return d;
 }
 
-/* *msg = a + s + b + c + d (s may hold NULs). Returns 400, or -1 when out of memory. */
-static int fail(char **msg, size_t *msg_len, const char *a, span s, const char *b, span t, const char *c)
+/* *msg = a + s + b + c + d (s may hold NULs). IMPORT_BAD_REQUEST, or IMPORT_FAILED when out
+ * of memory. */
+static import_result fail(char **msg, size_t *msg_len, const char *a, span s, const char *b, span t, const char *c)
 {
     size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
     size_t total = la + s.n + lb + t.n + lc;
     char *m = malloc(total + 1);
     if (!m)
-        return -1;
+        return IMPORT_FAILED;
     char *w = m;
     memcpy(w, a, la);
     w += la;
@@ -188,10 +189,10 @@ static int fail(char **msg, size_t *msg_len, const char *a, span s, const char *
     m[total] = '\0';
     *msg = m;
     *msg_len = total;
-    return 400;
+    return IMPORT_BAD_REQUEST;
 }
 
-static int fail_text(char **msg, size_t *msg_len, const char *text)
+static import_result fail_text(char **msg, size_t *msg_len, const char *text)
 {
     span none = {"", 0};
     return fail(msg, msg_len, text, none, "", none, "");
@@ -206,8 +207,9 @@ void import_spec_free(import_spec *s)
     memset(s, 0, sizeof *s);
 }
 
-int import_spec_parse(const char *repo, size_t repo_len, const char *ref, size_t ref_len,
-                      const char *path, size_t path_len, import_spec *out, char **msg, size_t *msg_len)
+import_result import_spec_parse(const char *repo, size_t repo_len, const char *ref, size_t ref_len,
+                                const char *path, size_t path_len, import_spec *out, char **msg,
+                                size_t *msg_len)
 {
     span none = {"", 0}, segs[MAX_SEGMENTS];
     span s = strip(repo, repo_len), rest = s;
@@ -290,7 +292,7 @@ int import_spec_parse(const char *repo, size_t repo_len, const char *ref, size_t
     out->dest = dup_span(d);
     if (!out->owner || !out->name || !out->ref || !out->dest) {
         import_spec_free(out);
-        return -1;
+        return IMPORT_FAILED;
     }
-    return 0;
+    return IMPORT_OK;
 }

@@ -174,8 +174,9 @@ static char *failure_detail(const import_spec *spec, const sandbox_result *res)
     return msg;
 }
 
-int import_unpack(sandbox_backend *sb, const char *ws, const char *name, int archive_fd,
-                  const import_spec *spec, long long *files, char **msg, char *errbuf, size_t errlen)
+import_result import_unpack(sandbox_backend *sb, const char *ws, const char *name, int archive_fd,
+                            const import_spec *spec, long long *files, char **msg, char *errbuf,
+                            size_t errlen)
 {
     *files = 0;
     *msg = NULL;
@@ -185,17 +186,17 @@ int import_unpack(sandbox_backend *sb, const char *ws, const char *name, int arc
     int wsfd = open(ws, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (wsfd < 0) {
         snprintf(errbuf, errlen, "open workspace: %s", strerror(errno));
-        return -1;
+        return IMPORT_FAILED;
     }
     if (place_archive(wsfd, tmp_name, archive_fd) != 0) {
         snprintf(errbuf, errlen, "placing the archive: %s", strerror(errno));
         unlinkat(wsfd, tmp_name, 0);
         close(wsfd);
-        return -1;
+        return IMPORT_FAILED;
     }
     /* "./" keeps a dest starting with "-" from being read as an option */
     char *rel_dest = NULL, *qd = NULL, *qa = NULL, *cmd = NULL;
-    int rc = -1;
+    import_result rc = IMPORT_FAILED;
     if (asprintf(&rel_dest, "./%s", spec->dest) < 0)
         rel_dest = NULL;
     if (rel_dest && (qd = sh_quote(rel_dest)) != NULL && (qa = sh_quote(rel_archive)) != NULL &&
@@ -210,10 +211,10 @@ int import_unpack(sandbox_backend *sb, const char *ws, const char *name, int arc
         memset(&res, 0, sizeof res);
         if (sandbox_exec(sb, ws, name, cmd, IMPORT_UNPACK_TIMEOUT, &res, errbuf, errlen) == 0) {
             if (!res.timed_out && res.exit_code == 0 && parse_count(res.out ? res.out : "", res.out_len, files)) {
-                rc = 0;
+                rc = IMPORT_OK;
             } else {
                 *msg = failure_detail(spec, &res);
-                rc = *msg ? 422 : -1;
+                rc = *msg ? IMPORT_UNPACK_FAILED : IMPORT_FAILED;
                 if (!*msg)
                     snprintf(errbuf, errlen, "out of memory");
             }

@@ -16,10 +16,11 @@ int import_dest_exists(const char *ws, const char *dest);
  * temporary name, runs `mkdir -p <dest> && tar -xzf <archive> -C <dest>
  * --strip-components=1` in a sandbox named name (120 s), counts the regular files under
  * dest and removes the temporary archive (and dest, new until then, when tar fails).
- * Returns 0 with *files, 422 with the malloc'd "Unpacking <owner>/<name> failed: ..."
- * detail in *msg, or -1 when the archive could not be placed or the sandbox not started
- * (message in errbuf). */
-int import_unpack(sandbox_backend *sb, const char *ws, const char *name, int archive_fd,
-                  const import_spec *spec, long long *files, char **msg, char *errbuf, size_t errlen);
+ * IMPORT_OK with *files; IMPORT_UNPACK_FAILED with the malloc'd "Unpacking <owner>/<name>
+ * failed: ..." detail in *msg; IMPORT_FAILED when the archive could not be placed or the
+ * sandbox not started (message in errbuf). */
+import_result import_unpack(sandbox_backend *sb, const char *ws, const char *name, int archive_fd,
+                            const import_spec *spec, long long *files, char **msg, char *errbuf,
+                            size_t errlen);
 
 #endif
