@@ -142,7 +142,7 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
     argv[n++] = "/";
     argv[n++] = "--clearenv";
     char names[SANDBOX_ENV_MAX][64];
-    for (size_t i = 0; sandbox_env[i] && i < SANDBOX_ENV_MAX; i++) {
+    for (size_t i = 0; i < SANDBOX_ENV_MAX && sandbox_env[i]; i++) {
         const char *eq = strchr(sandbox_env[i], '=');
         snprintf(names[i], sizeof names[i], "%.*s", (int)(eq - sandbox_env[i]), sandbox_env[i]);
         argv[n++] = "--setenv";
