@@ -720,7 +720,7 @@ describe("exec_format (C unit test)", function()
   it("formats output and strips like Python", function()
     local bin = os.tmpname()
     local cmd = "cc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc/server -o " .. q(bin) ..
-      " spec/c/exec_format_test.c src/server/text/exec_format.c src/server/text/utf8.c src/server/util/buf.c 2>&1 && " .. q(bin)
+      " spec/c/exec_format_test.c src/server/text/exec_format.c src/server/text/pystr.c src/server/text/utf8.c src/server/util/buf.c 2>&1 && " .. q(bin)
     local p = io.popen(cmd)
     local out = p:read("*a")
     local ok = { p:close() }

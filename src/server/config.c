@@ -1,3 +1,4 @@
+/* Loading and checking the SANDBOX_* environment into the configuration. */
 #include "config.h"
 
 #include "egress/policy.h"

@@ -1,7 +1,7 @@
 /* /v1/keys (contract 1.13): a tenant's self-service keys; key creation shared with admin.c. */
 #include "api/handlers.h"
 
-#include "text/exec_format.h" /* py_strip */
+#include "text/pystr.h"
 
 #include <stdio.h>
 #include <stdlib.h>

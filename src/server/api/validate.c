@@ -1,6 +1,7 @@
+/* pydantic v2's error objects and the lax field validators behind FastAPI's 422 answers. */
 #include "api/validate.h"
 
-#include "text/exec_format.h"
+#include "text/pystr.h"
 #include "text/utf8.h"
 
 #include <limits.h>

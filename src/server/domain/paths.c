@@ -1,3 +1,5 @@
+/* Workspace paths: Python's realpath rules, then component-wise opens that never follow a
+ * symlink. */
 #include "domain/paths.h"
 
 #include "sandbox/sandbox.h"

@@ -1,3 +1,4 @@
+/* The soft disk quota: usage measured with the tree walker, the 413 and warning texts. */
 #include "domain/quota.h"
 
 #include "fs/walk.h"

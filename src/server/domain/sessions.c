@@ -1,3 +1,4 @@
+/* The session registry: a list under one mutex, reference counts, the idle reaper thread. */
 #include "domain/sessions.h"
 
 #include "fs/walk.h"

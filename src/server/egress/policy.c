@@ -1,6 +1,7 @@
+/* Egress rules: normalising, expanding presets, checking them against a tenant's policy. */
 #include "egress/policy.h"
 
-#include "text/exec_format.h"
+#include "text/pystr.h"
 
 #include <ctype.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Import spec parsing: the repo forms, ref and destination rules of contract 1.8. */
 #include "import/spec.h"
 
-#include "text/exec_format.h" /* py_strip */
+#include "text/pystr.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

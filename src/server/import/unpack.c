@@ -1,7 +1,7 @@
 /* Unpacking an imported archive in the sandbox: the server never parses the tarball. */
 #include "import/unpack.h"
 
-#include "text/exec_format.h" /* py_strip */
+#include "text/pystr.h"
 #include "domain/paths.h"
 #include "text/utf8.h"
 

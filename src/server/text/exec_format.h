@@ -3,15 +3,10 @@
 #ifndef AIRLOCKD_EXEC_FORMAT_H
 #define AIRLOCKD_EXEC_FORMAT_H
 
+#include "text/pystr.h" /* py_strip: the format strips like Python */
+
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
-
-/* Python str.isspace() for one code point. */
-bool py_isspace(uint32_t cp);
-
-/* Python str.strip() on valid UTF-8: the stripped text is s[*start, *end). */
-void py_strip(const char *s, size_t n, size_t *start, size_t *end);
 
 /* Builds `output` from already U+FFFD-cleaned streams. Returns a malloc'd string
  * (NUL-terminated, length in *len) or NULL when out of memory. */

@@ -1,3 +1,4 @@
+/* Python repr() of strings and string lists. */
 #include "text/pyrepr.h"
 
 #include "text/utf8.h"

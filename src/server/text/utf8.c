@@ -1,3 +1,4 @@
+/* UTF-8 decoding as Python's codecs do it: validation, counting, U+FFFD replacement. */
 #include "text/utf8.h"
 
 #include <stdlib.h>
