@@ -110,9 +110,17 @@ void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, si
              text);
 }
 
-void sbx_finish_result(sandbox_result *out, int code, sbx_proc_result *r)
+void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
 {
+    memset(out, 0, sizeof *out);
+    if (r->timed_out) {
+        sbx_proc_result_free(r);
+        out->timed_out = true;
+        out->exit_code = -1;
+        return;
+    }
     out->exit_code = code;
+    out->oom_killed = oom_killed;
     out->out = buf_take(&r->out, &out->out_len);
     out->err = buf_take(&r->err, &out->err_len);
 }

@@ -172,15 +172,7 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
         sbx_proc_result_free(&r);
         return -1;
     }
-    memset(out, 0, sizeof *out);
-    if (r.timed_out) {
-        sbx_proc_result_free(&r);
-        out->timed_out = true;
-        out->exit_code = -1;
-    } else {
-        out->oom_killed = oom || (code == 137 && limit_hit);
-        sbx_finish_result(out, code, &r);
-    }
+    sbx_finish_result(out, &r, code, oom || (code == 137 && limit_hit));
     return 0;
 }
 

@@ -118,20 +118,10 @@ static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sand
         sbx_proc_result_free(&r);
         return -1;
     }
-    memset(out, 0, sizeof *out);
-    if (r.timed_out) {
-        sbx_proc_result_free(&r); /* output produced before the timeout is discarded */
-        out->timed_out = true;
-        out->exit_code = -1;
-    } else {
-        /* A host OOM kill takes the whole sentry down; the command's status is SIGKILL. A
-         * SIGKILL exit at the memory limit without a recorded kill is also the memory. */
-        if (oom || (code == 137 && limit_hit)) {
-            out->oom_killed = true;
-            code = 137;
-        }
-        sbx_finish_result(out, code, &r);
-    }
+    /* A host OOM kill takes the whole sentry down; the command's status is SIGKILL. A
+     * SIGKILL exit at the memory limit without a recorded kill is also the memory. */
+    bool oom_killed = oom || (code == 137 && limit_hit);
+    sbx_finish_result(out, &r, oom_killed ? 137 : code, oom_killed);
     return 0;
 }
 

@@ -62,7 +62,9 @@ char *sbx_path_join(const char *a, const char *b);
 /* errbuf = prefix + ": " + the launcher's stderr (trimmed, at most 400 bytes). */
 void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, size_t errlen);
 
-/* A finished command's exit code and output; out takes over r's buffers. */
-void sbx_finish_result(sandbox_result *out, int code, sbx_proc_result *r);
+/* The result of a run that happened: on a timeout exit code -1 and no output (the
+ * reference discards what came before), else code, oom_killed and r's output (out takes
+ * over r's buffers). */
+void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed);
 
 #endif
