@@ -19,9 +19,9 @@ typedef struct http_server http_server;
 /* Called once per request when the whole body is in; must answer with one http_send_*. */
 typedef void (*http_handler)(void *cls, http_request *req);
 
-/* The largest body (bytes, at most HTTP_MAX_BODY) accepted for method and the decoded
- * path; asked once the headers are in. A larger Content-Length or body is answered 413
- * without calling the handler. */
+/* The largest body (bytes, at most HTTP_MAX_BODY; 0: none) accepted for method and the
+ * decoded path; asked once the headers are in. A larger Content-Length or body is answered
+ * 413 without calling the handler. */
 typedef size_t (*http_body_limit)(void *cls, const char *method, const char *path);
 
 typedef struct {

@@ -13,7 +13,8 @@ struct http_request {
     char *raw_uri;
     const char *method;
     const char *url;
-    buffer body;        /* limit: the body cap of the request's route */
+    size_t max_body;    /* the body cap of the request's route (0: no body at all) */
+    buffer body;
     bool started, too_large, responded;
     unsigned status;
     struct timespec t0;

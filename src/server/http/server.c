@@ -97,11 +97,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->url = url;
         r->method = method;
         size_t limit = s->body_limit ? s->body_limit(s->cls, method, url) : HTTP_MAX_BODY;
-        if (limit > HTTP_MAX_BODY)
-            limit = HTTP_MAX_BODY;
-        buf_init(&r->body, limit);
+        r->max_body = limit < HTTP_MAX_BODY ? limit : HTTP_MAX_BODY;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > limit) {
+        if (cl && strtoull(cl, NULL, 10) > r->max_body) {
             r->too_large = true;
             send_too_large(r); /* answer now; MHD closes the connection afterwards */
         }
@@ -112,7 +110,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         if (r->too_large || r->responded)
             return MHD_YES;
-        if (buf_append(&r->body, upload, n) != 0) {
+        if (n > r->max_body - r->body.len || buf_append(&r->body, upload, n) != 0) {
             r->too_large = true; /* over the cap, or no memory for it */
             buf_free(&r->body);
         }
