@@ -104,6 +104,30 @@ static int make_chain(const char *dir, int depth)
     return 0;
 }
 
+/* A comb: depth levels of "d", each also holding a directory "s" (with a file) and a file
+ * "z", so directories closed to stay within the descriptor budget are reopened with names
+ * still to visit. */
+static int make_comb(const char *dir, int depth)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = 0; fd >= 0 && i < depth; i++) {
+        int ok = mkdirat(fd, "d", 0755) == 0 && mkdirat(fd, "s", 0755) == 0;
+        int f1 = ok ? openat(fd, "z", O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+        int f2 = ok ? openat(fd, "s/f", O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+        if (f1 >= 0)
+            close(f1);
+        if (f2 >= 0)
+            close(f2);
+        int next = f1 >= 0 && f2 >= 0 ? openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        close(fd);
+        fd = next;
+    }
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
 static long long expected_blocks;
 
 static int add_nftw(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -155,6 +179,41 @@ static int record_visit(void *ctx, const fs_entry *e)
     if (S_ISDIR(e->st->st_mode) && strcmp(e->name, "skip") == 0)
         return FS_SKIP;
     return FS_CONTINUE;
+}
+
+/* Moves level 51 of a chain out from under level 50 while the walk is at the bottom, so
+ * going back up through ".." finds another parent and must reopen level 50 by name. */
+typedef struct {
+    const char *from, *to;
+    int moved, dirs_done;
+} mover;
+
+static int move_midway(void *ctx, const fs_entry *e)
+{
+    mover *m = ctx;
+    if (e->event == FS_DIR_DONE)
+        m->dirs_done++;
+    else if (!m->moved && strcmp(e->name, "leaf") == 0)
+        m->moved = rename(m->from, m->to) == 0 ? 1 : -1;
+    return FS_CONTINUE;
+}
+
+static void test_moved_parent(void)
+{
+    char root[128], from[512], to[160];
+    snprintf(root, sizeof root, "%s/moving", base);
+    CHECK(mkdir(root, 0755) == 0 && make_chain(root, 100) == 0);
+    int n = snprintf(from, sizeof from, "%s", root);
+    for (int i = 0; i < 51; i++)
+        n += snprintf(from + n, sizeof from - (size_t)n, "/d");
+    snprintf(to, sizeof to, "%s/moved", root);
+    mover m = {from, to, 0, 0};
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(fs_walk(fd, move_midway, &m) == 0);
+    close(fd);
+    CHECK(m.moved == 1);
+    CHECK(m.dirs_done == 100); /* every level reported, levels 1-50 reached again by name */
+    CHECK(fs_rmtree(root) == 0 && !exists(root));
 }
 
 static void test_walk(void)
@@ -210,6 +269,19 @@ static void test_walk(void)
     CHECK(fs_tree_usage(p) == -1);
     CHECK(fs_rmtree(p) == 0 && !exists(p) && exists(outside));
 
+    /* the comb: every entry visited once, every directory done once, all removed */
+    snprintf(p, sizeof p, "%s/comb", base);
+    CHECK(mkdir(p, 0755) == 0 && make_comb(p, 200) == 0);
+    expected_blocks = 0;
+    CHECK(nftw(p, add_nftw, 64, FTW_PHYS) == 0);
+    CHECK(fs_tree_usage(p) == expected_blocks);
+    fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    tally comb = {0};
+    CHECK(fs_walk(fd, record_visit, &comb) == 0);
+    close(fd);
+    CHECK(comb.entries == 200 * 4 && comb.dirs_done == 200 * 2 && comb.max_depth == 201);
+    CHECK(fs_rmtree(p) == 0 && !exists(p));
+
     /* 3,000 levels under 64 descriptors: a walk holding one per level could not */
     snprintf(p, sizeof p, "%s/deep", base);
     CHECK(mkdir(p, 0755) == 0 && make_chain(p, 3000) == 0);
@@ -222,6 +294,7 @@ static void test_walk(void)
     CHECK(fs_rmtree(p) == 0 && !exists(p));
     CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0);
 
+    test_moved_parent();
     CHECK(fs_rmtree(base) == 0 && !exists(base));
 }
 
