@@ -34,7 +34,10 @@ RUNSC      ?= $(CURDIR)/.deps/runsc/usr/bin/runsc
 
 CORE_SRC   := src/core/core.c
 CORE_PARTS := $(wildcard src/core/*.c src/core/*.h)
-SERVER_SRC := $(wildcard src/server/*.c)
+# airlockd's sources live in folders under src/server (http/, api/, domain/, sandbox/, ...);
+# every include is spelled from src/server ("http/http.h"), hence -I src/server.
+SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
+SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -62,9 +65,9 @@ $(CORE_SO): $(CORE_PARTS)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
 	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
 
-$(AIRLOCKD): $(SERVER_SRC) $(wildcard src/server/*.h)
+$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread $(MHD_CFLAGS) $(JSON_CFLAGS) \
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
 	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
 	  $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) -pthread $(SANITIZE)
 
@@ -116,7 +119,8 @@ ASAN_HOST  := build/asan/lua-host
 ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
               spec/integration/driver_hooks_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
-              spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua
+              spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
+              spec/server/deep_tree_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \

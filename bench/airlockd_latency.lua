@@ -6,7 +6,7 @@
 --
 -- Starts airlockd on 127.0.0.1 via spec/support/airlockd.lua and times, over >= 30 runs each:
 -- create, write, read, exec `true`, exec `python3 -c 'print(2**16)'`; then the same two
--- commands under a bare `runsc run` with the flags sandbox.c uses, on a minimal OCI bundle of
+-- commands under a bare `runsc run` with the flags src/server/sandbox/gvisor.c uses, on a minimal OCI bundle of
 -- our own over airlockd's generated root (its state dir's sandbox-root) and a scratch
 -- workspace. The ratio exec/bare is airlockd's own overhead (HTTP, cgroup, bundle, quota walk).
 -- Needs root (runsc), like airlockd. No assertion anywhere: it prints a table.
@@ -49,7 +49,7 @@ local function call(server, method, path, key, body)
   return status, ok and decoded or rbody
 end
 
--- The OCI config sandbox_spec.c writes, minus nothing that costs time: same mounts, limits,
+-- The OCI config src/server/sandbox/oci.c writes, minus nothing that costs time: same mounts, limits,
 -- namespaces, user and empty capability sets.
 local function bare_config(rootfs, workspace, command)
   local function m(dst, typ, src, opts) return { destination = dst, type = typ, source = src, options = opts } end
@@ -116,7 +116,7 @@ local ok, err = pcall(function()
     check(r.stdout == "65536\n", cjson.encode(r))
   end)
 
-  -- the bare runsc run, same flags as sandbox.c, its own root/state/bundle dirs
+  -- the bare runsc run, same flags as sandbox/gvisor.c, its own root/state/bundle dirs
   local rootfs = server.dir .. "/state/sandbox-root"
   local dir = server.dir .. "/bare"
   check(os.execute("mkdir -p " .. q(dir .. "/ws") .. " " .. q(dir .. "/root") .. " && chown 1000:1000 " .. q(dir .. "/ws")), "mkdir")

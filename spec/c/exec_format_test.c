@@ -1,7 +1,7 @@
 /* Unit test of airlockd's exec output formatting, Python str.strip() semantics and
- * U+FFFD replacement. Built and run by spec/integration/server_spec.lua. */
-#include "exec_format.h"
-#include "utf8.h"
+ * U+FFFD replacement. Built and run by spec/server/server_spec.lua. */
+#include "text/exec_format.h"
+#include "text/utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -718,15 +718,10 @@ end)
 
 describe("exec_format (C unit test)", function()
   it("formats output and strips like Python", function()
-    local bin = os.tmpname()
-    local cmd = "cc -std=c11 -Wall -Wextra -Werror -D_GNU_SOURCE -Isrc/server -o " .. q(bin) ..
-      " spec/c/exec_format_test.c src/server/exec_format.c src/server/utf8.c 2>&1 && " .. q(bin)
-    local p = io.popen(cmd)
-    local out = p:read("*a")
-    local ok = { p:close() }
-    os.remove(bin)
+    local out, ok = require("support.c_unit").run({ "spec/c/exec_format_test.c", "src/server/text/exec_format.c",
+      "src/server/text/pystr.c", "src/server/text/utf8.c", "src/server/util/buf.c" })
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
-    assert.is_true(ok[1] == true or ok[1] == 0, out)
+    assert.is_true(ok, out)
   end)
 end)
 

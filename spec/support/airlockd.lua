@@ -26,6 +26,10 @@ end
 -- opts.tenants: { acme = "key", ... } (default: tenants acme and other with random keys)
 -- opts.env: extra environment variables for the server
 -- opts.args: extra command-line arguments
+-- opts.dir: the directory of a stopped server to start again on (its state in <dir>/state);
+--   default a fresh one
+-- opts.launcher: a command line put before airlockd's (e.g. "prlimit --nofile=256 --")
+-- opts.wait: seconds to wait for it to listen (default 10)
 function M.start(opts)
   opts = opts or {}
   local tenants = opts.tenants or { acme = "ak_" .. random_hex(16), other = "ok_" .. random_hex(16) }
@@ -33,7 +37,8 @@ function M.start(opts)
   for tenant, key in pairs(tenants) do pairs_list[#pairs_list + 1] = tenant .. ":" .. key end
   table.sort(pairs_list)
 
-  local dir = proc.make_temp_dir()
+  local dir = opts.dir or proc.make_temp_dir()
+  os.remove(dir .. "/port") -- a killed predecessor's port file would be read as this one's
 
   local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ",") }
   for k, v in pairs(opts.env or {}) do env[k] = v end
@@ -41,9 +46,9 @@ function M.start(opts)
   for k, v in pairs(env) do env_words[#env_words + 1] = k .. "=" .. shell_quote(v) end
 
   local server = proc.start_server({
-    name = "airlockd", dir = dir, log = dir .. "/log", stop = M.stop, give_up_on_exit = true,
-    command = string.format("env %s %s --listen 127.0.0.1:0 --state-dir %s --port-file %s %s",
-      table.concat(env_words, " "), shell_quote(M.binary()), shell_quote(dir .. "/state"),
+    name = "airlockd", dir = dir, log = dir .. "/log", stop = M.stop, give_up_on_exit = true, wait = opts.wait,
+    command = string.format("%s env %s %s --listen 127.0.0.1:0 --state-dir %s --port-file %s %s",
+      opts.launcher or "", table.concat(env_words, " "), shell_quote(M.binary()), shell_quote(dir .. "/state"),
       shell_quote(dir .. "/port"), table.concat(opts.args or {}, " ")),
   })
   server.tenants = tenants

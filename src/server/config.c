@@ -1,9 +1,9 @@
+/* Loading and checking the SANDBOX_* environment into the configuration. */
 #include "config.h"
 
-#include "egress.h"
+#include "egress/policy.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,14 +12,6 @@
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
-/* tenants that can appear at runtime through self-service keys */
-#define RUNTIME_TENANTS 10000
-
-struct tenant_table {
-    pthread_mutex_t mu;
-    size_t n;
-};
-
 static int failf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -357,101 +349,35 @@ int config_load_env(config *c, char *err, size_t errlen)
         return -1;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;
-    /* room for the tenants self-service keys may bring; entries never move afterwards */
-    c->tenant_cap = c->ntenants + (c->keystore_path ? RUNTIME_TENANTS : 0);
-    tenant_cfg *nt = realloc(c->tenants, (c->tenant_cap ? c->tenant_cap : 1) * sizeof *nt);
-    c->tt = calloc(1, sizeof *c->tt);
-    if (nt)
-        c->tenants = nt;
-    if (!nt || !c->tt)
-        return failf(err, errlen, "out of memory");
-    pthread_mutex_init(&c->tt->mu, NULL);
-    c->tt->n = c->ntenants;
     return 0;
 }
 
-long config_tenant_intern(const config *c, const char *name)
+bool config_runtime_tenant(const config *c, const char *name, tenant_cfg *out)
 {
-    if (!c->tt || !name)
-        return -1;
-    long found = -1;
-    pthread_mutex_lock(&c->tt->mu);
-    for (size_t i = 0; i < c->tt->n && found < 0; i++)
-        if (strcmp(c->tenants[i].name, name) == 0)
-            found = (long)i;
-    if (found < 0 && c->tt->n < c->tenant_cap) {
-        tenant_cfg t = c->star;
-        t.name = strdup(name);
-        json_t *own = c->limits_json ? json_object_get(c->limits_json, name) : NULL;
-        char ignored[8];
-        if (own)
-            apply_limits(&t, own, name, ignored, sizeof ignored); /* validated at startup */
-        json_t *rules = c->egress_json ? json_object_get(c->egress_json, name) : NULL;
-        t.egress_allowed = rules ? egress_expand(rules) : json_deep_copy(c->star.egress_allowed);
-        if (t.name && t.egress_allowed) {
-            c->tenants[c->tt->n] = t;
-            found = (long)c->tt->n++;
-        } else {
-            free(t.name);
-            json_decref(t.egress_allowed);
-        }
-    } else if (found < 0) {
-        fprintf(stderr, "airlockd: tenant table full (%zu tenants); refusing tenant '%s'\n", c->tenant_cap, name);
-    }
-    pthread_mutex_unlock(&c->tt->mu);
-    return found;
+    *out = c->star;
+    out->name = strdup(name);
+    json_t *own = c->limits_json ? json_object_get(c->limits_json, name) : NULL;
+    char ignored[8];
+    if (own)
+        apply_limits(out, own, name, ignored, sizeof ignored); /* validated at startup */
+    json_t *rules = c->egress_json ? json_object_get(c->egress_json, name) : NULL;
+    out->egress_allowed = rules ? egress_expand(rules) : json_deep_copy(c->star.egress_allowed);
+    if (out->name && out->egress_allowed)
+        return true;
+    config_tenant_free(out);
+    return false;
 }
 
-size_t config_tenant_count(const config *c)
+void config_tenant_free(tenant_cfg *t)
 {
-    if (!c->tt)
-        return c->ntenants;
-    pthread_mutex_lock(&c->tt->mu);
-    size_t n = c->tt->n;
-    pthread_mutex_unlock(&c->tt->mu);
-    return n;
-}
-
-bool config_is_admin(const config *c, const char *key)
-{
-    if (!c->admin_key || !key)
-        return false;
-    size_t n = strlen(key);
-    unsigned diff = (unsigned)(n ^ c->admin_key_len);
-    for (size_t j = 0; j < c->admin_key_len; j++)
-        diff |= (unsigned char)c->admin_key[j] ^ (unsigned char)(j < n ? key[j] : 0);
-    return diff == 0;
-}
-
-long config_auth(const config *c, const char *key)
-{
-    if (!key)
-        return -1;
-    size_t n = strlen(key);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)key[i] > 0x7E || (unsigned char)key[i] < 0x20)
-            return -1; /* non-ASCII keys are refused outright, like the reference */
-    long found = -1;
-    for (size_t i = 0; i < c->nkeys; i++) {
-        const key_cfg *k = &c->keys[i];
-        /* constant time for a given length: every byte is compared, no early exit */
-        unsigned diff = (unsigned)(k->len ^ n);
-        for (size_t j = 0; j < k->len; j++)
-            diff |= (unsigned char)k->key[j] ^ (unsigned char)(j < n ? key[j] : 0);
-        long hit = (long)k->tenant;
-        found = diff == 0 ? hit : found;
-    }
-    return found;
+    free(t->name);
+    json_decref(t->egress_allowed);
+    t->name = NULL;
+    t->egress_allowed = NULL;
 }
 
 void config_free(config *c)
 {
-    size_t nt = c->tt ? c->tt->n : c->ntenants;
-    if (c->tt) {
-        pthread_mutex_destroy(&c->tt->mu);
-        free(c->tt);
-        c->tt = NULL;
-    }
     json_decref(c->star.egress_allowed);
     json_decref(c->limits_json);
     json_decref(c->egress_json);
@@ -463,10 +389,8 @@ void config_free(config *c)
     }
     c->star.egress_allowed = c->limits_json = c->egress_json = NULL;
     c->keystore_path = c->audit_path = c->admin_key = NULL;
-    for (size_t i = 0; i < nt; i++) {
-        free(c->tenants[i].name);
-        json_decref(c->tenants[i].egress_allowed);
-    }
+    for (size_t i = 0; i < c->ntenants; i++)
+        config_tenant_free(&c->tenants[i]);
     for (size_t i = 0; i < c->nkeys; i++) {
         memset(c->keys[i].key, 0, c->keys[i].len);
         free(c->keys[i].key);

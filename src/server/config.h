@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* One tenant's settings (contract 2.2, 2.8). */
 typedef struct {
     char *name;
     int max_sessions;
@@ -18,19 +19,13 @@ typedef struct {
 typedef struct {
     char *key;
     size_t len;
-    size_t tenant; /* index into tenants */
+    size_t tenant; /* index into tenants (the same index in the runtime table, domain/tenants.h) */
 } key_cfg;
 
-/* Tenants first seen at runtime (through a self-service key) are appended to the
- * preallocated tenants array under mu; entries never move or change once added. */
-typedef struct tenant_table tenant_table;
-
 typedef struct config {
-    tenant_cfg *tenants;     /* room for tenant_cap entries */
-    size_t ntenants;         /* tenants from the static keys (config_tenant_count: all) */
-    size_t tenant_cap;
-    tenant_table *tt;
-    tenant_cfg star;         /* the "*" limits and egress, for tenants added at runtime */
+    tenant_cfg *tenants;     /* the tenants of the static keys */
+    size_t ntenants;
+    tenant_cfg star;         /* the "*" limits and egress, for tenants first seen at runtime */
     json_t *limits_json;     /* SANDBOX_TENANT_LIMITS / SANDBOX_EGRESS_POLICY as loaded */
     json_t *egress_json;
     char *keystore_path;     /* SANDBOX_KEYSTORE=sqlite:<path>, or NULL */
@@ -58,20 +53,11 @@ typedef struct config {
  * message naming the offending variable in err. */
 int config_load_env(config *c, char *err, size_t errlen);
 
-/* Tenant index for an X-API-Key value, or -1. Compares against every key in constant
- * time so timing does not reveal how much of a key matched. */
-long config_auth(const config *c, const char *key);
-
-/* Index of the tenant called name, adding it (with the "*" limits and egress, or its own
- * entries in SANDBOX_TENANT_LIMITS / SANDBOX_EGRESS_POLICY) when it is new; -1 when the
- * tenant table is full. Thread-safe. */
-long config_tenant_intern(const config *c, const char *name);
-
-/* Number of tenants known so far (static and runtime). Thread-safe. */
-size_t config_tenant_count(const config *c);
-
-/* Constant-time check of an X-API-Key value against SANDBOX_ADMIN_KEY. */
-bool config_is_admin(const config *c, const char *key);
+/* The settings of a tenant first seen at runtime (through a self-service key): the "*"
+ * limits and egress, or its own entries in SANDBOX_TENANT_LIMITS / SANDBOX_EGRESS_POLICY.
+ * false when out of memory; release with config_tenant_free. */
+bool config_runtime_tenant(const config *c, const char *name, tenant_cfg *out);
+void config_tenant_free(tenant_cfg *t);
 
 void config_free(config *c);
 

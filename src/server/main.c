@@ -1,6 +1,9 @@
 /* airlockd: a local Airlock-compatible sandbox server. Flags, startup, signals, shutdown. */
 #include "app.h"
 
+#include "api/routes.h"
+#include "http/http.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -176,7 +179,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    /* deep workspace trees are walked with one descriptor per level */
+    /* every connection and every running sandbox holds descriptors (tree walks hold at most
+     * FS_WALK_OPEN_DIRS + 3): use what the hard limit allows */
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
@@ -211,7 +215,8 @@ int main(int argc, char **argv)
         goto out;
     }
     a.reg = registry_new(state, cfg.session_ttl, err, sizeof err);
-    a.lim = limits_new(&cfg);
+    a.tenants = tenants_new(&cfg);
+    a.lim = a.tenants ? limits_new(a.tenants) : NULL;
     if (!a.reg || !a.lim) {
         fprintf(stderr, "airlockd: %s\n", a.reg ? "out of memory" : err);
         goto out;
@@ -230,7 +235,9 @@ int main(int argc, char **argv)
     sa.sa_handler = on_sigpipe;
     sigaction(SIGPIPE, &sa, NULL);
 
-    srv = http_start(cfg.listen_host, cfg.port, cfg.unix_path, app_handle, &a, err, sizeof err);
+    http_options ho = {.host = cfg.listen_host, .port = cfg.port, .unix_path = cfg.unix_path,
+                       .handler = api_handle, .body_limit = api_body_limit, .cls = &a};
+    srv = http_start(&ho, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
@@ -258,6 +265,7 @@ out:
     http_stop(srv);
     registry_free(a.reg);
     limits_free(a.lim);
+    tenants_free(a.tenants);
     audit_close(a.audit);
     keystore_close(a.keys);
     if (a.sb)

@@ -1,0 +1,74 @@
+/* What every route handler gets and shares: the call (caller, path parameter, parsed body),
+ * the route table's row type, and the checks all routes make (422 replies, ?limit=, the
+ * session lookup with its 404/403). */
+#ifndef AIRLOCKD_API_H
+#define AIRLOCKD_API_H
+
+#include "api/validate.h"
+#include "app.h"
+#include "http/http.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct api_call {
+    size_t tenant;           /* API_TENANT routes: the caller's tenant index */
+    const char *actor;       /* and its audit actor: "static key" | "key <key_id>" */
+    long requests_available; /* request tokens the tenant has left after this one */
+    const char *param;       /* the path's "{}" segment (cut at 255 bytes), or NULL */
+    json_t *body;            /* json_body routes: the body (NULL when absent or null) */
+} api_call;
+
+/* Answers the request with one http_send_*; the call is the dispatcher's (body freed after). */
+typedef void (*api_handler)(app *a, http_request *r, const api_call *c);
+
+typedef enum {
+    API_PUBLIC, /* no key (GET /healthz): no body parsed, no rate limit */
+    API_TENANT, /* a tenant's X-API-Key (401), then its request rate (429) */
+    API_ADMIN,  /* SANDBOX_ADMIN_KEY: 404 while the admin API is off, then 401 */
+} api_auth;
+
+/* One row of the route table (api/routes.c). */
+typedef struct api_route {
+    const char *method;  /* a GET route also answers HEAD */
+    const char *pattern; /* the path; "{}" matches one non-empty segment, given as c->param */
+    api_auth auth;
+    bool json_body;      /* parse the body as FastAPI does (400/422) before authenticating */
+    size_t max_body;     /* bytes; a longer body is answered 413 before anything else */
+    api_handler handler;
+} api_route;
+
+/* ---- checks.c: what every route shares ------------------------------------------- */
+
+/* Appends the validation errors of a missing / non-object body; true when body is usable. */
+bool body_is_object(json_t *errs, json_t *body);
+/* Sends the 422 {"detail": errs}; takes errs. */
+void send_validation(http_request *r, json_t *errs);
+/* Sends the 422 when errs holds any error, else frees errs; true when the 422 was sent. */
+bool send_if_invalid(http_request *r, json_t *errs);
+/* Reads the optional ?limit= integer into *limit (left as is when absent);
+ * false when a 422 was sent. */
+bool limit_query(http_request *r, long long *limit);
+/* The caller's session c->param, touched and referenced (registry_release it);
+ * NULL when a 404/403 was sent. */
+session *acquire_session(app *a, http_request *r, const api_call *c);
+/* Sends {"detail": fmt with arg} with arg made valid UTF-8 (fmt has one %s). */
+void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg);
+
+/* ---- body.c ------------------------------------------------------------------------ */
+
+/* Reads the request body the way Starlette/FastAPI does. false when a response
+ * (400/422/500) was already sent. *out stays NULL for an absent body or JSON null. */
+bool api_parse_body(http_request *r, json_t **out);
+
+/* ---- keys.c: key creation, shared with admin.c ------------------------------------- */
+
+/* Validates {"name": str ≤ 100} (+ "tenant" for admins); false when a 422 was sent. */
+bool key_body(http_request *r, json_t *body, bool admin, const char **tenant, size_t *tenant_len,
+              const char **name, size_t *name_len);
+/* Issues a key for tenant (checked against the tenant-name rules) and answers 201/400/409. */
+void create_key(app *a, http_request *r, const char *tenant, size_t tenant_len, const char *name,
+                size_t name_len);
+
+#endif

@@ -1,0 +1,33 @@
+/* GET /v1/audit (contract 1.12): the tenant's command history, newest first, paged. */
+#include "api/handlers.h"
+
+#include "store/audit.h"
+
+#include <stdlib.h>
+
+void api_audit(app *a, http_request *r, const api_call *c)
+{
+    long long limit = 100;
+    size_t before_len = 0;
+    if (!limit_query(r, &limit))
+        return;
+    if (!a->audit) {
+        http_send_detail(r, 501, "The audit log is not enabled on this server (SANDBOX_AUDIT).");
+        return;
+    }
+    limit = limit < 1 ? 1 : limit > 500 ? 500 : limit;
+    char *before = http_query(r, "before", &before_len);
+    json_t *entries = NULL;
+    char *next = NULL;
+    const char *name = tenants_get(a->tenants, c->tenant)->name;
+    int rc = audit_query(a->audit, name, before, before_len, (int)limit, &entries, &next);
+    free(before);
+    if (rc != 0) {
+        http_send_500(r);
+        return;
+    }
+    http_send_json(r, 200, json_pack("{s:s,s:o,s:o,s:i}", "tenant_id", name, "entries", entries, "next",
+                                     next ? json_string(next) : json_null(), "retention_days",
+                                     audit_retention_days(a->audit)));
+    free(next);
+}

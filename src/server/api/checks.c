@@ -1,0 +1,80 @@
+/* The checks route handlers share before doing their work: body shape, 422 replies,
+ * the optional ?limit= query, and the session lookup with its 404/403 replies. */
+#include "api/api.h"
+
+#include "text/utf8.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool body_is_object(json_t *errs, json_t *body)
+{
+    if (!body) {
+        verr_missing_body(errs);
+        return false;
+    }
+    if (!json_is_object(body)) {
+        json_array_append_new(errs, verr("model_attributes_type", loc_of("body", NULL),
+            "Input should be a valid dictionary or object to extract fields from", body, NULL));
+        return false;
+    }
+    return true;
+}
+
+void send_validation(http_request *r, json_t *errs)
+{
+    http_send_json(r, 422, json_pack("{s:o}", "detail", errs));
+}
+
+bool send_if_invalid(http_request *r, json_t *errs)
+{
+    if (json_array_size(errs)) {
+        send_validation(r, errs);
+        return true;
+    }
+    json_decref(errs);
+    return false;
+}
+
+bool limit_query(http_request *r, long long *limit)
+{
+    size_t len = 0;
+    char *raw = http_query(r, "limit", &len);
+    if (!raw)
+        return true;
+    json_t *errs = json_array();
+    bool ok = v_query_int(errs, "limit", raw, len, limit);
+    free(raw);
+    if (!ok) {
+        send_validation(r, errs);
+        return false;
+    }
+    json_decref(errs);
+    return true;
+}
+
+session *acquire_session(app *a, http_request *r, const api_call *c)
+{
+    session *s = NULL;
+    /* every session route counts as activity, so the idle reaper spares it */
+    session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
+    /* the same strings on every session route */
+    if (rc == SESSION_NOT_FOUND)
+        http_send_detail(r, 404, "Session not found or expired");
+    else if (rc != SESSION_OK)
+        http_send_detail(r, 403, "Forbidden: Access denied to this session");
+    return rc == SESSION_OK ? s : NULL;
+}
+
+void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg)
+{
+    size_t n;
+    char *clean = utf8_replace(arg, strlen(arg), &n), *msg = NULL;
+    if (clean && asprintf(&msg, fmt, clean) >= 0)
+        http_send_detail(r, status, msg);
+    else
+        http_send_500(r);
+    free(msg);
+    free(clean);
+}

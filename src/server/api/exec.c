@@ -1,0 +1,121 @@
+/* POST /v1/sessions/{id}/exec (contract 1.7). */
+#include "api/handlers.h"
+
+#include "domain/quota.h"
+#include "text/exec_format.h"
+#include "text/utf8.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define OOM_WARNING "Process killed by cgroups (Memory limit exceeded)."
+#define KILLED_WARNING "Process was killed (exit 137, SIGKILL), most likely for exceeding the memory limit."
+
+void api_exec(app *a, http_request *r, const api_call *c)
+{
+    size_t tenant = c->tenant;
+    json_t *body = c->body;
+    json_t *errs = json_array();
+    const char *command = NULL;
+    size_t command_len = 0;
+    long long timeout = 15;
+    if (body_is_object(errs, body)) {
+        v_string(errs, body, "command", true, 0, &command, &command_len);
+        v_lax_int(errs, body, "timeout_seconds", 15, 1, 60, &timeout);
+    }
+    if (send_if_invalid(r, errs))
+        return;
+    session *s = acquire_session(a, r, c);
+    if (!s)
+        return;
+    const tenant_cfg *t = tenants_get(a->tenants, tenant);
+    if (!limits_exec_begin(a->lim, tenant)) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "Too many commands running at once: %d allowed. Wait for one to finish.",
+                 t->max_concurrent_exec);
+        http_send_detail(r, 429, msg);
+        registry_release(a->reg, s);
+        return;
+    }
+    if (memchr(command, '\0', command_len)) {
+        /* a NUL can't be passed to bash -c; the reference fails in Docker the same way */
+        limits_exec_end(a->lim, tenant);
+        registry_release(a->reg, s);
+        http_send_500(r);
+        return;
+    }
+    char name[64], errbuf[512] = "";
+    snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
+    sandbox_result res;
+    memset(&res, 0, sizeof res);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = sandbox_exec(a->sb, s->workspace, name, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    limits_exec_end(a->lim, tenant);
+    if (rc != 0) {
+        fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
+        sandbox_result_free(&res);
+        registry_release(a->reg, s);
+        http_send_500(r);
+        return;
+    }
+    char *out = NULL, *err = NULL, *quota_warn = NULL;
+    size_t out_len = 0, err_len = 0, nw = 0;
+    const char *warnings[3];
+    char timeout_warn[64];
+    int exit_code = res.exit_code;
+    bool timed_out = res.timed_out;
+    bool oom = false;
+    if (timed_out) {
+        /* the reference discards output produced before the timeout */
+        out = strdup("");
+        err = strdup("");
+        exit_code = -1;
+        snprintf(timeout_warn, sizeof timeout_warn, "Execution exceeded %llds limit.", timeout);
+        warnings[nw++] = timeout_warn;
+    } else {
+        out = utf8_replace(res.out ? res.out : "", res.out ? res.out_len : 0, &out_len);
+        err = utf8_replace(res.err ? res.err : "", res.err ? res.err_len : 0, &err_len);
+        oom = res.oom_killed;
+        if (oom)
+            warnings[nw++] = OOM_WARNING;
+        else if (exit_code == 137)
+            warnings[nw++] = KILLED_WARNING;
+        quota_warn = quota_exec_warning(s->workspace, a->cfg->quota_bytes);
+        if (quota_warn)
+            warnings[nw++] = quota_warn;
+    }
+    double duration = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
+                      .command = command, .has_exit_code = true, .exit_code = exit_code,
+                      .has_duration = true, .duration_s = (double)(long long)(duration * 1000.0 + 0.5) / 1000.0,
+                      .timed_out = timed_out, .oom_killed = oom, .detail = NULL};
+    audit_record(a->audit, &ae);
+    sandbox_result_free(&res);
+    registry_release(a->reg, s);
+    size_t output_len = 0;
+    char *output = out && err ? exec_format_output(out, out_len, err, err_len, warnings, nw, exit_code,
+                                                   timed_out, &output_len)
+                              : NULL;
+    if (!output) {
+        http_send_500(r);
+    } else {
+        json_t *w = json_array();
+        for (size_t i = 0; i < nw; i++)
+            json_array_append_new(w, json_string(warnings[i]));
+        http_send_json(r, 200, json_pack("{s:s%,s:o,s:o,s:o,s:i,s:b,s:b,s:o}",
+                                         "command", command, command_len,
+                                         "output", json_stringn_nocheck(output, output_len),
+                                         "stdout", json_stringn_nocheck(out, out_len),
+                                         "stderr", json_stringn_nocheck(err, err_len),
+                                         "exit_code", exit_code, "timed_out", timed_out,
+                                         "oom_killed", oom, "warnings", w));
+    }
+    free(output);
+    free(out);
+    free(err);
+    free(quota_warn);
+}

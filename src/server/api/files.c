@@ -1,0 +1,165 @@
+/* POST /v1/sessions/{id}/write and GET /v1/sessions/{id}/read (contract 1.5, 1.6). */
+#include "api/handlers.h"
+
+#include "domain/paths.h"
+#include "domain/quota.h"
+#include "text/utf8.h"
+#include "util/buf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The 403 text quotes the path exactly as sent. */
+static void send_denied(http_request *r, const char *path, size_t len)
+{
+    char *p = strndup(path, len), *msg = NULL;
+    if (p && asprintf(&msg, "Access denied: symlink/path traversal outside workspace for '%s'", p) >= 0) {
+        http_send_detail(r, 403, msg);
+        free(msg);
+    } else {
+        http_send_500(r);
+    }
+    free(p);
+}
+
+void api_files_write(app *a, http_request *r, const api_call *c)
+{
+    json_t *body = c->body;
+    json_t *errs = json_array();
+    const char *path = NULL, *content = NULL;
+    size_t path_len = 0, content_len = 0;
+    if (body_is_object(errs, body)) {
+        v_string(errs, body, "path", true, 0, &path, &path_len);
+        v_string(errs, body, "content", true, 0, &content, &content_len);
+    }
+    if (send_if_invalid(r, errs))
+        return;
+    session *s = acquire_session(a, r, c);
+    if (!s)
+        return;
+    char *rel = NULL, *quota_msg = NULL;
+    int fd = -1;
+    int rc = path_resolve(s->workspace, path, path_len, &rel);
+    if (rc == PATH_DENIED) {
+        send_denied(r, path, path_len);
+    } else if (rc != PATH_OK) {
+        http_send_500(r);
+    } else if ((quota_msg = quota_write_check(s->workspace, rel, path, content_len, a->cfg->quota_bytes))) {
+        http_send_detail(r, 413, quota_msg);
+    } else if (path_open_write(s->workspace, rel, &fd) != PATH_OK) {
+        http_send_500(r);
+    } else if (write_all(fd, content, content_len) != 0) {
+        http_send_500(r);
+    } else {
+        char *msg = NULL;
+        if (asprintf(&msg, "Successfully wrote %zu characters to %s", utf8_count(content, content_len), path) >= 0) {
+            http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "success", "message", msg));
+            free(msg);
+        }
+    }
+    if (fd >= 0 && close(fd) != 0 && errno != EINTR)
+        http_send_500(r);
+    free(quota_msg);
+    free(rel);
+    registry_release(a->reg, s);
+}
+
+static char *read_fd(int fd, size_t *len)
+{
+    buffer b = {0};
+    if (buf_read_all(&b, fd) != 0) {
+        buf_free(&b);
+        return NULL;
+    }
+    return buf_take(&b, len);
+}
+
+/* Python's universal newlines: \r\n and a lone \r both become \n. */
+static size_t normalize_newlines(char *s, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\r') {
+            s[o++] = '\n';
+            if (i + 1 < n && s[i + 1] == '\n')
+                i++;
+        } else {
+            s[o++] = s[i];
+        }
+    }
+    return o;
+}
+
+void api_files_read(app *a, http_request *r, const api_call *c)
+{
+    size_t raw_len;
+    char *raw = http_query(r, "path", &raw_len);
+    if (!raw) {
+        json_t *errs = json_array();
+        json_array_append_new(errs, verr("missing", loc_of("query", "path"), "Field required", NULL, NULL));
+        send_validation(r, errs);
+        return;
+    }
+    /* Starlette decodes query values as UTF-8 with replacement */
+    size_t path_len;
+    char *path = utf8_replace(raw, raw_len, &path_len);
+    free(raw);
+    if (!path) {
+        http_send_500(r);
+        return;
+    }
+    session *s = acquire_session(a, r, c);
+    if (!s) {
+        free(path);
+        return;
+    }
+    char *rel = NULL;
+    int fd = -1;
+    int rc = path_resolve(s->workspace, path, path_len, &rel);
+    if (rc == PATH_OK)
+        rc = path_open_read(s->workspace, rel, &fd);
+    if (rc == PATH_DENIED) {
+        send_denied(r, path, path_len);
+    } else if (rc == PATH_MISSING) {
+        char *msg = NULL;
+        if (asprintf(&msg, "Error: File '%s' does not exist.", path) >= 0) {
+            http_send_json(r, 200, json_pack("{s:s%,s:s}", "path", path, path_len, "content", msg));
+            free(msg);
+        }
+    } else if (rc != PATH_OK) {
+        http_send_500(r);
+    } else {
+        size_t len;
+        char *data = read_fd(fd, &len);
+        if (!data || !utf8_valid(data, len)) {
+            http_send_500(r); /* UnicodeDecodeError in the reference */
+        } else {
+            len = normalize_newlines(data, len);
+            http_send_json(r, 200, json_pack("{s:s%,s:o}", "path", path, path_len, "content",
+                                             json_stringn_nocheck(data, len)));
+        }
+        free(data);
+        close(fd);
+    }
+    free(rel);
+    free(path);
+    registry_release(a->reg, s);
+}

@@ -1,0 +1,36 @@
+/* Every route handler, by the file that holds it; the route table (api/routes.c) names them. */
+#ifndef AIRLOCKD_API_HANDLERS_H
+#define AIRLOCKD_API_HANDLERS_H
+
+#include "api/api.h"
+
+/* health.c */
+void api_health(app *a, http_request *r, const api_call *c);
+/* sessions.c */
+void api_sessions_create(app *a, http_request *r, const api_call *c);
+void api_sessions_list(app *a, http_request *r, const api_call *c);
+void api_sessions_delete(app *a, http_request *r, const api_call *c);
+/* files.c */
+void api_files_write(app *a, http_request *r, const api_call *c);
+void api_files_read(app *a, http_request *r, const api_call *c);
+/* exec.c */
+void api_exec(app *a, http_request *r, const api_call *c);
+/* import.c */
+void api_import(app *a, http_request *r, const api_call *c);
+/* egress.c */
+void api_egress_log(app *a, http_request *r, const api_call *c);
+void api_egress_policy(app *a, http_request *r, const api_call *c);
+/* usage.c */
+void api_usage(app *a, http_request *r, const api_call *c);
+/* audit.c */
+void api_audit(app *a, http_request *r, const api_call *c);
+/* keys.c */
+void api_keys_list(app *a, http_request *r, const api_call *c);
+void api_keys_create(app *a, http_request *r, const api_call *c);
+void api_keys_revoke(app *a, http_request *r, const api_call *c);
+/* admin.c */
+void api_admin_keys_list(app *a, http_request *r, const api_call *c);
+void api_admin_keys_create(app *a, http_request *r, const api_call *c);
+void api_admin_keys_revoke(app *a, http_request *r, const api_call *c);
+
+#endif

@@ -1,0 +1,171 @@
+/* /v1/sessions: create (contract 1.2), list (1.3) and delete (1.4) sessions. */
+#include "api/handlers.h"
+
+#include "egress/policy.h"
+#include "text/pyrepr.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const TEMPLATES[] = {"sandbox-base:latest", "python:3.11-slim"};
+
+static bool validate_egress(json_t *errs, json_t *body, json_t **egress)
+{
+    json_t *v = json_object_get(body, "egress");
+    *egress = v;
+    if (!v)
+        return true;
+    if (!json_is_array(v)) {
+        json_array_append_new(errs, verr("list_type", loc_of("body", "egress"), "Input should be a valid list", v, NULL));
+        return false;
+    }
+    bool ok = true;
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) {
+        if (!json_is_string(item)) {
+            json_t *loc = loc_of("body", "egress");
+            json_array_append_new(loc, json_integer((json_int_t)i));
+            json_array_append_new(errs, verr("string_type", loc, "Input should be a valid string", item, NULL));
+            ok = false;
+        }
+    }
+    if (ok && json_array_size(v) > 20) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "List should have at most 20 items after validation, not %zu", json_array_size(v));
+        json_array_append_new(errs, verr("too_long", loc_of("body", "egress"), msg, v,
+                                         json_pack("{s:s,s:i,s:I}", "field_type", "List", "max_length", 20,
+                                                   "actual_length", (json_int_t)json_array_size(v))));
+        ok = false;
+    }
+    return ok;
+}
+
+static bool validate_metadata(json_t *errs, json_t *body)
+{
+    json_t *v = json_object_get(body, "metadata");
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_object(v)) {
+        json_array_append_new(errs, verr("dict_type", loc_of("body", "metadata"), "Input should be a valid dictionary", v, NULL));
+        return false;
+    }
+    bool ok = true;
+    const char *k;
+    json_t *item;
+    json_object_foreach(v, k, item) {
+        if (!json_is_string(item)) {
+            json_t *loc = loc_of("body", "metadata");
+            json_array_append_new(loc, json_string(k));
+            json_array_append_new(errs, verr("string_type", loc, "Input should be a valid string", item, NULL));
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+void api_sessions_create(app *a, http_request *r, const api_call *c)
+{
+    const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
+    json_t *body = c->body;
+    json_t *errs = json_array(), *egress_in = NULL;
+    const char *tpl = NULL;
+    size_t tpl_len = 0;
+    if (body_is_object(errs, body)) {
+        v_string(errs, body, "template", false, 0, &tpl, &tpl_len);
+        validate_metadata(errs, body);
+        validate_egress(errs, body, &egress_in);
+    }
+    if (send_if_invalid(r, errs))
+        return;
+    if (!tpl)
+        tpl = TEMPLATES[0], tpl_len = strlen(TEMPLATES[0]);
+    bool allowed = false;
+    for (size_t i = 0; i < sizeof TEMPLATES / sizeof TEMPLATES[0]; i++)
+        allowed |= tpl_len == strlen(TEMPLATES[i]) && memcmp(tpl, TEMPLATES[i], tpl_len) == 0;
+    if (!allowed) {
+        char *rep = NULL, *msg = NULL;
+        json_t *list = json_pack("[s,s]", TEMPLATES[0], TEMPLATES[1]);
+        char *allowed_repr = pyrepr_list(list);
+        json_decref(list);
+        /* the template is quoted raw inside '...', as the reference's f-string does */
+        rep = strndup(tpl, tpl_len);
+        if (rep && allowed_repr && asprintf(&msg, "Template '%s' not permitted. Allowed: %s", rep, allowed_repr) >= 0) {
+            http_send_detail(r, 400, msg);
+            free(msg);
+        } else {
+            http_send_500(r);
+        }
+        free(rep);
+        free(allowed_repr);
+        return;
+    }
+    json_t *empty = json_array();
+    json_t *expanded = egress_expand(egress_in ? egress_in : empty);
+    json_decref(empty);
+    json_t *refused = egress_refused(expanded, t->egress_allowed);
+    if (json_array_size(refused)) {
+        char *a1 = pyrepr_list(refused), *a2 = pyrepr_list(t->egress_allowed), *msg = NULL;
+        if (a1 && a2 && asprintf(&msg, "Egress not permitted for this tenant: %s. Allowed: %s", a1, a2) >= 0) {
+            http_send_detail(r, 403, msg);
+            free(msg);
+        } else {
+            http_send_500(r);
+        }
+        free(a1);
+        free(a2);
+        json_decref(refused);
+        json_decref(expanded);
+        return;
+    }
+    json_decref(refused);
+    session *s = NULL;
+    int open_now = 0;
+    session_result rc = registry_create(a->reg, c->tenant, t->max_sessions, expanded, &s, &open_now);
+    json_decref(expanded);
+    if (rc == SESSION_LIMIT) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "Session limit reached: %d of %d sessions are open. Delete one first.",
+                 open_now, t->max_sessions);
+        http_send_detail(r, 429, msg);
+        return;
+    }
+    if (rc != SESSION_OK) {
+        http_send_500(r);
+        return;
+    }
+    http_send_json(r, 201, json_pack("{s:s,s:s,s:O,s:I,s:f,s:s}", "session_id", s->id, "tenant_id", t->name,
+                                     "egress", s->egress, "disk_quota_mb", (json_int_t)(a->cfg->quota_bytes >> 20),
+                                     "created_at", s->created_at, "status", "ready"));
+    registry_release(a->reg, s);
+}
+
+void api_sessions_list(app *a, http_request *r, const api_call *c)
+{
+    const char *tname = tenants_get(a->tenants, c->tenant)->name;
+    size_t n = 0;
+    session_info *v = registry_list(a->reg, c->tenant, &n);
+    json_t *items = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(items, json_pack("{s:s,s:s,s:O,s:f,s:f,s:f,s:I}", "session_id", v[i].id,
+                                               "tenant_id", tname, "egress", v[i].egress,
+                                               "created_at", v[i].created_at,
+                                               "last_accessed_at", v[i].last_accessed_at,
+                                               "expires_at", v[i].expires_at,
+                                               "disk_quota_mb", (json_int_t)(a->cfg->quota_bytes >> 20)));
+    session_info_free(v, n);
+    http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", items));
+}
+
+void api_sessions_delete(app *a, http_request *r, const api_call *c)
+{
+    const char *id = c->param;
+    session_result rc = registry_delete(a->reg, id, c->tenant);
+    if (rc == SESSION_NOT_FOUND)
+        http_send_detail(r, 404, "Session not found");
+    else if (rc == SESSION_FORBIDDEN)
+        http_send_detail(r, 403, "Forbidden");
+    else
+        http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "terminated", "session_id", id));
+}

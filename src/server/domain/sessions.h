@@ -1,0 +1,81 @@
+/* The session registry: ids, owners, timestamps, workspaces, the idle-TTL reaper.
+ * Sessions are reference counted so a DELETE or reap during a running command wipes the
+ * workspace only when that command is done. */
+#ifndef AIRLOCKD_SESSIONS_H
+#define AIRLOCKD_SESSIONS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct session {
+    char id[17];            /* "sbx_" + 12 lowercase hex */
+    size_t tenant;
+    json_t *egress;         /* expanded rules */
+    double created_at;
+    double last_accessed_at;
+    char *workspace;        /* absolute, symlink-free host directory */
+    int refs;               /* the registry's own reference + one per request using it */
+    bool removed;
+    struct session *next;
+} session;
+
+typedef struct registry registry;
+
+/* Workspaces go under <state_dir>/workspaces (mode 0700; leftovers of an earlier run are
+ * wiped). NULL with a message on failure. */
+registry *registry_new(const char *state_dir, double ttl, char *err, size_t errlen);
+
+/* Stops the reaper and removes every session; workspaces not in use are wiped at once,
+ * the others when their last request finishes. The registry stays usable. */
+void registry_remove_all(registry *r);
+
+/* registry_remove_all, then frees (no request may be running any more). */
+void registry_free(registry *r);
+
+/* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s). */
+int registry_start_reaper(registry *r);
+
+/* What a registry operation came to; the API layer turns these into HTTP answers. */
+typedef enum {
+    SESSION_OK = 0,
+    SESSION_NOT_FOUND, /* no such session (never created, deleted, or expired) */
+    SESSION_FORBIDDEN, /* another tenant's session */
+    SESSION_LIMIT,     /* the tenant already has max_sessions open */
+    SESSION_ERROR,     /* the workspace could not be made (logged) */
+} session_result;
+
+/* Creates a session (checked against max_sessions atomically). egress is copied.
+ * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
+ * in *out. */
+session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
+                               session **out, int *open_now);
+
+/* The tenant's session id with a reference in *out (last_accessed_at refreshed when touch):
+ * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
+session_result registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out);
+void registry_release(registry *r, session *s);
+
+/* Removes the tenant's session id (its workspace goes when no request uses it any more):
+ * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
+session_result registry_delete(registry *r, const char *id, size_t tenant);
+
+/* What a session list shows of one session. */
+typedef struct {
+    char id[17];
+    json_t *egress; /* a reference */
+    double created_at, last_accessed_at, expires_at;
+} session_info;
+
+/* The tenant's sessions, newest first: a malloc'd array of *n entries (NULL when there are
+ * none or memory ran out); free it with session_info_free. */
+session_info *registry_list(registry *r, size_t tenant, size_t *n);
+void session_info_free(session_info *v, size_t n);
+
+size_t registry_count(registry *r);
+size_t registry_count_tenant(registry *r, size_t tenant);
+
+/* Current wall-clock time as float seconds, rounded to microseconds like time.time(). */
+double epoch_now(void);
+
+#endif

@@ -1,0 +1,364 @@
+/* The sandbox backend's public side: opening the backend (gVisor, else bubblewrap, each proven
+ * by a probe), and each sandbox's prepare / run / release through the backend's operations. */
+#include "sandbox/internal.h"
+
+#include "fs/walk.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* runsc puts "runsc-<id>.sock" under its root, within a unix socket path */
+#define UNIX_PATH_LIMIT 107
+
+/* Makes container ids (and cgroup names, a host-wide namespace) unique within this process,
+ * even across several open backends. Atomic, so it needs no lock. */
+static atomic_uint run_counter;
+
+const char *const sandbox_env[] = {
+    "HOME=/tmp",
+    "PYTHONUSERBASE=/workspace/.local",
+    "PIP_USER=1",
+    "PIP_NO_CACHE_DIR=1",
+    "PIP_DISABLE_PIP_VERSION_CHECK=1",
+    "PATH=/workspace/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    NULL,
+};
+
+const char *const launcher_env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+
+_Static_assert(sizeof sandbox_env / sizeof sandbox_env[0] <= SANDBOX_ENV_MAX + 1, "SANDBOX_ENV_MAX");
+
+char *sbx_path_join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *p = malloc(la + 1 + lb + 1);
+    if (p) {
+        memcpy(p, a, la);
+        p[la] = '/';
+        memcpy(p + la + 1, b, lb + 1);
+    }
+    return p;
+}
+
+static int mkdir_mode(const char *path, mode_t mode, char *errbuf, size_t errlen)
+{
+    if ((mkdir(path, mode) != 0 && errno != EEXIST) || chmod(path, mode) != 0) {
+        snprintf(errbuf, errlen, "cannot create directory %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Finds an executable: an explicit path, else each directory of $PATH. */
+static char *find_program(const char *explicit_path, const char *name)
+{
+    if (explicit_path && *explicit_path) {
+        if (access(explicit_path, X_OK) != 0)
+            return NULL;
+        return realpath(explicit_path, NULL);
+    }
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    char *copy = strdup(path);
+    if (!copy)
+        return NULL;
+    char *found = NULL, *save = NULL;
+    for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
+        char *cand = sbx_path_join(*dir ? dir : ".", name);
+        if (cand && access(cand, X_OK) == 0)
+            found = realpath(cand, NULL);
+        free(cand);
+    }
+    free(copy);
+    return found;
+}
+
+/* Container ids: name (restricted to [A-Za-z0-9_.-], truncated) plus pid and a counter, so
+ * several servers sharing a machine and concurrent runs never collide. */
+static void make_id(const char *name, char *id, size_t idlen)
+{
+    char clean[ID_NAME_MAX + 1];
+    size_t n = 0;
+    for (const char *p = name ? name : ""; *p && n < ID_NAME_MAX; p++) {
+        char c = *p;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '_' || c == '-' || c == '.';
+        clean[n++] = ok ? c : '_';
+    }
+    if (n == 0)
+        clean[n++] = 's';
+    else if (clean[0] == '.' || clean[0] == '-') /* runsc wants a word character first */
+        clean[0] = 's';
+    clean[n] = '\0';
+    unsigned k = atomic_fetch_add(&run_counter, 1u);
+    snprintf(id, idlen, "%s-%x-%x", clean, (unsigned)getpid() & 0xffffffffu, k);
+}
+
+void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, size_t errlen)
+{
+    const char *text = err->data ? err->data : "";
+    size_t len = err->len;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+        len--;
+    snprintf(errbuf, errlen, "%s%s%.*s", prefix, len ? ": " : "", (int)(len > 400 ? 400 : len),
+             text);
+}
+
+void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
+{
+    memset(out, 0, sizeof *out);
+    if (r->timed_out) {
+        sbx_proc_result_free(r);
+        out->timed_out = true;
+        out->exit_code = -1;
+        return;
+    }
+    out->exit_code = code;
+    out->oom_killed = oom_killed;
+    out->out = buf_take(&r->out, &out->out_len);
+    out->err = buf_take(&r->err, &out->err_len);
+}
+
+const char *sandbox_backend_name(const sandbox_backend *b)
+{
+    return b->ops->name;
+}
+
+sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen)
+{
+    if (errlen)
+        errbuf[0] = '\0';
+    struct stat st;
+    const char *ws = o->workspace_dir;
+    if (!ws || ws[0] != '/' || stat(ws, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(errbuf, errlen, "workspace %s is not an absolute path to a directory",
+                 ws ? ws : "(null)");
+        return NULL;
+    }
+    sandbox *s = calloc(1, sizeof *s);
+    if (s)
+        s->workspace_dir = strdup(ws);
+    if (!s || !s->workspace_dir) {
+        free(s);
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    s->b = b;
+    make_id(o->name, s->id, sizeof s->id);
+    if (b->ops->prepare(s, errbuf, errlen) != 0) {
+        sandbox_release(s);
+        return NULL;
+    }
+    return s;
+}
+
+int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
+                char *errbuf, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (errlen)
+        errbuf[0] = '\0';
+    if (s->ran) {
+        snprintf(errbuf, errlen, "sandbox %s already ran its command", s->id);
+        return -1;
+    }
+    s->ran = true;
+    if (!command)
+        command = "";
+    if (timeout_seconds < 1)
+        timeout_seconds = 1;
+    if (timeout_seconds > 86400) /* keeps the millisecond deadline within an int */
+        timeout_seconds = 86400;
+    if (s->b->ops->run(s, command, timeout_seconds, out, errbuf, errlen) != 0)
+        return -1;
+    /* Callers get NUL-terminated streams even when empty. */
+    if (!out->out)
+        out->out = calloc(1, 1);
+    if (!out->err)
+        out->err = calloc(1, 1);
+    if (!out->out || !out->err) {
+        sandbox_result_free(out);
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+void sandbox_release(sandbox *s)
+{
+    if (!s)
+        return;
+    s->b->ops->release(s);
+    free(s->workspace_dir);
+    free(s);
+}
+
+int sandbox_exec(sandbox_backend *b, const char *workspace_dir, const char *name,
+                 const char *command, int timeout_seconds, sandbox_result *out,
+                 char *errbuf, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    sandbox_opts o = {.workspace_dir = workspace_dir, .name = name};
+    sandbox *s = sandbox_prepare(b, &o, errbuf, errlen);
+    if (!s)
+        return -1;
+    int rc = sandbox_run(s, command, timeout_seconds, out, errbuf, errlen);
+    sandbox_release(s);
+    return rc;
+}
+
+void sandbox_result_free(sandbox_result *r)
+{
+    if (!r)
+        return;
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+    r->out_len = r->err_len = 0;
+}
+
+/* Runs `true` in a scratch workspace to prove the backend works here. */
+static int probe_backend(sandbox_backend *b, const char *state_dir, char *errbuf, size_t errlen)
+{
+    char *ws = sbx_path_join(state_dir, "sandbox-probe");
+    if (!ws) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    int rc = -1;
+    if (mkdir_mode(ws, 0755, errbuf, errlen) == 0) {
+        if (chown(ws, SANDBOX_UID, SANDBOX_GID) != 0) {
+            snprintf(errbuf, errlen, "cannot chown %s: %s", ws, strerror(errno));
+        } else {
+            sandbox_result r;
+            if (sandbox_exec(b, ws, "probe", "true", 30, &r, errbuf, errlen) == 0) {
+                if (r.exit_code == 0)
+                    rc = 0;
+                else
+                    snprintf(errbuf, errlen, "`true` exited with %d%s%.300s", r.exit_code,
+                             r.err_len ? ": " : "", r.err);
+                sandbox_result_free(&r);
+            }
+        }
+    }
+    (void)fs_rmtree(ws);
+    free(ws);
+    return rc;
+}
+
+void sandbox_backend_close(sandbox_backend *b)
+{
+    if (!b)
+        return;
+    /* Everything this backend made under the state dir (runs must have finished). */
+    if (b->bundles_dir)
+        (void)fs_rmtree(b->bundles_dir);
+    if (b->runsc_root)
+        (void)fs_rmtree(b->runsc_root);
+    if (b->rootfs_dir)
+        (void)fs_rmtree(b->rootfs_dir);
+    free(b->rootfs_dir);
+    free(b->bundles_dir);
+    free(b->runsc_root);
+    free(b->runsc);
+    free(b->bwrap);
+    free(b);
+}
+
+sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_path,
+                                      bool require_gvisor, char *errbuf, size_t errlen)
+{
+    if (errlen)
+        errbuf[0] = '\0';
+    if (geteuid() != 0) {
+        snprintf(errbuf, errlen, "the sandbox backend needs root (cgroups, runsc)");
+        return NULL;
+    }
+    if (!state_dir || state_dir[0] != '/') {
+        snprintf(errbuf, errlen, "state dir must be an absolute path");
+        return NULL;
+    }
+    sandbox_backend *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    b->rootfs_dir = sbx_path_join(state_dir, "sandbox-root");
+    b->bundles_dir = sbx_path_join(state_dir, "sandbox-bundles");
+    b->runsc_root = sbx_path_join(state_dir, "runsc");
+    if (!b->rootfs_dir || !b->bundles_dir || !b->runsc_root) {
+        snprintf(errbuf, errlen, "out of memory");
+        goto fail;
+    }
+    /* The server may have made state_dir already: create it if missing, keep its mode. */
+    if (mkdir(state_dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(errbuf, errlen, "cannot create state dir %s: %s", state_dir, strerror(errno));
+        goto fail;
+    }
+    if (sbx_rootfs_build(b->rootfs_dir, &b->rootfs, errbuf, errlen) != 0)
+        goto fail;
+    if (fs_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
+        if (!errbuf[0])
+            snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));
+        goto fail;
+    }
+    if (sbx_cg_probe(errbuf, errlen) != 0)
+        goto fail;
+
+    /* runsc puts "runsc-<id>.sock" under its root: keep that within a unix socket path. */
+    if (strlen(b->runsc_root) + strlen("/runsc-.sock") + ID_MAX > UNIX_PATH_LIMIT) {
+        free(b->runsc_root);
+        b->runsc_root = strdup("/tmp/airlockd-runsc-XXXXXX");
+        if (!b->runsc_root || !mkdtemp(b->runsc_root)) {
+            snprintf(errbuf, errlen, "cannot create a runsc root under /tmp: %s",
+                     strerror(errno));
+            goto fail;
+        }
+    } else if (fs_rmtree(b->runsc_root) != 0 ||
+               mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
+        if (!errbuf[0])
+            snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));
+        goto fail;
+    }
+
+    const char *want = runsc_path && *runsc_path ? runsc_path : getenv("AIRLOCK_RUNSC");
+    b->runsc = find_program(want, "runsc");
+    char why[512] = "";
+    if (!b->runsc) {
+        snprintf(why, sizeof why, "runsc not found (%s)",
+                 want && *want ? want : "not on PATH; set AIRLOCK_RUNSC");
+    } else {
+        b->ops = &sandbox_gvisor_ops;
+        if (probe_backend(b, state_dir, why, sizeof why) == 0)
+            return b;
+    }
+    if (require_gvisor) {
+        snprintf(errbuf, errlen,
+                 "gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: %s; "
+                 "refusing the weaker bubblewrap fallback", why);
+        goto fail;
+    }
+    b->bwrap = find_program(NULL, "bwrap");
+    if (!b->bwrap) {
+        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap (bwrap) not found", why);
+        goto fail;
+    }
+    b->ops = &sandbox_bwrap_ops;
+    char bwhy[512] = "";
+    if (probe_backend(b, state_dir, bwhy, sizeof bwhy) != 0) {
+        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap: %s", why, bwhy);
+        goto fail;
+    }
+    fprintf(stderr, "airlockd: gVisor unavailable (%s); using the weaker bubblewrap sandbox\n",
+            why);
+    return b;
+fail:
+    sandbox_backend_close(b);
+    return NULL;
+}

@@ -1,0 +1,70 @@
+/* What the sandbox backends share (private to sandbox/): the backend and sandbox records,
+ * the operations each backend provides, the limits and environments of every sandbox. */
+#ifndef AIRLOCKD_SANDBOX_INTERNAL_H
+#define AIRLOCKD_SANDBOX_INTERNAL_H
+
+#include "sandbox/cgroup.h"
+#include "sandbox/proc.h"
+#include "sandbox/rootfs.h"
+#include "sandbox/sandbox.h"
+
+#define MEMORY_LIMIT (256ull * 1024 * 1024)
+#define NPROC_LIMIT 64
+/* gVisor's sentry, gofer and systrap stubs are host tasks: a fork bomb at the NPROC limit
+ * peaked at ~145 of them; this only stops a runaway sentry, not sandboxed processes. */
+#define HOST_TASKS_LIMIT 1024
+#define TMP_MB 64
+#define TMP_SIZE_STR "64m"
+#define ID_NAME_MAX 24
+#define ID_MAX (ID_NAME_MAX + 1 + 8 + 1 + 8)
+#define SANDBOX_ENV_MAX 16 /* entries of sandbox_env */
+
+/* One backend's steps (see sandbox.h); prepare and run report failures in errbuf. */
+typedef struct {
+    const char *name; /* sandbox_backend_name */
+    int (*prepare)(sandbox *s, char *errbuf, size_t errlen);
+    int (*run)(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
+               char *errbuf, size_t errlen);
+    void (*release)(sandbox *s); /* also after a failed prepare */
+} sandbox_ops;
+
+extern const sandbox_ops sandbox_gvisor_ops;
+extern const sandbox_ops sandbox_bwrap_ops;
+
+struct sandbox_backend {
+    const sandbox_ops *ops;
+    char *rootfs_dir;   /* generated read-only root */
+    char *bundles_dir;  /* one OCI bundle per gVisor sandbox */
+    char *runsc_root;   /* runsc --root */
+    char *runsc;        /* absolute path of runsc */
+    char *bwrap;        /* absolute path of bwrap (fallback) */
+    sbx_rootfs rootfs;
+};
+
+struct sandbox {
+    sandbox_backend *b;
+    char id[ID_MAX + 1];  /* container id and cgroup name: unique on this host */
+    char *workspace_dir;
+    char *bundle;         /* gVisor: its OCI bundle directory */
+    sbx_cgroup cg;        /* its host cgroup, when have_cg */
+    bool have_cg;
+    bool ran;             /* sandbox_run was called */
+};
+
+/* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
+extern const char *const sandbox_env[];
+/* Environment of runsc/bwrap themselves on the host. */
+extern const char *const launcher_env[];
+
+/* a + "/" + b, malloc'd. */
+char *sbx_path_join(const char *a, const char *b);
+
+/* errbuf = prefix + ": " + the launcher's stderr (trimmed, at most 400 bytes). */
+void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, size_t errlen);
+
+/* The result of a run that happened: on a timeout exit code -1 and no output (the
+ * reference discards what came before), else code, oom_killed and r's output (out takes
+ * over r's buffers). */
+void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed);
+
+#endif

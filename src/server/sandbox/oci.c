@@ -1,0 +1,142 @@
+/* Generates the OCI runtime spec of one sandbox run with jansson. */
+#include "sandbox/oci.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/* json_pack's "o" steals a reference; a NULL anywhere makes the whole pack fail cleanly. */
+static json_t *mount(const char *dst, const char *type, const char *src, const char *opts[],
+                     size_t nopts)
+{
+    json_t *o = json_array();
+    for (size_t i = 0; o && i < nopts; i++)
+        if (json_array_append_new(o, json_string(opts[i])) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    if (!o)
+        return NULL;
+    /* "s" would reject a host path that is not UTF-8. */
+    return json_pack("{s:s, s:s, s:o, s:o}", "destination", dst, "type", type, "source",
+                     json_string_nocheck(src), "options", o);
+}
+
+static json_t *mounts(const sbx_spec *s)
+{
+    char tmp_size[32];
+    snprintf(tmp_size, sizeof tmp_size, "size=%um", s->tmp_mb);
+    const char *ro_bind[] = {"rbind", "ro", "nosuid", "nodev"};
+    const char *rw_bind[] = {"rbind", "rw", "nosuid", "nodev"};
+    const char *tmp[] = {"nosuid", "nodev", "noexec", tmp_size, "mode=1777"};
+    const char *proc[] = {"nosuid", "noexec", "nodev"};
+    const char *sys[] = {"nosuid", "noexec", "nodev", "ro"};
+    const char *dev[] = {"nosuid", "strictatime", "mode=755", "size=65536k"};
+    const char *pts[] = {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"};
+
+    json_t *a = json_array();
+    if (!a)
+        return NULL;
+    json_t *items[] = {
+        mount("/proc", "proc", "proc", proc, 3),
+        mount("/dev", "tmpfs", "tmpfs", dev, 4),
+        mount("/dev/pts", "devpts", "devpts", pts, 5),
+        mount("/dev/shm", "tmpfs", "shm", tmp, 5),
+        mount("/sys", "sysfs", "sysfs", sys, 4),
+        mount("/usr", "bind", "/usr", ro_bind, 4),
+        mount("/workspace", "bind", s->workspace_dir, rw_bind, 4),
+        mount("/tmp", "tmpfs", "tmpfs", tmp, 5),
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
+        if (!items[i] || json_array_append_new(a, items[i]) != 0)
+            bad = 1;
+    for (size_t i = 0; i < s->rootfs->nbinds; i++) {
+        char dst[64];
+        snprintf(dst, sizeof dst, "/%s", s->rootfs->binds[i]);
+        json_t *m = mount(dst, "bind", dst, ro_bind, 4);
+        if (!m || json_array_append_new(a, m) != 0)
+            bad = 1;
+    }
+    if (bad) {
+        json_decref(a);
+        return NULL;
+    }
+    return a;
+}
+
+/* _nocheck: a command with invalid UTF-8 still runs (Go's decoder maps it to U+FFFD). */
+static json_t *string_array(const char *const *list)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && list[i]; i++)
+        if (json_array_append_new(a, json_string_nocheck(list[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size_t errlen)
+{
+    const char *args[] = {"/bin/bash", "-c", s->command, NULL};
+    json_t *argv = string_array(args);
+    json_t *env = string_array(s->env);
+    json_t *mnt = mounts(s);
+    /* Every capability set empty: the command keeps no privilege at all. */
+    json_t *caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective",
+                             "inheritable", "permitted", "ambient");
+    json_t *rlimits = json_pack(
+        "[{s:s, s:I, s:I}, {s:s, s:I, s:I}, {s:s, s:I, s:I}]",
+        "type", "RLIMIT_NPROC", "hard", (json_int_t)s->nproc, "soft", (json_int_t)s->nproc,
+        "type", "RLIMIT_NOFILE", "hard", (json_int_t)65536, "soft", (json_int_t)65536,
+        "type", "RLIMIT_CORE", "hard", (json_int_t)0, "soft", (json_int_t)0);
+    json_t *ns = json_pack("[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}]", "type", "pid", "type",
+                           "network", "type", "ipc", "type", "uts", "type", "mount");
+    if (!argv || !env || !mnt || !caps || !rlimits || !ns) {
+        json_decref(argv);
+        json_decref(env);
+        json_decref(mnt);
+        json_decref(caps);
+        json_decref(rlimits);
+        json_decref(ns);
+        snprintf(errbuf, errlen, "cannot build the OCI spec: out of memory");
+        return -1;
+    }
+    /* No linux.resources: runsc runs with --ignore-cgroups inside a cgroup airlockd made. */
+    json_t *root = json_pack(
+        "{s:s, s:{s:b, s:{s:I, s:I}, s:o, s:o, s:s, s:o, s:o, s:b}, s:{s:s, s:b}, s:s,"
+        " s:o, s:{s:o}}",
+        "ociVersion", "1.0.2",
+        "process",
+            "terminal", 0,
+            "user", "uid", (json_int_t)s->uid, "gid", (json_int_t)s->gid,
+            "args", argv,
+            "env", env,
+            "cwd", "/workspace",
+            "capabilities", caps,
+            "rlimits", rlimits,
+            "noNewPrivileges", 1,
+        "root", "path", s->rootfs_dir, "readonly", 1,  /* our own ASCII path */
+        "hostname", "sandbox",
+        "mounts", mnt,
+        "linux", "namespaces", ns);
+    if (!root) {
+        snprintf(errbuf, errlen, "cannot build the OCI spec");
+        return -1;
+    }
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/config.json", bundle_dir);
+    int rc = 0;
+    if (n < 0 || (size_t)n >= sizeof path) {
+        snprintf(errbuf, errlen, "bundle path too long: %s", bundle_dir);
+        rc = -1;
+    } else if (json_dump_file(root, path, JSON_COMPACT) != 0) {
+        snprintf(errbuf, errlen, "cannot write %s: %s", path, strerror(errno));
+        rc = -1;
+    }
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,23 @@
+/* OCI runtime spec (config.json) for one gVisor run (private to the sandbox backend). */
+#ifndef AIRLOCKD_SANDBOX_SPEC_H
+#define AIRLOCKD_SANDBOX_SPEC_H
+
+#include <stddef.h>
+
+#include "sandbox/rootfs.h"
+
+typedef struct {
+    const char *rootfs_dir;     /* the generated read-only root */
+    const sbx_rootfs *rootfs;   /* extra top-level host dirs to bind read-only */
+    const char *workspace_dir;  /* host dir mounted read-write at /workspace */
+    const char *command;        /* run as /bin/bash -c command */
+    const char *const *env;     /* NULL-terminated "K=V" list */
+    unsigned uid, gid;
+    unsigned nproc;             /* RLIMIT_NPROC, enforced by gVisor's sentry */
+    unsigned tmp_mb;            /* size of the /tmp tmpfs */
+} sbx_spec;
+
+/* Writes bundle_dir/config.json. */
+int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,55 @@
+/* Runs one host program (runsc or bwrap) for the sandbox backend (private): stdin /dev/null,
+ * stdout and stderr captured separately and concurrently, a wall-clock deadline, and on
+ * expiry the whole process tree killed (through its cgroup, else its process group). */
+#ifndef AIRLOCKD_SANDBOX_PROC_H
+#define AIRLOCKD_SANDBOX_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/resource.h>
+
+#include "sandbox/cgroup.h"
+#include "util/buf.h"
+
+typedef struct {
+    int resource;  /* RLIMIT_* */
+    rlim_t value;  /* soft = hard */
+} sbx_rlimit;
+
+typedef struct {
+    const char *const *argv;  /* argv[0] is an absolute path */
+    const char *const *envp;
+    const sbx_cgroup *cg;     /* joined before exec when non-NULL */
+    const sbx_rlimit *rlimits;
+    size_t nrlimits;
+    /* Runs in the child, still root, after joining the cgroup and before dropping
+     * privileges; must be async-signal-safe. Nonzero (an errno) aborts the start. */
+    int (*pre_exec)(void *ctx);
+    void *pre_exec_ctx;
+    bool drop_privs;          /* switch to uid/gid (no supplementary groups) before exec */
+    unsigned uid, gid;
+    int timeout_ms;           /* <= 0: no deadline */
+    /* At the deadline: a polite stop (e.g. `runsc kill`), then grace_ms for the tree to end
+     * before everything in the cgroup / process group is SIGKILLed. */
+    void (*on_deadline)(void *ctx);
+    void *ctx;
+    int grace_ms;
+} sbx_proc_opts;
+
+typedef struct {
+    buffer out;
+    buffer err;
+    bool timed_out;  /* deadline hit: the tree was killed */
+    int status;      /* waitpid status */
+} sbx_proc_result;
+
+/* Returns 0 when the program ran (any status, timeout included), -1 when it could not be
+ * started (message in errbuf). The result's buffers are owned by the caller either way. */
+int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_t errlen);
+
+/* Exit code in shell conventions (128+N for signal N). */
+int sbx_proc_exit_code(int status);
+
+void sbx_proc_result_free(sbx_proc_result *r);
+
+#endif

@@ -1,0 +1,21 @@
+/* The sandbox's read-only root directory (private to the sandbox backend): mount points, the
+ * merged-/usr symlinks and a generated minimal /etc. Host /usr is bind-mounted on top at run
+ * time; nothing else of the host (no /root, /home, /etc/shadow, server state) is reachable. */
+#ifndef AIRLOCKD_SANDBOX_ROOTFS_H
+#define AIRLOCKD_SANDBOX_ROOTFS_H
+
+#include <stddef.h>
+
+#define SBX_ROOTFS_MAX_BINDS 8
+
+typedef struct {
+    /* Top-level host directories that are real directories (not symlinks into /usr) on this
+     * host and therefore must be bind-mounted read-only, e.g. "bin" on a non-merged system. */
+    const char *binds[SBX_ROOTFS_MAX_BINDS];
+    size_t nbinds;
+} sbx_rootfs;
+
+/* (Re)creates the root directory at dir. */
+int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errlen);
+
+#endif

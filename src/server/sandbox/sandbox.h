@@ -1,0 +1,73 @@
+/* The isolation backend of airlockd: commands run in a fresh sandbox (gVisor's runsc, or
+ * bubblewrap as the weaker fallback) with the session's workspace mounted at /workspace.
+ *
+ * A sandbox has three steps: sandbox_prepare makes it ready for a command (everything that
+ * does not depend on the command), sandbox_run hands it one command and waits for the
+ * result, sandbox_release tears it down. sandbox_exec does the three in a row, which is
+ * what every caller does today; a pool of sandboxes prepared ahead, or a network namespace
+ * per sandbox (a field of sandbox_opts), fit these steps without changing callers.
+ * Thread-safe: several sandboxes may be prepared and run at once from different threads. */
+#ifndef AIRLOCKD_SANDBOX_H
+#define AIRLOCKD_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Inside the sandbox commands run as this uid/gid; the server owns workspace files by it. */
+#define SANDBOX_UID 1000
+#define SANDBOX_GID 1000
+
+typedef struct sandbox_backend sandbox_backend;
+typedef struct sandbox sandbox;
+
+typedef struct {
+    char *out;          /* raw stdout bytes, NUL-terminated, caller frees via sandbox_result_free */
+    size_t out_len;
+    char *err;          /* raw stderr bytes, NUL-terminated */
+    size_t err_len;
+    int exit_code;      /* bash conventions; 128+N for signal N; -1 on timeout */
+    bool timed_out;     /* wall-clock limit hit: the whole sandbox was killed, streams empty */
+    bool oom_killed;    /* the memory limit killed the command */
+} sandbox_result;
+
+/* What a sandbox is made for, known before its command. */
+typedef struct {
+    const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
+    const char *name;          /* names it (container id, cgroup); unique among running ones'
+                                * prefixes, e.g. the session id and a counter */
+} sandbox_opts;
+
+/* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
+ * NULL (then $AIRLOCK_RUNSC, then PATH). With require_gvisor and no working runsc, fails.
+ * Returns NULL with a message in errbuf on failure. */
+sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_path,
+                                      bool require_gvisor, char *errbuf, size_t errlen);
+
+/* "gvisor" or "bubblewrap". */
+const char *sandbox_backend_name(const sandbox_backend *b);
+
+/* Removes everything the backend made under the state dir; no sandbox may be left. */
+void sandbox_backend_close(sandbox_backend *b);
+
+/* A sandbox ready for one command: read-only root, /tmp tmpfs 64 MB noexec, uid SANDBOX_UID,
+ * no capabilities, no network, 256 MB memory without swap, 64 processes, 1 CPU. NULL with a
+ * message in errbuf when it cannot be made. */
+sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen);
+
+/* Runs `/bin/bash -c command` in s with cwd /workspace and a wall clock of timeout_seconds
+ * (clamped to 1..86400). 0 when the command ran (whatever its exit status, timeout
+ * included), -1 when it could not be started (message in errbuf). Once per sandbox. */
+int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
+                char *errbuf, size_t errlen);
+
+/* Kills whatever is left in s and removes its state; s is freed. NULL is a no-op. */
+void sandbox_release(sandbox *s);
+
+/* sandbox_prepare, sandbox_run and sandbox_release in a row. */
+int sandbox_exec(sandbox_backend *b, const char *workspace_dir, const char *name,
+                 const char *command, int timeout_seconds, sandbox_result *out,
+                 char *errbuf, size_t errlen);
+
+void sandbox_result_free(sandbox_result *r);
+
+#endif

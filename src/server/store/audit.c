@@ -1,0 +1,282 @@
+/* The audit log on SQLite (contract 1.12). Rows are keyed per tenant by a sort key
+ * "<20-digit microsecond timestamp>#<8 hex>", which is also the paging cursor. */
+#include "store/audit.h"
+#include "store/sqlite.h"
+
+#include "text/utf8.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define AUDIT_MAX_COMMAND 2000 /* characters (code points) */
+#define AUDIT_PRUNE_EVERY_US (3600LL * 1000000LL)
+
+struct audit_store {
+    sqlite3 *db;
+    pthread_mutex_t mu; /* one statement at a time; also guards last_prune_us */
+    int retention_days;
+    long long last_prune_us;
+};
+
+static const char SCHEMA[] =
+    "PRAGMA journal_mode=WAL;"
+    "CREATE TABLE IF NOT EXISTS audit ("
+    " tenant_id TEXT NOT NULL, sk TEXT NOT NULL, ts_us INTEGER NOT NULL,"
+    " session_id TEXT, actor TEXT, kind TEXT, command TEXT, truncated INTEGER NOT NULL,"
+    " exit_code INTEGER, duration_s REAL, timed_out INTEGER NOT NULL, oom_killed INTEGER NOT NULL,"
+    " detail TEXT, PRIMARY KEY (tenant_id, sk)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);";
+
+static long long now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+static long long cutoff_us(const audit_store *s, long long now)
+{
+    return now - (long long)s->retention_days * 86400LL * 1000000LL;
+}
+
+/* Caller holds mu. */
+static void prune_locked(audit_store *s, long long now)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, "DELETE FROM audit WHERE ts_us < ?", -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, cutoff_us(s, now));
+        if (sqlite3_step(st) != SQLITE_DONE)
+            fprintf(stderr, "airlockd: audit: pruning failed: %s\n", sqlite3_errmsg(s->db));
+    } else {
+        fprintf(stderr, "airlockd: audit: pruning failed: %s\n", sqlite3_errmsg(s->db));
+    }
+    sqlite3_finalize(st);
+    s->last_prune_us = now;
+}
+
+audit_store *audit_open(const char *path, int retention_days, char *err, size_t errlen)
+{
+    audit_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->retention_days = retention_days;
+    s->db = sqlite_open_store(path, SCHEMA, "SANDBOX_AUDIT", err, errlen);
+    if (!s->db) {
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_lock(&s->mu);
+    prune_locked(s, now_us());
+    pthread_mutex_unlock(&s->mu);
+    return s;
+}
+
+void audit_close(audit_store *s)
+{
+    if (!s)
+        return;
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+int audit_retention_days(const audit_store *s)
+{
+    return s ? s->retention_days : 0;
+}
+
+void audit_prune(audit_store *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    prune_locked(s, now_us());
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void bind_opt_text(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+/* Byte length of the first max code points of a NUL-terminated string. */
+static size_t prefix_bytes(const char *s, size_t max, bool *cut)
+{
+    size_t n = strlen(s), i = 0, count = 0;
+    while (i < n && count < max) {
+        uint32_t cp;
+        size_t l = utf8_seq_len((const unsigned char *)s + i, n - i, &cp);
+        i += l ? l : 1; /* invalid bytes count as one character each */
+        count++;
+    }
+    *cut = i < n;
+    return i;
+}
+
+void audit_record(audit_store *s, const audit_entry *e)
+{
+    if (!s || !e || !e->tenant)
+        return;
+    const char *cmd = e->command ? e->command : "";
+    bool truncated;
+    size_t cmd_len = prefix_bytes(cmd, AUDIT_MAX_COMMAND, &truncated);
+    pthread_mutex_lock(&s->mu);
+    long long now = now_us();
+    if (now - s->last_prune_us >= AUDIT_PRUNE_EVERY_US)
+        prune_locked(s, now);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db,
+                                "INSERT INTO audit (tenant_id, sk, ts_us, session_id, actor, kind, command,"
+                                " truncated, exit_code, duration_s, timed_out, oom_killed, detail)"
+                                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                                -1, &st, NULL);
+    /* a clash of the random suffix within one microsecond is retried with a new one */
+    for (int attempt = 0; rc == SQLITE_OK && attempt < 4; attempt++) {
+        unsigned int rnd = 0;
+        if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+            rnd = (unsigned int)(now ^ (long long)attempt * 2654435761LL);
+        char sk[40];
+        snprintf(sk, sizeof sk, "%020lld#%08x", now, rnd);
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, e->tenant, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, sk, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 3, now);
+        bind_opt_text(st, 4, e->session_id);
+        bind_opt_text(st, 5, e->actor);
+        bind_opt_text(st, 6, e->kind);
+        sqlite3_bind_text(st, 7, cmd, (int)cmd_len, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 8, truncated);
+        if (e->has_exit_code)
+            sqlite3_bind_int(st, 9, e->exit_code);
+        else
+            sqlite3_bind_null(st, 9);
+        if (e->has_duration)
+            sqlite3_bind_double(st, 10, e->duration_s);
+        else
+            sqlite3_bind_null(st, 10);
+        sqlite3_bind_int(st, 11, e->timed_out);
+        sqlite3_bind_int(st, 12, e->oom_killed);
+        bind_opt_text(st, 13, e->detail);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) {
+            rc = SQLITE_OK;
+            break;
+        }
+        if (rc != SQLITE_CONSTRAINT)
+            break;
+        rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: cannot record a %s entry: %s\n", e->kind ? e->kind : "?",
+                sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static json_t *column_text(sqlite3_stmt *st, int i)
+{
+    if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        return json_null();
+    const char *t = (const char *)sqlite3_column_text(st, i);
+    int n = sqlite3_column_bytes(st, i);
+    if (!t)
+        return json_null();
+    /* stored text came in as UTF-8, but never hand jansson anything invalid */
+    size_t len;
+    char *clean = utf8_replace(t, (size_t)n, &len);
+    json_t *v = clean ? json_stringn_nocheck(clean, len) : json_null();
+    free(clean);
+    return v;
+}
+
+static json_t *row_entry(sqlite3_stmt *st)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "ts", json_real((double)sqlite3_column_int64(st, 1) / 1e6));
+    json_object_set_new(o, "session_id", column_text(st, 2));
+    json_object_set_new(o, "actor", column_text(st, 3));
+    json_object_set_new(o, "kind", column_text(st, 4));
+    json_object_set_new(o, "command", column_text(st, 5));
+    json_object_set_new(o, "truncated", json_boolean(sqlite3_column_int(st, 6)));
+    json_object_set_new(o, "exit_code", sqlite3_column_type(st, 7) == SQLITE_NULL
+                                            ? json_null()
+                                            : json_integer(sqlite3_column_int64(st, 7)));
+    json_object_set_new(o, "duration_s", sqlite3_column_type(st, 8) == SQLITE_NULL
+                                             ? json_null()
+                                             : json_real(sqlite3_column_double(st, 8)));
+    json_object_set_new(o, "timed_out", json_boolean(sqlite3_column_int(st, 9)));
+    json_object_set_new(o, "oom_killed", json_boolean(sqlite3_column_int(st, 10)));
+    json_object_set_new(o, "detail", column_text(st, 11));
+    return o;
+}
+
+int audit_query(audit_store *s, const char *tenant, const char *before, size_t before_len, int limit,
+                json_t **entries, char **next)
+{
+    *entries = NULL;
+    *next = NULL;
+    if (!s)
+        return -1;
+    if (limit < 1)
+        limit = 1;
+    if (limit > 500)
+        limit = 500;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    const char *sql = before ? "SELECT sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
+                               " duration_s, timed_out, oom_killed, detail FROM audit"
+                               " WHERE tenant_id = ? AND ts_us >= ? AND sk < ? ORDER BY sk DESC LIMIT ?"
+                             : "SELECT sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
+                               " duration_s, timed_out, oom_killed, detail FROM audit"
+                               " WHERE tenant_id = ? AND ts_us >= ? ORDER BY sk DESC LIMIT ?";
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    json_t *arr = json_array();
+    char *last_sk = NULL;
+    bool more = false;
+    if (rc == SQLITE_OK) {
+        int i = 1;
+        sqlite3_bind_text(st, i++, tenant, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, i++, cutoff_us(s, now_us()));
+        if (before)
+            sqlite3_bind_text(st, i++, before, (int)(before_len > 4096 ? 4096 : before_len), SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, i, limit + 1); /* one extra row tells whether more exist */
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if ((int)json_array_size(arr) == limit) {
+                more = true;
+                continue;
+            }
+            json_array_append_new(arr, row_entry(st));
+            free(last_sk);
+            const char *sk = (const char *)sqlite3_column_text(st, 0);
+            last_sk = sk ? strdup(sk) : NULL;
+        }
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: query failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SQLITE_OK) {
+        json_decref(arr);
+        free(last_sk);
+        return -1;
+    }
+    *entries = arr;
+    if (more)
+        *next = last_sk;
+    else
+        free(last_sk);
+    return 0;
+}
