@@ -126,8 +126,10 @@ describe("airlockd robustness", function()
         assert.are.equal(b[2], status, raw)
         if status == 500 then assert.are.equal("Internal Server Error", body) end
       end
-      -- 20 MB of junk where JSON is expected
+      -- 20 MB of junk where JSON is expected: over the route's 1 MiB cap (README "Limits")
       local status = fuzz.request(server, "POST", "/v1/sessions", k, string.rep("\1junk", 4 * 1024 * 1024))
+      assert.are.equal(413, status)
+      status = fuzz.request(server, "POST", "/v1/sessions", k, string.rep("\1junk", 200 * 1024))
       assert.are.equal(422, status)
       -- a body over the 64 MB cap, actually sent
       local id = http_client.create(server, k).json.session_id
@@ -141,11 +143,15 @@ describe("airlockd robustness", function()
 
     it("answers junk paths, ids and methods through the normal client", function()
       local id = http_client.create(server, k).json.session_id
-      for _, p in ipairs({ "%00", "%ff%fe", "a%00b", string.rep("a/", 3000) .. "f", "%2e%2e/%2e%2e/etc/passwd" }) do
+      for _, p in ipairs({ "%00", "%ff%fe", "a%00b", "%2e%2e/%2e%2e/etc/passwd" }) do
         local r = http(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. p, { key = k })
         assert.truthy(r.status == 403 or r.status == 500 or r.status == 200, p .. " -> " .. r.status)
         if r.status == 500 then assert.are.equal("Internal Server Error", r.body) end
       end
+      -- 300 levels: over the documented depth, refused before any filesystem work
+      local deep = http(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. string.rep("a/", 300) .. "f", { key = k })
+      assert.are.equal(400, deep.status)
+      assert.are.equal('{"detail":"Path too deep: at most 256 directory levels, also once symlinks are resolved."}', deep.body)
       assert.are.equal(404, http(server, "GET", "/v1/sessions/" .. string.rep("%ff", 300) .. "/read?path=x", { key = k }).status)
       assert.are.equal(405, http(server, "PATCH", "/v1/sessions", { key = k }).status)
       assert.are.equal(200, http_client.delete(server, k, id).status)

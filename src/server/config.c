@@ -12,6 +12,8 @@
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
+/* the longest command (60 s) plus its sandbox start and release */
+#define DEFAULT_SHUTDOWN_GRACE 70
 static int failf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -292,21 +294,32 @@ static int positive_number(const char *var, double def, double *out, char *err, 
     return 0;
 }
 
+/* A whole number in [lo, hi] from var (def when unset); what it counts names the unit. */
+static int whole_number(const char *var, long def, long lo, long hi, const char *what, long *out, char *err,
+                        size_t errlen)
+{
+    const char *s = getenv(var);
+    *out = def;
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    while (*end == ' ')
+        end++;
+    if (errno || *end || end == s || v < lo || v > hi)
+        return failf(err, errlen, "%s: must be a whole number of %s from %ld to %ld, got '%s'", var, what, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
 /* SANDBOX_IMPORT_MAX_MB (a positive whole number) and the archive download base URL. */
 static int load_import(config *c, char *err, size_t errlen)
 {
-    const char *s = getenv("SANDBOX_IMPORT_MAX_MB");
-    c->import_max_mb = 100;
-    if (s && *s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        while (*end == ' ')
-            end++;
-        if (errno || *end || end == s || v < 1 || v > 1000000)
-            return failf(err, errlen, "SANDBOX_IMPORT_MAX_MB: must be a positive whole number of MB, got '%s'", s);
-        c->import_max_mb = (int)v;
-    }
+    long mb;
+    if (whole_number("SANDBOX_IMPORT_MAX_MB", 100, 1, 1000000, "MB", &mb, err, errlen))
+        return -1;
+    c->import_max_mb = (int)mb;
     if (!c->import_base_url || !*c->import_base_url) {
         const char *env = getenv("AIRLOCK_IMPORT_BASE_URL");
         c->import_base_url = env && *env ? env : "https://github.com";
@@ -314,6 +327,38 @@ static int load_import(config *c, char *err, size_t errlen)
     if (strncmp(c->import_base_url, "http://", 7) != 0 && strncmp(c->import_base_url, "https://", 8) != 0)
         return failf(err, errlen, "AIRLOCK_IMPORT_BASE_URL / --import-base-url: must be an http:// or https:// URL, got '%s'",
                      c->import_base_url);
+    return 0;
+}
+
+/* The HTTP layer's limits and the shutdown grace period (README "Limits"). */
+static int load_http(config *c, char *err, size_t errlen)
+{
+    http_limits *l = &c->http;
+    http_limits_default(l);
+    long conns, per_client, header_s, transfer_s, rate_kb, memory_mb, quick, slow, queue, grace;
+    if (whole_number("SANDBOX_MAX_CONNECTIONS", l->max_connections, 16, 1000000, "connections", &conns, err, errlen) ||
+        whole_number("SANDBOX_MAX_CONNECTIONS_PER_CLIENT", l->max_per_client, 1, 1000000, "connections", &per_client,
+                     err, errlen) ||
+        whole_number("SANDBOX_HEADER_TIMEOUT", l->header_timeout_s, 1, 3600, "seconds", &header_s, err, errlen) ||
+        whole_number("SANDBOX_TRANSFER_TIMEOUT", l->transfer_timeout_s, 1, 3600, "seconds", &transfer_s, err, errlen) ||
+        whole_number("SANDBOX_MIN_TRANSFER_RATE_KB", (long)(l->min_rate / 1024), 1, 10000000, "KiB per second",
+                     &rate_kb, err, errlen) ||
+        whole_number("SANDBOX_BODY_MEMORY_MB", (long)(l->body_memory >> 20), 1, 1000000, "MB", &memory_mb, err, errlen) ||
+        whole_number("SANDBOX_REQUEST_THREADS", l->quick_threads, 1, 1024, "threads", &quick, err, errlen) ||
+        whole_number("SANDBOX_COMMAND_THREADS", l->long_threads, 1, 1024, "threads", &slow, err, errlen) ||
+        whole_number("SANDBOX_REQUEST_QUEUE", l->queue, 1, 100000, "requests", &queue, err, errlen) ||
+        whole_number("SANDBOX_SHUTDOWN_GRACE", DEFAULT_SHUTDOWN_GRACE, 0, 86400, "seconds", &grace, err, errlen))
+        return -1;
+    l->max_connections = (unsigned)conns;
+    l->max_per_client = (unsigned)per_client;
+    l->header_timeout_s = (unsigned)header_s;
+    l->transfer_timeout_s = (unsigned)transfer_s;
+    l->min_rate = (size_t)rate_kb * 1024;
+    l->body_memory = (size_t)memory_mb << 20;
+    l->quick_threads = (unsigned)quick;
+    l->long_threads = (unsigned)slow;
+    l->queue = (unsigned)queue;
+    c->shutdown_grace = (double)grace;
     return 0;
 }
 
@@ -345,7 +390,7 @@ int config_load_env(config *c, char *err, size_t errlen)
     c->star.max_sessions = DEFAULT_MAX_SESSIONS;
     c->star.requests_per_minute = DEFAULT_RPM;
     c->star.max_concurrent_exec = DEFAULT_MAX_EXEC;
-    if (load_import(c, err, errlen))
+    if (load_import(c, err, errlen) || load_http(c, err, errlen))
         return -1;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;

@@ -3,6 +3,8 @@
 #ifndef AIRLOCKD_CONFIG_H
 #define AIRLOCKD_CONFIG_H
 
+#include "http/http.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,6 +41,8 @@ typedef struct config {
     long long quota_bytes;   /* per-workspace soft quota */
     bool require_gvisor;
     int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
+    http_limits http;           /* connections, deadlines, body memory, worker pools (README "Limits") */
+    double shutdown_grace;      /* SANDBOX_SHUTDOWN_GRACE: seconds running requests get after SIGTERM */
     /* flags */
     const char *listen_host;
     unsigned port;

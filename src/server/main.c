@@ -6,12 +6,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The signal handler can only reach the main thread through this pipe. */
@@ -25,6 +27,50 @@ static void on_signal(int sig)
         /* nothing more can be done inside a signal handler */
     }
     errno = saved;
+}
+
+/* After the grace period (or a second signal) running requests are stopped: this long for
+ * their commands to be killed and their answers sent. */
+#define CANCEL_WAIT_S 10
+
+/* Waits until no request is in flight (true), or seconds pass or another signal comes. */
+static bool wait_for_requests(http_server *srv, double seconds)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (http_in_flight(srv) == 0)
+            return true;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 >= seconds)
+            return false;
+        struct pollfd p = {.fd = signal_pipe[0], .events = POLLIN};
+        if (poll(&p, 1, 50) > 0) {
+            unsigned char sig;
+            if (read(signal_pipe[0], &sig, 1) == 1)
+                return false;
+        }
+    }
+}
+
+/* SIGTERM / SIGINT: stop accepting, let what runs finish within the grace period (a second
+ * signal cuts it short), stop what is left, then close. false when requests still run at
+ * the end (the caller must not free what they use). */
+static bool stop_serving(http_server *srv, const config *cfg)
+{
+    http_quiesce(srv);
+    if (cfg->unix_path)
+        unlink(cfg->unix_path);
+    unsigned running = http_in_flight(srv);
+    if (running)
+        fprintf(stderr, "airlockd: waiting up to %.0f s for %u running requests (a second signal stops them now)\n",
+                cfg->shutdown_grace, running);
+    if (!wait_for_requests(srv, cfg->shutdown_grace)) {
+        fprintf(stderr, "airlockd: stopping %u running requests\n", http_in_flight(srv));
+        http_cancel(srv);
+        wait_for_requests(srv, CANCEL_WAIT_S);
+    }
+    return http_stop(srv);
 }
 
 /* A caught (not ignored) SIGPIPE resets to the default in commands we start, so shell
@@ -53,7 +99,11 @@ static void usage(FILE *f)
           "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
           "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
           "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
-          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com).\n",
+          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com).\n"
+          "Limits (README, \"Limits\"): SANDBOX_MAX_CONNECTIONS (4096), SANDBOX_MAX_CONNECTIONS_PER_CLIENT\n"
+          "(64), SANDBOX_HEADER_TIMEOUT (10 s), SANDBOX_TRANSFER_TIMEOUT (10 s) with\n"
+          "SANDBOX_MIN_TRANSFER_RATE_KB (256), SANDBOX_BODY_MEMORY_MB (256), SANDBOX_REQUEST_THREADS (8),\n"
+          "SANDBOX_COMMAND_THREADS (32), SANDBOX_REQUEST_QUEUE (256), SANDBOX_SHUTDOWN_GRACE (70 s).\n",
           f);
 }
 
@@ -236,7 +286,7 @@ int main(int argc, char **argv)
     sigaction(SIGPIPE, &sa, NULL);
 
     http_options ho = {.host = cfg.listen_host, .port = cfg.port, .unix_path = cfg.unix_path,
-                       .handler = api_handle, .body_limit = api_body_limit, .cls = &a};
+                       .admit = api_admit, .handler = api_handle, .cls = &a, .limits = cfg.http};
     srv = http_start(&ho, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "airlockd: %s\n", err);
@@ -259,10 +309,22 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "airlockd: signal %d, shutting down\n", sig);
     status = 0;
-    /* wipe workspaces first so they are gone even if a running command delays the rest */
-    registry_remove_all(a.reg);
+    bool stopped = stop_serving(srv, &cfg);
+    srv = NULL;
+    registry_shutdown(a.reg);
+    if (!stopped) {
+        /* a handler is still inside a command or a download: freeing what it uses would be
+         * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
+        fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
+        if (cfg.port_file)
+            unlink(cfg.port_file);
+        _exit(status);
+    }
 out:
-    http_stop(srv);
+    if (srv && cfg.unix_path)
+        unlink(cfg.unix_path);
+    if (srv && !http_stop(srv))
+        _exit(status);
     registry_free(a.reg);
     limits_free(a.lim);
     tenants_free(a.tenants);
@@ -270,8 +332,6 @@ out:
     keystore_close(a.keys);
     if (a.sb)
         sandbox_backend_close(a.sb);
-    if (cfg.unix_path && srv)
-        unlink(cfg.unix_path);
     if (cfg.port_file && status == 0)
         unlink(cfg.port_file);
     config_free(&cfg);

@@ -52,7 +52,9 @@ void api_exec(app *a, http_request *r, const api_call *c)
     memset(&res, 0, sizeof res);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = sandbox_exec(a->sb, s->workspace, name, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    /* the command dies as soon as its client hangs up: its slot is free for the next one */
+    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .cancel_fd = http_client_fd(r)};
+    int rc = sandbox_exec(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     limits_exec_end(a->lim, tenant);
     if (rc != 0) {
@@ -60,6 +62,14 @@ void api_exec(app *a, http_request *r, const api_call *c)
         sandbox_result_free(&res);
         registry_release(a->reg, s);
         http_send_500(r);
+        return;
+    }
+    if (res.cancelled) {
+        /* nobody is waiting for an answer (the HTTP layer closes or answers 503 itself) */
+        fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
+        sandbox_result_free(&res);
+        registry_release(a->reg, s);
+        http_send_detail(r, 503, "The command was stopped before it finished.");
         return;
     }
     char *out = NULL, *err = NULL, *quota_warn = NULL;

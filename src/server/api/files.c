@@ -40,6 +40,22 @@ static void send_denied(http_request *r, const char *path, size_t len)
     free(p);
 }
 
+/* 400 for a path over the documented bounds (README "Limits"); false for any other rc. */
+static bool send_path_bound(http_request *r, int rc)
+{
+    char msg[160];
+    if (rc == PATH_TOO_LONG)
+        snprintf(msg, sizeof msg, "Path too long: at most %d bytes, also once symlinks are resolved.",
+                 PATH_MAX_BYTES);
+    else if (rc == PATH_TOO_DEEP)
+        snprintf(msg, sizeof msg, "Path too deep: at most %d directory levels, also once symlinks are resolved.",
+                 PATH_MAX_DEPTH);
+    else
+        return false;
+    http_send_detail(r, 400, msg);
+    return true;
+}
+
 void api_files_write(app *a, http_request *r, const api_call *c)
 {
     json_t *body = c->body;
@@ -60,6 +76,7 @@ void api_files_write(app *a, http_request *r, const api_call *c)
     int rc = path_resolve(s->workspace, path, path_len, &rel);
     if (rc == PATH_DENIED) {
         send_denied(r, path, path_len);
+    } else if (send_path_bound(r, rc)) {
     } else if (rc != PATH_OK) {
         http_send_500(r);
     } else if ((quota_msg = quota_write_check(s->workspace, rel, path, content_len, a->cfg->quota_bytes))) {
@@ -138,6 +155,7 @@ void api_files_read(app *a, http_request *r, const api_call *c)
         rc = path_open_read(s->workspace, rel, &fd);
     if (rc == PATH_DENIED) {
         send_denied(r, path, path_len);
+    } else if (send_path_bound(r, rc)) {
     } else if (rc == PATH_MISSING) {
         char *msg = NULL;
         if (asprintf(&msg, "Error: File '%s' does not exist.", path) >= 0) {

@@ -155,7 +155,8 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
     if (rc == IMPORT_OK) {
         char name[64], errbuf[512] = "";
         snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
-        rc = import_unpack(a->sb, s->workspace, name, fd, spec, &files, &msg, errbuf, sizeof errbuf);
+        rc = import_unpack(a->sb, s->workspace, name, http_client_fd(r), fd, spec, &files, &msg, errbuf,
+                           sizeof errbuf);
         if (rc == IMPORT_FAILED)
             fprintf(stderr, "airlockd: import into %s failed: %s\n", s->id, errbuf);
     }

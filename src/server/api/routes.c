@@ -1,5 +1,6 @@
-/* The route table and the dispatcher: which handler answers a method and path, and the
- * order of the checks before it (body → key → rate limit), as the reference server does.
+/* The route table, the admission and the dispatcher: which handler answers a method and
+ * path, what its body may weigh and which pool runs it; the key checked from the headers
+ * before any body byte; then the reference's order (body → key → rate limit → handler).
  * A new route is one row here and its handler (declared in api/handlers.h). */
 #include "api/routes.h"
 
@@ -10,30 +11,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every route takes bodies up to the HTTP layer's cap today; a row may lower it. */
-#define BODY_MAX HTTP_MAX_BODY
+/* Body caps (README "Limits"): routes without a body read and ignore up to NO_BODY bytes;
+ * JSON of a few fields gets FIELDS; a file write carries the file. */
+#define NO_BODY (16u * 1024u)
+#define FIELDS (1024u * 1024u)
+#define FILE_BODY HTTP_MAX_BODY
+#define QUICK HTTP_RUN_QUICK
+#define LONG HTTP_RUN_LONG /* commands, imports, workspace removal: the pool that may wait */
 
 /* Declaration order matters as in Starlette: the first path match decides the 405's Allow. */
 static const api_route ROUTES[] = {
-    /* method   pattern                        auth        json   max_body  handler */
-    {"GET",    "/healthz",                    API_PUBLIC, false, BODY_MAX, api_health},
-    {"POST",   "/v1/sessions",                API_TENANT, true,  BODY_MAX, api_sessions_create},
-    {"GET",    "/v1/sessions",                API_TENANT, false, BODY_MAX, api_sessions_list},
-    {"DELETE", "/v1/sessions/{}",             API_TENANT, false, BODY_MAX, api_sessions_delete},
-    {"POST",   "/v1/sessions/{}/write",       API_TENANT, true,  BODY_MAX, api_files_write},
-    {"GET",    "/v1/sessions/{}/read",        API_TENANT, false, BODY_MAX, api_files_read},
-    {"POST",   "/v1/sessions/{}/exec",        API_TENANT, true,  BODY_MAX, api_exec},
-    {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  BODY_MAX, api_import},
-    {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, BODY_MAX, api_egress_log},
-    {"GET",    "/v1/egress/policy",           API_TENANT, false, BODY_MAX, api_egress_policy},
-    {"GET",    "/v1/usage",                   API_TENANT, false, BODY_MAX, api_usage},
-    {"GET",    "/v1/audit",                   API_TENANT, false, BODY_MAX, api_audit},
-    {"GET",    "/v1/keys",                    API_TENANT, false, BODY_MAX, api_keys_list},
-    {"POST",   "/v1/keys",                    API_TENANT, true,  BODY_MAX, api_keys_create},
-    {"DELETE", "/v1/keys/{}",                 API_TENANT, false, BODY_MAX, api_keys_revoke},
-    {"GET",    "/v1/admin/keys",              API_ADMIN,  false, BODY_MAX, api_admin_keys_list},
-    {"POST",   "/v1/admin/keys",              API_ADMIN,  true,  BODY_MAX, api_admin_keys_create},
-    {"DELETE", "/v1/admin/keys/{}",           API_ADMIN,  false, BODY_MAX, api_admin_keys_revoke},
+    /* method   pattern                        auth        json   max_body   run    handler */
+    {"GET",    "/healthz",                    API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_health},
+    {"POST",   "/v1/sessions",                API_TENANT, true,  FIELDS,    QUICK, api_sessions_create},
+    {"GET",    "/v1/sessions",                API_TENANT, false, NO_BODY,   QUICK, api_sessions_list},
+    {"DELETE", "/v1/sessions/{}",             API_TENANT, false, NO_BODY,   LONG,  api_sessions_delete},
+    {"POST",   "/v1/sessions/{}/write",       API_TENANT, true,  FILE_BODY, QUICK, api_files_write},
+    {"GET",    "/v1/sessions/{}/read",        API_TENANT, false, NO_BODY,   QUICK, api_files_read},
+    {"POST",   "/v1/sessions/{}/exec",        API_TENANT, true,  FIELDS,    LONG,  api_exec},
+    {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  FIELDS,    LONG,  api_import},
+    {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, NO_BODY,   QUICK, api_egress_log},
+    {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
+    {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},
+    {"GET",    "/v1/audit",                   API_TENANT, false, NO_BODY,   QUICK, api_audit},
+    {"GET",    "/v1/keys",                    API_TENANT, false, NO_BODY,   QUICK, api_keys_list},
+    {"POST",   "/v1/keys",                    API_TENANT, true,  FIELDS,    QUICK, api_keys_create},
+    {"DELETE", "/v1/keys/{}",                 API_TENANT, false, NO_BODY,   QUICK, api_keys_revoke},
+    {"GET",    "/v1/admin/keys",              API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_list},
+    {"POST",   "/v1/admin/keys",              API_ADMIN,  true,  FIELDS,    QUICK, api_admin_keys_create},
+    {"DELETE", "/v1/admin/keys/{}",           API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_revoke},
 };
 
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
@@ -90,14 +96,6 @@ static const api_route *find_route(const char *method, const char *path, char pa
     return NULL;
 }
 
-size_t api_body_limit(void *cls, const char *method, const char *path)
-{
-    (void)cls;
-    char param[PARAM_MAX];
-    const api_route *rt = method && path ? find_route(method, path, param, NULL) : NULL;
-    return rt ? rt->max_body : HTTP_MAX_BODY;
-}
-
 static void redirect_without_slash(http_request *r, const char *path)
 {
     const char *host = http_header(r, "Host"), *q = http_raw_query(r);
@@ -112,69 +110,9 @@ static void redirect_without_slash(http_request *r, const char *path)
     free(loc);
 }
 
-/* 401 unless the caller's key is a tenant's, then 429 past its request rate. */
-static bool authenticate_tenant(app *a, http_request *r, api_call *c, auth_caller *who)
+/* Answers a request that matches no route (405, 307 or 404). */
+static void send_unrouted(http_request *r, const char *path, const api_route *partial)
 {
-    if (!auth_tenant(a->cfg, a->tenants, a->keys, http_header(r, "X-API-Key"), who)) {
-        http_send_detail(r, 401, "Invalid or missing X-API-Key header");
-        return false;
-    }
-    long retry = 0;
-    if (!limits_take_token(a->lim, who->tenant, &c->requests_available, &retry)) {
-        char msg[160], hdr[32];
-        snprintf(msg, sizeof msg, "Rate limit of %d requests per minute exceeded; retry in %ld s.",
-                 tenants_get(a->tenants, who->tenant)->requests_per_minute, retry);
-        snprintf(hdr, sizeof hdr, "%ld", retry);
-        http_send_json_header(r, 429, json_pack("{s:s}", "detail", msg), "retry-after", hdr);
-        return false;
-    }
-    c->tenant = who->tenant;
-    c->actor = who->actor;
-    return true;
-}
-
-/* 404 while the admin API is off, 401 for any key but the admin key. */
-static bool authenticate_admin(app *a, http_request *r)
-{
-    switch (auth_admin(a->cfg, a->keys, http_header(r, "X-API-Key"))) {
-    case AUTH_ADMIN_OK:
-        return true;
-    case AUTH_ADMIN_OFF:
-        http_send_detail(r, 404, "The admin API is not enabled on this server.");
-        return false;
-    default:
-        http_send_detail(r, 401, "Invalid or missing admin key");
-        return false;
-    }
-}
-
-static void run(app *a, http_request *r, const api_route *rt, const char *param)
-{
-    api_call c = {.param = strstr(rt->pattern, "{}") ? param : NULL};
-    if (rt->auth == API_PUBLIC) {
-        rt->handler(a, r, &c);
-        return;
-    }
-    if (rt->json_body && !api_parse_body(r, &c.body))
-        return;
-    auth_caller who;
-    bool allowed = rt->auth == API_ADMIN ? authenticate_admin(a, r) : authenticate_tenant(a, r, &c, &who);
-    if (allowed)
-        rt->handler(a, r, &c);
-    json_decref(c.body);
-}
-
-void api_handle(void *cls, http_request *r)
-{
-    app *a = cls;
-    const char *path = http_path(r);
-    const api_route *partial = NULL;
-    char param[PARAM_MAX];
-    const api_route *rt = find_route(http_method(r), path, param, &partial);
-    if (rt) {
-        run(a, r, rt, param);
-        return;
-    }
     if (partial) {
         http_send_405(r, strcmp(partial->method, "GET") == 0 ? "GET, HEAD" : partial->method);
         return;
@@ -192,4 +130,115 @@ void api_handle(void *cls, http_request *r)
         }
     }
     http_send_detail(r, 404, "Not Found");
+}
+
+/* What the admission learned from the headers, for the dispatcher (in the request's
+ * application record). */
+typedef struct {
+    bool authed;             /* the key is the tenant's / the admin's */
+    auth_admin_result admin; /* API_ADMIN routes */
+    auth_caller who;         /* API_TENANT routes, when authed */
+} admission;
+
+_Static_assert(sizeof(admission) <= HTTP_APP_DATA, "the admission record must fit the request's room");
+
+/* The answer a request whose key failed gets. */
+static void send_unauthorized(http_request *r, const api_route *rt, const admission *ad)
+{
+    if (rt->auth == API_TENANT)
+        http_send_detail(r, 401, "Invalid or missing X-API-Key header");
+    else if (ad->admin == AUTH_ADMIN_OFF)
+        http_send_detail(r, 404, "The admin API is not enabled on this server.");
+    else
+        http_send_detail(r, 401, "Invalid or missing admin key");
+}
+
+/* Owners of body-budget shares: 0 is everyone unauthenticated, 1 the admin, 2 + n tenant n. */
+#define OWNER_ADMIN 1ul
+#define OWNER_TENANT0 2ul
+
+void api_admit(void *cls, http_request *r, http_admission *adm)
+{
+    app *a = cls;
+    admission *ad = http_app_data(r);
+    const api_route *partial = NULL;
+    char param[PARAM_MAX];
+    const api_route *rt = find_route(http_method(r), http_path(r), param, &partial);
+    if (!rt) {
+        send_unrouted(r, http_path(r), partial);
+        return;
+    }
+    adm->body_cap = rt->max_body;
+    adm->run = rt->run;
+    if (rt->auth == API_PUBLIC)
+        return;
+    const char *key = http_header(r, "X-API-Key");
+    if (rt->auth == API_ADMIN) {
+        ad->admin = auth_admin(a->cfg, a->keys, key);
+        ad->authed = ad->admin == AUTH_ADMIN_OK;
+        adm->owner = ad->authed ? OWNER_ADMIN : 0;
+    } else {
+        ad->authed = auth_tenant(a->cfg, a->tenants, a->keys, key, &ad->who);
+        adm->owner = ad->authed ? OWNER_TENANT0 + ad->who.tenant : 0;
+    }
+    if (ad->authed)
+        return;
+    /* The reference answers a body that is not JSON at all (422) before it checks the key:
+     * kept for small bodies, read to decide; anything larger is refused unread. */
+    bool chunked;
+    unsigned long long declared = http_declared_length(r, &chunked);
+    if (rt->json_body && !chunked && declared <= HTTP_UNAUTH_BODY_MAX) {
+        adm->body_cap = declared;
+        adm->run = HTTP_RUN_QUICK;
+        return;
+    }
+    send_unauthorized(r, rt, ad);
+}
+
+/* 429 past the tenant's request rate; else fills the call's caller. */
+static bool take_request_token(app *a, http_request *r, api_call *c, const auth_caller *who)
+{
+    long retry = 0;
+    if (!limits_take_token(a->lim, who->tenant, &c->requests_available, &retry)) {
+        char msg[160], hdr[32];
+        snprintf(msg, sizeof msg, "Rate limit of %d requests per minute exceeded; retry in %ld s.",
+                 tenants_get(a->tenants, who->tenant)->requests_per_minute, retry);
+        snprintf(hdr, sizeof hdr, "%ld", retry);
+        http_send_json_header(r, 429, json_pack("{s:s}", "detail", msg), "retry-after", hdr);
+        return false;
+    }
+    c->tenant = who->tenant;
+    c->actor = who->actor;
+    return true;
+}
+
+/* The reference's order after the key: body (400/422; an unparseable body even before the
+ * key), 401, 429, then the handler. */
+static void run(app *a, http_request *r, const api_route *rt, const char *param)
+{
+    const admission *ad = http_app_data(r);
+    api_call c = {.param = strstr(rt->pattern, "{}") ? param : NULL};
+    if (rt->auth == API_PUBLIC) {
+        rt->handler(a, r, &c);
+        return;
+    }
+    if (rt->json_body && !api_parse_body(r, &c.body))
+        return;
+    bool allowed = ad->authed && (rt->auth == API_ADMIN || take_request_token(a, r, &c, &ad->who));
+    if (!ad->authed)
+        send_unauthorized(r, rt, ad);
+    else if (allowed)
+        rt->handler(a, r, &c);
+    json_decref(c.body);
+}
+
+void api_handle(void *cls, http_request *r)
+{
+    app *a = cls;
+    char param[PARAM_MAX];
+    const api_route *rt = find_route(http_method(r), http_path(r), param, NULL);
+    if (rt)
+        run(a, r, rt, param);
+    else
+        http_send_500(r); /* admitted requests have a route */
 }

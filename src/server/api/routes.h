@@ -1,15 +1,15 @@
-/* The entry points the HTTP layer calls: the dispatcher and the per-route body cap. */
+/* The entry points the HTTP layer calls: the admission (route, key and body cap from the
+ * headers) and the dispatcher (the check order, the route's handler). */
 #ifndef AIRLOCKD_API_ROUTES_H
 #define AIRLOCKD_API_ROUTES_H
 
 #include "http/http.h"
 
-#include <stddef.h>
+/* An http_admit (cls is the app): 404/405/307 for unknown routes, the key checked (401 at
+ * once unless the reference's order needs a small body first), the route's cap and pool. */
+void api_admit(void *cls, http_request *r, http_admission *adm);
 
-/* An http_handler (cls is the app): routing, the check order, the route's handler. */
+/* An http_handler (cls is the app): body parsing, 401, the rate limit, the route's handler. */
 void api_handle(void *cls, http_request *r);
-
-/* An http_body_limit (cls is the app): the matching route's max_body, else HTTP_MAX_BODY. */
-size_t api_body_limit(void *cls, const char *method, const char *path);
 
 #endif

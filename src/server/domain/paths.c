@@ -1,54 +1,119 @@
-/* Workspace paths: Python's realpath rules, then component-wise opens that never follow a
+/* Workspace paths: bounded in length and depth, resolved with Python's realpath rules in
+ * time linear in the bytes walked, then opened component by component never following a
  * symlink. */
 #include "domain/paths.h"
 
 #include "sandbox/sandbox.h"
+#include "util/buf.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_LINKS 256
+#define NONE SIZE_MAX
 
+/* A symlink met while resolving: Python's `seen` entry. */
 typedef struct {
-    char *link;
+    char *link;     /* its absolute path */
+    uint64_t hash;
+    char *target;   /* what it points to: the rest of the frame resolving it reads from here */
     char *resolved; /* NULL while being resolved: meeting it again means a loop */
-} seen_entry;
+} link_entry;
 
+/* What is left to walk: the path itself, or a symlink's target (link = its entry). */
 typedef struct {
-    seen_entry *e;
-    size_t n;
-    bool fail;
-} seen_list;
+    const char *rest;
+    size_t link;    /* NONE for the path itself */
+} frame;
 
-static char *join2(const char *a, const char *b, size_t blen)
+/* The path resolved so far, with where each component starts, so going to the parent is
+ * O(1) and the whole resolution linear in the bytes walked. */
+typedef struct {
+    char *buf;
+    size_t len, max_len;
+    size_t *slash;  /* slash[i]: the offset of the '/' before component i */
+    size_t depth, max_depth;
+    size_t dead;    /* components deeper than this cannot exist (NONE: unknown) */
+} rpath;
+
+static uint64_t hash_bytes(const char *s, size_t n)
 {
-    size_t al = strlen(a);
-    bool slash = al > 0 && a[al - 1] == '/';
-    char *r = malloc(al + blen + 2);
-    if (!r)
-        return NULL;
-    memcpy(r, a, al);
-    size_t o = al;
-    if (!slash)
-        r[o++] = '/';
-    memcpy(r + o, b, blen);
-    r[o + blen] = '\0';
-    return r;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
 }
 
-static void to_parent(char *p)
+static void rp_root(rpath *p)
 {
-    char *s = strrchr(p, '/');
-    if (s == p || !s)
-        p[1] = '\0', p[0] = '/';
-    else
-        *s = '\0';
+    p->buf[0] = '/';
+    p->buf[1] = '\0';
+    p->len = 1;
+    p->depth = 0;
+    p->dead = NONE;
+}
+
+static void rp_parent(rpath *p)
+{
+    if (p->depth == 0)
+        return;
+    p->depth--;
+    p->len = p->slash[p->depth] ? p->slash[p->depth] : 1;
+    p->buf[p->len] = '\0';
+    if (p->dead != NONE && p->depth < p->dead)
+        p->dead = NONE;
+}
+
+static int rp_push(rpath *p, const char *name, size_t n)
+{
+    size_t sep = p->len > 1;
+    if (n > p->max_len - p->len - sep)
+        return PATH_TOO_LONG;
+    if (p->depth >= p->max_depth)
+        return PATH_TOO_DEEP;
+    p->slash[p->depth++] = p->len > 1 ? p->len : 0;
+    if (sep)
+        p->buf[p->len++] = '/';
+    memcpy(p->buf + p->len, name, n);
+    p->len += n;
+    p->buf[p->len] = '\0';
+    return PATH_OK;
+}
+
+/* The resolved path becomes s (absolute, normalised: a cached resolution). */
+static int rp_set(rpath *p, const char *s)
+{
+    rp_root(p);
+    while (*s) {
+        while (*s == '/')
+            s++;
+        const char *end = strchrnul(s, '/');
+        if (end > s) {
+            int rc = rp_push(p, s, (size_t)(end - s));
+            if (rc != PATH_OK)
+                return rc;
+        }
+        s = end;
+    }
+    return PATH_OK;
+}
+
+/* Python's posixpath.join(a, b) appended to out. */
+static int py_join(buffer *out, const char *b)
+{
+    if (b[0] == '/')
+        buf_truncate(out, 0);
+    else if (out->len && out->data[out->len - 1] != '/')
+        buf_append(out, "/", 1);
+    return buf_puts(out, b);
 }
 
 /* Lexical normalisation of an absolute path (Python's normpath, used after a loop). */
@@ -81,80 +146,129 @@ static void normalize(char *p)
     out[o] = '\0';
 }
 
-/* Python's posixpath._joinrealpath (non-strict). Takes ownership of path. */
-static char *join_real(char *path, const char *rest, seen_list *seen, bool *ok)
+/* The deepest level the path reaches read lexically ("a/../b" reaches 1), and its levels. */
+static size_t lexical_depth(const char *path, size_t len, size_t *levels)
 {
-    *ok = true;
-    if (rest[0] == '/') {
-        free(path);
-        path = strdup("/");
-        while (*rest == '/')
-            rest++;
+    size_t d = 0, max = 0;
+    const char *p = path, *end = path + len;
+    *levels = 0;
+    while (p < end) {
+        const char *slash = memchr(p, '/', (size_t)(end - p));
+        const char *stop = slash ? slash : end;
+        size_t n = (size_t)(stop - p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            d = d ? d - 1 : 0;
+        else if (n && !(n == 1 && p[0] == '.'))
+            max = ++d > max ? d : max;
+        p = stop + 1;
     }
-    while (path && *rest) {
-        const char *end = strchrnul(rest, '/');
-        size_t n = (size_t)(end - rest);
-        const char *name = rest;
-        rest = *end ? end + 1 : end;
+    *levels = d;
+    return max;
+}
+
+/* Python's posixpath._joinrealpath (non-strict) from "/" over full, without recursion: a
+ * symlink pushes a frame that walks its target. Sets *res (malloc'd, normalised) and returns
+ * PATH_OK, or PATH_TOO_LONG / PATH_TOO_DEEP / PATH_ERROR. */
+static int join_real(const char *full, size_t max_len, size_t max_depth, char **res)
+{
+    rpath p = {.max_len = max_len, .max_depth = max_depth};
+    link_entry *links = calloc(MAX_LINKS, sizeof *links);
+    frame *frames = calloc(MAX_LINKS + 1, sizeof *frames);
+    p.buf = malloc(max_len + 1);
+    p.slash = calloc(max_depth + 1, sizeof *p.slash);
+    size_t nlinks = 0, nf = 0;
+    int rc = links && frames && p.buf && p.slash ? PATH_OK : PATH_ERROR;
+    bool loop = false;
+    char target[PATH_MAX];
+    if (rc == PATH_OK) {
+        rp_root(&p);
+        frames[nf++] = (frame){full, NONE};
+    }
+    while (rc == PATH_OK && nf > 0 && !loop) {
+        frame *f = &frames[nf - 1];
+        if (!*f->rest) {
+            if (f->link != NONE && !(links[f->link].resolved = strdup(p.buf)))
+                rc = PATH_ERROR;
+            nf--;
+            continue;
+        }
+        const char *name = f->rest, *end = strchrnul(name, '/');
+        size_t n = (size_t)(end - name);
+        f->rest = *end ? end + 1 : end;
         if (n == 0 || (n == 1 && name[0] == '.'))
             continue;
         if (n == 2 && name[0] == '.' && name[1] == '.') {
-            to_parent(path);
+            rp_parent(&p);
             continue;
         }
-        char *newpath = join2(path, name, n);
+        bool parent_dead = p.dead != NONE && p.depth >= p.dead;
+        if ((rc = rp_push(&p, name, n)) != PATH_OK || parent_dead)
+            continue; /* under a missing entry or a file nothing is a symlink: no lstat */
         struct stat st;
-        if (!newpath || lstat(newpath, &st) != 0 || !S_ISLNK(st.st_mode)) {
-            free(path);
-            path = newpath;
+        if (lstat(p.buf, &st) != 0) {
+            if (errno == ENAMETOOLONG)
+                rc = PATH_TOO_LONG;
+            p.dead = p.depth;
             continue;
         }
-        size_t k;
-        for (k = 0; k < seen->n; k++)
-            if (strcmp(seen->e[k].link, newpath) == 0)
-                break;
-        if (k < seen->n) {
-            if (seen->e[k].resolved) {
-                free(path);
-                free(newpath);
-                path = strdup(seen->e[k].resolved);
-                continue;
-            }
-            free(path); /* a symlink loop: Python gives up and returns the rest joined */
-            path = join2(newpath, rest, strlen(rest));
-            free(newpath);
-            *ok = false;
-            return path;
+        if (!S_ISLNK(st.st_mode)) {
+            if (!S_ISDIR(st.st_mode))
+                p.dead = p.depth;
+            continue;
         }
-        char target[PATH_MAX];
-        ssize_t tl = readlink(newpath, target, sizeof target - 1);
-        seen_entry *ne = seen->n < MAX_LINKS ? realloc(seen->e, (seen->n + 1) * sizeof *ne) : NULL;
-        if (tl < 0 || !ne) {
-            if (ne)
-                seen->e = ne;
-            seen->fail = true;
-            free(newpath);
-            free(path);
-            return NULL;
+        uint64_t h = hash_bytes(p.buf, p.len);
+        size_t k;
+        for (k = 0; k < nlinks; k++)
+            if (links[k].hash == h && strcmp(links[k].link, p.buf) == 0)
+                break;
+        if (k < nlinks && links[k].resolved) {
+            rc = rp_set(&p, links[k].resolved);
+            continue;
+        }
+        if (k < nlinks) {
+            loop = true; /* a symlink loop: Python gives up and joins what is left */
+            continue;
+        }
+        ssize_t tl = nlinks < MAX_LINKS ? readlink(p.buf, target, sizeof target - 1) : -1;
+        if (tl < 0) {
+            rc = PATH_ERROR;
+            continue;
         }
         target[tl] = '\0';
-        seen->e = ne;
-        size_t me = seen->n++;
-        seen->e[me].link = newpath;
-        seen->e[me].resolved = NULL;
-        bool sub_ok;
-        path = join_real(path, target, seen, &sub_ok);
-        if (!path)
-            return NULL;
-        if (!sub_ok) {
-            char *r = join2(path, rest, strlen(rest));
-            free(path);
-            *ok = false;
-            return r;
+        links[k] = (link_entry){strdup(p.buf), h, strdup(target), NULL};
+        nlinks++;
+        if (!links[k].link || !links[k].target) {
+            rc = PATH_ERROR;
+            continue;
         }
-        seen->e[me].resolved = strdup(path);
+        rp_parent(&p);
+        if (target[0] == '/')
+            rp_root(&p);
+        frames[nf++] = (frame){links[k].target, k};
     }
-    return path;
+    *res = NULL;
+    if (rc == PATH_OK) {
+        buffer out = {0};
+        buf_puts(&out, p.buf);
+        /* after a loop: the looping link's path, then what each level had left */
+        for (size_t i = nf; loop && i-- > 0;)
+            py_join(&out, frames[i].rest);
+        *res = buf_take(&out, NULL);
+        if (!*res)
+            rc = PATH_ERROR;
+        else if (loop)
+            normalize(*res);
+    }
+    for (size_t i = 0; i < nlinks; i++) {
+        free(links[i].link);
+        free(links[i].target);
+        free(links[i].resolved);
+    }
+    free(links);
+    free(frames);
+    free(p.buf);
+    free(p.slash);
+    return rc;
 }
 
 int path_resolve(const char *ws, const char *path, size_t len, char **rel)
@@ -162,26 +276,34 @@ int path_resolve(const char *ws, const char *path, size_t len, char **rel)
     *rel = NULL;
     if (memchr(path, '\0', len))
         return PATH_ERROR; /* Python: ValueError "embedded null byte" → 500 */
-    char *full = path[0] == '/' ? strdup(path) : join2(ws, path, len);
+    /* bounded before any filesystem work */
+    size_t levels;
+    if (len > PATH_MAX_BYTES)
+        return PATH_TOO_LONG;
+    if (lexical_depth(path, len, &levels) > PATH_MAX_DEPTH)
+        return PATH_TOO_DEEP;
+    size_t wl = strlen(ws), ws_levels;
+    lexical_depth(ws, wl, &ws_levels);
+    char *full = path[0] == '/' ? strndup(path, len) : NULL;
+    if (!full && path[0] != '/' && asprintf(&full, "%s/%.*s", ws, (int)len, path) < 0)
+        full = NULL;
     if (!full)
         return PATH_ERROR;
-    seen_list seen = {0};
-    bool ok;
-    char *res = join_real(strdup("/"), full, &seen, &ok);
+    char *res = NULL;
+    int rc = join_real(full, wl + 1 + PATH_MAX_BYTES, ws_levels + PATH_MAX_DEPTH, &res);
     free(full);
-    for (size_t i = 0; i < seen.n; i++) {
-        free(seen.e[i].link);
-        free(seen.e[i].resolved);
-    }
-    free(seen.e);
-    if (!res)
-        return PATH_ERROR;
-    normalize(res);
-    size_t wl = strlen(ws);
-    int rc = PATH_DENIED;
+    if (rc != PATH_OK)
+        return rc;
+    rc = PATH_DENIED;
     if (strncmp(res, ws, wl) == 0 && (res[wl] == '\0' || res[wl] == '/')) {
-        *rel = strdup(res[wl] ? res + wl + 1 : "");
-        rc = *rel ? PATH_OK : PATH_ERROR;
+        const char *inside = res[wl] ? res + wl + 1 : "";
+        size_t in_len = strlen(inside);
+        if (in_len > PATH_MAX_BYTES)
+            rc = PATH_TOO_LONG;
+        else if (lexical_depth(inside, in_len, &levels) > PATH_MAX_DEPTH)
+            rc = PATH_TOO_DEEP;
+        else
+            rc = (*rel = strdup(inside)) ? PATH_OK : PATH_ERROR;
     }
     free(res);
     return rc;

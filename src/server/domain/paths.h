@@ -6,15 +6,24 @@
 
 #include <stddef.h>
 
+/* The longest path a client may give (bytes) and the deepest it may reach (directory levels,
+ * read lexically: "a/../b" reaches 1); the same bounds hold once symlinks are resolved
+ * (README "Limits"). */
+#define PATH_MAX_BYTES 4096
+#define PATH_MAX_DEPTH 256
+
 enum {
     PATH_OK = 0,
-    PATH_DENIED,  /* 403: resolves outside the workspace */
-    PATH_ERROR,   /* 500: NUL byte, a directory, a file where a directory is needed, ... */
-    PATH_MISSING, /* read: the file does not exist */
+    PATH_DENIED,   /* 403: resolves outside the workspace */
+    PATH_ERROR,    /* 500: NUL byte, a directory, a file where a directory is needed, ... */
+    PATH_MISSING,  /* read: the file does not exist */
+    PATH_TOO_LONG, /* 400: over PATH_MAX_BYTES (checked before any filesystem work) */
+    PATH_TOO_DEEP, /* 400: over PATH_MAX_DEPTH (likewise) */
 };
 
 /* ws must be an absolute, symlink-free directory. On PATH_OK *rel is the malloc'd
- * resolved path relative to ws ("" = the workspace itself). */
+ * resolved path relative to ws ("" = the workspace itself). Time and memory are linear in
+ * the path's length plus the symlink targets met (at most 256 distinct symlinks). */
 int path_resolve(const char *ws, const char *path, size_t len, char **rel);
 
 /* Opens an existing regular file for reading (PATH_OK, PATH_MISSING or PATH_ERROR). */

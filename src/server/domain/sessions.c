@@ -32,13 +32,19 @@ double epoch_now(void)
     return (double)ts.tv_sec + (double)(ts.tv_nsec / 1000) / 1e6;
 }
 
+static void session_free(session *s)
+{
+    json_decref(s->egress);
+    free(s->workspace);
+    free(s);
+}
+
+/* A deleted or expired session: its workspace goes with it. */
 static void session_destroy(session *s)
 {
     if (fs_rmtree(s->workspace) != 0)
         fprintf(stderr, "airlockd: could not wipe workspace %s: %s\n", s->workspace, strerror(errno));
-    json_decref(s->egress);
-    free(s->workspace);
-    free(s);
+    session_free(s);
 }
 
 registry *registry_new(const char *state_dir, double ttl, char *err, size_t errlen)
@@ -142,7 +148,7 @@ int registry_start_reaper(registry *r)
     return 0;
 }
 
-void registry_remove_all(registry *r)
+static void stop_reaper(registry *r)
 {
     pthread_mutex_lock(&r->mu);
     r->stopping = true;
@@ -152,27 +158,30 @@ void registry_remove_all(registry *r)
     pthread_mutex_unlock(&r->mu);
     if (join)
         pthread_join(r->reaper, NULL);
-    pthread_mutex_lock(&r->mu);
-    session *doomed = NULL;
-    while (r->head) {
-        session *s = r->head;
-        retire_locked(r, s, &doomed);
-    }
-    pthread_mutex_unlock(&r->mu);
-    for (session *s = doomed, *nx; s; s = nx) {
-        nx = s->next;
-        session_destroy(s);
-    }
+}
+
+void registry_shutdown(registry *r)
+{
+    if (!r)
+        return;
+    stop_reaper(r);
+    /* Workspaces stay on disk: a stop is not a delete. The next start decides what becomes
+     * of them (registry_new). */
 }
 
 void registry_free(registry *r)
 {
     if (!r)
         return;
-    registry_remove_all(r);
+    stop_reaper(r);
+    for (session *s = r->head, *nx; s; s = nx) {
+        nx = s->next;
+        session_free(s);
+    }
+    r->head = NULL;
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
-    rmdir(r->root);
+    rmdir(r->root); /* only when no workspace is left */
     free(r->root);
     free(r);
 }

@@ -26,11 +26,13 @@ typedef struct registry registry;
  * wiped). NULL with a message on failure. */
 registry *registry_new(const char *state_dir, double ttl, char *err, size_t errlen);
 
-/* Stops the reaper and removes every session; workspaces not in use are wiped at once,
- * the others when their last request finishes. The registry stays usable. */
-void registry_remove_all(registry *r);
+/* What becomes of the sessions when airlockd stops (SIGTERM, once no request runs any more):
+ * the one place that decides. Today: the reaper stops and every workspace stays on disk
+ * (nothing is wiped by a stop; the next start's registry_new decides about them). */
+void registry_shutdown(registry *r);
 
-/* registry_remove_all, then frees (no request may be running any more). */
+/* Frees the registry's memory (no request may be running any more); workspaces on disk are
+ * left as they are. */
 void registry_free(registry *r);
 
 /* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s). */

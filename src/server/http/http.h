@@ -1,8 +1,10 @@
-/* The HTTP layer on libmicrohttpd: daemons (TCP and optional unix socket), body
- * accumulation with a per-route size cap, response helpers that match Starlette's output
- * (compact JSON, raw UTF-8, plain-text 500), one log line per request. It knows nothing of
- * routes: the application answers through an http_handler and sizes bodies through an
- * http_body_limit. */
+/* The HTTP layer on libmicrohttpd: daemons (TCP and optional unix socket) with every resource
+ * bounded (connections in total and per client address, absolute header / body / response
+ * deadlines, a memory budget for request bodies, fixed worker pools), an admission step that
+ * sees the headers before any body byte, response helpers that match Starlette's output
+ * (compact JSON, raw UTF-8, plain-text 500), one log line per request, and an orderly stop.
+ * It knows nothing of routes: the application admits requests through an http_admit and
+ * answers them through an http_handler. */
 #ifndef AIRLOCKD_HTTP_H
 #define AIRLOCKD_HTTP_H
 
@@ -10,42 +12,117 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The largest body any request may have (and the cap when no http_body_limit is given). */
+/* The largest body any route may take. */
 #define HTTP_MAX_BODY (64u * 1024u * 1024u)
 
 typedef struct http_request http_request;
 typedef struct http_server http_server;
 
-/* Called once per request when the whole body is in; must answer with one http_send_*. */
+/* Where a request's handler runs. */
+typedef enum {
+    HTTP_RUN_QUICK = 0, /* the worker pool for short requests (the default) */
+    HTTP_RUN_LONG,      /* the pool for requests that run commands or long I/O */
+    HTTP_RUN_INLINE,    /* on the connection's event thread: only for answers that never block */
+} http_run;
+
+/* What the application decides once the request line and headers are in. */
+typedef struct {
+    size_t body_cap;         /* most body bytes (≤ HTTP_MAX_BODY): a larger Content-Length is
+                              * answered 413 before any body byte is read, a chunked body
+                              * growing past it 413 at that point */
+    http_run run;
+    unsigned long owner;     /* whose share of the body memory budget: 0 = unauthenticated,
+                              * else an id of the application's (a tenant, the admin) */
+} http_admission;
+
+/* Called on an event thread (it must not block for long) before any body byte is read. It
+ * either answers at once with one http_send_* (the body is then never read, the handler not
+ * called) or fills adm (zeroed on entry: quick pool, no body, owner 0). */
+typedef void (*http_admit)(void *cls, http_request *r, http_admission *adm);
+
+/* Called once the whole body is in, on the pool the admission chose; must answer with one
+ * http_send_* (else the client gets a 500). */
 typedef void (*http_handler)(void *cls, http_request *req);
 
-/* The largest body (bytes, at most HTTP_MAX_BODY; 0: none) accepted for method and the
- * decoded path; asked once the headers are in. A larger Content-Length or body is answered
- * 413 without calling the handler. */
-typedef size_t (*http_body_limit)(void *cls, const char *method, const char *path);
+/* Every limit of the layer; http_limits_default gives the documented defaults. */
+typedef struct {
+    unsigned max_connections;     /* per listening socket (TCP, unix) */
+    unsigned max_per_client;      /* per client IP address: over it, 503 + Retry-After; at
+                                   * twice it the connection is closed unanswered */
+    unsigned header_timeout_s;    /* connect (or the previous response) → headers complete */
+    unsigned transfer_timeout_s;  /* a body or a response: this, plus its size at min_rate */
+    size_t min_rate;              /* bytes per second a body or a response must at least move */
+    size_t body_memory;           /* request bodies held in memory at once, server-wide */
+    unsigned quick_threads, long_threads; /* the two worker pools */
+    unsigned queue;               /* requests waiting per pool; past it 503 + Retry-After */
+} http_limits;
+
+/* Documented in the README's server section (table "Limits"). */
+#define HTTP_DEFAULT_MAX_CONNECTIONS 4096u
+#define HTTP_DEFAULT_MAX_PER_CLIENT 64u
+#define HTTP_DEFAULT_HEADER_TIMEOUT 10u
+#define HTTP_DEFAULT_TRANSFER_TIMEOUT 10u
+#define HTTP_DEFAULT_MIN_RATE (256u * 1024u)
+#define HTTP_DEFAULT_BODY_MEMORY (256u * 1024u * 1024u)
+#define HTTP_DEFAULT_QUICK_THREADS 8u
+#define HTTP_DEFAULT_LONG_THREADS 32u
+#define HTTP_DEFAULT_QUEUE 256u
+/* A request with an unauthenticated owner may send at most this much (the reference answers
+ * an unparseable small body 422 before it checks the key; larger ones get 401 unread). */
+#define HTTP_UNAUTH_BODY_MAX (16u * 1024u)
+
+void http_limits_default(http_limits *l);
 
 typedef struct {
-    const char *host;          /* TCP listen address */
-    unsigned port;             /* 0 = ephemeral */
-    const char *unix_path;     /* also listen on this unix socket when non-NULL */
+    const char *host;      /* TCP listen address */
+    unsigned port;         /* 0 = ephemeral */
+    const char *unix_path; /* also listen on this unix socket when non-NULL */
+    http_admit admit;
     http_handler handler;
-    http_body_limit body_limit; /* NULL: HTTP_MAX_BODY for every request */
-    void *cls;                 /* passed to handler and body_limit */
+    void *cls;             /* passed to admit and handler */
+    http_limits limits;
 } http_options;
 
 /* Starts listening; NULL with a message in err on failure. */
 http_server *http_start(const http_options *o, char *err, size_t errlen);
 unsigned http_port(const http_server *s);
-void http_stop(http_server *s);
+/* The connection limit in force (lowered to fit the descriptor limit when needed). */
+unsigned http_max_connections(const http_server *s);
+
+/* Stops accepting: the listening sockets close at once; requests on open connections get
+ * 503. Requests already admitted carry on. */
+void http_quiesce(http_server *s);
+/* Requests admitted and not yet answered and sent. */
+unsigned http_in_flight(http_server *s);
+/* Ends what is still in flight: running handlers see their client gone (a command they run
+ * is killed through http_client_fd) and answer 503; bodies still arriving are cut. */
+void http_cancel(http_server *s);
+/* Closes everything and frees s. Only once nothing is in flight (a handler still running
+ * holds a connection MHD must not free): returns false and leaves s when something is. */
+bool http_stop(http_server *s);
 
 const char *http_method(const http_request *r);
 const char *http_path(const http_request *r);          /* percent-decoded path */
 const char *http_raw_query(const http_request *r);     /* after '?', or NULL */
 const char *http_body(const http_request *r, size_t *len);
 const char *http_header(const http_request *r, const char *name);
+/* The body the client announced: its Content-Length (0 when none), *chunked when it is
+ * sent chunked instead. */
+unsigned long long http_declared_length(const http_request *r, bool *chunked);
 
 /* Last value of a query parameter (decoded, may contain NUL): malloc'd copy or NULL. */
 char *http_query(const http_request *r, const char *name, size_t *len);
+
+/* The client's socket, for a handler to watch while it works (POLLRDHUP/POLLHUP/POLLERR:
+ * the client hung up, or the server is stopping); -1 when there is none. */
+int http_client_fd(const http_request *r);
+/* Whether the client hung up (a non-blocking check). */
+bool http_client_gone(const http_request *r);
+
+/* Room for the application's own record about a request (zeroed at its start), filled at
+ * admission and read by the handler. */
+#define HTTP_APP_DATA 128
+void *http_app_data(http_request *r);
 
 /* Serialises like Starlette's JSONResponse; takes ownership of body. */
 void http_send_json(http_request *r, unsigned status, json_t *body);
@@ -53,6 +130,8 @@ void http_send_json_header(http_request *r, unsigned status, json_t *body,
                            const char *hname, const char *hvalue);
 /* {"detail": "<text>"} */
 void http_send_detail(http_request *r, unsigned status, const char *detail);
+/* {"detail": "<text>"} with a Retry-After of retry_s seconds */
+void http_send_retry(http_request *r, unsigned status, const char *detail, unsigned retry_s);
 /* 500 "Internal Server Error", text/plain; charset=utf-8 */
 void http_send_500(http_request *r);
 /* 307 with a location header and an empty body */

@@ -1,6 +1,8 @@
-/* What a handler reads of its request: method, decoded path, query, headers, body. */
+/* What a handler reads of its request: method, decoded path, query, headers, body, the
+ * client's socket, and the application's own record. */
 #include "http/internal.h"
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,31 @@ const char *http_body(const http_request *r, size_t *len)
 const char *http_header(const http_request *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+unsigned long long http_declared_length(const http_request *r, bool *chunked)
+{
+    *chunked = r->chunked;
+    return r->declared;
+}
+
+void *http_app_data(http_request *r)
+{
+    return r->app;
+}
+
+int http_client_fd(const http_request *r)
+{
+    return r->slot ? r->slot->fd : -1;
+}
+
+bool http_client_gone(const http_request *r)
+{
+    int fd = http_client_fd(r);
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 typedef struct {

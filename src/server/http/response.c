@@ -1,33 +1,32 @@
 /* Responses as Starlette writes them: compact JSON in Python's spelling, {"detail": ...},
- * the plain-text 500, 307 redirects and 405s. One response per request. */
+ * the plain-text 500, 307 redirects and 405s. One response per request, kept until the
+ * server queues it (handlers may run on a worker while their connection is suspended). */
 #include "http/internal.h"
 
 #include "text/pyjson.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 void http_queue(http_request *r, unsigned status, const char *data, size_t len,
-                const char *ctype, const char *hname, const char *hvalue)
+                const char *ctype, const char *const *headers)
 {
-    if (r->responded)
+    if (r->response)
         return;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return;
     if (ctype)
         MHD_add_response_header(resp, "content-type", ctype);
-    if (hname)
-        MHD_add_response_header(resp, hname, hvalue);
-    if (MHD_queue_response(r->conn, status, resp) == MHD_YES) {
-        r->responded = true;
-        r->status = status;
-    }
-    MHD_destroy_response(resp);
+    for (size_t i = 0; headers && headers[i] && headers[i + 1]; i += 2)
+        MHD_add_response_header(resp, headers[i], headers[i + 1]);
+    r->response = resp;
+    r->response_len = len;
+    r->status = status;
 }
 
-void http_send_json_header(http_request *r, unsigned status, json_t *body,
-                           const char *hname, const char *hvalue)
+static void send_json_headers(http_request *r, unsigned status, json_t *body, const char *const *headers)
 {
     char *text = body ? pyjson_dumps(body) : NULL;
     json_decref(body);
@@ -35,13 +34,20 @@ void http_send_json_header(http_request *r, unsigned status, json_t *body,
         http_send_500(r);
         return;
     }
-    http_queue(r, status, text, strlen(text), "application/json", hname, hvalue);
+    http_queue(r, status, text, strlen(text), "application/json", headers);
     free(text);
+}
+
+void http_send_json_header(http_request *r, unsigned status, json_t *body,
+                           const char *hname, const char *hvalue)
+{
+    const char *headers[] = {hname, hvalue, NULL};
+    send_json_headers(r, status, body, hname ? headers : NULL);
 }
 
 void http_send_json(http_request *r, unsigned status, json_t *body)
 {
-    http_send_json_header(r, status, body, NULL, NULL);
+    send_json_headers(r, status, body, NULL);
 }
 
 void http_send_detail(http_request *r, unsigned status, const char *detail)
@@ -49,19 +55,30 @@ void http_send_detail(http_request *r, unsigned status, const char *detail)
     http_send_json(r, status, json_pack("{s:s}", "detail", detail));
 }
 
+void http_send_retry(http_request *r, unsigned status, const char *detail, unsigned retry_s)
+{
+    char secs[16];
+    snprintf(secs, sizeof secs, "%u", retry_s);
+    /* refusals made before the body is read close the connection: say so */
+    const char *headers[] = {"retry-after", secs, "connection", "close", NULL};
+    send_json_headers(r, status, json_pack("{s:s}", "detail", detail), headers);
+}
+
 void http_send_500(http_request *r)
 {
     static const char msg[] = "Internal Server Error";
-    http_queue(r, 500, msg, sizeof msg - 1, "text/plain; charset=utf-8", NULL, NULL);
+    http_queue(r, 500, msg, sizeof msg - 1, "text/plain; charset=utf-8", NULL);
 }
 
 void http_send_redirect(http_request *r, const char *location)
 {
-    http_queue(r, 307, "", 0, NULL, "location", location);
+    const char *headers[] = {"location", location, NULL};
+    http_queue(r, 307, "", 0, NULL, headers);
 }
 
 void http_send_405(http_request *r, const char *allow)
 {
     static const char msg[] = "{\"detail\":\"Method Not Allowed\"}";
-    http_queue(r, 405, msg, sizeof msg - 1, "application/json", "allow", allow);
+    const char *headers[] = {"allow", allow, NULL};
+    http_queue(r, 405, msg, sizeof msg - 1, "application/json", headers);
 }

@@ -1,43 +1,114 @@
-/* The HTTP server on libmicrohttpd: daemons, the request lifecycle, body accumulation up to
- * the route's cap, one log line per request. */
+/* The HTTP server on libmicrohttpd: daemons (an epoll thread pool that only does I/O), the
+ * request lifecycle (admission from the headers, the body into a buffer reserved from the
+ * budget, the handler on a worker pool while the connection is suspended, the response),
+ * deadlines handed to the connection table, one log line per request, the orderly stop. */
 #include "http/internal.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
-struct http_server {
-    struct MHD_Daemon *tcp, *unix_d;
-    http_handler handler;
-    http_body_limit body_limit;
-    void *cls;
-    unsigned port;
-};
+/* Descriptors kept for everything but connections (sandboxes, stores, tree walks). */
+#define FD_RESERVE 256
+/* Headers, the request line and MHD's own buffers per connection: larger headers get 431. */
+#define CONNECTION_MEMORY (32u * 1024u)
+#define LISTEN_BACKLOG 1024u
+/* MHD logs every peer that hangs up: under a flood, say so once instead of a line each. */
+#define LOG_BURST 20
+#define LOG_WINDOW_S 60
+
+void http_limits_default(http_limits *l)
+{
+    *l = (http_limits){
+        .max_connections = HTTP_DEFAULT_MAX_CONNECTIONS,
+        .max_per_client = HTTP_DEFAULT_MAX_PER_CLIENT,
+        .header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT,
+        .transfer_timeout_s = HTTP_DEFAULT_TRANSFER_TIMEOUT,
+        .min_rate = HTTP_DEFAULT_MIN_RATE,
+        .body_memory = HTTP_DEFAULT_BODY_MEMORY,
+        .quick_threads = HTTP_DEFAULT_QUICK_THREADS,
+        .long_threads = HTTP_DEFAULT_LONG_THREADS,
+        .queue = HTTP_DEFAULT_QUEUE,
+    };
+}
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
-    fputs("airlockd: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static time_t window;
+    static unsigned shown, dropped;
+    time_t now = time(NULL);
+    pthread_mutex_lock(&mu);
+    if (now - window >= LOG_WINDOW_S) {
+        if (dropped)
+            fprintf(stderr, "airlockd: http: %u more messages in %d s not shown\n", dropped, LOG_WINDOW_S);
+        window = now;
+        shown = dropped = 0;
+    }
+    bool show = shown < LOG_BURST;
+    if (show) {
+        shown++;
+        fputs("airlockd: http: ", stderr);
+        vfprintf(stderr, fmt, ap);
+    } else {
+        dropped++;
+    }
+    pthread_mutex_unlock(&mu);
 }
+
+static int64_t after_ms(unsigned base_s, size_t bytes, size_t rate)
+{
+    return conns_now_ms() + (int64_t)base_s * 1000 + (int64_t)(bytes / (rate ? rate : 1) * 1000) +
+           (int64_t)(bytes % (rate ? rate : 1) * 1000 / (rate ? rate : 1));
+}
+
+/* ---- connections ------------------------------------------------------------------ */
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_ctx = fd ? conns_open(&s->conns, fd->connect_fd, addr ? addr->client_addr : NULL) : NULL;
+        if (!*socket_ctx && fd && shutdown(fd->connect_fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
+            perror("airlockd: http: shutdown"); /* no slot: it could not be bounded, drop it */
+    } else if (*socket_ctx) {
+        conns_close(&s->conns, *socket_ctx); /* MHD closes the fd only after this */
+        *socket_ctx = NULL;
+    }
+}
+
+static conn_slot *slot_of(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* ---- requests ----------------------------------------------------------------------- */
 
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 {
-    (void)cls;
     (void)c;
     http_request *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
+    r->server = cls;
     r->raw_uri = strdup(uri ? uri : "");
+    atomic_init(&r->stopping, false);
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     return r;
 }
@@ -59,27 +130,171 @@ static void log_request(const http_request *r)
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
     (void)toe;
+    http_server *s = cls;
     http_request *r = *con_cls;
+    /* a kept-alive connection owes its next request's headers from now */
+    conn_slot *slot = slot_of(c);
+    if (slot)
+        conns_set(&s->conns, slot, PHASE_HEADERS, after_ms(s->lim.header_timeout_s, 0, 1));
     if (!r)
         return;
     if (r->started)
         log_request(r);
+    if (r->counted)
+        atomic_fetch_sub(&s->in_flight, 1);
+    budget_give(&s->budget, r->adm.owner, r->budget_held);
+    if (r->response)
+        MHD_destroy_response(r->response);
     free(r->raw_uri);
     buf_free(&r->body);
     free(r);
     *con_cls = NULL;
 }
 
-
-
-
-
-static void send_too_large(http_request *r)
+/* Queues the response the request holds (a 500 when it has none). */
+static enum MHD_Result queue_kept(http_request *r)
 {
-    http_send_detail(r, 413, "Request body too large");
+    http_server *s = r->server;
+    if (!r->response)
+        http_send_500(r);
+    r->state = RQ_ANSWERED;
+    if (!r->response)
+        return MHD_NO; /* out of memory: drop the connection */
+    enum MHD_Result ok = MHD_queue_response(r->conn, r->status, r->response);
+    MHD_destroy_response(r->response);
+    r->response = NULL;
+    conns_set(&s->conns, r->slot, PHASE_RESPOND,
+              after_ms(s->lim.transfer_timeout_s, r->response_len, s->lim.min_rate));
+    return ok;
+}
+
+/* MHD 0.9.75 accepts a response only before the first body byte or after the last one, so a
+ * refusal in the middle of a body is written to the socket directly (nothing else was sent
+ * on this request: no 100 Continue without an Expect) and the connection then closed. Plain
+ * HTTP only. */
+static enum MHD_Result refuse_raw(http_request *r, unsigned status, const char *reason, const char *detail)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof buf,
+                     "HTTP/1.1 %u %s\r\nconnection: close\r\ncontent-type: application/json\r\n"
+                     "%scontent-length: %zu\r\n\r\n{\"detail\":\"%s\"}",
+                     status, reason, status == 503 ? "retry-after: 1\r\n" : "", strlen(detail) + 13, detail);
+    int fd = http_client_fd(r);
+    if (fd >= 0 && n > 0 && (size_t)n < sizeof buf &&
+        send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EPIPE &&
+        errno != ECONNRESET)
+        perror("airlockd: http: send");
+    r->status = status;
+    r->client_gone = true;
+    r->state = RQ_ANSWERED;
+    return MHD_NO;
+}
+
+static worker_pool *pool_of(http_server *s, http_run run)
+{
+    return run == HTTP_RUN_LONG ? s->slow : s->quick;
+}
+
+/* The request line and headers are in, no body byte has been read. */
+static enum MHD_Result on_headers(http_server *s, http_request *r)
+{
+    const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    r->declared = cl ? strtoull(cl, NULL, 10) : 0; /* MHD has checked it is a number */
+    r->chunked = te != NULL;                       /* MHD accepts only chunked */
+    r->counted = true;
+    atomic_fetch_add(&s->in_flight, 1);
+    if (r->slot && r->slot->over_cap) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "Too many connections from your address (limit %u); retry later.",
+                 s->lim.max_per_client);
+        http_send_retry(r, 503, msg, 1);
+        return queue_kept(r);
+    }
+    if (atomic_load(&s->draining)) {
+        http_send_retry(r, 503, "The server is shutting down; retry later.", 1);
+        return queue_kept(r);
+    }
+    s->admit(s->cls, r, &r->adm);
+    if (r->response) /* answered from the headers: the body is never read */
+        return queue_kept(r);
+    size_t cap = r->adm.body_cap < HTTP_MAX_BODY ? r->adm.body_cap : HTTP_MAX_BODY;
+    r->adm.body_cap = cap;
+    if (r->declared > cap) {
+        http_send_detail(r, 413, "Request body too large");
+        return queue_kept(r);
+    }
+    /* a chunked body may grow to the cap: it holds that much of the budget from the start;
+     * malloc maps the buffer lazily, so memory is only used as bytes arrive */
+    size_t want = r->chunked ? cap : (size_t)r->declared;
+    if (want > 0) {
+        if (!budget_take(&s->budget, r->adm.owner, want + 1)) {
+            http_send_retry(r, 503, "The server is busy with other uploads; retry later.", 1);
+            return queue_kept(r);
+        }
+        r->budget_held = want + 1;
+        buf_init(&r->body, cap);
+        if (buf_reserve(&r->body, want) != 0) {
+            http_send_retry(r, 503, "The server is out of memory for request bodies; retry later.", 1);
+            return queue_kept(r);
+        }
+    }
+    r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared, s->lim.min_rate);
+    conns_set(&s->conns, r->slot, PHASE_BODY, r->body_deadline_ms);
+    r->state = RQ_BODY;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_body(http_request *r, const char *data, size_t *size)
+{
+    size_t n = *size;
+    *size = 0;
+    if (conns_now_ms() > r->body_deadline_ms)
+        return refuse_raw(r, 408, "Request Timeout", "Request body not received in time");
+    if (n > r->adm.body_cap - r->body.len || buf_append(&r->body, data, n) != 0)
+        return refuse_raw(r, 413, "Payload Too Large", "Request body too large");
+    return MHD_YES;
+}
+
+/* A worker runs the handler of a suspended request, then resumes it. */
+static void run_job(void *job)
+{
+    http_request *r = job;
+    http_server *s = r->server;
+    if (atomic_load(&s->cancelling))
+        atomic_store(&r->stopping, true);
+    if (!atomic_load(&r->stopping)) {
+        if (http_client_gone(r))
+            r->client_gone = true; /* it left while the request waited: don't start anything */
+        else
+            s->handler(s->cls, r);
+    }
+    if (atomic_load(&r->stopping))
+        refuse_raw(r, 503, "Service Unavailable", "The server is shutting down; the request was stopped. Retry later.");
+    else if (!r->client_gone && http_client_gone(r))
+        r->client_gone = true;
+    r->state = RQ_RESUMED;
+    MHD_resume_connection(r->conn); /* safe from any thread (MHD_ALLOW_SUSPEND_RESUME) */
+}
+
+/* The whole body is in: run the handler where the admission said. */
+static enum MHD_Result on_complete(http_server *s, http_request *r)
+{
+    conns_set(&s->conns, r->slot, PHASE_HANDLER, 0);
+    if (r->adm.run == HTTP_RUN_INLINE) {
+        s->handler(s->cls, r);
+        return queue_kept(r);
+    }
+    worker_pool *p = pool_of(s, r->adm.run);
+    if (!pool_reserve(p)) {
+        http_send_retry(r, 503, "The server is busy; retry later.", 1);
+        return queue_kept(r);
+    }
+    r->state = RQ_RUNNING;
+    MHD_suspend_connection(r->conn);
+    pool_submit(p, r);
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -91,58 +306,56 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_request *r = *con_cls;
     if (!r)
         return MHD_NO; /* out of memory in on_uri: drop the connection */
-    if (!r->started) {
+    switch (r->state) {
+    case RQ_NEW:
         r->started = true;
         r->conn = c;
         r->url = url;
         r->method = method;
-        size_t limit = s->body_limit ? s->body_limit(s->cls, method, url) : HTTP_MAX_BODY;
-        r->max_body = limit < HTTP_MAX_BODY ? limit : HTTP_MAX_BODY;
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > r->max_body) {
-            r->too_large = true;
-            send_too_large(r); /* answer now; MHD closes the connection afterwards */
-        }
-        return MHD_YES;
+        r->slot = slot_of(c);
+        return on_headers(s, r);
+    case RQ_BODY:
+        if (*upload_size)
+            return on_body(r, upload, upload_size);
+        return on_complete(s, r);
+    case RQ_RESUMED:
+        return r->client_gone ? MHD_NO : queue_kept(r);
+    case RQ_RUNNING:
+        return MHD_YES; /* not called while suspended */
+    case RQ_ANSWERED:
+        break;
     }
-    if (*upload_size) {
-        size_t n = *upload_size;
-        *upload_size = 0;
-        if (r->too_large || r->responded)
-            return MHD_YES;
-        if (n > r->max_body - r->body.len || buf_append(&r->body, upload, n) != 0) {
-            r->too_large = true; /* over the cap, or no memory for it */
-            buf_free(&r->body);
-        }
-        return MHD_YES;
-    }
-    if (r->responded)
-        return MHD_YES;
-    if (r->too_large) {
-        send_too_large(r);
-        return MHD_YES;
-    }
-    s->handler(s->cls, r);
-    if (!r->responded)
-        http_send_500(r);
-    return r->responded ? MHD_YES : MHD_NO;
+    *upload_size = 0; /* answered before the body: drop what arrives */
+    return MHD_YES;
 }
 
-/* Closes a connection idle this long (a half-sent request, an unused keep-alive) so slow
- * clients can't hold connection threads. MHD counts from the last socket activity and does
- * not check while a handler runs, so a long exec or import is not cut off. */
-#define HTTP_IDLE_TIMEOUT_S 30
+/* ---- daemons ------------------------------------------------------------------------ */
 
-static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const struct sockaddr *sa, int fd)
+static unsigned event_threads(void)
 {
-    flags |= MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 2 ? 2 : n > 8 ? 8 : (unsigned)n;
+}
+
+static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const struct sockaddr *sa, int fd,
+                                       unsigned threads)
+{
+    flags |= MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     /* the address option differs in type, so the common options follow it */
-#define COMMON_OPTIONS                                                                  \
-    MHD_OPTION_URI_LOG_CALLBACK, on_uri, (void *)s,                                     \
-    MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)s,                               \
-    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT_S,                   \
-    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),                           \
+#define COMMON_OPTIONS                                                                           \
+    MHD_OPTION_THREAD_POOL_SIZE, threads,                                                        \
+    MHD_OPTION_CONNECTION_LIMIT, s->conn_limit,                                                  \
+    MHD_OPTION_PER_IP_CONNECTION_LIMIT, 2 * s->lim.max_per_client,                               \
+    MHD_OPTION_CONNECTION_TIMEOUT, idle_s,                                                       \
+    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,                               \
+    MHD_OPTION_LISTEN_BACKLOG_SIZE, LISTEN_BACKLOG,                                              \
+    MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)s,                                      \
+    MHD_OPTION_URI_LOG_CALLBACK, on_uri, (void *)s,                                              \
+    MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)s,                                        \
     MHD_OPTION_END
+    /* MHD's idle timer restarts with every byte: only a backstop behind the sweeper */
+    unsigned idle_s = 3 * (s->lim.header_timeout_s > s->lim.transfer_timeout_s ? s->lim.header_timeout_s
+                                                                               : s->lim.transfer_timeout_s);
     if (sa)
         return MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, (void *)s,
@@ -153,61 +366,112 @@ static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const str
 #undef COMMON_OPTIONS
 }
 
+/* The connection limit per daemon: the setting, within the descriptors left after the
+ * reserve (the caller has raised the soft limit to the hard one). */
+static unsigned fit_connections(unsigned wanted, unsigned daemons)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return wanted;
+    rlim_t room = rl.rlim_cur > 2 * FD_RESERVE ? (rl.rlim_cur - FD_RESERVE) / daemons : FD_RESERVE / daemons;
+    return room < wanted ? (unsigned)room : wanted;
+}
+
+static int listen_unix(const char *path, char *err, size_t errlen)
+{
+    struct sockaddr_un sun = {0};
+    sun.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof sun.sun_path) {
+        snprintf(err, errlen, "--unix: path too long");
+        return -1;
+    }
+    strcpy(sun.sun_path, path);
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || listen(fd, (int)LISTEN_BACKLOG) != 0) {
+        snprintf(err, errlen, "--unix: cannot listen on %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Frees what http_start made; the daemons are stopped first (nothing may be in flight). */
+static void destroy(http_server *s)
+{
+    if (s->unix_d)
+        MHD_stop_daemon(s->unix_d);
+    if (s->tcp)
+        MHD_stop_daemon(s->tcp);
+    pool_free(s->quick);
+    pool_free(s->slow);
+    conns_free(&s->conns);
+    budget_free(&s->budget);
+    free(s);
+}
+
 http_server *http_start(const http_options *o, char *err, size_t errlen)
 {
-    const char *host = o->host, *unix_path = o->unix_path;
-    unsigned port = o->port;
     http_server *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    s->admit = o->admit;
     s->handler = o->handler;
-    s->body_limit = o->body_limit;
     s->cls = o->cls;
+    s->lim = o->limits;
+    atomic_init(&s->in_flight, 0);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->cancelling, false);
+    unsigned daemons = o->unix_path ? 2 : 1;
+    s->conn_limit = fit_connections(s->lim.max_connections, daemons);
+    if (s->conn_limit < s->lim.max_connections)
+        fprintf(stderr, "airlockd: at most %u connections per listening socket (the descriptor limit allows no more)\n",
+                s->conn_limit);
+    size_t slots = (size_t)s->conn_limit * daemons + 16;
+    /* one owner per request in flight at most, one request per connection */
+    size_t share = s->lim.body_memory / 4 > HTTP_MAX_BODY + 1 ? s->lim.body_memory / 4 : HTTP_MAX_BODY + 1;
+    if (!conns_init(&s->conns, slots, s->lim.max_per_client, s->lim.header_timeout_s) ||
+        !budget_init(&s->budget, s->lim.body_memory, share, slots) ||
+        !(s->quick = pool_new(s->lim.quick_threads, s->lim.queue, run_job)) ||
+        !(s->slow = pool_new(s->lim.long_threads, s->lim.queue, run_job)) || !conns_start(&s->conns)) {
+        snprintf(err, errlen, "cannot start the HTTP layer: out of memory or threads");
+        destroy(s);
+        return NULL;
+    }
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_NUMERICSERV;
     char portstr[16];
-    snprintf(portstr, sizeof portstr, "%u", port);
-    int gai = getaddrinfo(host, portstr, &hints, &ai);
+    snprintf(portstr, sizeof portstr, "%u", o->port);
+    int gai = getaddrinfo(o->host, portstr, &hints, &ai);
     if (gai != 0) {
-        snprintf(err, errlen, "--listen: cannot resolve '%s': %s", host, gai_strerror(gai));
-        free(s);
+        snprintf(err, errlen, "--listen: cannot resolve '%s': %s", o->host, gai_strerror(gai));
+        destroy(s);
         return NULL;
     }
-    s->tcp = start_daemon(s, ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, ai->ai_addr, -1);
+    s->tcp = start_daemon(s, ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, ai->ai_addr, -1, event_threads());
     freeaddrinfo(ai);
     if (!s->tcp) {
-        snprintf(err, errlen, "cannot listen on %s:%u (address in use or not available)", host, port);
-        free(s);
+        snprintf(err, errlen, "cannot listen on %s:%u (address in use or not available)", o->host, o->port);
+        destroy(s);
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->tcp, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : port;
-    if (unix_path) {
-        struct sockaddr_un sun = {0};
-        sun.sun_family = AF_UNIX;
-        if (strlen(unix_path) >= sizeof sun.sun_path) {
-            snprintf(err, errlen, "--unix: path too long");
-            http_stop(s);
+    s->port = info ? info->port : o->port;
+    if (o->unix_path) {
+        int fd = listen_unix(o->unix_path, err, errlen);
+        if (fd < 0) {
+            destroy(s);
             return NULL;
         }
-        strcpy(sun.sun_path, unix_path);
-        unlink(unix_path);
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&sun, sizeof sun) != 0 || listen(fd, 64) != 0) {
-            snprintf(err, errlen, "--unix: cannot listen on %s: %s", unix_path, strerror(errno));
-            if (fd >= 0)
-                close(fd);
-            http_stop(s);
-            return NULL;
-        }
-        s->unix_d = start_daemon(s, 0, NULL, fd);
+        s->unix_d = start_daemon(s, 0, NULL, fd, 1);
         if (!s->unix_d) {
             close(fd);
-            snprintf(err, errlen, "--unix: cannot start the daemon on %s", unix_path);
-            http_stop(s);
+            snprintf(err, errlen, "--unix: cannot start the daemon on %s", o->unix_path);
+            destroy(s);
             return NULL;
         }
     }
@@ -219,13 +483,53 @@ unsigned http_port(const http_server *s)
     return s->port;
 }
 
-void http_stop(http_server *s)
+unsigned http_max_connections(const http_server *s)
+{
+    return s->conn_limit;
+}
+
+void http_quiesce(http_server *s)
+{
+    atomic_store(&s->draining, true);
+    struct MHD_Daemon *d[2] = {s->tcp, s->unix_d};
+    for (int i = 0; i < 2; i++) {
+        MHD_socket fd = d[i] ? MHD_quiesce_daemon(d[i]) : MHD_INVALID_SOCKET;
+        if (fd != MHD_INVALID_SOCKET && close(fd) != 0)
+            perror("airlockd: http: closing a listening socket");
+    }
+}
+
+unsigned http_in_flight(http_server *s)
+{
+    return atomic_load(&s->in_flight);
+}
+
+/* Ends a running handler's wait: its command's watch on the client's socket fires (shutting
+ * the reading side reports POLLRDHUP), and the worker then answers 503. */
+static void stop_running(void *job, void *ctx)
+{
+    (void)ctx;
+    http_request *r = job;
+    atomic_store(&r->stopping, true);
+    int fd = http_client_fd(r);
+    if (fd >= 0 && shutdown(fd, SHUT_RD) != 0 && errno != ENOTCONN)
+        perror("airlockd: http: shutdown");
+}
+
+void http_cancel(http_server *s)
+{
+    atomic_store(&s->cancelling, true);
+    pool_each_running(s->quick, stop_running, NULL);
+    pool_each_running(s->slow, stop_running, NULL);
+    conns_cut_all(&s->conns);
+}
+
+bool http_stop(http_server *s)
 {
     if (!s)
-        return;
-    if (s->unix_d)
-        MHD_stop_daemon(s->unix_d);
-    if (s->tcp)
-        MHD_stop_daemon(s->tcp);
-    free(s);
+        return true;
+    if (atomic_load(&s->in_flight) > 0)
+        return false;
+    destroy(s);
+    return true;
 }

@@ -113,6 +113,7 @@ void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, si
 void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
 {
     memset(out, 0, sizeof *out);
+    out->cancelled = r->cancelled;
     if (r->timed_out) {
         sbx_proc_result_free(r);
         out->timed_out = true;
@@ -150,6 +151,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
         return NULL;
     }
     s->b = b;
+    s->cancel_fd = o->cancel_fd;
     make_id(o->name, s->id, sizeof s->id);
     if (b->ops->prepare(s, errbuf, errlen) != 0) {
         sandbox_release(s);
@@ -199,13 +201,11 @@ void sandbox_release(sandbox *s)
     free(s);
 }
 
-int sandbox_exec(sandbox_backend *b, const char *workspace_dir, const char *name,
-                 const char *command, int timeout_seconds, sandbox_result *out,
-                 char *errbuf, size_t errlen)
+int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command, int timeout_seconds,
+                 sandbox_result *out, char *errbuf, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    sandbox_opts o = {.workspace_dir = workspace_dir, .name = name};
-    sandbox *s = sandbox_prepare(b, &o, errbuf, errlen);
+    sandbox *s = sandbox_prepare(b, o, errbuf, errlen);
     if (!s)
         return -1;
     int rc = sandbox_run(s, command, timeout_seconds, out, errbuf, errlen);
@@ -237,7 +237,8 @@ static int probe_backend(sandbox_backend *b, const char *state_dir, char *errbuf
             snprintf(errbuf, errlen, "cannot chown %s: %s", ws, strerror(errno));
         } else {
             sandbox_result r;
-            if (sandbox_exec(b, ws, "probe", "true", 30, &r, errbuf, errlen) == 0) {
+            sandbox_opts o = {.workspace_dir = ws, .name = "probe"};
+            if (sandbox_exec(b, &o, "true", 30, &r, errbuf, errlen) == 0) {
                 if (r.exit_code == 0)
                     rc = 0;
                 else

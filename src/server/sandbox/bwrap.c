@@ -159,7 +159,7 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
                        .nrlimits = 2, .pre_exec = bwrap_pre_exec, .pre_exec_ctx = &stage,
                        .drop_privs = true,
                        .uid = SANDBOX_UID, .gid = SANDBOX_GID,
-                       .timeout_ms = timeout_seconds * 1000};
+                       .timeout_ms = timeout_seconds * 1000, .cancel_fd = s->cancel_fd};
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)
         return -1;

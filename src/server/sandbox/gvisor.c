@@ -104,7 +104,7 @@ static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sand
     kill_ctx kc = {b, s->id};
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg,
                        .timeout_ms = timeout_seconds * 1000, .on_deadline = runsc_kill,
-                       .ctx = &kc, .grace_ms = 1500};
+                       .ctx = &kc, .grace_ms = 1500, .cancel_fd = s->cancel_fd};
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)
         return -1;

@@ -49,6 +49,7 @@ struct sandbox {
     sbx_cgroup cg;        /* its host cgroup, when have_cg */
     bool have_cg;
     bool ran;             /* sandbox_run was called */
+    int cancel_fd;        /* sandbox_opts.cancel_fd */
 };
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */

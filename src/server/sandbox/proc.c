@@ -230,9 +230,9 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
         }
         if (exited_at >= 0 && now - exited_at >= DRAIN_GRACE_MS)
             break; /* something outside the sandbox kept the pipes: stop reading */
-        struct pollfd pf[3];
+        struct pollfd pf[4];
         nfds_t n = 0;
-        int i_out = -1, i_err = -1, i_pid = -1;
+        int i_out = -1, i_err = -1, i_pid = -1, i_cancel = -1;
         if (out_open) {
             pf[n] = (struct pollfd){.fd = outp[0], .events = POLLIN};
             i_out = (int)n++;
@@ -245,6 +245,10 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
             pf[n] = (struct pollfd){.fd = pidfd, .events = POLLIN};
             i_pid = (int)n++;
         }
+        if (exited_at < 0 && o->cancel_fd > 0) {
+            pf[n] = (struct pollfd){.fd = o->cancel_fd, .events = POLLRDHUP};
+            i_cancel = (int)n++;
+        }
         int64_t wait = deadline - now;
         if (exited_at >= 0 && wait > DRAIN_GRACE_MS - (now - exited_at))
             wait = DRAIN_GRACE_MS - (now - exited_at);
@@ -254,6 +258,10 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
         if (pr < 0 && errno != EINTR) {
             snprintf(errbuf, errlen, "poll failed: %s", strerror(errno));
             failed = true;
+            break;
+        }
+        if (pr > 0 && i_cancel >= 0 && (pf[i_cancel].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+            r->cancelled = true; /* the client hung up (or the server is stopping): kill now */
             break;
         }
         if (pr > 0) {
@@ -285,7 +293,7 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
             }
         }
     }
-    if (pid > 0 || r->timed_out || failed)
+    if (pid > 0 || r->timed_out || r->cancelled || failed)
         kill_tree(o, pid);
     if (pid > 0) {
         int st = 0;

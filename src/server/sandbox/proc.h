@@ -34,12 +34,14 @@ typedef struct {
     void (*on_deadline)(void *ctx);
     void *ctx;
     int grace_ms;
+    int cancel_fd;            /* > 0: a hang-up on it (POLLRDHUP/POLLHUP/POLLERR) kills the tree */
 } sbx_proc_opts;
 
 typedef struct {
     buffer out;
     buffer err;
     bool timed_out;  /* deadline hit: the tree was killed */
+    bool cancelled;  /* cancel_fd hung up: the tree was killed */
     int status;      /* waitpid status */
 } sbx_proc_result;
 

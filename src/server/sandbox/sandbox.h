@@ -28,6 +28,7 @@ typedef struct {
     int exit_code;      /* bash conventions; 128+N for signal N; -1 on timeout */
     bool timed_out;     /* wall-clock limit hit: the whole sandbox was killed, streams empty */
     bool oom_killed;    /* the memory limit killed the command */
+    bool cancelled;     /* its cancel_fd reported a hang-up: the command was killed */
 } sandbox_result;
 
 /* What a sandbox is made for, known before its command. */
@@ -35,6 +36,9 @@ typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
     const char *name;          /* names it (container id, cgroup); unique among running ones'
                                 * prefixes, e.g. the session id and a counter */
+    int cancel_fd;             /* watched while the command runs when > 0 (0 or -1: nothing):
+                                * POLLRDHUP, POLLHUP or POLLERR on it (the client hung up, or the
+                                * server is stopping) kills the command at once */
 } sandbox_opts;
 
 /* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
@@ -64,9 +68,8 @@ int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_re
 void sandbox_release(sandbox *s);
 
 /* sandbox_prepare, sandbox_run and sandbox_release in a row. */
-int sandbox_exec(sandbox_backend *b, const char *workspace_dir, const char *name,
-                 const char *command, int timeout_seconds, sandbox_result *out,
-                 char *errbuf, size_t errlen);
+int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command, int timeout_seconds,
+                 sandbox_result *out, char *errbuf, size_t errlen);
 
 void sandbox_result_free(sandbox_result *r);
 
