@@ -59,7 +59,7 @@ typedef struct {
 
 /* Documented in the README's server section (table "Limits"). */
 #define HTTP_DEFAULT_MAX_CONNECTIONS 4096u
-#define HTTP_DEFAULT_MAX_PER_CLIENT 64u
+#define HTTP_DEFAULT_MAX_PER_CLIENT 256u /* 4 SDK processes on one host (each opens at most 64) */
 #define HTTP_DEFAULT_HEADER_TIMEOUT 10u
 #define HTTP_DEFAULT_TRANSFER_TIMEOUT 10u
 #define HTTP_DEFAULT_MIN_RATE (256u * 1024u)
