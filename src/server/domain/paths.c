@@ -206,8 +206,8 @@ static int join_real(const char *full, size_t max_len, size_t max_depth, char **
             continue; /* under a missing entry or a file nothing is a symlink: no lstat */
         struct stat st;
         if (lstat(p.buf, &st) != 0) {
-            if (errno == ENAMETOOLONG)
-                rc = PATH_TOO_LONG;
+            /* missing, or too long for one system call (ENAMETOOLONG): Python reads on
+             * lexically; opens later go component by component and never follow a link */
             p.dead = p.depth;
             continue;
         }
@@ -273,14 +273,20 @@ static int join_real(const char *full, size_t max_len, size_t max_depth, char **
 
 int path_resolve(const char *ws, const char *path, size_t len, char **rel)
 {
+    return path_resolve_bounded(ws, path, len, PATH_MAX_BYTES, PATH_MAX_DEPTH, rel);
+}
+
+int path_resolve_bounded(const char *ws, const char *path, size_t len, size_t max_bytes, size_t max_depth,
+                         char **rel)
+{
     *rel = NULL;
     if (memchr(path, '\0', len))
         return PATH_ERROR; /* Python: ValueError "embedded null byte" → 500 */
     /* bounded before any filesystem work */
     size_t levels;
-    if (len > PATH_MAX_BYTES)
+    if (len > max_bytes)
         return PATH_TOO_LONG;
-    if (lexical_depth(path, len, &levels) > PATH_MAX_DEPTH)
+    if (lexical_depth(path, len, &levels) > max_depth)
         return PATH_TOO_DEEP;
     size_t wl = strlen(ws), ws_levels;
     lexical_depth(ws, wl, &ws_levels);
@@ -290,7 +296,7 @@ int path_resolve(const char *ws, const char *path, size_t len, char **rel)
     if (!full)
         return PATH_ERROR;
     char *res = NULL;
-    int rc = join_real(full, wl + 1 + PATH_MAX_BYTES, ws_levels + PATH_MAX_DEPTH, &res);
+    int rc = join_real(full, wl + 1 + max_bytes, ws_levels + max_depth, &res);
     free(full);
     if (rc != PATH_OK)
         return rc;
@@ -298,9 +304,9 @@ int path_resolve(const char *ws, const char *path, size_t len, char **rel)
     if (strncmp(res, ws, wl) == 0 && (res[wl] == '\0' || res[wl] == '/')) {
         const char *inside = res[wl] ? res + wl + 1 : "";
         size_t in_len = strlen(inside);
-        if (in_len > PATH_MAX_BYTES)
+        if (in_len > max_bytes)
             rc = PATH_TOO_LONG;
-        else if (lexical_depth(inside, in_len, &levels) > PATH_MAX_DEPTH)
+        else if (lexical_depth(inside, in_len, &levels) > max_depth)
             rc = PATH_TOO_DEEP;
         else
             rc = (*rel = strdup(inside)) ? PATH_OK : PATH_ERROR;

@@ -25,6 +25,9 @@ enum {
  * resolved path relative to ws ("" = the workspace itself). Time and memory are linear in
  * the path's length plus the symlink targets met (at most 256 distinct symlinks). */
 int path_resolve(const char *ws, const char *path, size_t len, char **rel);
+/* path_resolve with other bounds (the unit tests resolve paths far over the defaults). */
+int path_resolve_bounded(const char *ws, const char *path, size_t len, size_t max_bytes, size_t max_depth,
+                         char **rel);
 
 /* Opens an existing regular file for reading (PATH_OK, PATH_MISSING or PATH_ERROR). */
 int path_open_read(const char *ws, const char *rel, int *fd);
