@@ -274,6 +274,8 @@ static void run_job(void *job)
         refuse_raw(r, 503, "Service Unavailable", "The server is shutting down; the request was stopped. Retry later.");
     else if (!r->client_gone && http_client_gone(r))
         r->client_gone = true;
+    if (r->client_gone && !atomic_load(&r->stopping))
+        r->status = 499; /* the log's word (nginx's) for "the client hung up before the answer" */
     r->state = RQ_RESUMED;
     MHD_resume_connection(r->conn); /* safe from any thread (MHD_ALLOW_SUSPEND_RESUME) */
 }
