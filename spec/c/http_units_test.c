@@ -8,6 +8,7 @@
 #include "http/budget.h"
 #include "http/pool.h"
 #include "http/tally.h"
+#include "util/buf.h"
 
 #include <limits.h>
 #include <stdatomic.h>
@@ -84,6 +85,20 @@ static void test_tally(void)
     CHECK(same);
     CHECK(t.used == held);
     tally_free(&t);
+}
+
+/* ---- body buffers grow to exact sizes (what the budget accounts) ------------------------ */
+
+static void test_grow_to(void)
+{
+    buffer b;
+    buf_init(&b, 100);
+    CHECK(buf_grow_to(&b, 11) == 0 && b.cap == 11 && b.data[0] == '\0');
+    CHECK(buf_append(&b, "0123456789", 10) == 0 && b.cap == 11); /* fits exactly: no growth */
+    CHECK(buf_grow_to(&b, 5) == 0 && b.cap == 11);                /* never shrinks */
+    CHECK(buf_grow_to(&b, 101) == 0 && b.cap == 101);             /* the limit and the NUL */
+    CHECK(buf_grow_to(&b, 102) == -1);
+    buf_free(&b);
 }
 
 /* ---- budget -------------------------------------------------------------------------- */
@@ -279,6 +294,7 @@ static void test_paths(void)
 int main(void)
 {
     test_tally();
+    test_grow_to();
     test_budget();
     test_pool();
     test_paths();

@@ -159,14 +159,15 @@ describe("airlockd robustness", function()
     end)
   end)
 
-  it("survives 30 seconds of random requests with its session count exact", function()
+  it("survives 30 seconds of random requests, slow and oversized clients among them, with its session count exact", function()
     local before = tonumber(alive():match('"active_sessions":(%d+)'))
     local seed = tonumber(os.getenv("AIRLOCK_FUZZ_SEED") or "")
-    local stats = fuzz.run(server, { keys = server.tenants, seconds = 30, max_requests = 20000, seed = seed })
+    local stats = fuzz.run(server, { keys = server.tenants, seconds = 30, max_requests = 20000, seed = seed, hostile = true })
     local counts = {}
     for s, n in pairs(stats.by_status) do counts[#counts + 1] = tostring(s) .. "=" .. n end
     table.sort(counts)
-    print(string.format("fuzz: seed %d, %d requests: %s", stats.seed, stats.requests, table.concat(counts, " ")))
+    print(string.format("fuzz: seed %d, %d requests: %s; %d slow clients, %d of them cut", stats.seed, stats.requests,
+      table.concat(counts, " "), stats.slow_opened, stats.slow_cut))
     assert.are.same({}, stats.unexpected)
     assert.truthy(stats.requests >= 100, stats.requests)
     local open = 0

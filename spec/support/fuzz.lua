@@ -47,6 +47,27 @@ function M.raw(server, bytes, timeout, half_close)
   return status, raw, body
 end
 
+-- A connection from address `from` (127.0.0.x: slow clients stay off 127.0.0.1's per-address
+-- count), or nil and the error.
+local function connect_from(server, from, timeout)
+  local c = socket.tcp()
+  c:settimeout(timeout or 10)
+  if from and not c:bind(from, 0) then return nil, "bind" end
+  local ok, err = c:connect("127.0.0.1", port_of(server))
+  if not ok then
+    c:close()
+    return nil, err
+  end
+  return c
+end
+
+-- The status line's code of what c receives within timeout seconds (nil when nothing came).
+local function read_status(c, timeout)
+  c:settimeout(timeout)
+  local line = c:receive("*l")
+  return line and tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
+end
+
 -- A well-formed request (Connection: close). headers: list of "Name: value".
 function M.request(server, method, path, key, body, headers)
   local lines = { method .. " " .. path .. " HTTP/1.1", "Host: 127.0.0.1", "Connection: close" }
@@ -91,7 +112,11 @@ end
 
 -- Runs random requests for opts.seconds (default 30) or opts.max_requests (default 5000).
 -- opts.keys: { tenant = key, ... } valid keys. opts.seed: a number (default: from the clock).
--- Returns stats: { seed, requests, by_status = {}, unexpected = {list}, open = {id = key} }.
+-- opts.hostile: also slow clients (up to 100 held connections from 127.0.0.2-42, sending a
+-- request a byte at a time) and oversized ones (Content-Length past every route's cap; chunked
+-- bodies past the cap), whose answers must be allowed statuses too.
+-- Returns stats: { seed, requests, by_status = {}, unexpected = {list}, open = {id = key},
+-- slow_opened, slow_cut }.
 function M.run(server, opts)
   opts = opts or {}
   local seed = opts.seed or (os.time() % 100000) * 7 + 13
@@ -101,7 +126,7 @@ function M.run(server, opts)
   for _, k in pairs(opts.keys) do keys[#keys + 1] = k end
   table.sort(keys)
   local open, open_list = {}, {} -- session id -> the key that owns it
-  local stats = { seed = seed, requests = 0, by_status = {}, unexpected = {}, open = open }
+  local stats = { seed = seed, requests = 0, by_status = {}, unexpected = {}, open = open, slow_opened = 0, slow_cut = 0 }
   local deadline = socket.gettime() + (opts.seconds or 30)
   local max_requests = opts.max_requests or 5000
 
@@ -112,7 +137,8 @@ function M.run(server, opts)
   end
 
   local junk_paths = { "a.txt", "dir/b.txt", "../x", "a/../../x", "/etc/passwd", "/workspace/a.txt", ".", "",
-    "a\0b", "\255\254", string.rep("d/", 200) .. "f", "./a.txt", "a/../a.txt", "%2e%2e/x", "con:aux", "\n" }
+    "a\0b", "\255\254", string.rep("d/", 200) .. "f", "./a.txt", "a/../a.txt", "%2e%2e/x", "con:aux", "\n",
+    string.rep("q/", 300) .. "f", string.rep("p", 5000) }
   local commands = { "true", "echo hi", "exit 3", "ls -la", "cat a.txt", "printf '\\377'", "echo x > a.txt" }
 
   local function any_key()
@@ -140,7 +166,77 @@ function M.run(server, opts)
     return nil
   end
 
-  while stats.requests < max_requests and socket.gettime() < deadline do
+  local function count(status, what)
+    stats.requests = stats.requests + 1
+    local s = status or "none"
+    stats.by_status[s] = (stats.by_status[s] or 0) + 1
+    if not status or not M.allowed_status[status] then
+      stats.unexpected[#stats.unexpected + 1] = what .. " -> " .. tostring(status)
+    end
+  end
+
+  local slow = {} -- held connections, each { c = socket, rest = bytes it has still to send }
+  local json_routes = { "/v1/sessions", "/v1/keys", "/v1/admin/keys" }
+  local function any_json_route()
+    if rnd.chance(0.5) then return rnd.pick(json_routes) end
+    return "/v1/sessions/" .. pct(any_id()) .. rnd.pick({ "/exec", "/write", "/import" })
+  end
+
+  -- One step of a hostile client: open or feed a slow one, or send an oversized request.
+  local function hostile_step()
+    local roll = rnd.int(1, 10)
+    if roll <= 5 and (#slow < 100 or rnd.chance(0.5)) then
+      if #slow >= 100 or rnd.chance(0.3) and #slow > 0 then -- feed one a byte
+        local i = rnd.int(1, #slow)
+        local s = slow[i]
+        s.c:settimeout(0)
+        local sent, err = s.c:send(s.rest:sub(1, 1))
+        if sent then s.rest = s.rest:sub(2) end
+        if err == "closed" or s.rest == "" then
+          if err == "closed" then stats.slow_cut = stats.slow_cut + 1 end
+          s.c:close()
+          table.remove(slow, i)
+        end
+        return
+      end
+      local c = connect_from(server, "127.0.0." .. rnd.int(2, 42), 2)
+      if not c then return end
+      local req = rnd.pick({ "GET /healthz HTTP/1.1\r\nHost: x\r\n",
+        "POST " .. any_json_route() .. " HTTP/1.1\r\nX-API-Key: " .. tostring(any_key()) ..
+        "\r\nContent-Length: 5000\r\n\r\n" .. string.rep("{", 5000) })
+      local cut = rnd.int(1, #req)
+      c:settimeout(0)
+      c:send(req:sub(1, cut))
+      slow[#slow + 1] = { c = c, rest = req:sub(cut + 1) }
+      stats.slow_opened = stats.slow_opened + 1
+    elseif roll <= 8 then -- a Content-Length past every route's cap: answered before the body
+      local c = connect_from(server, nil, 10)
+      if not c then return count(nil, "connect") end
+      local path = rnd.chance(0.7) and any_json_route() or "/" .. pct(rnd.bytes(rnd.int(0, 8)))
+      local length = rnd.pick({ 64 * 1048576 + 1, 1e9, 2 ^ 40 })
+      c:send(string.format("POST %s HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nContent-Length: %.0f\r\n\r\n",
+        path, tostring(any_key()), length))
+      count(read_status(c, 10), "POST " .. path .. " Content-Length " .. string.format("%.0f", length))
+      c:close()
+    else -- a chunked body past the cap
+      local c = connect_from(server, nil, 10)
+      if not c then return count(nil, "connect") end
+      local path = any_json_route()
+      c:send("POST " .. path .. " HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. tostring(any_key()) ..
+        "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+      local chunk = string.format("%x\r\n%s\r\n", 65536, string.rep(" ", 65536))
+      local sent = true
+      for _ = 1, 40 do -- 2.5 MiB: past the 1 MiB cap of these routes (the write route's is 64)
+        sent = c:send(chunk)
+        if not sent then break end
+      end
+      if sent then c:send("0\r\n\r\n") end -- under a cap the request ends and gets its answer
+      count(read_status(c, 10), "chunked POST " .. path)
+      c:close()
+    end
+  end
+
+  local function ordinary_step()
     local op = rnd.int(1, 100)
     local method, path, key, body
     if op <= 12 then -- create with a valid key
@@ -195,6 +291,15 @@ function M.run(server, opts)
       end
     end
   end
+
+  while stats.requests < max_requests and socket.gettime() < deadline do
+    if opts.hostile and rnd.chance(0.15) then
+      hostile_step()
+    else
+      ordinary_step()
+    end
+  end
+  for _, s in ipairs(slow) do s.c:close() end
   return stats
 end
 

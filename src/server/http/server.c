@@ -24,6 +24,8 @@
 /* Headers, the request line and MHD's own buffers per connection: larger headers get 431. */
 #define CONNECTION_MEMORY (32u * 1024u)
 #define LISTEN_BACKLOG 1024u
+/* A chunked body's first buffer; it doubles as the body grows (each step from the budget). */
+#define CHUNKED_FIRST (64u * 1024u)
 /* MHD logs every peer that hangs up: under a flood, say so once instead of a line each. */
 #define LOG_BURST 20
 #define LOG_WINDOW_S 60
@@ -196,6 +198,16 @@ static worker_pool *pool_of(http_server *s, http_run run)
     return run == HTTP_RUN_LONG ? s->slow : s->quick;
 }
 
+/* Grows r's body buffer to exactly cap bytes, taking the difference from the budget first. */
+static bool grow_body(http_server *s, http_request *r, size_t cap)
+{
+    size_t more = cap > r->budget_held ? cap - r->budget_held : 0;
+    if (!budget_take(&s->budget, r->adm.owner, more))
+        return false;
+    r->budget_held += more;
+    return buf_grow_to(&r->body, cap) == 0;
+}
+
 /* The request line and headers are in, no body byte has been read. */
 static enum MHD_Result on_headers(http_server *s, http_request *r)
 {
@@ -225,20 +237,14 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
         http_send_detail(r, 413, "Request body too large");
         return queue_kept(r);
     }
-    /* a chunked body may grow to the cap: it holds that much of the budget from the start;
-     * malloc maps the buffer lazily, so memory is only used as bytes arrive */
-    size_t want = r->chunked ? cap : (size_t)r->declared;
-    if (want > 0) {
-        if (!budget_take(&s->budget, r->adm.owner, want + 1)) {
-            http_send_retry(r, 503, "The server is busy with other uploads; retry later.", 1);
-            return queue_kept(r);
-        }
-        r->budget_held = want + 1;
-        buf_init(&r->body, cap);
-        if (buf_reserve(&r->body, want) != 0) {
-            http_send_retry(r, 503, "The server is out of memory for request bodies; retry later.", 1);
-            return queue_kept(r);
-        }
+    /* the buffer's whole size is taken from the budget before it is allocated: a declared
+     * body's at once (malloc maps it lazily, so memory is used only as bytes arrive), a
+     * chunked one's as it grows */
+    size_t want = r->chunked ? (cap < CHUNKED_FIRST ? cap : CHUNKED_FIRST) : (size_t)r->declared;
+    buf_init(&r->body, cap);
+    if ((want > 0 || r->chunked) && !grow_body(s, r, want + 1)) {
+        http_send_retry(r, 503, "The server is busy with other uploads; retry later.", 1);
+        return queue_kept(r);
     }
     r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared, s->lim.min_rate);
     conns_set(&s->conns, r->slot, PHASE_BODY, r->body_deadline_ms);
@@ -246,14 +252,22 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
     return MHD_YES;
 }
 
-static enum MHD_Result on_body(http_request *r, const char *data, size_t *size)
+static enum MHD_Result on_body(http_server *s, http_request *r, const char *data, size_t *size)
 {
     size_t n = *size;
     *size = 0;
     if (conns_now_ms() > r->body_deadline_ms)
         return refuse_raw(r, 408, "Request Timeout", "Request body not received in time");
-    if (n > r->adm.body_cap - r->body.len || buf_append(&r->body, data, n) != 0)
+    if (n > r->adm.body_cap - r->body.len)
         return refuse_raw(r, 413, "Payload Too Large", "Request body too large");
+    size_t need = r->body.len + n + 1;
+    if (need > r->body.cap) { /* chunked: double, within the cap */
+        size_t cap1 = r->adm.body_cap + 1, twice = r->body.cap > cap1 / 2 ? cap1 : 2 * r->body.cap;
+        if (!grow_body(s, r, need > twice ? need : twice))
+            return refuse_raw(r, 503, "Service Unavailable", "The server is busy with other uploads; retry later.");
+    }
+    if (buf_append(&r->body, data, n) != 0)
+        return refuse_raw(r, 503, "Service Unavailable", "The server is out of memory for request bodies; retry later.");
     return MHD_YES;
 }
 
@@ -318,7 +332,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return on_headers(s, r);
     case RQ_BODY:
         if (*upload_size)
-            return on_body(r, upload, upload_size);
+            return on_body(s, r, upload, upload_size);
         return on_complete(s, r);
     case RQ_RESUMED:
         return r->client_gone ? MHD_NO : queue_kept(r);

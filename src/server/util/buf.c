@@ -47,6 +47,24 @@ int buf_reserve(buffer *b, size_t n)
     return 0;
 }
 
+int buf_grow_to(buffer *b, size_t cap)
+{
+    if (b->err)
+        return fail(b, b->err);
+    if (cap == 0 || (b->limit && cap - 1 > b->limit))
+        return fail(b, EFBIG);
+    if (b->data && cap <= b->cap)
+        return 0;
+    char *nd = realloc(b->data, cap);
+    if (!nd)
+        return fail(b, ENOMEM);
+    if (!b->data)
+        nd[0] = '\0';
+    b->data = nd;
+    b->cap = cap;
+    return 0;
+}
+
 int buf_append(buffer *b, const void *p, size_t n)
 {
     if (buf_reserve(b, n) != 0)

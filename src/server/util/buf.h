@@ -22,6 +22,10 @@ void buf_init(buffer *b, size_t limit);
 /* Room for n more bytes (and the NUL). 0, or -1 with b->err set. */
 int buf_reserve(buffer *b, size_t n);
 
+/* Allocates exactly cap bytes (room for cap - 1 bytes and the NUL) when it has less, for an
+ * owner that accounts for memory itself. 0, or -1 with b->err set (EFBIG past the limit). */
+int buf_grow_to(buffer *b, size_t cap);
+
 /* Appends; 0, or -1 with b->err set (nothing is appended then, and nothing after). */
 int buf_append(buffer *b, const void *p, size_t n);
 int buf_puts(buffer *b, const char *s);
