@@ -139,7 +139,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
     }
     int fd = temp_file(a->cfg->state_dir);
     long long bytes = 0, files = 0;
-    import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, fd, &bytes, &msg);
+    import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, &bytes, &msg);
     if (rc == IMPORT_OK) {
         long long usage = fs_tree_usage(s->workspace);
         long long free_bytes = a->cfg->quota_bytes - (usage < 0 ? 0 : usage);

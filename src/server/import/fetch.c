@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,6 +19,8 @@ typedef struct {
     int fd;
     long long written, max;
     bool too_big, io_error;
+    int cancel_fd;  /* > 0: the client's socket; a hang-up on it stops the download */
+    bool cancelled;
 } sink;
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -26,6 +29,18 @@ static bool curl_ready;
 static void curl_start(void)
 {
     curl_ready = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+}
+
+/* libcurl calls this at least once a second: a client that hung up (or a server that is
+ * stopping) ends the download. */
+static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    sink *k = ud;
+    struct pollfd p = {.fd = k->cancel_fd, .events = POLLRDHUP};
+    if (k->cancel_fd > 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+        k->cancelled = true;
+    return k->cancelled;
 }
 
 /* Only the body of a 200 answer is kept; redirect and error pages are dropped. */
@@ -114,7 +129,8 @@ static bool is_default_base(const char *base)
     return n == strlen("https://github.com") && strncasecmp(base, "https://github.com", n) == 0;
 }
 
-import_result import_fetch(const config *cfg, const import_spec *spec, int fd, long long *bytes, char **msg)
+import_result import_fetch(const config *cfg, const import_spec *spec, int cancel_fd, int fd, long long *bytes,
+                           char **msg)
 {
     *bytes = 0;
     *msg = NULL;
@@ -138,7 +154,7 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int fd, l
         return IMPORT_FAILED;
     }
     char errbuf[CURL_ERROR_SIZE];
-    sink k = {.h = h, .fd = fd, .max = (long long)cfg->import_max_mb * 1048576};
+    sink k = {.h = h, .fd = fd, .max = (long long)cfg->import_max_mb * 1048576, .cancel_fd = cancel_fd};
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -151,6 +167,9 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int fd, l
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &k);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &k);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 
     import_result status = IMPORT_FAILED;
     for (int hop = 0;; hop++) {
@@ -160,7 +179,7 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int fd, l
         CURLcode rc = curl_easy_perform(h);
         long code = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-        if (k.io_error) {
+        if (k.io_error || k.cancelled) {
             status = IMPORT_FAILED;
             break;
         }

@@ -11,8 +11,8 @@
  * github.com / codeload.github.com / api.github.com, and with a non-default base URL also
  * to that base's own scheme, host and port. IMPORT_OK with *bytes; IMPORT_NOT_FOUND,
  * IMPORT_TOO_LARGE or IMPORT_UPSTREAM with the malloc'd detail in *msg; IMPORT_FAILED for a
- * local failure. */
-import_result import_fetch(const config *cfg, const import_spec *spec, int fd, long long *bytes,
+ * local failure, or when cancel_fd (> 0: the client's socket) reports a hang-up. */
+import_result import_fetch(const config *cfg, const import_spec *spec, int cancel_fd, int fd, long long *bytes,
                            char **msg);
 
 #endif
