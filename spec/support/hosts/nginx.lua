@@ -71,7 +71,7 @@ local function configuration(dir, opts)
   for _, kind in ipairs({ "client_body", "proxy", "fastcgi", "uwsgi", "scgi" }) do
     add("  " .. kind .. "_temp_path " .. dir .. "/tmp/" .. kind .. ";")
   end
-  add('  lua_package_path "' .. common.lua_path() .. '";',
+  add('  lua_package_path "' .. (opts.lua_path and (opts.lua_path .. ";") or "") .. common.lua_path() .. '";',
       '  lua_package_cpath "' .. common.lua_cpath() .. '";')
   for _, name in ipairs(sorted_keys(opts.shared_dicts)) do
     add("  lua_shared_dict " .. name .. " " .. opts.shared_dicts[name] .. ";")
@@ -148,6 +148,7 @@ end
 --   env           { NAME = value }: nginx's environment, each declared with `env NAME;`
 --                 (SANDBOX_API_URL and SANDBOX_API_KEY are always declared)
 --   shared_dicts  { name = "1m" }: lua_shared_dict zones
+--   lua_path      more lua_package_path entries, before the checkout's ("/x/?.lua;/y/?.lua")
 --   log_level     error_log level (default "notice")
 --   access_log    true: log requests to <dir>/logs/access.log
 --   worker_connections  (default 1024)
