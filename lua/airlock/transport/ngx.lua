@@ -23,7 +23,7 @@ local counters = { transfers = 0, connects = 0, reused = 0, tls_handshakes = 0, 
 -- Where to send the SDK's calls instead, per phase without cosockets.
 local ADVICE = {
   init = "init_by_lua runs in the master before any request; make the call from a request "
-    .. "handler, or from ngx.timer.at(0, fn) in init_worker_by_lua",
+    .. "handler, or from a timer that init_worker_by_lua starts: ngx.timer.at(0, function() ... end)",
   init_worker = "start a timer here and make the call in it: ngx.timer.at(0, function() ... end)",
   exit_worker = "nginx has neither cosockets nor timers at worker exit (the SDK deletes the "
     .. "worker's open sessions itself from a timer when the worker stops gracefully)",
@@ -122,6 +122,10 @@ local function reader(sock, deadline)
   }
 end
 
+-- Methods sent again on a fresh connection when a pooled one turns out dead (like libcurl;
+-- a POST never is: the server may have run it).
+local REPLAYABLE = { GET = true, HEAD = true, DELETE = true }
+
 local function broken(err)
   return err == "closed" or err == "broken pipe" or (type(err) == "string" and err:find("reset", 1, true) ~= nil)
 end
@@ -150,18 +154,23 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
       end
     end
   end
+  local replay = reused > 0 and REPLAYABLE[request.method]
   local sent, send_err = sock:send(bytes)
   if not sent then
     sock:close()
     return nil, { message = "sending the request to " .. endpoint(u) .. " failed: " .. tostring(send_err),
-                  sent = true }, reused > 0 and broken(send_err)
+                  sent = true }, replay and broken(send_err)
   end
   local res, why, nothing = http1.read_response(reader(sock, deadline), request.method)
   if not res then
     sock:close()
     local timed_out = why:find("^timed out") ~= nil
-    if timed_out then why = why .. " (timeout " .. (request.timeout_ms or 0) .. " ms)" end
-    return nil, { message = why, sent = true }, reused > 0 and nothing and not timed_out
+    if timed_out then
+      why = why .. " (timeout " .. (request.timeout_ms or 0) .. " ms)"
+    elseif reused > 0 and nothing and not replay then
+      why = why .. " (the " .. request.method .. " was not sent again: it may have run)"
+    end
+    return nil, { message = why, sent = true }, replay and nothing and not timed_out
   end
   if res.keepalive then
     sock:setkeepalive(M.KEEPALIVE_IDLE_MS, M.POOL_SIZE)
