@@ -19,13 +19,6 @@ local function contains(text, part)
   return type(text) == "string" and text:find(part, 1, true) ~= nil
 end
 
--- Lines that mean the SDK slept 0 s (Debian's nginx warns about ngx.sleep(0)).
-local function sleep0_warnings(log)
-  local n = 0
-  for _ in log:gmatch("ngx%.sleep%(0%) called") do n = n + 1 end
-  return n
-end
-
 describe("the cosocket transport in nginx", function()
   local server, bad, srv
 
@@ -56,7 +49,7 @@ describe("the cosocket transport in nginx", function()
     if bad then badserver.stop(bad) end
     if server then airlockd.stop(server) end
     nginx.assert_no_crashes(log)
-    assert.are.equal(0, sleep0_warnings(log))
+    assert.are.equal(0, nginx.sleep0_warnings(log))
   end)
 
   it("runs a script's SDK code unchanged in content_by_lua, without the C core", function()
@@ -102,8 +95,10 @@ describe("the cosocket transport in nginx", function()
     local out = ngx_eval.eval(srv, [[
       local airlock = require "airlock"
       local port = os.getenv("BAD_URL"):match(":(%d+)$")
-      local by_ip = airlock.attach("sbx_0123456789ab", { base_url = "http://127.0.0.1:" .. port, api_key = "ok:pool-ip" })
-      local by_name = airlock.attach("sbx_0123456789ab", { base_url = "http://localhost:" .. port, api_key = "ok:pool-name" })
+      local by_ip = airlock.attach("sbx_0123456789ab",
+        { base_url = "http://127.0.0.1:" .. port, api_key = "ok:pool-ip" })
+      local by_name = airlock.attach("sbx_0123456789ab",
+        { base_url = "http://localhost:" .. port, api_key = "ok:pool-name" })
       local before = airlock.stats()
       for _ = 1, 4 do by_ip:usage(); by_name:usage() end
       local after = airlock.stats()
@@ -223,7 +218,8 @@ describe("the cosocket transport in nginx", function()
       .. "`resolver <DNS server address>;`"), err)
     local port = server.url:match(":(%d+)$")
     assert.are.equal("healthy", ngx_eval.eval(srv, [[
-      return require("airlock").attach("sbx_0123456789ab", { base_url = "http://localhost:]] .. port .. [[" }):health().status
+      local url = "http://localhost:]] .. port .. [["
+      return require("airlock").attach("sbx_0123456789ab", { base_url = url }):health().status
     ]]))
   end)
 end)

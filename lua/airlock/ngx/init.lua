@@ -7,7 +7,9 @@
 --   * any end (error, ngx.exit, abort): `log_by_lua_block { require("airlock.ngx").finish() }`
 --     hands them to a timer that deletes them;
 --   * a graceful stop or reload of the worker: a pending timer of the SDK runs early
---     ("premature"), waits a little for the requests still running, then deletes what is left;
+--     ("premature") and deletes the sessions of requests that are over at once, those of
+--     requests still running after EXIT_GRACE_SECONDS (a fast stop, SIGTERM, runs nothing:
+--     the server's idle TTL reaps those);
 --   * a handle dropped unclosed: the garbage collector's queue (airlock.dropped_sessions),
 --     which that same timer also empties every minute.
 -- The transport (airlock.transport.ngx) installs this host when it loads.
@@ -24,8 +26,11 @@ M.ABORT_STATUS = 499        -- nginx's "client closed request"
 
 local CTX_KEY = "airlock"
 
--- Every session open in this worker (weak keys: a collected handle's state goes away).
+-- Every session open in this worker (weak keys: a collected handle's state goes away), and
+-- the scope each belongs to (weak values: a request that is over no longer holds its scope,
+-- so after a collection the scope is gone).
 local open_sessions = setmetatable({}, { __mode = "k" })
+local scope_of = setmetatable({}, { __mode = "kv" })
 local counters = { scopes = 0, cleanups = 0, deleted = 0, aborts = 0 }
 local sweeper_started = false
 
@@ -115,8 +120,6 @@ local function on_abort()
   ngx.exit(M.ABORT_STATUS)
 end
 
--- The worker's timer: every SWEEP_SECONDS the collector's queue; at worker exit (premature)
--- the sessions still open once running requests had EXIT_GRACE_SECONDS to close theirs.
 local function count_open()
   local n = 0
   for state in pairs(open_sessions) do
@@ -125,25 +128,42 @@ local function count_open()
   return n
 end
 
-local function sweep(premature)
-  if not premature then
-    require("airlock.exchange").delete_dropped(true)
-    return
-  end
-  local waited = 0
-  while count_open() > 0 and waited < M.EXIT_GRACE_SECONDS do
-    ngx.sleep(0.1)
-    waited = waited + 0.1
-  end
+-- The open sessions (those for which keep(state) says so) as DELETE items, taken.
+local function take_open(keep)
   local items = {}
   for state in pairs(open_sessions) do
-    if state.id then
+    if state.id and (keep == nil or keep(state)) then
       items[#items + 1] = { id = state.id, settings = state.settings }
       state.id = nil
     end
   end
-  delete_now(items)
-  require("airlock.exchange").delete_dropped(true)
+  return items
+end
+
+-- A session whose request or timer is over (its scope was collected).
+local function orphaned(state)
+  return scope_of[state] == nil
+end
+
+-- The worker's timer: every SWEEP_SECONDS the collector's queue. At worker exit (a graceful
+-- stop or reload runs it early, "premature"): at once the sessions of requests that are over,
+-- and those of requests still running once they had EXIT_GRACE_SECONDS to close them.
+local function sweep(premature)
+  local exchange = require "airlock.exchange"
+  if not premature then
+    exchange.delete_dropped(true)
+    return
+  end
+  local waited = 0
+  while true do
+    collectgarbage()   -- forget the scopes of requests that are over
+    delete_now(take_open(orphaned))
+    exchange.delete_dropped(true)
+    if count_open() == 0 or waited >= M.EXIT_GRACE_SECONDS then break end
+    ngx.sleep(0.25)
+    waited = waited + 0.25
+  end
+  delete_now(take_open())
 end
 
 local function start_sweeper()
@@ -161,11 +181,11 @@ local tracker = {}
 
 function tracker.opened(state)
   open_sessions[state] = true
+  start_sweeper()
   local scope = M.scope()
   if not scope then return end
-  state.scope = scope
+  scope_of[state] = scope
   scope.sessions[state] = true
-  start_sweeper()
   if not scope.abort_hooked and HANDLER_PHASES[phase()] then
     scope.abort_hooked = true
     -- nil, "lua_check_client_abort is off" (then aborts are not noticed, the handler runs
@@ -177,7 +197,7 @@ end
 
 function tracker.closed(state)
   open_sessions[state] = nil
-  local scope = state.scope
+  local scope = scope_of[state]
   if scope then scope.sessions[state] = nil end
 end
 
