@@ -203,10 +203,10 @@ end
 
 local installed = false
 
--- Sets the host up (the transport does it when it loads; idempotent): a scheduler per
--- request or timer, and the tracking of open sessions.
+-- Sets the host up (the transport does it when it loads; idempotent; nothing outside nginx):
+-- a scheduler per request or timer, and the tracking of open sessions.
 function M.install()
-  if installed then return end
+  if installed or type(rawget(_G, "ngx")) ~= "table" then return end
   installed = true
   tasks.set_context(function()
     local scope = M.scope()
