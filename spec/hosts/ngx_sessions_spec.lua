@@ -103,6 +103,30 @@ local HANDLERS = [[
       ngx.say(sbx.session_id)
     }
   }
+  # the same SDK code in a timer the handler starts: with, spawn and poll; the result lands in
+  # a shared dict
+  location = /in_timer {
+    content_by_lua_block {
+      local ok, err = ngx.timer.at(0, function()
+        local airlock = require "airlock"
+        local list = {}
+        for i = 1, 2 do
+          list[i] = airlock.spawn(function()
+            return airlock.with({}, function(sbx) return sbx:run("echo timer " .. i).stdout end)
+          end)
+        end
+        while airlock.poll(50) > 0 do end
+        local out = {}
+        for i, t in ipairs(list) do local done, v = t:result(); out[i] = tostring(done) .. " " .. tostring(v) end
+        out.phase = ngx.get_phase()
+        ngx.shared.probe:set("timer", require("cjson").encode(out))
+      end)
+      ngx.say(ok and "started" or ("failed: " .. tostring(err)))
+    }
+  }
+  location = /probe {
+    content_by_lua_block { ngx.say(ngx.shared.probe:get(ngx.var.arg_k) or "") }
+  }
   location = /stats {
     content_by_lua_block { ngx.say(require("cjson").encode(require("airlock").stats())) }
   }
@@ -134,7 +158,7 @@ describe("the OpenResty host", function()
     return nginx.start({
       env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = server.tenants.acme,
               OTHER_KEY = server.tenants.other },
-      http = http or "", server = HANDLERS,
+      http = http or "", server = HANDLERS, shared_dicts = { probe = "1m" },
     })
   end
 
@@ -150,6 +174,17 @@ describe("the OpenResty host", function()
       local log = srv and nginx.stop(srv, 15) or ""
       nginx.assert_no_crashes(log)
       assert.are.equal(0, nginx.sleep0_warnings(log))
+    end)
+
+    it("runs the same code in an ngx.timer callback: with, spawn and poll", function()
+      assert.are.equal("started\n", burst.run(srv.url, { { path = "/in_timer" } })[1].body)
+      local out
+      proc.wait_until(30, function()
+        out = burst.run(srv.url, { { path = "/probe?k=timer" } })[1].body
+        return out ~= "\n"
+      end, 0.2)
+      assert.are.same({ "true timer 1\n", "true timer 2\n", phase = "timer" }, cjson.decode(out))
+      assert.are.equal(0, sessions_left())
     end)
 
     it("runs a burst of 16 requests, each with its own sandbox and answer; none left", function()

@@ -116,7 +116,8 @@ function M.finish()
 end
 
 local function on_abort()
-  M.abort()
+  local ok, err = pcall(M.abort)
+  if not ok then ngx.log(ngx.ERR, "airlock: deleting the aborted request's sessions failed: ", tostring(err)) end
   ngx.exit(M.ABORT_STATUS)
 end
 
