@@ -116,9 +116,11 @@ local HANDLERS = [[
           end)
         end
         while airlock.poll(50) > 0 do end
-        local out = {}
-        for i, t in ipairs(list) do local done, v = t:result(); out[i] = tostring(done) .. " " .. tostring(v) end
-        out.phase = ngx.get_phase()
+        local out = { results = {}, phase = ngx.get_phase() }
+        for i, t in ipairs(list) do
+          local done, v = t:result()
+          out.results[i] = tostring(done) .. " " .. tostring(v)
+        end
         ngx.shared.probe:set("timer", require("cjson").encode(out))
       end)
       ngx.say(ok and "started" or ("failed: " .. tostring(err)))
@@ -183,7 +185,7 @@ describe("the OpenResty host", function()
         out = burst.run(srv.url, { { path = "/probe?k=timer" } })[1].body
         return out ~= "\n"
       end, 0.2)
-      assert.are.same({ "true timer 1\n", "true timer 2\n", phase = "timer" }, cjson.decode(out))
+      assert.are.same({ results = { "true timer 1\n", "true timer 2\n" }, phase = "timer" }, cjson.decode(out))
       assert.are.equal(0, sessions_left())
     end)
 

@@ -172,11 +172,7 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
     end
     return nil, { message = why, sent = true }, replay and nothing and not timed_out
   end
-  if res.keepalive then
-    sock:setkeepalive(M.KEEPALIVE_IDLE_MS, M.POOL_SIZE)
-  else
-    sock:close()
-  end
+  if not (res.keepalive and sock:setkeepalive(M.KEEPALIVE_IDLE_MS, M.POOL_SIZE)) then sock:close() end
   return { status = res.status, reason = res.reason, headers = res.headers, body = res.body }
 end
 
