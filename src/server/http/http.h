@@ -116,8 +116,6 @@ char *http_query(const http_request *r, const char *name, size_t *len);
 /* The client's socket, for a handler to watch while it works (POLLRDHUP/POLLHUP/POLLERR:
  * the client hung up, or the server is stopping); -1 when there is none. */
 int http_client_fd(const http_request *r);
-/* Whether the client hung up (a non-blocking check). */
-bool http_client_gone(const http_request *r);
 
 /* Room for the application's own record about a request (zeroed at its start), filled at
  * admission and read by the handler. */

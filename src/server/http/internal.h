@@ -58,7 +58,7 @@ struct http_request {
     struct MHD_Response *response; /* what the handler answered, until queued */
     size_t response_len;
     unsigned status;
-    bool client_gone;              /* close instead of answering */
+    bool answered_raw;             /* answered on the socket itself: close instead */
     atomic_bool stopping;          /* http_cancel reached it while its handler ran */
     struct timespec t0;
     alignas(max_align_t) unsigned char app[HTTP_APP_DATA];

@@ -2,7 +2,6 @@
  * client's socket, and the application's own record. */
 #include "http/internal.h"
 
-#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,15 +40,6 @@ void *http_app_data(http_request *r)
 int http_client_fd(const http_request *r)
 {
     return r->slot ? r->slot->fd : -1;
-}
-
-bool http_client_gone(const http_request *r)
-{
-    int fd = http_client_fd(r);
-    if (fd < 0)
-        return false;
-    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
 typedef struct {

@@ -70,10 +70,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     pthread_mutex_unlock(&mu);
 }
 
+/* A deadline: now, plus base_s, plus the time bytes take at rate bytes per second. */
 static int64_t after_ms(unsigned base_s, size_t bytes, size_t rate)
 {
-    return conns_now_ms() + (int64_t)base_s * 1000 + (int64_t)(bytes / (rate ? rate : 1) * 1000) +
-           (int64_t)(bytes % (rate ? rate : 1) * 1000 / (rate ? rate : 1));
+    return conns_now_ms() + (int64_t)base_s * 1000 + (int64_t)((double)bytes * 1000.0 / (double)(rate ? rate : 1));
 }
 
 /* ---- connections ------------------------------------------------------------------ */
@@ -188,7 +188,7 @@ static enum MHD_Result refuse_raw(http_request *r, unsigned status, const char *
         errno != ECONNRESET)
         perror("airlockd: http: send");
     r->status = status;
-    r->client_gone = true;
+    r->answered_raw = true;
     r->state = RQ_ANSWERED;
     return MHD_NO;
 }
@@ -271,25 +271,19 @@ static enum MHD_Result on_body(http_server *s, http_request *r, const char *data
     return MHD_YES;
 }
 
-/* A worker runs the handler of a suspended request, then resumes it. */
+/* A worker runs the handler of a suspended request, then resumes it. A client that hung up
+ * is not special here: a command it started was killed through http_client_fd, and its
+ * answer fails to send (a client that only half-closed still gets it). */
 static void run_job(void *job)
 {
     http_request *r = job;
     http_server *s = r->server;
     if (atomic_load(&s->cancelling))
         atomic_store(&r->stopping, true);
-    if (!atomic_load(&r->stopping)) {
-        if (http_client_gone(r))
-            r->client_gone = true; /* it left while the request waited: don't start anything */
-        else
-            s->handler(s->cls, r);
-    }
+    if (!atomic_load(&r->stopping))
+        s->handler(s->cls, r);
     if (atomic_load(&r->stopping))
         refuse_raw(r, 503, "Service Unavailable", "The server is shutting down; the request was stopped. Retry later.");
-    else if (!r->client_gone && http_client_gone(r))
-        r->client_gone = true;
-    if (r->client_gone && !atomic_load(&r->stopping))
-        r->status = 499; /* the log's word (nginx's) for "the client hung up before the answer" */
     r->state = RQ_RESUMED;
     MHD_resume_connection(r->conn); /* safe from any thread (MHD_ALLOW_SUSPEND_RESUME) */
 }
@@ -335,7 +329,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return on_body(s, r, upload, upload_size);
         return on_complete(s, r);
     case RQ_RESUMED:
-        return r->client_gone ? MHD_NO : queue_kept(r);
+        return r->answered_raw ? MHD_NO : queue_kept(r);
     case RQ_RUNNING:
         return MHD_YES; /* not called while suspended */
     case RQ_ANSWERED:

@@ -23,6 +23,19 @@ static int fail(buffer *b, int err)
     return -1;
 }
 
+/* Reallocates to exactly cap bytes (cap > b->len). */
+static int resize(buffer *b, size_t cap)
+{
+    char *nd = realloc(b->data, cap);
+    if (!nd)
+        return fail(b, ENOMEM);
+    if (!b->data)
+        nd[0] = '\0';
+    b->data = nd;
+    b->cap = cap;
+    return 0;
+}
+
 int buf_reserve(buffer *b, size_t n)
 {
     if (b->err)
@@ -37,14 +50,7 @@ int buf_reserve(buffer *b, size_t n)
     size_t cap = b->cap ? b->cap : BUF_MIN_CAP;
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    char *nd = realloc(b->data, cap);
-    if (!nd)
-        return fail(b, ENOMEM);
-    if (!b->data)
-        nd[0] = '\0';
-    b->data = nd;
-    b->cap = cap;
-    return 0;
+    return resize(b, cap);
 }
 
 int buf_grow_to(buffer *b, size_t cap)
@@ -55,14 +61,7 @@ int buf_grow_to(buffer *b, size_t cap)
         return fail(b, EFBIG);
     if (b->data && cap <= b->cap)
         return 0;
-    char *nd = realloc(b->data, cap);
-    if (!nd)
-        return fail(b, ENOMEM);
-    if (!b->data)
-        nd[0] = '\0';
-    b->data = nd;
-    b->cap = cap;
-    return 0;
+    return resize(b, cap);
 }
 
 int buf_append(buffer *b, const void *p, size_t n)
