@@ -13,6 +13,7 @@
 --
 -- The choice: `transport = "curl" | "ngx" | "uv" | <object>` in the options, else automatic:
 -- the OpenResty cosocket transport inside an nginx request or timer (when it is installed),
+-- else the host's default (set_default), else the libuv transport on vim.loop inside Neovim,
 -- libcurl otherwise. Transports are loaded on first use: `require "airlock"` needs no C.
 local M = {}
 
@@ -71,11 +72,18 @@ function M.set_default(choice)
   host_default = choice
 end
 
+-- Whether this Lua state runs inside Neovim (vim.loop is its libuv loop).
+function M.in_neovim()
+  local vim = rawget(_G, "vim")
+  return type(vim) == "table" and type(vim.loop) == "table" and type(vim.schedule) == "function"
+end
+
 -- The automatic choice for the code running now: cosockets inside nginx, else the host's
--- default, else libcurl.
+-- default, else libuv inside Neovim, else libcurl.
 function M.auto()
   if M.in_cosocket_context() and has_module("airlock.transport.ngx") then return load("ngx") end
   if host_default ~= nil then return M.resolve(host_default) end
+  if M.in_neovim() then return load("uv") end
   return load("curl")
 end
 
