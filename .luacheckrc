@@ -13,3 +13,7 @@ files["spec/"] = { std = "+busted" }
 -- code that runs inside a host: LÖVE's `love`, Neovim's `vim`
 files["spec/support/hosts/love_game/"] = { std = "+love" }
 files["spec/support/hosts/nvim_boot.lua"] = { read_globals = { "vim" } }
+files["examples/neovim/"] = { globals = { "vim" } }
+files["examples/love/"] = { std = "+love" }
+files["bench/hosts/nvim_"] = { globals = { "vim" } }
+files["bench/hosts/love_"] = { std = "+love" }

@@ -150,7 +150,8 @@ describe("the libuv transport on luv", function()
 
     it("uninstall refuses while tasks wait on the loop", function()
       local task = airlock.spawn(function()
-        return airlock.pcall(airlock.list_sessions, { base_url = srv.url, api_key = "stall", timeout = 1, max_retries = 0 })
+        local stalled = { base_url = srv.url, api_key = "stall", timeout = 1, max_retries = 0 }
+        return airlock.pcall(airlock.list_sessions, stalled)
       end)
       assert.is_false(uvt.uninstall())
       assert.is_true(run_loop(30))
