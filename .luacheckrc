@@ -15,5 +15,5 @@ files["spec/support/hosts/love_game/"] = { std = "+love" }
 files["spec/support/hosts/nvim_boot.lua"] = { read_globals = { "vim" } }
 files["examples/neovim/"] = { globals = { "vim" } }
 files["examples/love/"] = { std = "+love" }
-files["bench/hosts/nvim_"] = { globals = { "vim" } }
-files["bench/hosts/love_"] = { std = "+love" }
+files["bench/hosts/nvim_*.lua"] = { globals = { "vim" } }
+files["bench/hosts/love_*.lua"] = { std = "+love" }

@@ -27,7 +27,8 @@ local fallback_timer     -- ticks while a socket could not get a poll handle
 local polls = {}         -- fd → { handle, mode, callback }
 local fallback = {}      -- fd → events, sockets without a poll handle (checked every 10 ms)
 local waiting = {}       -- Transfer waitables of tasks → true
-local counters = { wakeups = 0, reused_fds = 0, fallback_fds = 0, callback_errors = 0 }
+local counters = { wakeups = 0, reused_fds = 0, fallback_fds = 0, callback_errors = 0,
+                   callback_ms = 0, callback_max_ms = 0, resume_ms = 0, resume_max_ms = 0 }
 
 local MODES = { ["in"] = "r", out = "w", inout = "rw" }
 local FALLBACK_MS = 10
@@ -52,10 +53,20 @@ local function count(t)
   return n
 end
 
+-- Adds the milliseconds since t0 (uv.hrtime) to the counters total_name and max_name: how
+-- long the loop's thread was busy with us.
+local function account(t0, total_name, max_name)
+  local ms = (uv.hrtime() - t0) / 1e6
+  counters[total_name] = counters[total_name] + ms
+  if ms > counters[max_name] then counters[max_name] = ms end
+end
+
 -- A callback body never raises into libuv (plain luv ends the process on an uncaught error).
 local function guarded(fn, ...)
   counters.wakeups = counters.wakeups + 1
+  local t0 = uv.hrtime()
   local ok, err = pcall(fn, ...)
+  account(t0, "callback_ms", "callback_max_ms")
   if not ok then
     counters.callback_errors = counters.callback_errors + 1
     report_error("airlock.transport.uv: " .. tostring(err))
@@ -169,7 +180,11 @@ end
 
 -- scheduler.on_ready (see airlock.tasks): the task's transfer or timer is ready.
 local function on_ready(scheduler, task)
-  defer(function() scheduler:resume_if_ready(task) end)
+  defer(function()
+    local t0 = uv.hrtime()
+    scheduler:resume_if_ready(task)
+    account(t0, "resume_ms", "resume_max_ms")
+  end)
 end
 
 ---------------------------------------------------------------- installing
@@ -339,7 +354,9 @@ end
 
 -- t:stats(): the core's counters, plus wakeups (callbacks run), watched (poll handles),
 -- reused_fds (sockets whose number libcurl reused before the loop saw the old one go),
--- fallback_fds, callback_errors.
+-- fallback_fds, callback_errors, and how long the loop's thread spent in the transport's
+-- callbacks (callback_ms, callback_max_ms) and in resuming tasks (resume_ms,
+-- resume_max_ms: the task's own code until its next wait included).
 function M:stats()   -- luacheck: ignore 212
   local s = core.stats()
   for k, v in pairs(counters) do s[k] = v end
