@@ -101,8 +101,8 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server
-	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua)
+	  -I src/core -I src/server src/core src/server bench/raw_curl_rate.c
+	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua bench/hosts/*.lua)
 
 sanitize:
 	$(MAKE) build BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
@@ -141,10 +141,22 @@ valgrind-test: build
 
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
-# poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
-bench: build
+# poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands;
+# love_frames: the same in real LÖVE frames (LuaJIT). nvim_loop: a 10 ms vim.loop timer's
+# lateness, idle vs 8 commands in flight, and idle wakeups with the SDK loaded (Neovim).
+# call_rate: small calls per second of the curl and uv transports vs raw_curl_rate, a raw
+# libcurl keep-alive loop in C (bench/raw_curl_rate.c).
+RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
+$(RAW_CURL_RATE): bench/raw_curl_rate.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) -Werror $(CURL_CFLAGS) -o $@ $< $(CURL_LIBS)
+
+bench: build luajit-core $(RAW_CURL_RATE)
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
+	$(LUA) bench/love_frames.lua
+	$(LUA) bench/nvim_loop.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_rate.lua
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)

@@ -15,11 +15,12 @@
 -- assertion.
 --
 --   make bench     (or: make build build/bench/raw_curl_rate && lua5.4 bench/call_rate.lua [calls] [rounds])
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local proc = require "support.proc"
 local socket = require "socket"
+local stats = require "stats"
 
 local CALLS = tonumber(arg and arg[1]) or 500
 local ROUNDS = tonumber(arg and arg[2]) or 15
@@ -87,12 +88,7 @@ for round = 1, ROUNDS do
 end
 airlockd.stop(srv)
 
-local function median(list)
-  local s = {}
-  for i, v in ipairs(list) do s[i] = v end
-  table.sort(s)
-  return s[math.ceil(#s / 2)]
-end
+local median = stats.median
 
 print(string.format("small calls (GET /v1/sessions): %d rounds of %d calls per kind, medians; vs raw: the median of"
   .. " each round's ratio", ROUNDS, CALLS))

@@ -16,11 +16,12 @@
 -- No assertion.
 --
 --   make bench     (or: lua5.4 bench/nvim_loop.lua [rounds])        needs root (runsc)
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local cjson = require "cjson"
 local airlockd = require "support.airlockd"
 local common = require "support.hosts.common"
 local nvim = require "support.hosts.nvim"
+local stats = require "stats"
 
 local ROUNDS = tonumber(arg and arg[1]) or 3
 
@@ -33,30 +34,18 @@ assert(run.code == 0 and run.result, "nvim failed (" .. tostring(run.code) .. ")
 local r = cjson.decode(run.result)
 assert(not r.error, r.error)
 
-local function percentile(sorted, p)
-  return sorted[math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))]
-end
-
-local function summary(samples)
-  table.sort(samples)
-  return { n = #samples, p50 = percentile(samples, 50), p99 = percentile(samples, 99), max = samples[#samples] }
-end
-
-local function mean(list)
-  local sum = 0
-  for _, v in ipairs(list) do sum = sum + v end
-  return #list > 0 and sum / #list or 0
-end
+local summary, mean = stats.summary, stats.mean
 
 local idle, long, busy = summary(r.idle), summary(r.long), summary(r.busy)
 print(string.format("nvim --headless, transport %s: 10 ms vim.loop timer lateness (ms), %d rounds of %.0f s windows",
   r.transport, r.rounds, r.window_ms / 1000))
+local ROW = "%-36s %6d %7.3f %7.3f %7.3f %+8.3f %14.3f"
 print(string.format("%-36s %6s %7s %7s %7s %8s %14s", "", "ticks", "p50", "p99", "max", "p99-idle", "SDK ms/s"))
 print(string.format("%-36s %6d %7.3f %7.3f %7.3f", "idle editor", idle.n, idle.p50, idle.p99, idle.max))
-print(string.format("%-36s %6d %7.3f %7.3f %7.3f %+8.3f %14.3f", string.format("%d long commands in flight", r.in_flight), long.n, long.p50,
-  long.p99, long.max, long.p99 - idle.p99, mean(r.sdk_ms_per_s.long)))
-print(string.format("%-36s %6d %7.3f %7.3f %7.3f %+8.3f %14.3f", string.format("%d tasks, short commands back to back", r.in_flight), busy.n,
-  busy.p50, busy.p99, busy.max, busy.p99 - idle.p99, mean(r.sdk_ms_per_s.busy)))
+print(string.format(ROW, string.format("%d long commands in flight", r.in_flight), long.n, long.p50, long.p99, long.max,
+  long.p99 - idle.p99, mean(r.sdk_ms_per_s.long)))
+print(string.format(ROW, string.format("%d tasks, short commands back to back", r.in_flight), busy.n, busy.p50, busy.p99,
+  busy.max, busy.p99 - idle.p99, mean(r.sdk_ms_per_s.busy)))
 print(string.format("(target: p99 within 1 ms of idle; %d short commands ran; all long commands in flight during their"
   .. " windows: %s; longest SDK callback %.3f ms, longest task resume %.3f ms)", r.commands or 0,
   tostring(r.long_all_in_flight), r.idle_sdk_state.callback_max_ms, r.idle_sdk_state.resume_max_ms))
