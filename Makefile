@@ -114,7 +114,7 @@ sanitize:
 # airlockd's, leaks included) lands in build/asan/reports; any report fails the target.
 ASAN_HOST  := build/asan/lua-host
 ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
-              spec/integration/driver_hooks_spec.lua \
+              spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua
 asan-test: sanitize
@@ -132,12 +132,13 @@ asan-test: sanitize
 	[ $$rc -eq 0 ] && echo "asan-test: specs passed, no sanitizer reports"
 
 # valgrind over the core (Lua 5.4, the regular build): its unit spec, the failure paths
-# against the misbehaving server and the host-loop hooks. Definite leaks and memory errors
-# fail (exit 99).
+# against the misbehaving server, the host-loop hooks and the libuv transport on them.
+# Definite leaks and memory errors fail (exit 99).
 VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
 valgrind-test: build
 	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua \
-	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua
+	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua \
+	  spec/integration/uv_transport_spec.lua
 
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.

@@ -2,7 +2,8 @@
 -- sleeps run on the loop's poll handles and timers, tasks are resumed from it, and the loop
 -- ends by itself when nothing is in flight (no handle left active: nothing polls). Also a
 -- blocking call beside the tasks, socket numbers libcurl reuses before the loop saw the old
--- socket go, more transfers than connections, and install's checks. Runs on Lua 5.4, LuaJIT
+-- socket go, more transfers than connections, the curl transport stepping the same core,
+-- and install's checks. Runs on Lua 5.4, LuaJIT
 -- and 5.1 (pending without luv).
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
@@ -146,6 +147,20 @@ describe("the libuv transport on luv", function()
       assert.is_true(s.reused_fds >= 1, "no socket number was reused: " .. s.reused_fds)
       assert.are.equal(0, s.fallback_fds)
       assert.are.equal(0, s.watched)
+    end)
+
+    it("keeps the loop's watchers in step when the curl transport drives the same core", function()
+      local task = airlock.spawn(function() return #airlock.list_sessions({ base_url = srv.url, api_key = "ok" }) end)
+      -- blocking calls over the curl transport: libcurl drops and reopens connections in them
+      for round = 1, 3 do
+        local curl_opts = { base_url = srv.url, api_key = "reset:1:curl" .. round, transport = "curl" }
+        assert.are.equal(0, #airlock.list_sessions(curl_opts))
+      end
+      assert.is_true(run_loop(30))
+      assert.are.same({ true, 0 }, { task:result() })
+      local s = stats()
+      assert.are.equal(0, s.watched)
+      assert.are.equal(0, s.fallback_fds)
     end)
 
     it("uninstall refuses while tasks wait on the loop", function()

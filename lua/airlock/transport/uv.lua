@@ -232,6 +232,8 @@ function M.install(loop, opts)
     end
     owner = opts.scheduler or tasks.default
     owner.on_ready = on_ready
+    -- the curl transport steps the same core (airlock.poll, explicit transport = "curl")
+    require("airlock.transport.curl").after_step = settle
     sync()                 -- the first socket_events() puts the core in host mode
   end
   if opts.defer then defer = opts.defer end
@@ -256,6 +258,7 @@ function M.uninstall()
   fallback_timer:close()
   if idle_handle then idle_handle:close() end
   owner.on_ready = nil
+  require("airlock.transport.curl").after_step = nil
   if made_default then transports.set_default(nil) end
   uv, defer, idle_handle, made_default, timeout_timer, fallback_timer = nil, nil, nil, nil, nil, nil
   return true
