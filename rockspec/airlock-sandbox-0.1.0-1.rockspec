@@ -53,6 +53,7 @@ build = {
       ["airlock.tools"] = "lua/airlock/tools.lua",
       ["airlock.transport"] = "lua/airlock/transport/init.lua",
       ["airlock.transport.curl"] = "lua/airlock/transport/curl.lua",
+      ["airlock.transport.uv"] = "lua/airlock/transport/uv.lua",
    },
    install = {
       bin = { ["airlock-mcp"] = "bin/airlock-mcp" },

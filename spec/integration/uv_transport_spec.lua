@@ -163,6 +163,25 @@ describe("the libuv transport on luv", function()
       assert.are.equal(0, s.fallback_fds)
     end)
 
+    it("checks a socket the loop refuses to watch every 10 ms instead, and says so", function()
+      assert.is_true(uvt.uninstall())
+      -- a loop on which every poll handle fails, as when something else holds the descriptor
+      local refusing = setmetatable({ new_socket_poll = function() return nil, "EEXIST: file already exists" end },
+        { __index = luv })
+      local said = {}
+      uvt.install(refusing, { on_error = function(message) said[#said + 1] = message end })
+      local task = airlock.spawn(function() return #airlock.list_sessions({ base_url = srv.url, api_key = "ok" }) end)
+      assert.is_true(run_loop(30))
+      assert.are.same({ true, 0 }, { task:result() })
+      local s = stats()
+      assert.is_true(s.fallback_fds >= 1)
+      assert.are.equal(0, s.watched)
+      assert.matches("^airlock.transport.uv: cannot watch socket %d+ %(EEXIST: file already exists%); "
+        .. "checking it every 10 ms$", said[1])
+      assert.is_true(uvt.uninstall())
+      uvt.install(luv)
+    end)
+
     it("uninstall refuses while tasks wait on the loop", function()
       local task = airlock.spawn(function()
         local stalled = { base_url = srv.url, api_key = "stall", timeout = 1, max_retries = 0 }
