@@ -158,6 +158,7 @@ bench: build luajit-core $(RAW_CURL_RATE)
 	$(LUA) bench/love_frames.lua
 	$(LUA) bench/nvim_loop.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_rate.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit bench/call_rate.lua
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)

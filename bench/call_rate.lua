@@ -2,11 +2,11 @@
 -- Small-call rate of the SDK's libcurl transports against a raw libcurl keep-alive loop in C
 -- (bench/raw_curl_rate.c), side by side on the same airlockd, in rounds that alternate so
 -- that the machine's load hits every kind alike (only ratios measured together mean
--- anything here). A small call: GET /v1/sessions with the tenant's key, answered 200 with a
+-- anything here). A small call: GET /v1/usage with the tenant's key, answered 200 with a
 -- short JSON body. Kinds:
 --   raw C          build/bench/raw_curl_rate: one easy handle, sequential, body discarded
---   curl (block)   airlock.list_sessions(opts) in a loop: the SDK's whole path (settings,
---                  request building, one libcurl transfer, retry policy, JSON decoding)
+--   curl (block)   sbx:usage() in a loop on a sandbox handle: the SDK's whole path (request
+--                  building, one libcurl transfer, retry policy, JSON decoding)
 --   uv (task)      the same calls inside a task on a luv loop (airlock.transport.uv); only
 --                  when luv is installed
 -- Prints per kind the median calls/s, the median of each round's ratio to that round's raw C
@@ -14,7 +14,8 @@
 -- a call's cost that is the client's own. Target for the curl transport: >= 0.9x. No
 -- assertion.
 --
---   make bench     (or: make build build/bench/raw_curl_rate && lua5.4 bench/call_rate.lua [calls] [rounds])
+--   make bench     (or: make build build/bench/raw_curl_rate && lua5.4 bench/call_rate.lua [calls] [rounds];
+--                  under LuaJIT: make luajit-core, LUA_CPATH="$PWD/build/luajit/?.so;;" luajit bench/call_rate.lua)
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
@@ -30,7 +31,9 @@ assert(proc.run("test -x " .. proc.shell_quote(RAW)), RAW .. " is missing: make 
 local srv = airlockd.start({ env = {
   SANDBOX_TENANT_LIMITS = '{"*":{"max_concurrent_exec":4,"max_sessions":20,"requests_per_minute":10000000}}' } })
 local opts = { base_url = srv.url, api_key = srv.tenants.acme }
-local url = srv.url .. "/v1/sessions"
+local url = srv.url .. "/v1/usage"
+local curl_handle = airlock.attach("sbx_000000000000", { base_url = srv.url, api_key = opts.api_key, transport = "curl" })
+local uv_handle = airlock.attach("sbx_000000000000", { base_url = srv.url, api_key = opts.api_key, transport = "uv" })
 
 -- Each kind → calls per second and this process's CPU microseconds per call.
 local function raw_rate()
@@ -47,20 +50,18 @@ local function timed(fn)
 end
 
 local function curl_rate()
-  opts.transport = "curl"
   return timed(function()
-    for _ = 1, CALLS do airlock.list_sessions(opts) end
+    for _ = 1, CALLS do curl_handle:usage() end
   end)
 end
 
 local ok_uv, luv = pcall(require, "luv")
 local function uv_rate()
   local uvt = require("airlock.transport.uv").install(luv)
-  opts.transport = "uv"
   local task
   local rate, cpu = timed(function()
     task = airlock.spawn(function()
-      for _ = 1, CALLS do airlock.list_sessions(opts) end
+      for _ = 1, CALLS do uv_handle:usage() end
     end)
     luv.run()
   end)
@@ -90,8 +91,8 @@ airlockd.stop(srv)
 
 local median = stats.median
 
-print(string.format("small calls (GET /v1/sessions): %d rounds of %d calls per kind, medians; vs raw: the median of"
-  .. " each round's ratio", ROUNDS, CALLS))
+print(string.format("%s, small calls (GET /v1/usage): %d rounds of %d calls per kind, medians; vs raw: the median"
+  .. " of each round's ratio", type(jit) == "table" and jit.version or _VERSION, ROUNDS, CALLS))
 print(string.format("%-14s %10s %8s %12s", "kind", "calls/s", "vs raw", "CPU us/call"))
 for _, k in ipairs(kinds) do
   local name = k[1]
