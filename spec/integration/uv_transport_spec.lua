@@ -29,6 +29,9 @@ describe("the libuv transport on luv", function()
   local function run_loop(seconds)
     local stopped = false
     local guard = luv.new_timer()
+    -- timers count from the loop's cached time, stale since the loop last ran (maybe minutes
+    -- ago, in an earlier spec): without this the guard would go off at once
+    luv.update_time()
     guard:start(seconds * 1000, 0, function()
       stopped = true
       luv.stop()
@@ -44,6 +47,7 @@ describe("the libuv transport on luv", function()
   local function ticker(done)
     local t = { ticks = 0 }
     local timer = luv.new_timer()
+    luv.update_time()
     timer:start(10, 10, function()
       t.ticks = t.ticks + 1
       if done() then timer:close() end
@@ -52,6 +56,14 @@ describe("the libuv transport on luv", function()
   end
 
   local function stats() return uvt:stats() end
+
+  -- What the transport and the SDK say, for a failure message.
+  local function state()
+    local parts = {}
+    for k, v in pairs(airlock.stats()) do parts[#parts + 1] = k .. "=" .. tostring(v) end
+    table.sort(parts)
+    return table.concat(parts, " ")
+  end
 
   describe("against airlockd", function()
     local srv, opts
@@ -70,7 +82,7 @@ describe("the libuv transport on luv", function()
         end)
       end
       local tick = ticker(function() return airlock.stats().tasks == 0 end)
-      assert.is_true(run_loop(60), "the loop did not end by itself")
+      assert.is_true(run_loop(60), "the loop did not end by itself: " .. state())
       for i, task in ipairs(list) do
         assert.are.same({ true, "task " .. i .. "\n" }, { task:result() })
       end

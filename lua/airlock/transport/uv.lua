@@ -334,6 +334,9 @@ function M:sleep(seconds)   -- luacheck: ignore 212
   if tasks.current_task() then
     local w = setmetatable({ expired = false }, Sleep)
     local timer = uv.new_timer()
+    -- libuv timers count from the loop's cached time, which is old when the loop has not
+    -- run for a while (a task's first part runs where it was spawned): refresh it first
+    uv.update_time()
     timer:start(math.ceil(seconds * 1000), 0, function()
       guarded(function()
         timer:close()
