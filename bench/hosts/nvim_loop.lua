@@ -1,7 +1,9 @@
 -- Runs inside `nvim --headless` for bench/nvim_loop.lua (via spec/support/hosts/nvim.lua):
 -- measures, side by side in one editor,
 --   1. a 10 ms vim.loop timer's lateness in windows of WINDOW_MS, ROUNDS times each in turn:
---      the editor idle; 8 long sandbox commands in flight (started 1.5 s before the window,
+--      the editor idle; 8 requests in flight to a loopback server that never answers
+--      ($AIRLOCK_BENCH_STALL_URL: the SDK's own share, no sandbox running); 8 long sandbox
+--      commands in flight (started 1.5 s before the window,
 --      so the sandboxes have booted and sleep: the machine is quiet); 8 tasks running short
 --      commands back to back (a sandbox boots every few tens of milliseconds: the 2 cores
 --      are busy with runsc too). Also the time the loop's thread spent in the transport's
@@ -83,7 +85,8 @@ local function idle_window(ms, done)
 end
 
 local out = { rounds = ROUNDS, window_ms = WINDOW_MS, idle_ms = IDLE_MS, in_flight = IN_FLIGHT,
-              idle = {}, long = {}, busy = {}, sdk_ms_per_s = { long = {}, busy = {} }, long_all_in_flight = true }
+              idle = {}, stalled = {}, long = {}, busy = {}, sdk_ms_per_s = { stalled = {}, long = {}, busy = {} },
+              long_all_in_flight = true, stalled_all_in_flight = true }
 
 local function finish(err)
   out.error = err
@@ -145,6 +148,25 @@ local function measured(kind, next_step)
   end)
 end
 
+local function stalled_window(next_step)
+  local running = 0
+  local stalled = { base_url = os.getenv("AIRLOCK_BENCH_STALL_URL"), api_key = "stall",
+                    timeout = WINDOW_MS / 1000 + 1, max_retries = 0 }
+  for _ = 1, IN_FLIGHT do
+    running = running + 1
+    airlock.spawn(function()
+      airlock.pcall(airlock.list_sessions, stalled)    -- ends with a timeout, as meant
+      running = running - 1
+    end)
+  end
+  after(300, function()
+    measured("stalled", function()
+      if running < IN_FLIGHT then out.stalled_all_in_flight = false end
+      when_zero(function() return running end, next_step)
+    end)
+  end)
+end
+
 local function long_window(next_step)
   local running = 0
   for i = 1, IN_FLIGHT do
@@ -186,14 +208,14 @@ local function busy_window(next_step)
   end)
 end
 
-steps[3] = function(next_step)     -- idle, long commands, short commands, in turn
+steps[3] = function(next_step)     -- idle, stalled requests, long commands, short commands, in turn
   local round = 0
   local function one()
     round = round + 1
     if round > ROUNDS then return next_step() end
     after(200, function()
       ticks(WINDOW_MS, out.idle, function()
-        long_window(function() busy_window(one) end)
+        stalled_window(function() long_window(function() busy_window(one) end) end)
       end)
     end)
   end
