@@ -112,6 +112,8 @@ function M.running()
 end
 
 -- Deletes the sandboxes of runs in flight (blocking, 2 s each at most): Neovim is quitting.
+-- A sandbox still being created at that moment (its id not known yet) is left to the
+-- server's idle timeout.
 function M.close_all()
   for sbx in pairs(open) do
     open[sbx] = nil
