@@ -23,6 +23,8 @@ struct slots {
     int max, running, queued, queue_max, wait_ms;
     size_t tenant_cap;
     int *per_tenant;       /* slots held by each tenant */
+    uint64_t *served;      /* when each tenant last got a slot (grant count; 0: never) */
+    uint64_t grants;
     waiter *first, *last;  /* oldest first */
 };
 
@@ -32,9 +34,11 @@ slots *slots_new(int max_running, size_t tenant_cap, int queue_max, int wait_ms)
     if (!s)
         return NULL;
     s->per_tenant = calloc(tenant_cap ? tenant_cap : 1, sizeof *s->per_tenant);
+    s->served = calloc(tenant_cap ? tenant_cap : 1, sizeof *s->served);
     pthread_condattr_t ca;
-    if (!s->per_tenant || pthread_condattr_init(&ca) != 0) {
+    if (!s->per_tenant || !s->served || pthread_condattr_init(&ca) != 0) {
         free(s->per_tenant);
+        free(s->served);
         free(s);
         return NULL;
     }
@@ -56,6 +60,7 @@ void slots_free(slots *s)
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s->per_tenant);
+    free(s->served);
     free(s);
 }
 
@@ -78,18 +83,32 @@ static void unlink_waiter(slots *s, waiter *w)
     s->queued--;
 }
 
-/* A free slot goes to the queued tenant holding the fewest; oldest first among equals. */
+static void grant(slots *s, size_t tenant)
+{
+    s->running++;
+    s->per_tenant[tenant]++;
+    s->served[tenant] = ++s->grants;
+}
+
+/* Whether waiter a's tenant goes before b's: fewer slots held, else served longer ago. */
+static bool before(const slots *s, const waiter *a, const waiter *b)
+{
+    if (s->per_tenant[a->tenant] != s->per_tenant[b->tenant])
+        return s->per_tenant[a->tenant] < s->per_tenant[b->tenant];
+    return s->served[a->tenant] < s->served[b->tenant];
+}
+
+/* Free slots go to the queued tenants in turn (see before); oldest first within a tenant. */
 static void hand_over(slots *s)
 {
     while (s->running < s->max && s->first) {
-        waiter *best = NULL;
-        for (waiter *w = s->first; w; w = w->next)
-            if (!best || s->per_tenant[w->tenant] < s->per_tenant[best->tenant])
+        waiter *best = s->first;
+        for (waiter *w = s->first->next; w; w = w->next)
+            if (before(s, w, best))
                 best = w;
         unlink_waiter(s, best);
         best->granted = true;
-        s->running++;
-        s->per_tenant[best->tenant]++;
+        grant(s, best->tenant);
     }
     pthread_cond_broadcast(&s->cv);
 }
@@ -122,8 +141,7 @@ slot_result slots_acquire(slots *s, size_t tenant, int cancel_fd)
     tenant = clamp_tenant(s, tenant);
     pthread_mutex_lock(&s->mu);
     if (s->running < s->max) { /* nobody waits while a slot is free */
-        s->running++;
-        s->per_tenant[tenant]++;
+        grant(s, tenant);
         pthread_mutex_unlock(&s->mu);
         return SLOT_OK;
     }

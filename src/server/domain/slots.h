@@ -1,7 +1,8 @@
 /* The host-wide cap on commands running at once (exec and import's unpacking, every
  * tenant together; SANDBOX_MAX_RUNNING). A command over the cap waits in a bounded queue for
- * a bounded time; a freed slot goes to the waiting tenant with the fewest commands running
- * (oldest first among equals), so one tenant's burst cannot starve the others. */
+ * a bounded time; a freed slot goes to the waiting tenant with the fewest commands running,
+ * among equals the one served longest ago (oldest command first within a tenant), so one
+ * tenant's burst cannot starve the others. */
 #ifndef AIRLOCKD_SLOTS_H
 #define AIRLOCKD_SLOTS_H
 

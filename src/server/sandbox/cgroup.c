@@ -5,6 +5,7 @@
 #include "util/buf.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -114,37 +115,66 @@ static bool join(char *path, size_t size, const char *a, const char *b, const ch
 
 /* ---- the hierarchies ---------------------------------------------------------------- */
 
-/* Every v1 hierarchy mounted under /sys/fs/cgroup (co-mounts once: symlinks are skipped),
- * and which of them limit memory, pids and CPU. */
+/* Whether the comma-separated options opts name controller. */
+static bool has_option(const char *opts, size_t len, const char *controller)
+{
+    size_t cl = strlen(controller);
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && opts[j] != ',')
+            j++;
+        if (j - i == cl && memcmp(opts + i, controller, cl) == 0)
+            return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+/* Every v1 hierarchy mounted under /sys/fs/cgroup (from /proc/self/mountinfo: one entry per
+ * hierarchy, co-mounts once), and which of them limit memory, pids and CPU. */
 static int find_v1_hierarchies(sbx_cg_tree *t, char *errbuf, size_t errlen)
 {
-    DIR *d = opendir(CG_ROOT);
-    if (!d) {
-        snprintf(errbuf, errlen, "cannot list " CG_ROOT ": %s", strerror(errno));
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    buffer b;
+    buf_init(&b, 4u * 1024u * 1024u);
+    if (fd < 0 || buf_read_all(&b, fd) != 0) {
+        snprintf(errbuf, errlen, "cannot read /proc/self/mountinfo: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        buf_free(&b);
         return -1;
     }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && t->nhier < SBX_CG_HIER_MAX) {
-        if (e->d_name[0] == '.')
-            continue;
-        char dir[sizeof t->hier[0]], probe[CONTROL_PATH_MAX];
-        struct stat st;
-        if (!join(dir, sizeof dir, CG_ROOT, e->d_name, NULL) || lstat(dir, &st) != 0 ||
-            !S_ISDIR(st.st_mode) || !control_path(probe, dir, "cgroup.procs") ||
-            access(probe, F_OK) != 0)
-            continue;
-        if (control_path(probe, dir, "cgroup.controllers") && access(probe, F_OK) == 0)
-            continue; /* a cgroup2 tree mounted beside v1 ("unified"): nothing of ours */
-        int i = (int)t->nhier++;
-        memcpy(t->hier[i], dir, strlen(dir) + 1);
-        if (control_path(probe, dir, "memory.limit_in_bytes") && access(probe, F_OK) == 0)
-            t->memory = i;
-        if (control_path(probe, dir, "pids.max") && access(probe, F_OK) == 0)
-            t->pids = i;
-        if (control_path(probe, dir, "cpu.cfs_quota_us") && access(probe, F_OK) == 0)
-            t->cpu = i;
+    close(fd);
+    char seen[SBX_CG_HIER_MAX][32];
+    for (char *line = b.data; line && *line && t->nhier < SBX_CG_HIER_MAX;) {
+        char *eol = strchr(line, '\n');
+        if (eol)
+            *eol = '\0';
+        /* "<id> <parent> <maj:min> <root> <mount point> <opts> ... - <fstype> <source> <super opts>" */
+        char dev[32], point[sizeof t->hier[0]];
+        const char *sep = strstr(line, " - ");
+        if (sep && sscanf(line, "%*s %*s %31s %*s %127s", dev, point) == 2 && strncmp(sep, " - cgroup ", 10) == 0 &&
+            strncmp(point, CG_ROOT "/", sizeof CG_ROOT) == 0 && !strchr(point, '\\')) {
+            const char *opts = strrchr(sep, ' ') + 1;
+            size_t olen = strlen(opts);
+            bool dup = false;
+            for (size_t i = 0; i < t->nhier && !dup; i++)
+                dup = strcmp(seen[i], dev) == 0;
+            if (!dup) {
+                int i = (int)t->nhier++;
+                memcpy(seen[i], dev, sizeof seen[i]);
+                memcpy(t->hier[i], point, strlen(point) + 1);
+                if (has_option(opts, olen, "memory"))
+                    t->memory = i;
+                if (has_option(opts, olen, "pids"))
+                    t->pids = i;
+                if (has_option(opts, olen, "cpu"))
+                    t->cpu = i;
+            }
+        }
+        line = eol ? eol + 1 : NULL;
     }
-    closedir(d);
+    buf_free(&b);
     if (t->memory < 0) {
         snprintf(errbuf, errlen, "memory cgroup controller not found under " CG_ROOT);
         return -1;
