@@ -33,10 +33,12 @@ local function runsc_list(server)
 end
 
 describe("airlockd startup after a kill -9", function()
-  local a, b, scratch
+  local a, b, scratch, frozen_dir
   local planted = {}
 
   lazy_teardown(function()
+    -- a failed run must not leave a frozen process (it could not even die)
+    if frozen_dir then os.execute("echo THAWED > " .. q(frozen_dir .. "/freezer.state") .. " 2>/dev/null") end
     for _, pid in ipairs(planted) do os.execute("kill -9 " .. pid .. " 2>/dev/null") end
     if a then airlockd.stop(a) end
     if b then airlockd.stop(b) end
@@ -66,7 +68,7 @@ describe("airlockd startup after a kill -9", function()
     for _, ctl in ipairs({ "memory", "pids", "cpu" }) do
       write("/sys/fs/cgroup/" .. ctl .. "/" .. aroot .. "/t-acme/planted/cgroup.procs", tostring(in_group))
     end
-    local frozen_dir = "/sys/fs/cgroup/freezer/" .. aroot .. "/t-acme/frozen"
+    frozen_dir = "/sys/fs/cgroup/freezer/" .. aroot .. "/t-acme/frozen"
     assert.is_true(proc.run("mkdir -p " .. q(frozen_dir)))
     local frozen = spawn(scratch, "frozen", "sleep 300")
     write(frozen_dir .. "/cgroup.procs", tostring(frozen))
