@@ -2,6 +2,7 @@
  * (sandbox/capture), the launcher's output budget and cancel descriptor (sandbox/proc) and
  * the host-wide command slots (domain/slots). Real pipes, processes and threads; no gVisor.
  * Built and run by spec/server/units_spec.lua. */
+#include "check.h"
 #include "domain/slots.h"
 #include "sandbox/capture.h"
 #include "sandbox/proc.h"
@@ -18,17 +19,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
-        }                                                                            \
-    } while (0)
 
 static double now_s(void)
 {
@@ -370,6 +360,5 @@ int main(void)
     test_proc_budget();
     test_proc_cancel();
     test_slots();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return CHECK_SUMMARY();
 }

@@ -20,6 +20,14 @@ local function read_value(path)
   return (proc.read_file(path) or ""):gsub("%s+$", "")
 end
 
+-- fn(server) against a server started with env, stopped whatever fn does.
+local function with_server(opts, fn)
+  local server = airlockd.start(opts)
+  local ok, err = pcall(fn, server)
+  airlockd.stop(server)
+  assert(ok, err)
+end
+
 local function wait_runs(server, n)
   proc.wait_until(30, function() return host_state.runsc_runs(server) >= n end, 0.05)
   return host_state.runsc_runs(server)
@@ -78,8 +86,7 @@ describe("airlockd cgroups per tenant", function()
 
   it("names a tenant whose name is not a plain word by a hash", function()
     local key = "wk_" .. airlockd.random_hex(16)
-    local weird = airlockd.start({ tenants = { ["we ird/../x"] = key } })
-    local ok, err = pcall(function()
+    with_server({ tenants = { ["we ird/../x"] = key } }, function(weird)
       local wroot = host_state.cgroup_root(weird.dir .. "/state")
       local id = http_client.create(weird, key).json.session_id
       local job = http_client.exec_async(weird, key, id, "sleep 3", 30)
@@ -95,15 +102,12 @@ describe("airlockd cgroups per tenant", function()
       assert.truthy(groups[2]:match("^t%-_%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$"), groups[2])
       assert.are.equal(0, job.wait(60).exit_code)
     end)
-    airlockd.stop(weird)
-    assert(ok, err)
   end)
 end)
 
 describe("airlockd host-wide command cap", function()
   it("waits for a slot, then answers 503 when none frees in time; never runs more than the cap", function()
-    local server = airlockd.start({ env = { SANDBOX_MAX_RUNNING = "2", SANDBOX_QUEUE_SECONDS = "2" } })
-    local ok, err = pcall(function()
+    with_server({ env = { SANDBOX_MAX_RUNNING = "2", SANDBOX_QUEUE_SECONDS = "2" } }, function(server)
       local acme, other = server.tenants.acme, server.tenants.other
       local a = http_client.create(server, acme).json.session_id
       local o = http_client.create(server, other).json.session_id
@@ -124,13 +128,10 @@ describe("airlockd host-wide command cap", function()
       local usage = http_client.request(server, "GET", "/v1/usage", { key = other }).json
       assert.are.equal(0, usage.commands_running)
     end)
-    airlockd.stop(server)
-    assert(ok, err)
   end)
 
   it("gives a freed slot to a tenant not served yet, before the next command of the busy one", function()
-    local server = airlockd.start({ env = { SANDBOX_MAX_RUNNING = "1", SANDBOX_QUEUE_SECONDS = "60" } })
-    local ok, err = pcall(function()
+    with_server({ env = { SANDBOX_MAX_RUNNING = "1", SANDBOX_QUEUE_SECONDS = "60" } }, function(server)
       local acme, other = server.tenants.acme, server.tenants.other
       local a = http_client.create(server, acme).json.session_id
       local o = http_client.create(server, other).json.session_id
@@ -150,7 +151,5 @@ describe("airlockd host-wide command cap", function()
       assert.truthy(t_other < t_second, "the other tenant ran after acme's second command")
       assert.truthy(most <= 1, "runs at once: " .. most)
     end)
-    airlockd.stop(server)
-    assert(ok, err)
   end)
 end)

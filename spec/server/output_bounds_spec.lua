@@ -24,24 +24,35 @@ local function peak_growth_mb(server, fn)
   return (peak - before) / 1024
 end
 
+-- A server started with env for the enclosing describe block, and a session of tenant acme.
+local function server_for_block(env)
+  local t = {}
+  lazy_setup(function()
+    t.server = airlockd.start({ env = env })
+    t.key = t.server.tenants.acme
+    t.id = http_client.create(t.server, t.key).json.session_id
+  end)
+  lazy_teardown(function()
+    if t.server then airlockd.stop(t.server) end
+  end)
+  return t
+end
+
 local function kept_parts(text)
   local head, omitted, tail = text:match("^(.-)\n\n%.%.%. %[TRUNCATED: (%d+) bytes omitted%] %.%.%.\n\n(.*)$")
   return head, tonumber(omitted), tail
 end
 
 describe("airlockd output budget, default 1 MiB per stream", function()
+  local t = server_for_block({ SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000}}' })
   local server, key, id
 
-  lazy_setup(function()
-    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000}}' } })
-    key = server.tenants.acme
-    id = http_client.create(server, key).json.session_id
-    -- one command first: the threads and allocations of an ordinary exec are in the baseline
-    assert.are.equal(0, http_client.exec(server, key, id, "echo warm").json.exit_code)
+  before_each(function()
+    server, key, id = t.server, t.key, t.id
   end)
 
-  lazy_teardown(function()
-    if server then airlockd.stop(server) end
+  it("runs an ordinary command first, so the baseline holds what every exec allocates", function()
+    assert.are.equal(0, http_client.exec(server, key, id, "echo warm").json.exit_code)
   end)
 
   it("keeps head and tail of 300 MB of stdout, says what it dropped, and stays within 64 MB", function()
@@ -101,16 +112,11 @@ describe("airlockd output budget, default 1 MiB per stream", function()
 end)
 
 describe("airlockd output budget across UTF-8 characters (SANDBOX_OUTPUT_MAX_KB=1)", function()
+  local t = server_for_block({ SANDBOX_OUTPUT_MAX_KB = "1" })
   local server, key, id
 
-  lazy_setup(function()
-    server = airlockd.start({ env = { SANDBOX_OUTPUT_MAX_KB = "1" } })
-    key = server.tenants.acme
-    id = http_client.create(server, key).json.session_id
-  end)
-
-  lazy_teardown(function()
-    if server then airlockd.stop(server) end
+  before_each(function()
+    server, key, id = t.server, t.key, t.id
   end)
 
   it("never splits a character: head and tail decode as the whole stream does", function()
@@ -139,16 +145,11 @@ describe("airlockd output budget across UTF-8 characters (SANDBOX_OUTPUT_MAX_KB=
 end)
 
 describe("airlockd file reads (SANDBOX_READ_MAX_MB=1)", function()
+  local t = server_for_block({ SANDBOX_READ_MAX_MB = "1", SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000}}' })
   local server, key, id
 
-  lazy_setup(function()
-    server = airlockd.start({ env = { SANDBOX_READ_MAX_MB = "1", SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000}}' } })
-    key = server.tenants.acme
-    id = http_client.create(server, key).json.session_id
-  end)
-
-  lazy_teardown(function()
-    if server then airlockd.stop(server) end
+  before_each(function()
+    server, key, id = t.server, t.key, t.id
   end)
 
   local function too_large(path)
