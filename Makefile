@@ -120,7 +120,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/driver_hooks_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
-              spec/server/deep_tree_spec.lua
+              spec/server/deep_tree_spec.lua spec/server/units_spec.lua spec/server/output_bounds_spec.lua \
+              spec/server/fairness_spec.lua spec/server/cleanup_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -146,9 +147,14 @@ valgrind-test: build
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
 # poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
+# output_memory: airlockd's memory above idle while a command writes 1 GB to stdout, and its
+#   drain time vs a bare `runsc run | wc -c`.
+# fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 bench: build
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
+	$(LUA) bench/output_memory.lua
+	$(LUA) bench/fairness.lua
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)
