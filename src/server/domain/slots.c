@@ -11,10 +11,12 @@
 /* A waiter checks its client this often. */
 #define CANCEL_CHECK_MS 100
 
-typedef struct waiter {
-    struct waiter *prev, *next;
-    size_t tenant;
+/* A queued command: one entry of the fixed pool (queue_max entries). */
+typedef struct {
+    bool waiting;
     bool granted; /* a releasing thread handed this waiter its slot */
+    size_t tenant;
+    uint64_t order; /* arrival: oldest first within a tenant */
 } waiter;
 
 struct slots {
@@ -24,8 +26,8 @@ struct slots {
     size_t tenant_cap;
     int *per_tenant;       /* slots held by each tenant */
     uint64_t *served;      /* when each tenant last got a slot (grant count; 0: never) */
-    uint64_t grants;
-    waiter *first, *last;  /* oldest first */
+    uint64_t grants, arrivals;
+    waiter *pool;          /* queue_max entries */
 };
 
 slots *slots_new(int max_running, size_t tenant_cap, int queue_max, int wait_ms)
@@ -35,10 +37,13 @@ slots *slots_new(int max_running, size_t tenant_cap, int queue_max, int wait_ms)
         return NULL;
     s->per_tenant = calloc(tenant_cap ? tenant_cap : 1, sizeof *s->per_tenant);
     s->served = calloc(tenant_cap ? tenant_cap : 1, sizeof *s->served);
+    s->queue_max = queue_max < 0 ? 0 : queue_max;
+    s->pool = calloc(s->queue_max ? (size_t)s->queue_max : 1, sizeof *s->pool);
     pthread_condattr_t ca;
-    if (!s->per_tenant || !s->served || pthread_condattr_init(&ca) != 0) {
+    if (!s->per_tenant || !s->served || !s->pool || pthread_condattr_init(&ca) != 0) {
         free(s->per_tenant);
         free(s->served);
+        free(s->pool);
         free(s);
         return NULL;
     }
@@ -48,7 +53,6 @@ slots *slots_new(int max_running, size_t tenant_cap, int queue_max, int wait_ms)
     pthread_mutex_init(&s->mu, NULL);
     s->max = max_running < 1 ? 1 : max_running;
     s->tenant_cap = tenant_cap ? tenant_cap : 1;
-    s->queue_max = queue_max < 0 ? 0 : queue_max;
     s->wait_ms = wait_ms < 0 ? 0 : wait_ms;
     return s;
 }
@@ -61,26 +65,13 @@ void slots_free(slots *s)
     pthread_mutex_destroy(&s->mu);
     free(s->per_tenant);
     free(s->served);
+    free(s->pool);
     free(s);
 }
 
 static size_t clamp_tenant(const slots *s, size_t tenant)
 {
     return tenant < s->tenant_cap ? tenant : s->tenant_cap - 1;
-}
-
-static void unlink_waiter(slots *s, waiter *w)
-{
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        s->first = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    else
-        s->last = w->prev;
-    w->prev = w->next = NULL;
-    s->queued--;
 }
 
 static void grant(slots *s, size_t tenant)
@@ -90,24 +81,31 @@ static void grant(slots *s, size_t tenant)
     s->served[tenant] = ++s->grants;
 }
 
-/* Whether waiter a's tenant goes before b's: fewer slots held, else served longer ago. */
+/* Whether waiter a goes before b: its tenant holds fewer slots, else was served longer ago,
+ * else it came first. */
 static bool before(const slots *s, const waiter *a, const waiter *b)
 {
     if (s->per_tenant[a->tenant] != s->per_tenant[b->tenant])
         return s->per_tenant[a->tenant] < s->per_tenant[b->tenant];
-    return s->served[a->tenant] < s->served[b->tenant];
+    if (s->served[a->tenant] != s->served[b->tenant])
+        return s->served[a->tenant] < s->served[b->tenant];
+    return a->order < b->order;
 }
 
-/* Free slots go to the queued tenants in turn (see before); oldest first within a tenant. */
+/* Free slots go to the queued tenants in turn (see before). */
 static void hand_over(slots *s)
 {
-    while (s->running < s->max && s->first) {
-        waiter *best = s->first;
-        for (waiter *w = s->first->next; w; w = w->next)
-            if (before(s, w, best))
+    while (s->running < s->max && s->queued > 0) {
+        waiter *best = NULL;
+        for (int i = 0; i < s->queue_max; i++) {
+            waiter *w = &s->pool[i];
+            if (w->waiting && !w->granted && (!best || before(s, w, best)))
                 best = w;
-        unlink_waiter(s, best);
+        }
+        if (!best)
+            break;
         best->granted = true;
+        s->queued--;
         grant(s, best->tenant);
     }
     pthread_cond_broadcast(&s->cv);
@@ -149,17 +147,20 @@ slot_result slots_acquire(slots *s, size_t tenant, int cancel_fd)
         pthread_mutex_unlock(&s->mu);
         return SLOT_BUSY;
     }
-    waiter w = {.prev = s->last, .tenant = tenant};
-    if (s->last)
-        s->last->next = &w;
-    else
-        s->first = &w;
-    s->last = &w;
+    waiter *w = NULL;
+    for (int i = 0; i < s->queue_max && !w; i++)
+        if (!s->pool[i].waiting)
+            w = &s->pool[i];
+    if (!w) { /* every entry still held by a waiter granted a moment ago */
+        pthread_mutex_unlock(&s->mu);
+        return SLOT_BUSY;
+    }
+    *w = (waiter){.waiting = true, .tenant = tenant, .order = ++s->arrivals};
     s->queued++;
     int64_t deadline = mono_ms() + s->wait_ms;
     slot_result result = SLOT_BUSY;
     for (;;) {
-        if (w.granted) {
+        if (w->granted) {
             result = SLOT_OK;
             break;
         }
@@ -173,8 +174,9 @@ slot_result slots_acquire(slots *s, size_t tenant, int cancel_fd)
         struct timespec until = at_ms(cancel_fd > 0 && left > CANCEL_CHECK_MS ? CANCEL_CHECK_MS : left);
         (void)pthread_cond_timedwait(&s->cv, &s->mu, &until);
     }
-    if (!w.granted)
-        unlink_waiter(s, &w);
+    if (!w->granted)
+        s->queued--;
+    w->waiting = false;
     pthread_mutex_unlock(&s->mu);
     return result;
 }
