@@ -32,8 +32,13 @@ local function runsc_list(server)
   return proc.output(q(RUNSC) .. " --root " .. q(server.dir .. "/state/runsc") .. " list -quiet 2>&1")
 end
 
+-- The files under the server's runsc root (runsc's container state).
+local function runsc_state(server)
+  return proc.output("ls -A " .. q(server.dir .. "/state/runsc"))
+end
+
 describe("airlockd startup after a kill -9", function()
-  local a, b, scratch, frozen_dir
+  local a, b, scratch, frozen_dir, aroot
   local planted = {}
 
   lazy_teardown(function()
@@ -42,6 +47,7 @@ describe("airlockd startup after a kill -9", function()
     for _, pid in ipairs(planted) do os.execute("kill -9 " .. pid .. " 2>/dev/null") end
     if a then airlockd.stop(a) end
     if b then airlockd.stop(b) end
+    if aroot then host_state.remove_cgroup_root(aroot) end -- when the restart never came
     if scratch then proc.remove_tree(scratch) end
   end)
 
@@ -49,7 +55,7 @@ describe("airlockd startup after a kill -9", function()
     a = airlockd.start()
     b = airlockd.start()
     scratch = proc.make_temp_dir()
-    local aroot = host_state.cgroup_root(a.dir .. "/state")
+    aroot = host_state.cgroup_root(a.dir .. "/state")
     local broot = host_state.cgroup_root(b.dir .. "/state")
     assert.are_not.equal(aroot, broot)
     local akey, bkey = a.tenants.acme, b.tenants.acme
@@ -84,7 +90,7 @@ describe("airlockd startup after a kill -9", function()
     -- what the kill left behind
     local left = table.concat(host_state.cgroups_under(aroot), "\n")
     assert.truthy(left:find("/t-acme/" .. aid .. "-", 1, true), left)
-    assert.truthy(runsc_list(a):find(aid, 1, true), runsc_list(a))
+    assert.truthy(runsc_state(a):find(aid, 1, true), runsc_state(a))
     for _, pid in ipairs(planted) do assert.is_true(proc.alive(pid)) end
 
     a = airlockd.start({ dir = a.dir, tenants = a.tenants })
@@ -92,6 +98,7 @@ describe("airlockd startup after a kill -9", function()
     for _, pid in ipairs(planted) do assert.is_false(proc.alive(pid), "planted pid " .. pid .. " survived the restart") end
     assert.are.same({}, host_state.pids_naming(a.dir .. "/state/runsc"))
     assert.are.equal("", runsc_list(a))
+    assert.are.equal("", runsc_state(a))
     -- only the group the new server's own probe ran in is left, in every hierarchy
     for _, dir in ipairs(host_state.cgroups_under(aroot)) do
       assert.truthy(dir:match("/" .. aroot:gsub("%-", "%%-") .. "/internal$"), dir)

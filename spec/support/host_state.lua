@@ -44,6 +44,15 @@ function M.cgroup_root_exists(root)
   return proc.output("ls -d /sys/fs/cgroup/*/" .. root .. " 2>/dev/null") ~= ""
 end
 
+-- Removes a cgroup root a test left (its processes killed, frozen groups thawed first), in
+-- every hierarchy; for the teardown of a test that killed its server.
+function M.remove_cgroup_root(root)
+  os.execute("for h in /sys/fs/cgroup/*; do d=\"$h/" .. root .. "\"; [ -d \"$d\" ] || continue; "
+    .. "for f in $(find \"$d\" -name freezer.state); do echo THAWED > $f; done; "
+    .. "for p in $(cat $(find \"$d\" -name cgroup.procs)); do kill -9 $p; done; sleep 0.2; "
+    .. "find \"$d\" -depth -type d -exec rmdir {} \\; ; done 2>/dev/null")
+end
+
 -- The pids whose command line contains text.
 function M.pids_naming(text)
   local pids = {}

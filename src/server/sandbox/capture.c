@@ -88,8 +88,9 @@ ssize_t capture_read(capture *c, int fd)
         return fail_nomem(c);
     ssize_t got;
     if (c->head.len < c->head_max) {
-        size_t room = c->head_max - c->head.len;
-        got = buf_read(&c->head, fd, room < CAPTURE_CHUNK ? room : CAPTURE_CHUNK);
+        /* the head grows with what comes (a short output costs a short buffer) */
+        size_t room = c->head_max - c->head.len, want = c->head.len > CAPTURE_SCRATCH ? c->head.len : CAPTURE_SCRATCH;
+        got = buf_read(&c->head, fd, room < want ? room : want);
         if (got < 0 && c->head.err)
             return fail_nomem(c);
     } else if (!ring_ready(c)) {

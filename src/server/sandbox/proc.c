@@ -24,6 +24,8 @@
 #define CANCEL_GRACE_MS 1500
 /* Output pipes this large are drained in fewer, larger reads. */
 #define PIPE_SIZE (1024 * 1024)
+/* Reads of one stream per wake-up (up to 16 MiB) before the loop looks around again. */
+#define DRAIN_READS 16
 
 /* Error report from the child before exec: which step failed and its errno. */
 typedef struct {
@@ -52,10 +54,12 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Takes what is readable on fd; returns 1 on EOF, 0 to continue, -1 on error. */
+/* Takes what is readable on fd, a bounded number of reads at a time so that a writer as fast
+ * as we read cannot keep the loop from its deadline, its cancel_fd and the other stream;
+ * returns 1 on EOF, 0 to continue, -1 on error. */
 static int drain(int fd, capture *c)
 {
-    for (;;) {
+    for (int reads = 0; reads < DRAIN_READS; reads++) {
         ssize_t r = capture_read(c, fd);
         if (r > 0)
             continue;
@@ -65,6 +69,7 @@ static int drain(int fd, capture *c)
             return 0;
         return -1;
     }
+    return 0;
 }
 
 static void close_fd(int *fd)
