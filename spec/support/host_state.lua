@@ -14,6 +14,12 @@ function M.status_kb(pid, field)
   return status and tonumber(status:match(field .. ":%s*(%d+) kB"))
 end
 
+-- Whether the process runs with AddressSanitizer, whose quarantine keeps freed memory on
+-- purpose (its memory figures say nothing about airlockd's own).
+function M.sanitized(pid)
+  return (proc.read_file("/proc/" .. pid .. "/maps") or ""):find("libasan", 1, true) ~= nil
+end
+
 -- Sets VmHWM back to the current VmRSS, so the next reading is the peak from now on.
 function M.reset_peak(pid)
   local f = io.open("/proc/" .. pid .. "/clear_refs", "w")
