@@ -38,10 +38,13 @@ local function measure(server, key, id, command, deadline)
   local t = {}
   for i = 1, RUNS do
     if i > 3 and socket.gettime() > deadline then break end
+    local body = cjson.encode({ command = command })
     local t0 = socket.gettime()
-    local status, _, body = fuzz.request(server, "POST", "/v1/sessions/" .. id .. "/exec", key, cjson.encode({ command = command }))
+    local status, raw, answer = fuzz.raw(server, table.concat({ "POST /v1/sessions/" .. id .. "/exec HTTP/1.1", "Host: 127.0.0.1",
+      "Connection: close", "X-API-Key: " .. key, "Content-Type: application/json", "Content-Length: " .. #body, "", body }, "\r\n"), 120)
     t[i] = (socket.gettime() - t0) * 1000
-    check(status == 200 and cjson.decode(body).exit_code == 0, "exec: " .. tostring(body))
+    check(status == 200 and cjson.decode(answer).exit_code == 0,
+      string.format("exec of %s after %.1f s: %s", command, t[i] / 1000, tostring(raw)))
   end
   table.sort(t)
   return { p50 = percentile(t, 50), p95 = percentile(t, 95), n = #t }
