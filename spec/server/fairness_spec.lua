@@ -1,8 +1,9 @@
 -- luacheck: max line length 160
 -- Fair sharing (issue #8 item 5), from real sandboxes: every run's cgroup sits under its
--- tenant's group (equal cpu.shares for every tenant) under this server's root
--- airlockd-<16 hex of SHA-256(realpath(state dir))>, with the run's own limits (1 CPU,
--- 256 MB, host tasks), and the sandbox sees its 256 MB as /proc/meminfo's MemTotal. A host-wide
+-- tenant's group under this server's root airlockd-<16 hex of SHA-256(realpath(state dir))>,
+-- with the run's own limits (1 CPU, 256 MB, host tasks); a tenant's cpu.shares is
+-- 1024 x CPUs / min(its running commands, CPUs), so its weight does not grow with its
+-- commands; and the sandbox sees its 256 MB as /proc/meminfo's MemTotal. A host-wide
 -- cap (SANDBOX_MAX_RUNNING) holds however many tenants ask: a command over it waits
 -- (SANDBOX_QUEUE_SECONDS) and then gets the 503 the SDKs retry, and a freed slot goes to the
 -- tenant running fewest, then to the one served longest ago. Correctness only: the CPU share under load is measured by
@@ -45,13 +46,17 @@ describe("airlockd cgroups per tenant", function()
     if server then airlockd.stop(server) end
   end)
 
-  it("puts each run under its tenant's group, with equal shares and the run's own limits", function()
+  it("puts each run under its tenant's group, with the tenant's weight and the run's own limits", function()
     local acme, other = server.tenants.acme, server.tenants.other
     local a = http_client.create(server, acme).json.session_id
     local o = http_client.create(server, other).json.session_id
     local ja = http_client.exec_async(server, acme, a, "sleep 5", 30)
+    local ja2 = http_client.exec_async(server, acme, a, "sleep 5", 30)
     local jo = http_client.exec_async(server, other, o, "sleep 5", 30)
-    assert.truthy(wait_runs(server, 2) >= 2)
+    assert.truthy(wait_runs(server, 3) >= 3)
+    local cpus = tonumber(proc.output("getconf _NPROCESSORS_ONLN"))
+    assert.are.equal(tostring(math.floor(1024 * cpus / math.min(2, cpus))), read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-acme/cpu.shares"))
+    assert.are.equal(tostring(1024 * cpus), read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-other/cpu.shares"))
     local runs = {}
     for _, dir in ipairs(host_state.cgroups_under(root)) do
       local tenant, run = dir:match("^/sys/fs/cgroup/cpu/" .. plain(root) .. "/t%-(%w+)/(sbx_%x+%-.*)$")
@@ -60,7 +65,6 @@ describe("airlockd cgroups per tenant", function()
     assert.truthy(runs.acme and runs.acme:find("/" .. a .. "-", 1, true), table.concat(host_state.cgroups_under(root), "\n"))
     assert.truthy(runs.other and runs.other:find("/" .. o .. "-", 1, true))
     for _, tenant in ipairs({ "acme", "other" }) do
-      assert.are.equal("1024", read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-" .. tenant .. "/cpu.shares"))
       local rel = runs[tenant]:sub(#"/sys/fs/cgroup/cpu/" + 1)
       assert.are.equal("100000", read_value(runs[tenant] .. "/cpu.cfs_quota_us"))
       assert.are.equal("100000", read_value(runs[tenant] .. "/cpu.cfs_period_us"))
@@ -70,6 +74,7 @@ describe("airlockd cgroups per tenant", function()
       assert.truthy(read_value("/sys/fs/cgroup/memory/" .. rel .. "/cgroup.procs") ~= "")
     end
     assert.are.equal(0, ja.wait(60).exit_code)
+    assert.are.equal(0, ja2.wait(60).exit_code)
     assert.are.equal(0, jo.wait(60).exit_code)
     -- the runs' groups are gone from every hierarchy; the tenants' stay for the next run
     for _, dir in ipairs(host_state.cgroups_under(root)) do

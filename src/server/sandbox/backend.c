@@ -285,8 +285,11 @@ void sandbox_backend_close(sandbox_backend *b)
         (void)fs_rmtree(b->runsc_root);
     if (b->rootfs_dir)
         (void)fs_rmtree(b->rootfs_dir);
-    if (b->have_cgroups && sbx_cg_tree_clear(&b->cgroups, false) != 0)
-        fprintf(stderr, "airlockd: some cgroups under %s could not be removed\n", b->cgroups.root);
+    if (b->have_cgroups) {
+        if (sbx_cg_tree_clear(&b->cgroups, false) != 0)
+            fprintf(stderr, "airlockd: some cgroups under %s could not be removed\n", b->cgroups.root);
+        sbx_cg_tree_free(&b->cgroups);
+    }
     free(b->rootfs_dir);
     free(b->bundles_dir);
     free(b->runsc_root);

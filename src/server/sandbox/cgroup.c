@@ -308,9 +308,18 @@ int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root)
     return left;
 }
 
-int sbx_cg_tree_open(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t errlen)
+void sbx_cg_tree_free(sbx_cg_tree *t)
 {
-    memset(t, 0, sizeof *t);
+    pthread_mutex_destroy(&t->mu);
+    free(t->active);
+    t->active = NULL;
+    t->nactive = t->cap_active = 0;
+}
+
+static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t errlen)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    t->ncpu = cpus > 0 ? (unsigned)cpus : 1;
     t->memory = t->pids = t->cpu = -1;
     if (strlen(root_name) >= sizeof t->root) {
         snprintf(errbuf, errlen, "cgroup name too long: %s", root_name);
@@ -360,6 +369,16 @@ int sbx_cg_tree_open(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
         }
     }
     return 0;
+}
+
+int sbx_cg_tree_open(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    if (open_tree(t, root_name, errbuf, errlen) == 0)
+        return 0;
+    sbx_cg_tree_free(t);
+    return -1;
 }
 
 /* ---- tenants' groups and runs' groups ----------------------------------------------- */
@@ -442,9 +461,8 @@ static int apply_v2(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf
     return 0;
 }
 
-/* The tenant's group in one hierarchy; its weight is written when it is new. */
-static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *group, bool cpu,
-                        char *errbuf, size_t errlen)
+/* The tenant's group in one hierarchy (v2: with the controllers enabled below it). */
+static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *group, char *errbuf, size_t errlen)
 {
     char dir[SBX_CG_PATH_MAX];
     if (!join(dir, sizeof dir, hier, t->root, group)) {
@@ -457,25 +475,65 @@ static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *grou
         snprintf(errbuf, errlen, "cannot create cgroup %s: %s", dir, strerror(errno));
         return -1;
     }
-    if (t->v2) {
-        if (set_limit(dir, "cgroup.subtree_control", "+memory +pids +cpu", false,
-                      "enable cgroup v2 controllers", errbuf, errlen) ||
-            set_limit(dir, "cpu.weight", "100", true, "set the tenant's cpu weight", errbuf, errlen))
-            return -1;
-    } else if (cpu) {
-        char shares[16];
-        snprintf(shares, sizeof shares, "%d", SBX_CG_TENANT_SHARES);
-        if (set_limit(dir, "cpu.shares", shares, false, "set the tenant's cpu shares", errbuf, errlen))
-            return -1;
-    }
+    if (t->v2 && set_limit(dir, "cgroup.subtree_control", "+memory +pids +cpu", false,
+                           "enable cgroup v2 controllers", errbuf, errlen))
+        return -1;
     return 0;
 }
 
-int sbx_cg_create(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, const char *id,
+/* The active table with room for one more entry (NULL when out of memory; the old stays). */
+static sbx_cg_active *grow_active(sbx_cg_tree *t)
+{
+    size_t cap = t->cap_active ? 2 * t->cap_active : 8;
+    sbx_cg_active *grown = realloc(t->active, cap * sizeof *grown);
+    if (grown) {
+        t->active = grown;
+        t->cap_active = cap;
+    }
+    return grown;
+}
+
+/* Counts one more (delta 1) or one fewer (-1) running command for the tenant's group and
+ * writes the weight that follows (see cgroup.h). Best effort: a weight that cannot be
+ * written leaves the previous one. */
+static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
+{
+    pthread_mutex_lock(&t->mu);
+    size_t i = 0;
+    while (i < t->nactive && strcmp(t->active[i].group, group) != 0)
+        i++;
+    if (i == t->nactive) {
+        if (delta < 0 || (t->nactive == t->cap_active && !grow_active(t))) {
+            pthread_mutex_unlock(&t->mu);
+            return;
+        }
+        snprintf(t->active[i].group, sizeof t->active[i].group, "%s", group);
+        t->active[i].runs = 0;
+        t->nactive++;
+    }
+    int runs = t->active[i].runs += delta;
+    if (runs <= 0) { /* idle: its weight matters to nobody until its next command */
+        t->active[i] = t->active[--t->nactive];
+    } else if (t->cpu >= 0) {
+        unsigned spread = (unsigned)runs < t->ncpu ? (unsigned)runs : t->ncpu;
+        char dir[SBX_CG_PATH_MAX], value[24];
+        unsigned long long per_cpu = t->v2 ? 100 : SBX_CG_TENANT_SHARES;
+        unsigned long long w = per_cpu * t->ncpu / spread;
+        if (t->v2 && w > 10000)
+            w = 10000;
+        snprintf(value, sizeof value, "%llu", w);
+        if (join(dir, sizeof dir, t->hier[t->cpu], t->root, group))
+            (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", value);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
+int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
                   const sbx_cg_limits *lim, char *errbuf, size_t errlen)
 {
     memset(cg, 0, sizeof *cg);
     cg->tree = t;
+    snprintf(cg->group, sizeof cg->group, "%s", group);
     int n = snprintf(cg->rel, sizeof cg->rel, "/%s/%s/%s", t->root, group, id);
     if (n < 0 || (size_t)n >= sizeof cg->rel) {
         snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
@@ -486,7 +544,7 @@ int sbx_cg_create(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, const
         if (limited[i] < 0 || (t->v2 && i > 0))
             continue;
         const char *hier = t->hier[limited[i]];
-        if (ensure_group(t, hier, group, i == 2 || t->v2, errbuf, errlen) != 0)
+        if (ensure_group(t, hier, group, errbuf, errlen) != 0)
             goto fail;
         char dir[SBX_CG_PATH_MAX];
         n = snprintf(dir, sizeof dir, "%s%s", hier, cg->rel);
@@ -505,6 +563,8 @@ int sbx_cg_create(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, const
     }
     if ((t->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen)) != 0)
         goto fail;
+    tenant_runs(t, group, 1);
+    cg->counted = true;
     return 0;
 fail:
     sbx_cg_destroy(cg);
@@ -600,6 +660,9 @@ void sbx_cg_destroy(sbx_cgroup *cg)
         if (n > 0 && (size_t)n < sizeof dir && rmdir_retrying(dir) != 0)
             fprintf(stderr, "airlockd: cannot remove cgroup %s: %s\n", dir, strerror(errno));
     }
+    if (cg->counted)
+        tenant_runs(cg->tree, cg->group, -1);
+    cg->counted = false;
     for (int i = 0; i < 3; i++)
         cg->dirs[i][0] = cg->procs[i][0] = '\0';
     cg->tree = NULL;
