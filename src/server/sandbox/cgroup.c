@@ -493,9 +493,22 @@ static sbx_cg_active *grow_active(sbx_cg_tree *t)
     return grown;
 }
 
+/* Writes cpu weight w to the tenant's group, or to the root when group is NULL (v1
+ * cpu.shares; v2 cpu.weight, at most 10000). Best effort: a weight that cannot be written
+ * leaves the previous one. */
+static void write_weight(const sbx_cg_tree *t, const char *group, unsigned long long w)
+{
+    if (t->v2 && w > 10000)
+        w = 10000;
+    char dir[SBX_CG_PATH_MAX], value[24];
+    snprintf(value, sizeof value, "%llu", w);
+    if (join(dir, sizeof dir, t->hier[t->cpu], t->root, group))
+        (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", value);
+}
+
 /* Counts one more (delta 1) or one fewer (-1) running command for the tenant's group and
- * writes the weight that follows (see cgroup.h). Best effort: a weight that cannot be
- * written leaves the previous one. */
+ * writes the weights that follow (see cgroup.h): the tenant's, and the root's, which weighs
+ * against the rest of the host what min(commands, CPUs) plain processes would. */
 static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
 {
     pthread_mutex_lock(&t->mu);
@@ -512,19 +525,16 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
         t->nactive++;
     }
     int runs = t->active[i].runs += delta;
-    if (runs <= 0) { /* idle: its weight matters to nobody until its next command */
-        t->active[i] = t->active[--t->nactive];
-    } else if (t->cpu >= 0) {
-        unsigned spread = (unsigned)runs < t->ncpu ? (unsigned)runs : t->ncpu;
-        char dir[SBX_CG_PATH_MAX], value[24];
-        unsigned long long per_cpu = t->v2 ? 100 : SBX_CG_TENANT_SHARES;
-        unsigned long long w = per_cpu * t->ncpu / spread;
-        if (t->v2 && w > 10000)
-            w = 10000;
-        snprintf(value, sizeof value, "%llu", w);
-        if (join(dir, sizeof dir, t->hier[t->cpu], t->root, group))
-            (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", value);
+    t->total_runs += delta;
+    if (t->cpu >= 0) {
+        unsigned long long unit = t->v2 ? 100 : SBX_CG_TENANT_SHARES;
+        if (runs > 0)
+            write_weight(t, group, unit * t->ncpu / ((unsigned)runs < t->ncpu ? (unsigned)runs : t->ncpu));
+        if (t->total_runs > 0)
+            write_weight(t, NULL, unit * ((unsigned)t->total_runs < t->ncpu ? (unsigned)t->total_runs : t->ncpu));
     }
+    if (runs <= 0) /* idle: its weight matters to nobody until its next command */
+        t->active[i] = t->active[--t->nactive];
     pthread_mutex_unlock(&t->mu);
 }
 

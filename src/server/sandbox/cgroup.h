@@ -15,7 +15,10 @@
  * of the machine; the kernel spreads a group's weight over the CPUs its tasks run on, which
  * would leave such a tenant's command 2/3 of a CPU beside another tenant's burners on two
  * CPUs. Concentrating the weight on its few commands gives it (nearly) the whole CPU it runs
- * on; tenants running at least one command per CPU weigh the same.
+ * on; tenants running at least one command per CPU weigh the same. The root weighs
+ * SBX_CG_TENANT_SHARES × min(commands running, CPUs) against the rest of the host: what that
+ * many plain processes would (a fixed weight would shrink each command's share of a busy
+ * host as more commands ran).
  *
  * Everything under the root belongs to this state directory alone: startup removes what a
  * killed predecessor left there, and never touches another server's root. */
@@ -51,6 +54,7 @@ typedef struct {
     pthread_mutex_t mu;                             /* guards active */
     sbx_cg_active *active;                          /* at most one entry per running command */
     size_t nactive, cap_active;
+    int total_runs;                                 /* commands running, all tenants */
 } sbx_cg_tree;
 
 typedef struct {
