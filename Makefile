@@ -122,7 +122,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
-              spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua
+              spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
+              spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -157,6 +158,9 @@ valgrind-test: build
 # SDK, /ping latency during it, the cosocket transport's small-call rate vs raw_curl_rate, and
 # a 1,000-request soak (worker RSS, sessions left, crashes).
 # slow_connections: exec `true` and /healthz with 1,000 slowloris connections held vs none.
+# output_memory: airlockd's memory above idle while a command writes 1 GB to stdout, and its
+#   drain time vs a bare `runsc run | wc -c`.
+# fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
@@ -166,6 +170,8 @@ bench: build luajit-core
 	RAW_CURL_RATE=$(RAW_CURL_RATE) LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit bench/call_rate.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua
 	$(LUA) bench/slow_connections.lua
+	$(LUA) bench/output_memory.lua
+	$(LUA) bench/fairness.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -9,17 +9,17 @@
 -- commands under a bare `runsc run` with the flags src/server/sandbox/gvisor.c uses, on a minimal OCI bundle of
 -- our own over airlockd's generated root (its state dir's sandbox-root) and a scratch
 -- workspace. The ratio exec/bare is airlockd's own overhead (HTTP, cgroup, bundle, quota walk).
+-- `true` also runs under bare runsc told its cgroup (linux.cgroupsPath, no --ignore-cgroups),
+-- as airlockd runs it so that /proc/meminfo shows the 256 MB limit: that ratio is the price.
 -- Needs root (runsc), like airlockd. No assertion anywhere: it prints a table.
 package.path = "spec/?.lua;" .. package.path
 local airlockd = require "support.airlockd"
-local proc = require "support.proc"
 local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
+local bare_runsc = require "support.bare_runsc"
 local socket = require "socket"
 local cjson = require "cjson"
 
 local RUNS = math.max(30, tonumber(arg and arg[1]) or 30)
-local q = proc.shell_quote
-local write_file = proc.write_file
 
 local function percentile(sorted, p)
   local idx = math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))
@@ -49,42 +49,6 @@ local function call(server, method, path, key, body)
   return status, ok and decoded or rbody
 end
 
--- The OCI config src/server/sandbox/oci.c writes, minus nothing that costs time: same mounts, limits,
--- namespaces, user and empty capability sets.
-local function bare_config(rootfs, workspace, command)
-  local function m(dst, typ, src, opts) return { destination = dst, type = typ, source = src, options = opts } end
-  local tmp = { "nosuid", "nodev", "noexec", "size=64m", "mode=1777" }
-  local json = cjson.encode({
-    ociVersion = "1.0.2",
-    process = {
-      terminal = false, user = { uid = 1000, gid = 1000 }, args = { "/bin/bash", "-c", command },
-      env = { "HOME=/tmp", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" }, cwd = "/workspace",
-      rlimits = { { type = "RLIMIT_NPROC", hard = 64, soft = 64 }, { type = "RLIMIT_NOFILE", hard = 65536, soft = 65536 },
-        { type = "RLIMIT_CORE", hard = 0, soft = 0 } },
-      noNewPrivileges = true,
-    },
-    root = { path = rootfs, readonly = true },
-    hostname = "sandbox",
-    mounts = {
-      m("/proc", "proc", "proc", { "nosuid", "noexec", "nodev" }),
-      m("/dev", "tmpfs", "tmpfs", { "nosuid", "strictatime", "mode=755", "size=65536k" }),
-      m("/dev/pts", "devpts", "devpts", { "nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620" }),
-      m("/dev/shm", "tmpfs", "shm", tmp),
-      m("/sys", "sysfs", "sysfs", { "nosuid", "noexec", "nodev", "ro" }),
-      m("/usr", "bind", "/usr", { "rbind", "ro", "nosuid", "nodev" }),
-      m("/workspace", "bind", workspace, { "rbind", "rw", "nosuid", "nodev" }),
-      m("/tmp", "tmpfs", "tmpfs", tmp),
-    },
-    linux = { namespaces = { { type = "pid" }, { type = "network" }, { type = "ipc" }, { type = "uts" }, { type = "mount" } } },
-  })
-  -- every capability set empty (lua-cjson encodes an empty table as an object, so splice it in)
-  local caps = '"capabilities":{"bounding":[],"effective":[],"inheritable":[],"permitted":[],"ambient":[]},'
-  local spliced, count = json:gsub('"noNewPrivileges":true,?', function(w) return caps .. w end, 1)
-  check(count == 1, "cannot place capabilities in the OCI config")
-  return spliced
-end
-
-local runsc = os.getenv("AIRLOCK_RUNSC") or ".deps/runsc/usr/bin/runsc"
 local server = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) },
   env = { SANDBOX_TENANT_LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000}}' } })
 local ok, err = pcall(function()
@@ -116,26 +80,22 @@ local ok, err = pcall(function()
     check(r.stdout == "65536\n", cjson.encode(r))
   end)
 
-  -- the bare runsc run, same flags as sandbox/gvisor.c, its own root/state/bundle dirs
-  local rootfs = server.dir .. "/state/sandbox-root"
-  local dir = server.dir .. "/bare"
-  check(os.execute("mkdir -p " .. q(dir .. "/ws") .. " " .. q(dir .. "/root") .. " && chown 1000:1000 " .. q(dir .. "/ws")), "mkdir")
-  local n = 0
-  local function bare(command, expect)
+  -- the bare runsc run, same flags as sandbox/gvisor.c, its own root/state/bundle dirs; and
+  -- the same with runsc told the run's cgroup (airlockd's way: /proc/meminfo = the limit)
+  -- instead of --ignore-cgroups
+  local bare_plain = bare_runsc.runner(server, "-plain")
+  local cg_root = "airlockd-bench-" .. airlockd.random_hex(4)
+  local bare_cg = bare_runsc.runner(server, "-cg", cg_root)
+  local function bare(command, expect, runner)
     return function()
-      n = n + 1
-      local bundle = dir .. "/b" .. n
-      os.execute("mkdir -p " .. q(bundle))
-      write_file(bundle .. "/config.json", bare_config(rootfs, dir .. "/ws", command))
-      local p = io.popen(table.concat({ q(runsc), "--root", q(dir .. "/root"), "--platform=systrap", "--network=none",
-        "--overlay2=none", "--ignore-cgroups", "--host-uds=none", "run", "--bundle", q(bundle), "bench-bare-" .. n }, " ") .. " 2>&1")
-      local out = p:read("*a")
-      p:close()
+      local out = (runner or bare_plain)(command)
       check(out == expect, "bare runsc: " .. out)
-      os.execute("rm -rf " .. q(bundle))
     end
   end
   results.bare_true = measure(bare("true", ""))
+  results.bare_cg_true = measure(bare("true", "", bare_cg))
+  local meminfo = bare_cg("grep MemTotal /proc/meminfo")
+  bare_runsc.remove_cgroup_root(cg_root)
   results.bare_py = measure(bare("python3 -c 'print(2**16)'", "65536\n"))
 
   print(string.format("airlockd latency, %d runs each (ms; lower is better)", RUNS))
@@ -143,6 +103,7 @@ local ok, err = pcall(function()
   local rows = {
     { "create session", "create" }, { "write (5 bytes)", "write" }, { "read", "read" },
     { "exec true", "exec_true" }, { "  bare runsc run true", "bare_true" },
+    { "  bare runsc run true, cgroupsPath", "bare_cg_true" },
     { "exec python3 print(2**16)", "exec_py" }, { "  bare runsc run python3", "bare_py" },
   }
   for _, row in ipairs(rows) do
@@ -153,6 +114,9 @@ local ok, err = pcall(function()
     results.exec_true.p95 / results.bare_true.p95))
   print(string.format("%-36s %9.2f %9.2f", "ratio exec/bare (python3)", results.exec_py.p50 / results.bare_py.p50,
     results.exec_py.p95 / results.bare_py.p95))
+  print(string.format("%-36s %9.2f %9.2f", "ratio cgroupsPath/--ignore-cgroups", results.bare_cg_true.p50 / results.bare_true.p50,
+    results.bare_cg_true.p95 / results.bare_true.p95))
+  print("  (with cgroupsPath the sandbox sees " .. meminfo:gsub("%s+", " "):gsub(" $", "") .. "; the host's otherwise)")
   print(string.format("%-36s %9.1f %9.1f", "airlockd overhead per exec (true)", results.exec_true.p50 - results.bare_true.p50,
     results.exec_true.p95 - results.bare_true.p95))
 end)

@@ -2,6 +2,7 @@
  * sticky errors; visiting order, symlinks never followed, removal that stays inside the tree,
  * and a 3,000-level chain walked and removed under a 64-descriptor limit. Built and run by
  * spec/server/units_spec.lua. */
+#include "check.h"
 #include "fs/walk.h"
 #include "util/buf.h"
 
@@ -15,17 +16,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
-        }                                                                            \
-    } while (0)
 
 /* ---- buffer -------------------------------------------------------------------------- */
 
@@ -302,6 +292,5 @@ int main(void)
 {
     test_buffer();
     test_walk();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return CHECK_SUMMARY();
 }

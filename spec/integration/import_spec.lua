@@ -272,7 +272,7 @@ describe("POST /v1/sessions/{id}/import", function()
       assert.are.equal("taken\n", r.json.stdout)
     end)
 
-    it("audits imports and their failures with a null exit code", function()
+    it("audits imports' failures with a null exit code and their duration, as the reference does", function()
       local r = client.request(server, "GET", "/v1/audit?limit=500", { key = acme })
       assert.are.equal(200, r.status, r.body)
       local by_command = {}
@@ -282,6 +282,8 @@ describe("POST /v1/sessions/{id}/import", function()
       local e = by_command["import acme/nope"]
       assert.truthy(e, r.body)
       assert.are.equal(cjson.null, e.exit_code)
+      assert.are.equal("number", type(e.duration_s))
+      assert.truthy(e.duration_s >= 0 and e.duration_s < 120, r.body)
       assert.are.equal("static key", e.actor)
       assert.truthy(e.detail:find("^failed %(404%): acme/nope@HEAD wasn't found%."), e.detail)
       e = by_command["import acme/counted into taken"]
@@ -293,7 +295,7 @@ describe("POST /v1/sessions/{id}/import", function()
       for _, x in ipairs(other_ids) do assert.are_not.equal(id, x.session_id) end
     end)
 
-    it("audits a success with the file count", function()
+    it("audits a success with the file count, exit code 0 and its duration, as the reference does", function()
       local sid = create(server, acme)
       assert.are.equal(200, import(server, acme, sid, { repo = "acme/hello", ref = "main", path = "lib/h" }).status)
       local r = client.request(server, "GET", "/v1/audit?limit=5", { key = acme })
@@ -301,7 +303,11 @@ describe("POST /v1/sessions/{id}/import", function()
       assert.are.equal("import", e.kind)
       assert.are.equal("import acme/hello @main into lib/h", e.command)
       assert.are.equal("4 files into /workspace/lib/h", e.detail)
-      assert.are.equal(cjson.null, e.exit_code)
+      assert.are.equal(0, e.exit_code)
+      assert.are.equal("number", type(e.duration_s))
+      -- the unpacking ran in a sandbox: measurably more than nothing
+      assert.truthy(e.duration_s > 0 and e.duration_s < 240, r.body)
+      assert.is_false(e.timed_out)
     end)
   end)
 

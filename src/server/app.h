@@ -6,6 +6,7 @@
 #include "config.h"
 #include "domain/limits.h"
 #include "domain/sessions.h"
+#include "domain/slots.h"
 #include "domain/tenants.h"
 #include "sandbox/sandbox.h"
 #include "store/audit.h"
@@ -18,6 +19,7 @@ typedef struct app {
     tenants *tenants;      /* the configuration's tenants and those added at runtime */
     registry *reg;
     limits *lim;
+    slots *slots;          /* the host-wide cap on commands running at once */
     sandbox_backend *sb;
     atomic_ulong exec_seq; /* makes sandbox names unique per command */
     audit_store *audit;    /* SANDBOX_AUDIT, or NULL */

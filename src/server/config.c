@@ -8,12 +8,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
 /* the longest command (60 s) plus its sandbox start and release */
 #define DEFAULT_SHUTDOWN_GRACE 70
+#define DEFAULT_RUNNING_PER_CPU 4
+#define DEFAULT_QUEUE_SECONDS 20
+#define DEFAULT_OUTPUT_MAX_KB 1024
+#define DEFAULT_READ_MAX_MB 8
 static int failf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -313,6 +318,25 @@ static int whole_number(const char *var, long def, long lo, long hi, const char 
     return 0;
 }
 
+/* The host-wide command cap and queue, the output budget and the read limit (ours). */
+static int load_capacity(config *c, char *err, size_t errlen)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), running, queue, out_kb, read_mb;
+    if (cpus < 1)
+        cpus = 1;
+    if (whole_number("SANDBOX_MAX_RUNNING", DEFAULT_RUNNING_PER_CPU * cpus, 1, 100000, "commands", &running, err,
+                     errlen) ||
+        whole_number("SANDBOX_QUEUE_SECONDS", DEFAULT_QUEUE_SECONDS, 0, 3600, "seconds", &queue, err, errlen) ||
+        whole_number("SANDBOX_OUTPUT_MAX_KB", DEFAULT_OUTPUT_MAX_KB, 1, 1024 * 1024, "KB", &out_kb, err, errlen) ||
+        whole_number("SANDBOX_READ_MAX_MB", DEFAULT_READ_MAX_MB, 1, 1024, "MB", &read_mb, err, errlen))
+        return -1;
+    c->max_running = (int)running;
+    c->queue_seconds = (int)queue;
+    c->output_limit = (size_t)out_kb * 1024u;
+    c->read_limit = (size_t)read_mb * 1024u * 1024u;
+    return 0;
+}
+
 /* SANDBOX_IMPORT_MAX_MB (a positive whole number) and the archive download base URL. */
 static int load_import(config *c, char *err, size_t errlen)
 {
@@ -390,7 +414,7 @@ int config_load_env(config *c, char *err, size_t errlen)
     c->star.max_sessions = DEFAULT_MAX_SESSIONS;
     c->star.requests_per_minute = DEFAULT_RPM;
     c->star.max_concurrent_exec = DEFAULT_MAX_EXEC;
-    if (load_import(c, err, errlen) || load_http(c, err, errlen))
+    if (load_import(c, err, errlen) || load_http(c, err, errlen) || load_capacity(c, err, errlen))
         return -1;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;

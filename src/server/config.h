@@ -43,6 +43,10 @@ typedef struct config {
     int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
     http_limits http;           /* connections, deadlines, body memory, worker pools (README "Limits") */
     double shutdown_grace;      /* SANDBOX_SHUTDOWN_GRACE: seconds running requests get after SIGTERM */
+    int max_running;            /* SANDBOX_MAX_RUNNING: commands at once, all tenants (4 per CPU) */
+    int queue_seconds;          /* SANDBOX_QUEUE_SECONDS: a command's wait for a slot (20; 0: none) */
+    size_t output_limit;        /* SANDBOX_OUTPUT_MAX_KB (1024) in bytes: kept of each output stream */
+    size_t read_limit;          /* SANDBOX_READ_MAX_MB (8) in bytes: the largest file /read returns */
     /* flags */
     const char *listen_host;
     unsigned port;

@@ -103,7 +103,9 @@ static void usage(FILE *f)
           "Limits (README, \"Limits\"): SANDBOX_MAX_CONNECTIONS (4096), SANDBOX_MAX_CONNECTIONS_PER_CLIENT\n"
           "(256), SANDBOX_HEADER_TIMEOUT (10 s), SANDBOX_TRANSFER_TIMEOUT (10 s) with\n"
           "SANDBOX_MIN_TRANSFER_RATE_KB (256), SANDBOX_BODY_MEMORY_MB (256), SANDBOX_REQUEST_THREADS (8),\n"
-          "SANDBOX_COMMAND_THREADS (32), SANDBOX_REQUEST_QUEUE (256), SANDBOX_SHUTDOWN_GRACE (70 s).\n",
+          "SANDBOX_COMMAND_THREADS (32), SANDBOX_REQUEST_QUEUE (256), SANDBOX_SHUTDOWN_GRACE (70 s),\n"
+          "SANDBOX_MAX_RUNNING (4 per CPU; commands at once, all tenants), SANDBOX_QUEUE_SECONDS (20),\n"
+          "SANDBOX_OUTPUT_MAX_KB (1024 per stream), SANDBOX_READ_MAX_MB (8).\n",
           f);
 }
 
@@ -169,8 +171,24 @@ static int mkdir_p(const char *dir)
     return rc;
 }
 
+/* Descriptors 0-2 stay taken (by /dev/null when closed at start), so no client connection
+ * is ever one of them: a zero cancel_fd in sandbox_opts can then mean "none". */
+static void keep_std_fds(void)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) != -1)
+            continue;
+        int n = open("/dev/null", O_RDWR);
+        if (n >= 0 && n != fd) {
+            (void)dup2(n, fd);
+            close(n);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
+    keep_std_fds();
     config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.listen_host = "127.0.0.1";
@@ -267,7 +285,10 @@ int main(int argc, char **argv)
     a.reg = registry_new(state, cfg.session_ttl, err, sizeof err);
     a.tenants = tenants_new(&cfg);
     a.lim = a.tenants ? limits_new(a.tenants) : NULL;
-    if (!a.reg || !a.lim) {
+    a.slots = a.tenants ? slots_new(cfg.max_running, tenants_capacity(a.tenants), 4 * cfg.max_running,
+                                    cfg.queue_seconds * 1000)
+                        : NULL;
+    if (!a.reg || !a.lim || !a.slots) {
         fprintf(stderr, "airlockd: %s\n", a.reg ? "out of memory" : err);
         goto out;
     }
@@ -327,6 +348,7 @@ out:
         _exit(status);
     registry_free(a.reg);
     limits_free(a.lim);
+    slots_free(a.slots);
     tenants_free(a.tenants);
     audit_close(a.audit);
     keystore_close(a.keys);

@@ -1,4 +1,6 @@
-/* POST /v1/sessions/{id}/exec (contract 1.7). */
+/* POST /v1/sessions/{id}/exec (contract 1.7), plus ours: a host-wide slot (503 when none
+ * frees in time), output kept within a budget (a warning says what was left out), and the
+ * command killed when the client hangs up. */
 #include "api/handlers.h"
 
 #include "domain/quota.h"
@@ -12,6 +14,32 @@
 
 #define OOM_WARNING "Process killed by cgroups (Memory limit exceeded)."
 #define KILLED_WARNING "Process was killed (exit 137, SIGKILL), most likely for exceeding the memory limit."
+#define CANCEL_DETAIL "cancelled: the client disconnected"
+
+/* Ours, after the contract's warnings: a stream longer than the output budget. */
+static char *truncation_warning(const char *stream, unsigned long long total, unsigned long long omitted,
+                                size_t limit)
+{
+    char *w = NULL;
+    if (omitted && asprintf(&w, "Output truncated: %s had %llu bytes; %llu bytes from its middle were left out "
+                                "(this server keeps %zu bytes of each stream).",
+                            stream, total, omitted, limit) < 0)
+        w = NULL;
+    return w;
+}
+
+/* Answers a command that did not get one of the server's slots. */
+static void send_no_slot(app *a, http_request *r, slot_result sr)
+{
+    if (sr == SLOT_BUSY) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "All %d command slots of this server are in use; try again shortly.",
+                 slots_max(a->slots));
+        http_send_detail(r, 503, msg);
+    } else {
+        http_send_500(r); /* cancelled: the client is gone */
+    }
+}
 
 void api_exec(app *a, http_request *r, const api_call *c)
 {
@@ -46,16 +74,26 @@ void api_exec(app *a, http_request *r, const api_call *c)
         http_send_500(r);
         return;
     }
+    /* the command dies as soon as its client hangs up: its slot is free for the next one */
+    int cancel_fd = http_client_fd(r);
+    slot_result sr = slots_acquire(a->slots, tenant, cancel_fd);
+    if (sr != SLOT_OK) {
+        limits_exec_end(a->lim, tenant);
+        registry_release(a->reg, s);
+        send_no_slot(a, r, sr);
+        return;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     char name[64], errbuf[512] = "";
     snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
     sandbox_result res;
     memset(&res, 0, sizeof res);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* the command dies as soon as its client hangs up: its slot is free for the next one */
-    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .cancel_fd = http_client_fd(r)};
+    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
+                       .output_limit = a->cfg->output_limit, .cancel_fd = cancel_fd};
     int rc = sandbox_exec(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    slots_release(a->slots, tenant);
     limits_exec_end(a->lim, tenant);
     if (rc != 0) {
         fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
@@ -64,17 +102,23 @@ void api_exec(app *a, http_request *r, const api_call *c)
         http_send_500(r);
         return;
     }
+    double duration = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    double duration_s = (double)(long long)(duration * 1000.0 + 0.5) / 1000.0;
     if (res.cancelled) {
-        /* nobody is waiting for an answer (the HTTP layer closes or answers 503 itself) */
+        /* the client hung up (nobody reads this answer) or the server is stopping (503) */
         fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
+        audit_entry ce = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
+                          .command = command, .has_duration = true, .duration_s = duration_s,
+                          .detail = CANCEL_DETAIL};
+        audit_record(a->audit, &ce);
         sandbox_result_free(&res);
         registry_release(a->reg, s);
         http_send_detail(r, 503, "The command was stopped before it finished.");
         return;
     }
-    char *out = NULL, *err = NULL, *quota_warn = NULL;
+    char *out = NULL, *err = NULL, *quota_warn = NULL, *out_warn = NULL, *err_warn = NULL;
     size_t out_len = 0, err_len = 0, nw = 0;
-    const char *warnings[3];
+    const char *warnings[5];
     char timeout_warn[64];
     int exit_code = res.exit_code;
     bool timed_out = res.timed_out;
@@ -97,11 +141,16 @@ void api_exec(app *a, http_request *r, const api_call *c)
         quota_warn = quota_exec_warning(s->workspace, a->cfg->quota_bytes);
         if (quota_warn)
             warnings[nw++] = quota_warn;
+        out_warn = truncation_warning("stdout", res.out_total, res.out_omitted, a->cfg->output_limit);
+        if (out_warn)
+            warnings[nw++] = out_warn;
+        err_warn = truncation_warning("stderr", res.err_total, res.err_omitted, a->cfg->output_limit);
+        if (err_warn)
+            warnings[nw++] = err_warn;
     }
-    double duration = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
                       .command = command, .has_exit_code = true, .exit_code = exit_code,
-                      .has_duration = true, .duration_s = (double)(long long)(duration * 1000.0 + 0.5) / 1000.0,
+                      .has_duration = true, .duration_s = duration_s,
                       .timed_out = timed_out, .oom_killed = oom, .detail = NULL};
     audit_record(a->audit, &ae);
     sandbox_result_free(&res);
@@ -128,4 +177,6 @@ void api_exec(app *a, http_request *r, const api_call *c)
     free(out);
     free(err);
     free(quota_warn);
+    free(out_warn);
+    free(err_warn);
 }

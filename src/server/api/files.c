@@ -1,4 +1,6 @@
-/* POST /v1/sessions/{id}/write and GET /v1/sessions/{id}/read (contract 1.5, 1.6). */
+/* POST /v1/sessions/{id}/write and GET /v1/sessions/{id}/read (contract 1.5, 1.6). A read
+ * takes at most the server's read limit + 1 bytes from the file (never its claimed size:
+ * sparse and growing files are read, not believed) and answers 413 past the limit. */
 #include "api/handlers.h"
 
 #include "domain/paths.h"
@@ -10,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int write_all(int fd, const char *p, size_t n)
@@ -99,11 +102,19 @@ void api_files_write(app *a, http_request *r, const api_call *c)
     registry_release(a->reg, s);
 }
 
-static char *read_fd(int fd, size_t *len)
+/* The file's bytes, at most limit of them; NULL with errno EFBIG when it holds more. */
+static char *read_fd(int fd, size_t limit, size_t *len)
 {
-    buffer b = {0};
+    buffer b;
+    buf_init(&b, limit);
+    struct stat st;
+    /* the size only sizes the first allocation; the read itself decides */
+    if (fstat(fd, &st) == 0 && st.st_size > 0)
+        (void)buf_reserve(&b, (size_t)st.st_size < limit ? (size_t)st.st_size : limit);
     if (buf_read_all(&b, fd) != 0) {
+        int e = errno;
         buf_free(&b);
+        errno = e;
         return NULL;
     }
     return buf_take(&b, len);
@@ -166,8 +177,16 @@ void api_files_read(app *a, http_request *r, const api_call *c)
         http_send_500(r);
     } else {
         size_t len;
-        char *data = read_fd(fd, &len);
-        if (!data || !utf8_valid(data, len)) {
+        char *data = read_fd(fd, a->cfg->read_limit, &len);
+        if (!data && errno == EFBIG) {
+            char *msg = NULL;
+            if (asprintf(&msg, "Reading %s: the file is larger than this server's %zu MB read limit. "
+                               "Read it in parts with a command (head -c, tail -c or split).",
+                         path, a->cfg->read_limit / (1024 * 1024)) >= 0) {
+                http_send_detail(r, 413, msg);
+                free(msg);
+            }
+        } else if (!data || !utf8_valid(data, len)) {
             http_send_500(r); /* UnicodeDecodeError in the reference */
         } else {
             len = normalize_newlines(data, len);

@@ -14,13 +14,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MB 1048576.0
 #define AUDIT_DETAIL_CHARS 300
 
-/* ---- audit: kind "import", command as requested, exit_code null ---------------------- */
-static void audit_import(app *a, const api_call *c, const session *s, const char *command, const char *detail)
+/* Monotonic seconds: an import's duration is counted from its request. */
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- audit: kind "import", command as requested; as the reference records it, exit_code 0
+ * on success and null on failure, duration_s (rounded to ms) either way ---------------- */
+static void audit_import(app *a, const api_call *c, const session *s, const char *command, const char *detail,
+                         bool ok, double started)
 {
     audit_entry e;
     memset(&e, 0, sizeof e);
@@ -30,6 +41,10 @@ static void audit_import(app *a, const api_call *c, const session *s, const char
     e.kind = "import";
     e.command = command;
     e.detail = detail;
+    e.has_exit_code = ok;
+    e.exit_code = 0;
+    e.has_duration = true;
+    e.duration_s = (double)(long long)((mono_s() - started) * 1000.0 + 0.5) / 1000.0;
     audit_record(a->audit, &e);
 }
 
@@ -69,13 +84,13 @@ static unsigned import_status(import_result rc)
 
 /* Sends the error and audits it as "failed (<status>): <message>". */
 static void fail(app *a, http_request *r, const api_call *c, const session *s, const char *command,
-                 import_result rc, const char *msg, size_t msg_len)
+                 import_result rc, const char *msg, size_t msg_len, double started)
 {
     unsigned status = import_status(rc);
     char *detail = NULL;
     if (asprintf(&detail, "failed (%u): %.*s", status, (int)msg_len, msg) >= 0) {
         char *cut = cut_chars(detail, AUDIT_DETAIL_CHARS);
-        audit_import(a, c, s, command, cut ? cut : detail);
+        audit_import(a, c, s, command, cut ? cut : detail, false, started);
         free(cut);
         free(detail);
     }
@@ -110,7 +125,7 @@ static char *command_text(const char *repo, const char *ref, const char *path)
 
 /* Runs the import for an acquired session; answers every outcome. */
 static void run_import(app *a, http_request *r, const api_call *c, session *s, const char *command,
-                       const import_spec *spec)
+                       const import_spec *spec, double started)
 {
     size_t tenant = c->tenant;
     const tenant_cfg *t = tenants_get(a->tenants, tenant);
@@ -124,7 +139,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         if (rc < 0)
             msg = NULL;
         if (msg)
-            fail(a, r, c, s, command, exists < 0 ? IMPORT_BAD_REQUEST : IMPORT_EXISTS, msg, strlen(msg));
+            fail(a, r, c, s, command, exists < 0 ? IMPORT_BAD_REQUEST : IMPORT_EXISTS, msg, strlen(msg), started);
         else
             http_send_500(r);
         free(msg);
@@ -152,23 +167,35 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
                 msg = NULL, rc = IMPORT_FAILED;
         }
     }
-    if (rc == IMPORT_OK) {
+    int cancel_fd = http_client_fd(r); /* a hang-up stops the unpacking */
+    slot_result sr = rc == IMPORT_OK ? slots_acquire(a->slots, tenant, cancel_fd) : SLOT_OK;
+    if (rc == IMPORT_OK && sr == SLOT_OK) {
         char name[64], errbuf[512] = "";
         snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
-        rc = import_unpack(a->sb, s->workspace, name, http_client_fd(r), fd, spec, &files, &msg, errbuf,
-                           sizeof errbuf);
+        sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
+                           .cancel_fd = cancel_fd};
+        rc = import_unpack(a->sb, &so, fd, spec, &files, &msg, errbuf, sizeof errbuf);
+        slots_release(a->slots, tenant);
         if (rc == IMPORT_FAILED)
             fprintf(stderr, "airlockd: import into %s failed: %s\n", s->id, errbuf);
     }
     if (fd >= 0)
         close(fd);
     limits_exec_end(a->lim, tenant);
-    if (rc == IMPORT_OK) {
+    if (rc == IMPORT_OK && sr != SLOT_OK) {
+        char text[128];
+        snprintf(text, sizeof text, "All %d command slots of this server are in use; try again shortly.",
+                 slots_max(a->slots));
+        if (sr == SLOT_BUSY)
+            http_send_detail(r, 503, text);
+        else
+            http_send_500(r); /* cancelled: the client is gone */
+    } else if (rc == IMPORT_OK) {
         char *path = NULL, *detail = NULL;
         if (asprintf(&path, "/workspace/%s", spec->dest) < 0)
             path = NULL;
         if (path && asprintf(&detail, "%lld files into %s", files, path) >= 0) {
-            audit_import(a, c, s, command, detail);
+            audit_import(a, c, s, command, detail, true, started);
             free(detail);
         }
         char *full = NULL;
@@ -182,7 +209,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         }
         free(path);
     } else if (rc != IMPORT_FAILED && msg) {
-        fail(a, r, c, s, command, rc, msg, strlen(msg));
+        fail(a, r, c, s, command, rc, msg, strlen(msg), started);
     } else {
         http_send_500(r);
     }
@@ -208,16 +235,17 @@ void api_import(app *a, http_request *r, const api_call *c)
     session *s = acquire_session(a, r, c);
     if (!s)
         return;
+    double started = mono_s();
     char *command = command_text(repo, ref, path), *msg = NULL;
     size_t msg_len = 0;
     import_spec spec;
     import_result rc = command ? import_spec_parse(repo, repo_len, ref, ref_len, path, path_len, &spec, &msg, &msg_len)
                                : IMPORT_FAILED;
     if (rc == IMPORT_OK) {
-        run_import(a, r, c, s, command, &spec);
+        run_import(a, r, c, s, command, &spec, started);
         import_spec_free(&spec);
     } else if (rc == IMPORT_BAD_REQUEST) {
-        fail(a, r, c, s, command, rc, msg, msg_len);
+        fail(a, r, c, s, command, rc, msg, msg_len, started);
     } else {
         http_send_500(r);
     }

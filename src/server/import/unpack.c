@@ -174,10 +174,11 @@ static char *failure_detail(const import_spec *spec, const sandbox_result *res)
     return msg;
 }
 
-import_result import_unpack(sandbox_backend *sb, const char *ws, const char *name, int cancel_fd,
-                            int archive_fd, const import_spec *spec, long long *files, char **msg,
-                            char *errbuf, size_t errlen)
+import_result import_unpack(sandbox_backend *sb, const sandbox_opts *o, int archive_fd,
+                            const import_spec *spec, long long *files, char **msg, char *errbuf,
+                            size_t errlen)
 {
+    const char *ws = o->workspace_dir, *name = o->name;
     *files = 0;
     *msg = NULL;
     char tmp_name[128], rel_archive[140];
@@ -209,9 +210,10 @@ import_result import_unpack(sandbox_backend *sb, const char *ws, const char *nam
     } else {
         sandbox_result res;
         memset(&res, 0, sizeof res);
-        sandbox_opts so = {.workspace_dir = ws, .name = name, .cancel_fd = cancel_fd};
-        if (sandbox_exec(sb, &so, cmd, IMPORT_UNPACK_TIMEOUT, &res, errbuf, errlen) == 0) {
-            if (!res.timed_out && res.exit_code == 0 && parse_count(res.out ? res.out : "", res.out_len, files)) {
+        if (sandbox_exec(sb, o, cmd, IMPORT_UNPACK_TIMEOUT, &res, errbuf, errlen) == 0) {
+            if (res.cancelled) {
+                snprintf(errbuf, errlen, "cancelled: the client disconnected");
+            } else if (!res.timed_out && res.exit_code == 0 && parse_count(res.out ? res.out : "", res.out_len, files)) {
                 rc = IMPORT_OK;
             } else {
                 *msg = failure_detail(spec, &res);

@@ -14,14 +14,14 @@ int import_dest_exists(const char *ws, const char *dest);
 
 /* Copies the archive (archive_fd, read from offset 0) into the workspace under a
  * temporary name, runs `mkdir -p <dest> && tar -xzf <archive> -C <dest>
- * --strip-components=1` in a sandbox named name (120 s), counts the regular files under
+ * --strip-components=1` in a sandbox made with o (its workspace_dir, name, tenant and
+ * cancel_fd; 120 s), counts the regular files under
  * dest and removes the temporary archive (and dest, new until then, when tar fails).
- * cancel_fd: the sandbox_opts field (the client's socket: a hang-up stops the unpacking).
  * IMPORT_OK with *files; IMPORT_UNPACK_FAILED with the malloc'd "Unpacking <owner>/<name>
  * failed: ..." detail in *msg; IMPORT_FAILED when the archive could not be placed or the
- * sandbox not started (message in errbuf). */
-import_result import_unpack(sandbox_backend *sb, const char *ws, const char *name, int cancel_fd,
-                            int archive_fd, const import_spec *spec, long long *files, char **msg,
-                            char *errbuf, size_t errlen);
+ * sandbox not started or the client hung up (message in errbuf). */
+import_result import_unpack(sandbox_backend *sb, const sandbox_opts *o, int archive_fd,
+                            const import_spec *spec, long long *files, char **msg, char *errbuf,
+                            size_t errlen);
 
 #endif

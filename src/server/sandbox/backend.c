@@ -3,8 +3,10 @@
 #include "sandbox/internal.h"
 
 #include "fs/walk.h"
+#include "sandbox/leftovers.h"
 
 #include <errno.h>
+#include <openssl/evp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,30 +102,47 @@ static void make_id(const char *name, char *id, size_t idlen)
     snprintf(id, idlen, "%s-%x-%x", clean, (unsigned)getpid() & 0xffffffffu, k);
 }
 
-void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, size_t errlen)
+void sbx_err_from_capture(const capture *err, const char *prefix, char *errbuf, size_t errlen)
 {
-    const char *text = err->data ? err->data : "";
-    size_t len = err->len;
+    size_t len;
+    const char *text = capture_head(err, &len);
     while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
         len--;
     snprintf(errbuf, errlen, "%s%s%.*s", prefix, len ? ": " : "", (int)(len > 400 ? 400 : len),
              text);
 }
 
-void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
+void sbx_proc_opts_for(const sandbox *s, sbx_proc_opts *o)
+{
+    o->cg = s->have_cg ? &s->cg : NULL;
+    o->output_limit = s->output_limit;
+    o->cancel_fd = s->cancel_fd;
+}
+
+int sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
 {
     memset(out, 0, sizeof *out);
-    out->cancelled = r->cancelled;
-    if (r->timed_out) {
+    if (r->timed_out || r->cancelled) {
         sbx_proc_result_free(r);
-        out->timed_out = true;
+        out->timed_out = r->timed_out && !r->cancelled;
+        out->cancelled = r->cancelled;
         out->exit_code = -1;
-        return;
+        return 0;
     }
     out->exit_code = code;
     out->oom_killed = oom_killed;
-    out->out = buf_take(&r->out, &out->out_len);
-    out->err = buf_take(&r->err, &out->err_len);
+    out->out_total = r->out.total;
+    out->err_total = r->err.total;
+    uint64_t out_omitted, err_omitted;
+    out->out = capture_take(&r->out, &out->out_len, &out_omitted);
+    out->err = capture_take(&r->err, &out->err_len, &err_omitted);
+    out->out_omitted = out_omitted;
+    out->err_omitted = err_omitted;
+    if (!out->out || !out->err) {
+        sandbox_result_free(out);
+        return -1;
+    }
+    return 0;
 }
 
 const char *sandbox_backend_name(const sandbox_backend *b)
@@ -151,8 +170,10 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
         return NULL;
     }
     s->b = b;
-    s->cancel_fd = o->cancel_fd;
     make_id(o->name, s->id, sizeof s->id);
+    sbx_cg_group_name(o->tenant, s->group);
+    s->output_limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
+    s->cancel_fd = o->cancel_fd;
     if (b->ops->prepare(s, errbuf, errlen) != 0) {
         sandbox_release(s);
         return NULL;
@@ -201,8 +222,8 @@ void sandbox_release(sandbox *s)
     free(s);
 }
 
-int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command, int timeout_seconds,
-                 sandbox_result *out, char *errbuf, size_t errlen)
+int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command,
+                 int timeout_seconds, sandbox_result *out, char *errbuf, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     sandbox *s = sandbox_prepare(b, o, errbuf, errlen);
@@ -237,7 +258,7 @@ static int probe_backend(sandbox_backend *b, const char *state_dir, char *errbuf
             snprintf(errbuf, errlen, "cannot chown %s: %s", ws, strerror(errno));
         } else {
             sandbox_result r;
-            sandbox_opts o = {.workspace_dir = ws, .name = "probe"};
+            sandbox_opts o = {.workspace_dir = ws, .name = "probe", .cancel_fd = -1};
             if (sandbox_exec(b, &o, "true", 30, &r, errbuf, errlen) == 0) {
                 if (r.exit_code == 0)
                     rc = 0;
@@ -264,12 +285,52 @@ void sandbox_backend_close(sandbox_backend *b)
         (void)fs_rmtree(b->runsc_root);
     if (b->rootfs_dir)
         (void)fs_rmtree(b->rootfs_dir);
+    if (b->have_cgroups) {
+        if (sbx_cg_tree_clear(&b->cgroups, false) != 0)
+            fprintf(stderr, "airlockd: some cgroups under %s could not be removed\n", b->cgroups.root);
+        sbx_cg_tree_free(&b->cgroups);
+    }
     free(b->rootfs_dir);
     free(b->bundles_dir);
     free(b->runsc_root);
     free(b->runsc);
     free(b->bwrap);
     free(b);
+}
+
+/* "<prefix><16 hex of SHA-256(text)>": names host objects (cgroups, a runsc root outside
+ * the state dir) that belong to one state directory. */
+static int state_name(const char *prefix, const char *text, char *out, size_t outlen)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    if (EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen < 8)
+        return -1;
+    int n = snprintf(out, outlen, "%s%02x%02x%02x%02x%02x%02x%02x%02x", prefix, md[0], md[1], md[2],
+                     md[3], md[4], md[5], md[6], md[7]);
+    return n > 0 && (size_t)n < outlen ? 0 : -1;
+}
+
+/* The runsc root when <state>/runsc would make its control socket paths too long: a
+ * directory under /tmp named after the state dir, so a restart finds its predecessor's.
+ * Refused unless it is a directory of ours (root, not a symlink). */
+static char *runsc_root_in_tmp(const char *state_dir, char *errbuf, size_t errlen)
+{
+    char name[64];
+    if (state_name("/tmp/airlockd-runsc-", state_dir, name, sizeof name) != 0) {
+        snprintf(errbuf, errlen, "cannot name a runsc root: SHA-256 failed");
+        return NULL;
+    }
+    struct stat st;
+    if (mkdir(name, 0700) != 0 && errno != EEXIST) {
+        snprintf(errbuf, errlen, "cannot create the runsc root %s: %s", name, strerror(errno));
+        return NULL;
+    }
+    if (lstat(name, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || chmod(name, 0700) != 0) {
+        snprintf(errbuf, errlen, "%s is not airlockd's runsc root (a directory owned by root)", name);
+        return NULL;
+    }
+    return strdup(name);
 }
 
 sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_path,
@@ -302,29 +363,37 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
         snprintf(errbuf, errlen, "cannot create state dir %s: %s", state_dir, strerror(errno));
         goto fail;
     }
+    /* runsc puts "runsc-<id>.sock" under its root: keep that within a unix socket path. */
+    if (strlen(b->runsc_root) + strlen("/runsc-.sock") + ID_MAX > UNIX_PATH_LIMIT) {
+        free(b->runsc_root);
+        if (!(b->runsc_root = runsc_root_in_tmp(state_dir, errbuf, errlen)))
+            goto fail;
+    }
+    /* What a killed predecessor on this state dir left: processes and groups under our
+     * cgroup root, then runsc processes of our runsc root that escaped them, then the
+     * containers' state. Only this state dir's names are touched. */
+    char cg_root[SBX_CG_NAME_MAX];
+    if (state_name("airlockd-", state_dir, cg_root, sizeof cg_root) != 0) {
+        snprintf(errbuf, errlen, "cannot name the cgroup root: SHA-256 failed");
+        goto fail;
+    }
+    if (sbx_cg_tree_open(&b->cgroups, cg_root, errbuf, errlen) != 0)
+        goto fail;
+    b->have_cgroups = true;
+    int stray = sbx_kill_runsc_leftovers(b->runsc_root);
+    if (stray > 0)
+        fprintf(stderr, "airlockd: killed %d process(es) of runsc containers left under %s\n", stray,
+                b->runsc_root);
+    if (fs_rmtree(b->runsc_root) != 0 || mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
+        if (!errbuf[0])
+            snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));
+        goto fail;
+    }
     if (sbx_rootfs_build(b->rootfs_dir, &b->rootfs, errbuf, errlen) != 0)
         goto fail;
     if (fs_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));
-        goto fail;
-    }
-    if (sbx_cg_probe(errbuf, errlen) != 0)
-        goto fail;
-
-    /* runsc puts "runsc-<id>.sock" under its root: keep that within a unix socket path. */
-    if (strlen(b->runsc_root) + strlen("/runsc-.sock") + ID_MAX > UNIX_PATH_LIMIT) {
-        free(b->runsc_root);
-        b->runsc_root = strdup("/tmp/airlockd-runsc-XXXXXX");
-        if (!b->runsc_root || !mkdtemp(b->runsc_root)) {
-            snprintf(errbuf, errlen, "cannot create a runsc root under /tmp: %s",
-                     strerror(errno));
-            goto fail;
-        }
-    } else if (fs_rmtree(b->runsc_root) != 0 ||
-               mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
-        if (!errbuf[0])
-            snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));
         goto fail;
     }
 

@@ -85,7 +85,7 @@ static int bwrap_prepare(sandbox *s, char *errbuf, size_t errlen)
     /* Host tasks are exactly the sandboxed processes plus bwrap's two. */
     sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = NPROC_LIMIT + 2,
                          .cpu_percent = 100};
-    if (sbx_cg_create(&s->cg, s->id, &lim, errbuf, errlen) != 0)
+    if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         return -1;
     s->have_cg = true;
     return 0;
@@ -155,11 +155,12 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
     argv[n] = NULL;
 
     static const sbx_rlimit rl[] = {{RLIMIT_NOFILE, 65536}, {RLIMIT_CORE, 0}};
-    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .rlimits = rl,
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .rlimits = rl,
                        .nrlimits = 2, .pre_exec = bwrap_pre_exec, .pre_exec_ctx = &stage,
                        .drop_privs = true,
                        .uid = SANDBOX_UID, .gid = SANDBOX_GID,
-                       .timeout_ms = timeout_seconds * 1000, .cancel_fd = s->cancel_fd};
+                       .timeout_ms = timeout_seconds * 1000};
+    sbx_proc_opts_for(s, &o);
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)
         return -1;
@@ -167,12 +168,16 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
     sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
     int code = sbx_proc_exit_code(r.status);
     /* bwrap's own failures: exit 1 with "bwrap: ..." before the command ran. */
-    if (!r.timed_out && code == 1 && r.err.data && strncmp(r.err.data, "bwrap: ", 7) == 0) {
-        sbx_err_from_output(&r.err, "bubblewrap could not start the sandbox", errbuf, errlen);
+    if (!r.timed_out && !r.cancelled && code == 1 &&
+        strncmp(capture_head(&r.err, NULL), "bwrap: ", 7) == 0) {
+        sbx_err_from_capture(&r.err, "bubblewrap could not start the sandbox", errbuf, errlen);
         sbx_proc_result_free(&r);
         return -1;
     }
-    sbx_finish_result(out, &r, code, oom || (code == 137 && limit_hit));
+    if (sbx_finish_result(out, &r, code, oom || (code == 137 && limit_hit)) != 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
     return 0;
 }
 

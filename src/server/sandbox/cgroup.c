@@ -1,8 +1,11 @@
-/* Host cgroups for one sandbox run: limits, membership, OOM evidence, cleanup. */
+/* Host cgroups of this server: its root per hierarchy, tenants' weights, runs' limits,
+ * membership, OOM evidence, and removal of everything under the root. */
 #include "sandbox/cgroup.h"
 
 #include "util/buf.h"
 
+#include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -15,9 +18,9 @@
 #include <unistd.h>
 
 #define CG_ROOT "/sys/fs/cgroup"
-#define CG_PARENT "airlock"
-
-static const char *const v1_controllers[3] = {"memory", "pids", "cpu"};
+/* Bounds of the removal of a root's tree: groups listed, and kill rounds over them. */
+#define TREE_GROUPS_MAX 16384
+#define KILL_ROUNDS 200
 
 static bool is_v1(void)
 {
@@ -64,7 +67,8 @@ static char *read_file(const char *dir, const char *file)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return NULL;
-    buffer b = {0};
+    buffer b;
+    buf_init(&b, 16u * 1024u * 1024u); /* a pid list: 4 million pids at most */
     int rc = buf_read_all(&b, fd);
     close(fd);
     if (rc != 0) {
@@ -96,43 +100,314 @@ static int mkdir_ok(const char *path)
     return errno;
 }
 
-int sbx_cg_probe(char *errbuf, size_t errlen)
+static void pause_ms(long ms)
 {
-    char path[SBX_CG_PATH_MAX];
-    if (is_v1()) {
-        for (int i = 0; i < 3; i++) {
-            snprintf(path, sizeof path, CG_ROOT "/%s", v1_controllers[i]);
-            if (access(path, F_OK) != 0)
-                continue; /* a missing pids/cpu controller only weakens limits */
-            snprintf(path, sizeof path, CG_ROOT "/%s/" CG_PARENT, v1_controllers[i]);
-            int err = mkdir_ok(path);
-            if (err) {
-                snprintf(errbuf, errlen, "cannot create cgroup %s: %s", path, strerror(err));
-                return -1;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* path = a + "/" + b (+ "/" + c); false when it does not fit. */
+static bool join(char *path, size_t size, const char *a, const char *b, const char *c)
+{
+    int n = c ? snprintf(path, size, "%s/%s/%s", a, b, c) : snprintf(path, size, "%s/%s", a, b);
+    return n >= 0 && (size_t)n < size;
+}
+
+/* ---- the hierarchies ---------------------------------------------------------------- */
+
+/* Whether the comma-separated options opts name controller. */
+static bool has_option(const char *opts, size_t len, const char *controller)
+{
+    size_t cl = strlen(controller);
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && opts[j] != ',')
+            j++;
+        if (j - i == cl && memcmp(opts + i, controller, cl) == 0)
+            return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+/* Every v1 hierarchy mounted under /sys/fs/cgroup (from /proc/self/mountinfo: one entry per
+ * hierarchy, co-mounts once), and which of them limit memory, pids and CPU. */
+static int find_v1_hierarchies(sbx_cg_tree *t, char *errbuf, size_t errlen)
+{
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    buffer b;
+    buf_init(&b, 4u * 1024u * 1024u);
+    if (fd < 0 || buf_read_all(&b, fd) != 0) {
+        snprintf(errbuf, errlen, "cannot read /proc/self/mountinfo: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        buf_free(&b);
+        return -1;
+    }
+    close(fd);
+    char seen[SBX_CG_HIER_MAX][32];
+    for (char *line = b.data; line && *line && t->nhier < SBX_CG_HIER_MAX;) {
+        char *eol = strchr(line, '\n');
+        if (eol)
+            *eol = '\0';
+        /* "<id> <parent> <maj:min> <root> <mount point> <opts> ... - <fstype> <source> <super opts>" */
+        char dev[32], point[sizeof t->hier[0]];
+        const char *sep = strstr(line, " - ");
+        if (sep && sscanf(line, "%*s %*s %31s %*s %127s", dev, point) == 2 && strncmp(sep, " - cgroup ", 10) == 0 &&
+            strncmp(point, CG_ROOT "/", sizeof CG_ROOT) == 0 && !strchr(point, '\\')) {
+            const char *opts = strrchr(sep, ' ') + 1;
+            size_t olen = strlen(opts);
+            bool dup = false;
+            for (size_t i = 0; i < t->nhier && !dup; i++)
+                dup = strcmp(seen[i], dev) == 0;
+            if (!dup) {
+                int i = (int)t->nhier++;
+                memcpy(seen[i], dev, sizeof seen[i]);
+                memcpy(t->hier[i], point, strlen(point) + 1);
+                if (has_option(opts, olen, "memory"))
+                    t->memory = i;
+                if (has_option(opts, olen, "pids"))
+                    t->pids = i;
+                if (has_option(opts, olen, "cpu"))
+                    t->cpu = i;
             }
         }
-        return 0;
+        line = eol ? eol + 1 : NULL;
     }
-    if (is_v2()) {
-        int err = mkdir_ok(CG_ROOT "/" CG_PARENT);
+    buf_free(&b);
+    if (t->memory < 0) {
+        snprintf(errbuf, errlen, "memory cgroup controller not found under " CG_ROOT);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- removing a tree of groups ------------------------------------------------------ */
+
+/* SIGKILLs every pid listed in dir/cgroup.procs but spare; returns how many were listed
+ * (spare not counted). */
+static int kill_listed(const char *dir, pid_t spare)
+{
+    char *list = read_file(dir, "cgroup.procs");
+    if (!list)
+        return 0;
+    int count = 0;
+    for (char *p = list; *p;) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 1 && pid != (long)spare) {
+            count++;
+            /* ESRCH is fine (already gone); any other failure shows up next round. */
+            (void)kill((pid_t)pid, SIGKILL);
+        }
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+    free(list);
+    return count;
+}
+
+/* top and every group below it, parents before children (breadth first, no recursion);
+ * *n entries, malloc'd strings. */
+static char **list_groups(const char *top, size_t *n)
+{
+    *n = 0;
+    size_t cap = 16;
+    char **list = malloc(cap * sizeof *list);
+    if (!list || !(list[0] = strdup(top))) {
+        free(list);
+        return NULL;
+    }
+    *n = 1;
+    for (size_t i = 0; i < *n; i++) {
+        DIR *d = opendir(list[i]);
+        if (!d)
+            continue;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL && *n < TREE_GROUPS_MAX) {
+            if (e->d_type != DT_DIR || strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char path[SBX_CG_PATH_MAX];
+            if (!join(path, sizeof path, list[i], e->d_name, NULL))
+                continue;
+            if (*n == cap) {
+                char **grown = realloc(list, 2 * cap * sizeof *list);
+                if (!grown)
+                    break;
+                list = grown;
+                cap *= 2;
+            }
+            if ((list[*n] = strdup(path)) != NULL)
+                (*n)++;
+        }
+        closedir(d);
+    }
+    return list;
+}
+
+static int rmdir_retrying(const char *dir)
+{
+    /* rmdir fails with EBUSY until the last killed task is released */
+    for (int tries = 0; tries < KILL_ROUNDS; tries++) {
+        if (rmdir(dir) == 0 || errno == ENOENT)
+            return 0;
+        if (errno != EBUSY)
+            return -1;
+        pause_ms(5);
+    }
+    return -1;
+}
+
+/* Thaws, kills and removes top and everything below it (top itself only when !keep_top).
+ * Returns the number of groups left. */
+static int clear_tree(const char *top, bool keep_top)
+{
+    struct stat st;
+    if (stat(top, &st) != 0)
+        return 0;
+    size_t n = 0;
+    char **groups = list_groups(top, &n);
+    if (!groups)
+        return 1;
+    /* frozen tasks cannot die: thaw first (v1 freezer; v2 cgroup.freeze) */
+    for (size_t i = 0; i < n; i++) {
+        (void)write_file(groups[i], "freezer.state", "THAWED");
+        (void)write_file(groups[i], "cgroup.freeze", "0");
+    }
+    for (int round = 0; round < KILL_ROUNDS; round++) {
+        int left = 0;
+        for (size_t i = 0; i < n; i++) {
+            (void)write_file(groups[i], "cgroup.kill", "1"); /* v2, kernel >= 5.14 */
+            left += kill_listed(groups[i], 0);
+        }
+        if (left == 0)
+            break;
+        pause_ms(5);
+    }
+    int failed = 0;
+    for (size_t i = n; i-- > 0;) { /* children before parents */
+        if ((i > 0 || !keep_top) && rmdir_retrying(groups[i]) != 0)
+            failed++;
+        free(groups[i]);
+    }
+    free(groups);
+    return failed;
+}
+
+int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root)
+{
+    int left = 0;
+    for (size_t i = 0; i < t->nhier; i++) {
+        char top[SBX_CG_PATH_MAX];
+        if (join(top, sizeof top, t->hier[i], t->root, NULL))
+            left += clear_tree(top, keep_root);
+    }
+    return left;
+}
+
+void sbx_cg_tree_free(sbx_cg_tree *t)
+{
+    pthread_mutex_destroy(&t->mu);
+    free(t->active);
+    t->active = NULL;
+    t->nactive = t->cap_active = 0;
+}
+
+static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t errlen)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    t->ncpu = cpus > 0 ? (unsigned)cpus : 1;
+    t->memory = t->pids = t->cpu = -1;
+    if (strlen(root_name) >= sizeof t->root) {
+        snprintf(errbuf, errlen, "cgroup name too long: %s", root_name);
+        return -1;
+    }
+    memcpy(t->root, root_name, strlen(root_name) + 1);
+    if (is_v1()) {
+        if (find_v1_hierarchies(t, errbuf, errlen) != 0)
+            return -1;
+    } else if (is_v2()) {
+        t->v2 = true;
+        t->nhier = 1;
+        memcpy(t->hier[0], CG_ROOT, sizeof CG_ROOT);
+        t->memory = t->pids = t->cpu = 0;
+    } else {
+        snprintf(errbuf, errlen, "no usable cgroup hierarchy under " CG_ROOT);
+        return -1;
+    }
+    /* what a killed predecessor on this state dir left: its processes and groups */
+    int left = sbx_cg_tree_clear(t, true);
+    if (left)
+        fprintf(stderr, "airlockd: %d cgroup(s) under %s left by a previous run could not be removed\n",
+                left, t->root);
+    int limited[3] = {t->memory, t->pids, t->cpu};
+    for (int k = 0; k < 3; k++) {
+        if (limited[k] < 0 || (k > 0 && limited[k] == limited[0] && t->v2))
+            continue;
+        char dir[SBX_CG_PATH_MAX];
+        int err = join(dir, sizeof dir, t->hier[limited[k]], t->root, NULL) ? mkdir_ok(dir) : ENAMETOOLONG;
         if (err) {
-            snprintf(errbuf, errlen, "cannot create cgroup " CG_ROOT "/" CG_PARENT ": %s",
+            snprintf(errbuf, errlen, "cannot create cgroup %s/%s: %s", t->hier[limited[k]], t->root,
                      strerror(err));
             return -1;
         }
-        /* Controllers must be enabled at every level above the leaf groups. */
-        err = write_file(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
+    }
+    if (t->v2) {
+        /* controllers must be enabled at every level above the runs' groups */
+        char dir[SBX_CG_PATH_MAX];
+        int err = write_file(CG_ROOT, "cgroup.subtree_control", "+memory +pids +cpu");
         if (!err)
-            err = write_file(CG_ROOT "/" CG_PARENT, "cgroup.subtree_control",
-                             "+memory +pids +cpu");
+            err = join(dir, sizeof dir, CG_ROOT, t->root, NULL)
+                      ? write_file(dir, "cgroup.subtree_control", "+memory +pids +cpu")
+                      : ENAMETOOLONG;
         if (err) {
             snprintf(errbuf, errlen, "cannot enable cgroup v2 controllers: %s", strerror(err));
             return -1;
         }
-        return 0;
     }
-    snprintf(errbuf, errlen, "no usable cgroup hierarchy under " CG_ROOT);
+    return 0;
+}
+
+int sbx_cg_tree_open(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    if (open_tree(t, root_name, errbuf, errlen) == 0)
+        return 0;
+    sbx_cg_tree_free(t);
     return -1;
+}
+
+/* ---- tenants' groups and runs' groups ----------------------------------------------- */
+
+void sbx_cg_group_name(const char *tenant, char out[SBX_CG_NAME_MAX])
+{
+    if (!tenant) {
+        snprintf(out, SBX_CG_NAME_MAX, "internal");
+        return;
+    }
+    size_t n = strlen(tenant);
+    bool plain = n > 0 && n <= 48 &&
+                 ((tenant[0] >= 'a' && tenant[0] <= 'z') || (tenant[0] >= 'A' && tenant[0] <= 'Z') ||
+                  (tenant[0] >= '0' && tenant[0] <= '9'));
+    for (size_t i = 0; plain && i < n; i++) {
+        char c = tenant[i];
+        plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                c == '-' || c == '.';
+    }
+    if (plain) {
+        snprintf(out, SBX_CG_NAME_MAX, "t-%s", tenant);
+        return;
+    }
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a: a stable, spread name for any string */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)tenant[i];
+        h *= 0x100000001b3ull;
+    }
+    snprintf(out, SBX_CG_NAME_MAX, "t-_%016" PRIx64, h);
 }
 
 /* Writes one limit to dir/file; on failure errbuf says "cannot <what>: <reason>". optional
@@ -186,62 +461,109 @@ static int apply_v2(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf
     return 0;
 }
 
-/* SIGKILLs every pid listed in dir/cgroup.procs; returns how many were listed. */
-static int kill_listed(const char *dir)
+/* The tenant's group in one hierarchy (v2: with the controllers enabled below it). */
+static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *group, char *errbuf, size_t errlen)
 {
-    char *list = read_file(dir, "cgroup.procs");
-    if (!list)
-        return 0;
-    int count = 0;
-    for (char *p = list; *p;) {
-        char *end;
-        long pid = strtol(p, &end, 10);
-        if (end == p)
-            break;
-        if (pid > 1) {
-            count++;
-            /* ESRCH is fine (already gone); any other failure shows up next round. */
-            (void)kill((pid_t)pid, SIGKILL);
-        }
-        p = end;
-        while (*p == '\n')
-            p++;
+    char dir[SBX_CG_PATH_MAX];
+    if (!join(dir, sizeof dir, hier, t->root, group)) {
+        snprintf(errbuf, errlen, "cgroup path too long for %s", group);
+        return -1;
     }
-    free(list);
-    return count;
+    if (mkdir(dir, 0755) != 0) {
+        if (errno == EEXIST)
+            return 0;
+        snprintf(errbuf, errlen, "cannot create cgroup %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (t->v2 && set_limit(dir, "cgroup.subtree_control", "+memory +pids +cpu", false,
+                           "enable cgroup v2 controllers", errbuf, errlen))
+        return -1;
+    return 0;
 }
 
-int sbx_cg_create(sbx_cgroup *cg, const char *id, const sbx_cg_limits *lim,
-                  char *errbuf, size_t errlen)
+/* The active table with room for one more entry (NULL when out of memory; the old stays). */
+static sbx_cg_active *grow_active(sbx_cg_tree *t)
+{
+    size_t cap = t->cap_active ? 2 * t->cap_active : 8;
+    sbx_cg_active *grown = realloc(t->active, cap * sizeof *grown);
+    if (grown) {
+        t->active = grown;
+        t->cap_active = cap;
+    }
+    return grown;
+}
+
+/* Writes cpu weight w to the tenant's group, or to the root when group is NULL (v1
+ * cpu.shares; v2 cpu.weight, at most 10000). Best effort: a weight that cannot be written
+ * leaves the previous one. */
+static void write_weight(const sbx_cg_tree *t, const char *group, unsigned long long w)
+{
+    if (t->v2 && w > 10000)
+        w = 10000;
+    char dir[SBX_CG_PATH_MAX], value[24];
+    snprintf(value, sizeof value, "%llu", w);
+    if (join(dir, sizeof dir, t->hier[t->cpu], t->root, group))
+        (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", value);
+}
+
+/* Counts one more (delta 1) or one fewer (-1) running command for the tenant's group and
+ * writes the weights that follow (see cgroup.h): the tenant's, and the root's, which weighs
+ * against the rest of the host what min(commands, CPUs) plain processes would. */
+static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
+{
+    pthread_mutex_lock(&t->mu);
+    size_t i = 0;
+    while (i < t->nactive && strcmp(t->active[i].group, group) != 0)
+        i++;
+    if (i == t->nactive) {
+        if (delta < 0 || (t->nactive == t->cap_active && !grow_active(t))) {
+            pthread_mutex_unlock(&t->mu);
+            return;
+        }
+        snprintf(t->active[i].group, sizeof t->active[i].group, "%s", group);
+        t->active[i].runs = 0;
+        t->nactive++;
+    }
+    int runs = t->active[i].runs += delta;
+    t->total_runs += delta;
+    if (t->cpu >= 0) {
+        unsigned long long unit = t->v2 ? 100 : SBX_CG_TENANT_SHARES;
+        if (runs > 0)
+            write_weight(t, group, unit * t->ncpu / ((unsigned)runs < t->ncpu ? (unsigned)runs : t->ncpu));
+        if (t->total_runs > 0)
+            write_weight(t, NULL, unit * ((unsigned)t->total_runs < t->ncpu ? (unsigned)t->total_runs : t->ncpu));
+    }
+    if (runs <= 0) /* idle: its weight matters to nobody until its next command */
+        t->active[i] = t->active[--t->nactive];
+    pthread_mutex_unlock(&t->mu);
+}
+
+int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
+                  const sbx_cg_limits *lim, char *errbuf, size_t errlen)
 {
     memset(cg, 0, sizeof *cg);
-    cg->v2 = !is_v1();
+    cg->tree = t;
+    snprintf(cg->group, sizeof cg->group, "%s", group);
+    int n = snprintf(cg->rel, sizeof cg->rel, "/%s/%s/%s", t->root, group, id);
+    if (n < 0 || (size_t)n >= sizeof cg->rel) {
+        snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
+        return -1;
+    }
+    int limited[3] = {t->memory, t->pids, t->cpu};
     for (int i = 0; i < 3; i++) {
-        if (cg->v2 && i > 0)
-            break;
-        char ctl[SBX_CG_PATH_MAX];
-        int n = cg->v2 ? snprintf(ctl, sizeof ctl, CG_ROOT)
-                       : snprintf(ctl, sizeof ctl, CG_ROOT "/%s", v1_controllers[i]);
-        if (n < 0 || (size_t)n >= sizeof ctl || access(ctl, F_OK) != 0) {
-            if (i == 0) {
-                snprintf(errbuf, errlen, "memory cgroup controller not found under " CG_ROOT);
-                goto fail;
-            }
+        if (limited[i] < 0 || (t->v2 && i > 0))
             continue;
-        }
+        const char *hier = t->hier[limited[i]];
+        if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+            goto fail;
         char dir[SBX_CG_PATH_MAX];
-        n = snprintf(dir, sizeof dir, "%s/" CG_PARENT "/%s", ctl, id);
+        n = snprintf(dir, sizeof dir, "%s%s", hier, cg->rel);
         if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof dir) {
             snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
             goto fail;
         }
-
-        /* A group left by a crashed server whose pid came back: empty it and reuse. */
-        if (mkdir(dir, 0755) != 0 && errno == EEXIST) {
-            (void)kill_listed(dir);
-            (void)rmdir(dir);
-        }
-        if (access(dir, F_OK) != 0 && mkdir(dir, 0755) != 0) {
+        /* ids are unique per server run; a leftover of a previous one was cleared at start */
+        if (mkdir(dir, 0755) != 0) {
             snprintf(errbuf, errlen, "cannot create cgroup %s: %s", dir, strerror(errno));
             goto fail;
         }
@@ -249,8 +571,10 @@ int sbx_cg_create(sbx_cgroup *cg, const char *id, const sbx_cg_limits *lim,
         memcpy(cg->procs[i], dir, (size_t)n);
         memcpy(cg->procs[i] + n, "/cgroup.procs", sizeof "/cgroup.procs");
     }
-    if ((cg->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen)) != 0)
+    if ((t->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen)) != 0)
         goto fail;
+    tenant_runs(t, group, 1);
+    cg->counted = true;
     return 0;
 fail:
     sbx_cg_destroy(cg);
@@ -290,7 +614,7 @@ void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit)
     *limit_hit = false;
     if (!cg->dirs[0][0])
         return;
-    if (cg->v2) {
+    if (cg->tree && cg->tree->v2) {
         char *ev = read_file(cg->dirs[0], "memory.events");
         if (ev) {
             *oom_killed = keyed_value(ev, "oom_kill") > 0;
@@ -311,42 +635,45 @@ void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit)
     }
 }
 
-int sbx_cg_kill_all(const sbx_cgroup *cg)
+int sbx_cg_kill_all_except(const sbx_cgroup *cg, pid_t spare)
 {
-    if (cg->v2 && cg->dirs[0][0])
+    if (spare <= 0 && cg->tree && cg->tree->v2 && cg->dirs[0][0])
         (void)write_file(cg->dirs[0], "cgroup.kill", "1"); /* kernel >= 5.14; else loop below */
     int left = 0;
     /* Killed tasks leave the group asynchronously; a fork racing with the kill shows up in
-     * the next round. 200 rounds of 5 ms bound this at about a second. */
-    for (int round = 0; round < 200; round++) {
+     * the next round. The rounds of 5 ms bound this at about a second. */
+    for (int round = 0; round < KILL_ROUNDS; round++) {
         left = 0;
         for (int i = 0; i < 3; i++)
             if (cg->dirs[i][0])
-                left += kill_listed(cg->dirs[i]);
+                left += kill_listed(cg->dirs[i], spare);
         if (left == 0)
             break;
-        struct timespec ts = {0, 5 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        pause_ms(5);
     }
     return left;
 }
 
+int sbx_cg_kill_all(const sbx_cgroup *cg)
+{
+    return sbx_cg_kill_all_except(cg, 0);
+}
+
 void sbx_cg_destroy(sbx_cgroup *cg)
 {
+    if (!cg->tree)
+        return;
     (void)sbx_cg_kill_all(cg);
-    for (int i = 0; i < 3; i++) {
-        if (!cg->dirs[i][0])
-            continue;
-        /* rmdir fails with EBUSY until the last killed task is released. */
-        for (int tries = 0; tries < 200; tries++) {
-            if (rmdir(cg->dirs[i]) == 0 || errno == ENOENT)
-                break;
-            if (errno != EBUSY)
-                break;
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-        cg->dirs[i][0] = '\0';
-        cg->procs[i][0] = '\0';
+    for (size_t i = 0; i < cg->tree->nhier; i++) {
+        char dir[SBX_CG_PATH_MAX];
+        int n = snprintf(dir, sizeof dir, "%s%s", cg->tree->hier[i], cg->rel);
+        if (n > 0 && (size_t)n < sizeof dir && rmdir_retrying(dir) != 0)
+            fprintf(stderr, "airlockd: cannot remove cgroup %s: %s\n", dir, strerror(errno));
     }
+    if (cg->counted)
+        tenant_runs(cg->tree, cg->group, -1);
+    cg->counted = false;
+    for (int i = 0; i < 3; i++)
+        cg->dirs[i][0] = cg->procs[i][0] = '\0';
+    cg->tree = NULL;
 }

@@ -1,16 +1,61 @@
-/* Host cgroups for one sandbox run (private to the sandbox backend): cgroup v1 (one directory
- * per controller) or v2 (one unified directory). The whole runsc process tree (runsc, gofer,
- * sentry, systrap stubs) or the bubblewrap tree lives in it, so its limits bound the sandbox
- * and its membership tells which host processes to kill. */
+/* Host cgroups of one airlockd (private to the sandbox backend), v1 (one directory per
+ * hierarchy) or v2 (one unified tree). Layout, per hierarchy:
+ *
+ *   <mount>/airlockd-<16 hex of SHA-256(realpath(state dir))>/   this server's root
+ *           t-<tenant>/                                           one per tenant: its CPU weight
+ *               <sandbox id>/                                     one per sandbox run: its limits
+ *
+ * The whole runsc process tree (runsc, gofer, sentry, systrap stubs) or bubblewrap tree of a
+ * run lives in its group, so the group's limits bound the sandbox and its membership tells
+ * which host processes to kill.
+ *
+ * A tenant's CPU weight does not grow with the number of commands it runs: it is
+ * SBX_CG_TENANT_SHARES × CPUs / min(its running commands, CPUs). Each command is capped at
+ * one CPU, so a tenant running fewer commands than there are CPUs cannot use its equal share
+ * of the machine; the kernel spreads a group's weight over the CPUs its tasks run on, which
+ * would leave such a tenant's command 2/3 of a CPU beside another tenant's burners on two
+ * CPUs. Concentrating the weight on its few commands gives it (nearly) the whole CPU it runs
+ * on; tenants running at least one command per CPU weigh the same. The root weighs
+ * SBX_CG_TENANT_SHARES × min(commands running, CPUs) against the rest of the host: what that
+ * many plain processes would (a fixed weight would shrink each command's share of a busy
+ * host as more commands ran).
+ *
+ * Everything under the root belongs to this state directory alone: startup removes what a
+ * killed predecessor left there, and never touches another server's root. */
 #ifndef AIRLOCKD_SANDBOX_CGROUP_H
 #define AIRLOCKD_SANDBOX_CGROUP_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #define SBX_CG_PATH_MAX 512
+#define SBX_CG_HIER_MAX 16
+#define SBX_CG_NAME_MAX 64
+/* The CPU weight per CPU of a tenant's group (cgroup v1 cpu.shares; v2 cpu.weight 100). */
+#define SBX_CG_TENANT_SHARES 1024
+
+/* A tenant with commands running: its group and how many. */
+typedef struct {
+    char group[SBX_CG_NAME_MAX];
+    int runs;
+} sbx_cg_active;
+
+/* The hierarchies and this server's root in each; the tenants running commands. */
+typedef struct {
+    bool v2;
+    char root[SBX_CG_NAME_MAX];                     /* "airlockd-<16 hex>" */
+    size_t nhier;
+    char hier[SBX_CG_HIER_MAX][SBX_CG_PATH_MAX / 4]; /* mount points (v2: the one tree) */
+    int memory, pids, cpu;                          /* their index in hier, or -1 */
+    unsigned ncpu;                                  /* online CPUs */
+    pthread_mutex_t mu;                             /* guards active */
+    sbx_cg_active *active;                          /* at most one entry per running command */
+    size_t nactive, cap_active;
+    int total_runs;                                 /* commands running, all tenants */
+} sbx_cg_tree;
 
 typedef struct {
     uint64_t memory_bytes;  /* memory limit, swap forbidden */
@@ -18,21 +63,39 @@ typedef struct {
     unsigned cpu_percent;   /* 100 = one CPU */
 } sbx_cg_limits;
 
+/* One run's group. */
 typedef struct {
-    bool v2;
-    /* v1: memory, pids, cpu directories (empty string when that controller is absent);
-     * v2: dirs[0] only. */
+    sbx_cg_tree *tree;
+    char group[SBX_CG_NAME_MAX]; /* its tenant's group */
+    bool counted;                /* it counts among the tenant's running commands */
+    char rel[SBX_CG_PATH_MAX];  /* "/<root>/<tenant group>/<id>": the OCI linux.cgroupsPath */
+    /* memory, pids, cpu directories (v2: dirs[0] only; empty string when absent) */
     char dirs[3][SBX_CG_PATH_MAX];
     /* Pre-built "cgroup.procs" paths so a freshly forked child can join without formatting. */
     char procs[3][SBX_CG_PATH_MAX];
 } sbx_cgroup;
 
-/* Checks that cgroups are usable and creates the parent "airlock" group(s). */
-int sbx_cg_probe(char *errbuf, size_t errlen);
+/* Finds the hierarchies, removes whatever is under this server's root (processes killed,
+ * frozen groups thawed first, groups removed: a killed predecessor's leftovers) and creates
+ * the root. root_name: "airlockd-<16 hex>". -1 with a message when cgroups are unusable. */
+int sbx_cg_tree_open(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t errlen);
 
-/* Creates the groups for one run named id and applies the limits. */
-int sbx_cg_create(sbx_cgroup *cg, const char *id, const sbx_cg_limits *lim,
-                  char *errbuf, size_t errlen);
+/* Frees what sbx_cg_tree_open allocated (the groups stay; see sbx_cg_tree_clear). */
+void sbx_cg_tree_free(sbx_cg_tree *t);
+
+/* Kills every process under this server's root and removes its groups, in every hierarchy.
+ * Returns how many groups could not be removed (0 on success). */
+int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root);
+
+/* The group name of a tenant: "t-<tenant>" when the name is plain ([A-Za-z0-9_.-], starting
+ * with a letter or digit, at most 48 bytes), else "t-_<16 hex of FNV-1a>" so that any name maps
+ * to one safe directory. NULL tenant: "internal" (the backend's own probe). */
+void sbx_cg_group_name(const char *tenant, char out[SBX_CG_NAME_MAX]);
+
+/* Creates the run's group <root>/<group>/<id> (and the tenant's group when new), applies
+ * the limits and sets the tenant's weight for one more running command. */
+int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
+                  const sbx_cg_limits *lim, char *errbuf, size_t errlen);
 
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);
@@ -45,7 +108,11 @@ void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit);
  * number of processes still present (0 on success). */
 int sbx_cg_kill_all(const sbx_cgroup *cg);
 
-/* Kills what is left and removes the groups. */
+/* The same, sparing one process (the launcher, to let it clear its own state). */
+int sbx_cg_kill_all_except(const sbx_cgroup *cg, pid_t spare);
+
+/* Kills what is left and removes the run's group from every hierarchy (runsc adds it to
+ * those airlockd does not limit); the tenant's weight follows its running commands. */
 void sbx_cg_destroy(sbx_cgroup *cg);
 
 #endif

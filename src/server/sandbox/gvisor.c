@@ -1,7 +1,8 @@
 /* gVisor: every sandbox is an OCI bundle run with `runsc run` inside a host cgroup that
- * airlockd creates (runsc gets --ignore-cgroups). That cgroup bounds memory (256 MB, no swap)
- * and CPU for the whole runsc tree, records OOM kills, and lists every host process to kill on
- * timeout. The 64-process limit is RLIMIT_NPROC inside the sandbox, which gVisor's sentry
+ * airlockd creates under its tenant's group and names in the spec's linux.cgroupsPath. That
+ * cgroup bounds memory (256 MB, no swap) and CPU for the whole runsc tree, records OOM kills,
+ * and lists every host process to kill on timeout; runsc reads its memory limit from it and
+ * makes it the sandbox's total memory (/proc/meminfo shows 256 MB, not the host's). The 64-process limit is RLIMIT_NPROC inside the sandbox, which gVisor's sentry
  * enforces on sandboxed tasks only; the host pids limit just stops runaway gVisor stubs. */
 #include "sandbox/internal.h"
 
@@ -79,7 +80,7 @@ static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
     }
     sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT,
                          .cpu_percent = 100};
-    if (sbx_cg_create(&s->cg, s->id, &lim, errbuf, errlen) != 0)
+    if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         return -1;
     s->have_cg = true;
     return 0;
@@ -92,19 +93,21 @@ static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sand
     sbx_spec spec = {
         .rootfs_dir = b->rootfs_dir, .rootfs = &b->rootfs, .workspace_dir = s->workspace_dir,
         .command = command, .env = sandbox_env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
-        .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB,
+        .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
     };
     if (sbx_spec_write(s->bundle, &spec, errbuf, errlen) != 0)
         return -1;
     /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
-     * straight to the host; --network=none leaves only loopback; cgroups are ours. */
+     * straight to the host; --network=none leaves only loopback; the cgroup is ours (runsc
+     * finds it existing and leaves its limits alone). */
     const char *argv[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap",
-                          "--network=none", "--overlay2=none", "--ignore-cgroups",
+                          "--network=none", "--overlay2=none",
                           "--host-uds=none", "run", "--bundle", s->bundle, s->id, NULL};
     kill_ctx kc = {b, s->id};
-    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg,
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env,
                        .timeout_ms = timeout_seconds * 1000, .on_deadline = runsc_kill,
-                       .ctx = &kc, .grace_ms = 1500, .cancel_fd = s->cancel_fd};
+                       .ctx = &kc, .grace_ms = 1500};
+    sbx_proc_opts_for(s, &o);
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)
         return -1;
@@ -112,16 +115,19 @@ static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sand
     bool oom = false, limit_hit = false;
     sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
     /* runsc reports its own failures as 128 with a "running container:" message. */
-    if (!r.timed_out && code == 128 && r.err.data &&
-        strncmp(r.err.data, "running container:", 18) == 0) {
-        sbx_err_from_output(&r.err, "gVisor could not start the sandbox", errbuf, errlen);
+    if (!r.timed_out && !r.cancelled && code == 128 &&
+        strncmp(capture_head(&r.err, NULL), "running container:", 18) == 0) {
+        sbx_err_from_capture(&r.err, "gVisor could not start the sandbox", errbuf, errlen);
         sbx_proc_result_free(&r);
         return -1;
     }
     /* A host OOM kill takes the whole sentry down; the command's status is SIGKILL. A
      * SIGKILL exit at the memory limit without a recorded kill is also the memory. */
     bool oom_killed = oom || (code == 137 && limit_hit);
-    sbx_finish_result(out, &r, oom_killed ? 137 : code, oom_killed);
+    if (sbx_finish_result(out, &r, oom_killed ? 137 : code, oom_killed) != 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
     return 0;
 }
 

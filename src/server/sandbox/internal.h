@@ -39,6 +39,8 @@ struct sandbox_backend {
     char *runsc;        /* absolute path of runsc */
     char *bwrap;        /* absolute path of bwrap (fallback) */
     sbx_rootfs rootfs;
+    sbx_cg_tree cgroups; /* this server's cgroup root in each hierarchy */
+    bool have_cgroups;
 };
 
 struct sandbox {
@@ -46,10 +48,12 @@ struct sandbox {
     char id[ID_MAX + 1];  /* container id and cgroup name: unique on this host */
     char *workspace_dir;
     char *bundle;         /* gVisor: its OCI bundle directory */
+    char group[SBX_CG_NAME_MAX]; /* its tenant's cgroup (sbx_cg_group_name) */
+    size_t output_limit;  /* bytes kept per output stream (never 0) */
+    int cancel_fd;        /* watched while it runs; <= 0: none */
     sbx_cgroup cg;        /* its host cgroup, when have_cg */
     bool have_cg;
     bool ran;             /* sandbox_run was called */
-    int cancel_fd;        /* sandbox_opts.cancel_fd */
 };
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
@@ -61,11 +65,14 @@ extern const char *const launcher_env[];
 char *sbx_path_join(const char *a, const char *b);
 
 /* errbuf = prefix + ": " + the launcher's stderr (trimmed, at most 400 bytes). */
-void sbx_err_from_output(const buffer *err, const char *prefix, char *errbuf, size_t errlen);
+void sbx_err_from_capture(const capture *err, const char *prefix, char *errbuf, size_t errlen);
 
-/* The result of a run that happened: on a timeout exit code -1 and no output (the
+/* The launcher options every run shares: its cgroup, output budget and cancel descriptor. */
+void sbx_proc_opts_for(const sandbox *s, sbx_proc_opts *o);
+
+/* The result of a run that happened: on a timeout or cancel exit code -1 and no output (the
  * reference discards what came before), else code, oom_killed and r's output (out takes
- * over r's buffers). */
-void sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed);
+ * over r's captures). -1 when out of memory. */
+int sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed);
 
 #endif

@@ -105,7 +105,10 @@ int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size
         snprintf(errbuf, errlen, "cannot build the OCI spec: out of memory");
         return -1;
     }
-    /* No linux.resources: runsc runs with --ignore-cgroups inside a cgroup airlockd made. */
+    /* No linux.resources: the limits are those of the cgroup airlockd made and names in
+     * linux.cgroupsPath; runsc reads its memory limit from there and gives the sandbox that
+     * total memory (/proc/meminfo), and adds the sandbox to the hierarchies airlockd does
+     * not limit. */
     json_t *root = json_pack(
         "{s:s, s:{s:b, s:{s:I, s:I}, s:o, s:o, s:s, s:o, s:o, s:b}, s:{s:s, s:b}, s:s,"
         " s:o, s:{s:o}}",
@@ -123,6 +126,11 @@ int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size
         "hostname", "sandbox",
         "mounts", mnt,
         "linux", "namespaces", ns);
+    if (root && s->cgroups_path &&
+        json_object_set_new(json_object_get(root, "linux"), "cgroupsPath", json_string(s->cgroups_path)) != 0) {
+        json_decref(root);
+        root = NULL;
+    }
     if (!root) {
         snprintf(errbuf, errlen, "cannot build the OCI spec");
         return -1;

@@ -1,6 +1,8 @@
 /* Spawns the sandbox launcher, captures its two output streams and enforces the deadline. */
 #include "sandbox/proc.h"
 
+#include "sandbox/sandbox.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,6 +20,12 @@
 
 /* After the launcher exits, its descendants may hold the pipes a moment longer. */
 #define DRAIN_GRACE_MS 2000
+/* After a cancel, how long the launcher gets to exit once its sandbox is killed. */
+#define CANCEL_GRACE_MS 1500
+/* Output pipes this large are drained in fewer, larger reads. */
+#define PIPE_SIZE (1024 * 1024)
+/* Reads of one stream per wake-up (up to 16 MiB) before the loop looks around again. */
+#define DRAIN_READS 16
 
 /* Error report from the child before exec: which step failed and its errno. */
 typedef struct {
@@ -46,11 +54,13 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Appends what is readable on fd; returns 1 on EOF, 0 to continue, -1 on error. */
-static int drain(int fd, buffer *b)
+/* Takes what is readable on fd, a bounded number of reads at a time so that a writer as fast
+ * as we read cannot keep the loop from its deadline, its cancel_fd and the other stream;
+ * returns 1 on EOF, 0 to continue, -1 on error. */
+static int drain(int fd, capture *c)
 {
-    for (;;) {
-        ssize_t r = buf_read(b, fd, 65536);
+    for (int reads = 0; reads < DRAIN_READS; reads++) {
+        ssize_t r = capture_read(c, fd);
         if (r > 0)
             continue;
         if (r == 0)
@@ -59,6 +69,7 @@ static int drain(int fd, buffer *b)
             return 0;
         return -1;
     }
+    return 0;
 }
 
 static void close_fd(int *fd)
@@ -153,6 +164,16 @@ static void kill_tree(const sbx_proc_opts *o, pid_t pid)
     }
 }
 
+/* Cancel: kills the sandbox at once but leaves the launcher (e.g. `runsc run`) to notice and
+ * clear its own state, which takes milliseconds; kill_tree follows if it does not. */
+static void stop_sandbox(const sbx_proc_opts *o, pid_t pid)
+{
+    if (o->cg)
+        (void)sbx_cg_kill_all_except(o->cg, pid);
+    else if (pid > 0)
+        (void)kill(-pid, SIGKILL);
+}
+
 static int wait_child(pid_t pid, int *status)
 {
     for (;;) {
@@ -166,6 +187,9 @@ static int wait_child(pid_t pid, int *status)
 int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_t errlen)
 {
     memset(r, 0, sizeof *r);
+    size_t limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
+    capture_init(&r->out, limit);
+    capture_init(&r->err, limit);
     int outp[2] = {-1, -1}, errp[2] = {-1, -1}, rep[2] = {-1, -1};
     int devnull = -1, pidfd = -1, rc = -1;
     pid_t pid = -1;
@@ -176,6 +200,9 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
         snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
         goto out;
     }
+    /* best effort: a smaller pipe only means more, smaller reads */
+    (void)fcntl(outp[0], F_SETPIPE_SZ, PIPE_SIZE);
+    (void)fcntl(errp[0], F_SETPIPE_SZ, PIPE_SIZE);
     pid = fork();
     if (pid < 0) {
         snprintf(errbuf, errlen, "fork failed: %s", strerror(errno));
@@ -212,22 +239,25 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
     pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 
     int64_t deadline = o->timeout_ms > 0 ? now_ms() + o->timeout_ms : INT64_MAX;
+    int64_t give_up = INT64_MAX; /* once stopping: when to kill everything and stop waiting */
     int64_t exited_at = -1;
     int status = 0;
     bool stopping = false;
     bool out_open = true, err_open = true;
+    bool watch_cancel = o->cancel_fd > 0;
     while (!failed && (out_open || err_open || exited_at < 0)) {
         int64_t now = now_ms();
-        if (now >= deadline) {
+        if (!stopping && now >= deadline) {
             r->timed_out = true;
-            if (stopping || !o->on_deadline)
+            if (!o->on_deadline)
                 break;
             stopping = true;
             o->on_deadline(o->ctx);
-            now = now_ms();
-            deadline = now + (o->grace_ms > 0 ? o->grace_ms : 0);
+            give_up = now_ms() + (o->grace_ms > 0 ? o->grace_ms : 0);
             continue;
         }
+        if (now >= give_up)
+            break;
         if (exited_at >= 0 && now - exited_at >= DRAIN_GRACE_MS)
             break; /* something outside the sandbox kept the pipes: stop reading */
         struct pollfd pf[4];
@@ -245,11 +275,13 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
             pf[n] = (struct pollfd){.fd = pidfd, .events = POLLIN};
             i_pid = (int)n++;
         }
-        if (exited_at < 0 && o->cancel_fd > 0) {
+        if (watch_cancel && !stopping) {
+            /* only the hang-up: data a client sends meanwhile must not wake us */
             pf[n] = (struct pollfd){.fd = o->cancel_fd, .events = POLLRDHUP};
             i_cancel = (int)n++;
         }
-        int64_t wait = deadline - now;
+        int64_t until = stopping ? give_up : deadline;
+        int64_t wait = until - now;
         if (exited_at >= 0 && wait > DRAIN_GRACE_MS - (now - exited_at))
             wait = DRAIN_GRACE_MS - (now - exited_at);
         if (exited_at < 0 && pidfd < 0 && wait > 50)
@@ -260,9 +292,15 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
             failed = true;
             break;
         }
-        if (pr > 0 && i_cancel >= 0 && (pf[i_cancel].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
-            r->cancelled = true; /* the client hung up (or the server is stopping): kill now */
-            break;
+        if (pr > 0 && i_cancel >= 0 && pf[i_cancel].revents) {
+            if (pf[i_cancel].revents & POLLNVAL) {
+                watch_cancel = false; /* not a descriptor (any more): nothing to watch */
+            } else {
+                r->cancelled = true;
+                stopping = true;
+                stop_sandbox(o, pid);
+                give_up = now_ms() + CANCEL_GRACE_MS;
+            }
         }
         if (pr > 0) {
             if (i_out >= 0 && pf[i_out].revents) {
@@ -327,6 +365,6 @@ int sbx_proc_exit_code(int status)
 
 void sbx_proc_result_free(sbx_proc_result *r)
 {
-    buf_free(&r->out);
-    buf_free(&r->err);
+    capture_free(&r->out);
+    capture_free(&r->err);
 }

@@ -1,6 +1,8 @@
 /* Runs one host program (runsc or bwrap) for the sandbox backend (private): stdin /dev/null,
- * stdout and stderr captured separately and concurrently, a wall-clock deadline, and on
- * expiry the whole process tree killed (through its cgroup, else its process group). */
+ * stdout and stderr captured separately and concurrently within a byte budget each
+ * (sandbox/capture.h), a wall-clock deadline, a client connection whose hang-up cancels the
+ * run, and on expiry or cancel the whole process tree killed (through its cgroup, else its
+ * process group). */
 #ifndef AIRLOCKD_SANDBOX_PROC_H
 #define AIRLOCKD_SANDBOX_PROC_H
 
@@ -8,8 +10,8 @@
 #include <stddef.h>
 #include <sys/resource.h>
 
+#include "sandbox/capture.h"
 #include "sandbox/cgroup.h"
-#include "util/buf.h"
 
 typedef struct {
     int resource;  /* RLIMIT_* */
@@ -34,12 +36,15 @@ typedef struct {
     void (*on_deadline)(void *ctx);
     void *ctx;
     int grace_ms;
-    int cancel_fd;            /* > 0: a hang-up on it (POLLRDHUP/POLLHUP/POLLERR) kills the tree */
+    size_t output_limit;      /* bytes kept of each of stdout and stderr; 0: SANDBOX_OUTPUT_LIMIT */
+    /* A descriptor to watch (a client's connection): POLLHUP, POLLERR or POLLRDHUP on it
+     * kills the tree at once and marks the result cancelled. -1 or 0: none. */
+    int cancel_fd;
 } sbx_proc_opts;
 
 typedef struct {
-    buffer out;
-    buffer err;
+    capture out;
+    capture err;
     bool timed_out;  /* deadline hit: the tree was killed */
     bool cancelled;  /* cancel_fd hung up: the tree was killed */
     int status;      /* waitpid status */

@@ -17,18 +17,27 @@
 #define SANDBOX_UID 1000
 #define SANDBOX_GID 1000
 
+/* Bytes of each of a command's stdout and stderr that airlockd keeps by default: the first
+ * 2/5 and the last 3/5; the middle of a longer stream is counted and dropped. */
+#define SANDBOX_OUTPUT_LIMIT (1024u * 1024u)
+
 typedef struct sandbox_backend sandbox_backend;
 typedef struct sandbox sandbox;
 
 typedef struct {
-    char *out;          /* raw stdout bytes, NUL-terminated, caller frees via sandbox_result_free */
+    /* raw stdout bytes, NUL-terminated, caller frees via sandbox_result_free; a stream longer
+     * than the output limit is its head, a marker line "... [TRUNCATED: N bytes omitted] ..."
+     * and its tail, cut between UTF-8 characters */
+    char *out;
     size_t out_len;
-    char *err;          /* raw stderr bytes, NUL-terminated */
+    char *err;          /* raw stderr bytes, NUL-terminated, kept the same way */
     size_t err_len;
-    int exit_code;      /* bash conventions; 128+N for signal N; -1 on timeout */
+    unsigned long long out_total, err_total;     /* bytes the command wrote to each */
+    unsigned long long out_omitted, err_omitted; /* bytes left out of each (0: complete) */
+    int exit_code;      /* bash conventions; 128+N for signal N; -1 on timeout or cancel */
     bool timed_out;     /* wall-clock limit hit: the whole sandbox was killed, streams empty */
     bool oom_killed;    /* the memory limit killed the command */
-    bool cancelled;     /* its cancel_fd reported a hang-up: the command was killed */
+    bool cancelled;     /* cancel_fd hung up: the whole sandbox was killed, streams empty */
 } sandbox_result;
 
 /* What a sandbox is made for, known before its command. */
@@ -36,13 +45,22 @@ typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
     const char *name;          /* names it (container id, cgroup); unique among running ones'
                                 * prefixes, e.g. the session id and a counter */
-    int cancel_fd;             /* watched while the command runs when > 0 (0 or -1: nothing):
-                                * POLLRDHUP, POLLHUP or POLLERR on it (the client hung up, or the
-                                * server is stopping) kills the command at once */
+    /* The tenant it runs for: its cgroup goes under the tenant's group, whose CPU weight
+     * every tenant has equally. NULL: the server's own group. */
+    const char *tenant;
+    size_t output_limit;       /* bytes kept of each output stream; 0: SANDBOX_OUTPUT_LIMIT */
+    /* The client's connection: POLLHUP, POLLERR or POLLRDHUP on it while the command runs
+     * kills the whole sandbox at once and the result is marked cancelled. -1 (or 0, what an
+     * initializer leaves: airlockd's stdin is never a client) = none. */
+    int cancel_fd;
 } sandbox_opts;
 
 /* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
  * NULL (then $AIRLOCK_RUNSC, then PATH). With require_gvisor and no working runsc, fails.
+ * First removes what a killed predecessor on the same state dir left on the host: the
+ * processes and cgroups under this server's cgroup root (airlockd-<16 hex of SHA-256 of
+ * the state dir's real path>, in every hierarchy), the processes of runsc containers under
+ * its runsc root, and that root's state; never another server's.
  * Returns NULL with a message in errbuf on failure. */
 sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_path,
                                       bool require_gvisor, char *errbuf, size_t errlen);
@@ -50,7 +68,8 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
 /* "gvisor" or "bubblewrap". */
 const char *sandbox_backend_name(const sandbox_backend *b);
 
-/* Removes everything the backend made under the state dir; no sandbox may be left. */
+/* Removes everything the backend made under the state dir and its cgroups; no sandbox may
+ * be left. */
 void sandbox_backend_close(sandbox_backend *b);
 
 /* A sandbox ready for one command: read-only root, /tmp tmpfs 64 MB noexec, uid SANDBOX_UID,
@@ -68,8 +87,8 @@ int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_re
 void sandbox_release(sandbox *s);
 
 /* sandbox_prepare, sandbox_run and sandbox_release in a row. */
-int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command, int timeout_seconds,
-                 sandbox_result *out, char *errbuf, size_t errlen);
+int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command,
+                 int timeout_seconds, sandbox_result *out, char *errbuf, size_t errlen);
 
 void sandbox_result_free(sandbox_result *r);
 
