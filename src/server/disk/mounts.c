@@ -156,7 +156,12 @@ int mounts_unmount_under(const char *dir, bool (*keep)(void *ctx, const char *pa
 
 int mounts_make_shared(const char *dir)
 {
-    if (!mounts_is_mount_point(dir) && mount(dir, dir, NULL, MS_BIND, NULL) != 0)
-        return -1;
+    if (!mounts_is_mount_point(dir)) {
+        /* the bind mount would cover (and so pin, out of reach) whatever is mounted below:
+         * those are leftovers, unmounted first */
+        mounts_unmount_under(dir, NULL, NULL);
+        if (mount(dir, dir, NULL, MS_BIND, NULL) != 0)
+            return -1;
+    }
     return mount(NULL, dir, NULL, MS_REC | MS_SHARED, NULL);
 }
