@@ -120,7 +120,7 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/driver_hooks_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
-              spec/server/deep_tree_spec.lua
+              spec/server/deep_tree_spec.lua spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -146,9 +146,11 @@ valgrind-test: build
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
 # poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
+# workspace_disks: session create/DELETE with a disk image each, restart with 50 sessions.
 bench: build
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
+	$(LUA) bench/workspace_disks.lua
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)

@@ -68,11 +68,13 @@ describe("airlockd workspace disks", function()
     local id = create(acme)
     local size0, alloc0 = stat_image(server, id)
     assert.truthy(alloc0 >= size0, "the image is fully allocated at creation: " .. alloc0 .. " of " .. size0)
-    local r = exec(acme, id, "dd if=/dev/zero of=big bs=1M count=48; echo rc=$?; " ..
+    local r = exec(acme, id, "fallocate -l 1G reserved 2>&1; rm -f reserved; " ..
+      "dd if=/dev/zero of=big bs=1M count=48; echo rc=$?; " ..
       "python3 -c \"open('p.bin', 'wb').write(b'x' * 48 * 1024 * 1024)\" 2>&1 | tail -1; " ..
       "stat -c %s big")
     assert.truthy(r.stderr:find("No space left on device", 1, true) or r.stderr:find("Disk quota exceeded", 1, true), r.stderr)
-    local rc, py, written = r.stdout:match("^rc=(%d+)\n(.-)\n(%d+)\n$")
+    local falloc, rc, py, written = r.stdout:match("^(.-)rc=(%d+)\n(.-)\n(%d+)\n$")
+    assert.truthy(falloc and falloc:find("No space left on device", 1, true), r.stdout)
     assert.are.equal("1", rc, r.stdout)
     assert.truthy(py:find("No space left on device", 1, true), py)
     -- the quota's worth and a little headroom (the journal and inode tables are fixed costs
@@ -169,8 +171,9 @@ describe("airlockd workspace disks", function()
       for _, path in ipairs({ "new.txt", "newdir/sub/file.txt" }) do
         local r = http_client.write(server, acme, id, path, "x")
         assert.are.equal(413, r.status, r.body)
-        assert.truthy(r.json.detail:match("^Writing " .. path:gsub("%p", "%%%0") .. " would use %d+%.%d MB of the workspace's 5 MB disk quota%. Delete files first%.$"),
-          r.json.detail)
+        local escaped = path:gsub("%p", "%%%0")
+        assert.truthy(r.json.detail:match("^Writing " .. escaped ..
+          " would use %d+%.%d MB of the workspace's 5 MB disk quota%. Delete files first%.$"), r.json.detail)
       end
       -- nothing of either write was left behind
       local r = exec(acme, id, "ls -d new.txt newdir 2>&1; rm -f f*")

@@ -201,7 +201,7 @@ describe("airlockd restarts on the same state directory", function()
   end)
 
   it("removes only what a killed server left of sessions that are gone", function()
-    local ids = populate()
+    populate()
     os.execute("kill -9 " .. server.pid)
     wait_dead(server)
     -- leftovers of a session the state file does not know: an image, attached and mounted
