@@ -6,7 +6,6 @@
 #include "text/utf8.h"
 #include "util/buf.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
