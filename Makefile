@@ -40,6 +40,8 @@ SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
 SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
+# the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
+BENCH_CURL_LOOP := $(BUILD)/bench/curl_loop
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
 # The version, said once: the engine's (airlock.VERSION); the rockspec and core.c must agree.
 VERSION    := $(shell sed -n 's/^M.VERSION = "\(.*\)"$$/\1/p' lua/airlock/engine.lua)
@@ -58,7 +60,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD)
+build: $(CORE_SO) $(AIRLOCKD) $(BENCH_CURL_LOOP)
 
 $(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
@@ -104,7 +106,7 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server
+	  -I src/core -I src/server src/core src/server bench/curl_loop.c
 	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua)
 
 sanitize:
@@ -147,10 +149,18 @@ valgrind-test: build
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
 # poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
 # workspace_disks: session create/DELETE with a disk image each, restart with 50 sessions.
+# openresty: nginx (1 worker) running examples/openresty, 32 concurrent POST /run vs the plain-Lua
+# SDK, /ping latency during it, the small-call rate of each transport vs a raw libcurl loop in
+# C (bench/curl_loop.c), and a 1,000-request soak (worker RSS, sessions left, crashes).
 bench: build
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
 	$(LUA) bench/workspace_disks.lua
+	$(LUA) bench/openresty.lua
+
+$(BENCH_CURL_LOOP): bench/curl_loop.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) -Werror -D_POSIX_C_SOURCE=200809L $(CURL_CFLAGS) -o $@ $< $(CURL_LIBS)
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)

@@ -1,8 +1,9 @@
 -- docs/api.md documents every public function: of the airlock module, Sandbox, Files,
 -- Result, airlock.keys and its client, airlock.http, airlock.tools, and the seam for
--- transports and hosts (the transport interface, airlock.tasks and its schedulers, the C
--- core's hooks). A function counts as documented when a heading (or a table row) shows its
--- call form, e.g. "### sbx:run(" or "| `tools.truncate(".
+-- transports and hosts (the transport interface of the curl and ngx transports, the OpenResty
+-- host airlock.ngx, airlock.tasks and its schedulers, the C core's hooks). A function counts
+-- as documented when a heading (or a table row) shows its call form, e.g. "### sbx:run(" or
+-- "| `tools.truncate(".
 local airlock = require "airlock"
 local keys = require "airlock.keys"
 
@@ -46,6 +47,8 @@ describe("docs/api.md", function()
     { "airlock.http", require("airlock.http"), "http." },
     { "airlock.tools", require("airlock.tools"), "tools." },
     { "the transport interface (curl)", require("airlock.transport").load("curl"), "t:" },
+    { "the transport interface (ngx)", require("airlock.transport.ngx"), "t:" },
+    { "airlock.ngx", require("airlock.ngx"), "airlock.ngx." },
     { "airlock.tasks", require("airlock.tasks"), "tasks." },
     { "schedulers", require("airlock.tasks").Scheduler, "scheduler:" },
     { "airlock.core", require("airlock.core"), "core." },
