@@ -198,6 +198,9 @@ static void test_mounts(void)
     snprintf(want, sizeof want, "grep -q ' %s %s .*shared:' /proc/self/mountinfo", m, m);
     CHECK(system(want) == 0);
     CHECK(mount("tmpfs", at("m/b"), "tmpfs", 0, "size=64k") == 0);
+    /* listed once: m's peer group is its own, not base's (a copy would show up under base) */
+    CHECK(mounts_under(m, &v, &n) == 0 && n == 1);
+    mounts_free(v, n);
     CHECK(mounts_unmount_under(m, NULL, NULL) == 1);
     CHECK(mounts_unmount(m) == 0 && !mounts_is_mount_point(m));
     free(m);

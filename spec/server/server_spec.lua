@@ -591,7 +591,7 @@ describe("airlockd limits and lifetime", function()
     assert.is_false(sh("test -e " .. q(ws))) -- its disk is no longer mounted
     assert.is_true(sh("test -f " .. q(s.dir .. "/state/images/" .. id .. ".img")))
     assert.truthy(read_file(s.dir .. "/state/sessions.json"):find(id, 1, true))
-    assert.are.same({ mounts = {}, loops = {} }, airlockd.host_objects(s.dir))
+    assert.are.same({ mounts = {}, loops = {} }, airlockd.settled(s.dir))
     assert.truthy(airlockd.log(s):find("shutting down", 1, true))
     airlockd.stop(s)
   end)

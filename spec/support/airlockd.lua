@@ -91,6 +91,18 @@ function M.host_objects(dir)
   return { mounts = mounts, loops = loops }
 end
 
+-- host_objects(dir) once its loop devices are down to `loops` (default 0) and its mounts to
+-- `mounts` (default 0), or after `seconds` (default 5): a loop detaches itself asynchronously
+-- once its mount is gone.
+function M.settled(dir, loops, mounts, seconds)
+  local left
+  proc.wait_until(seconds or 5, function()
+    left = M.host_objects(dir)
+    return #left.loops <= (loops or 0) and #left.mounts <= (mounts or 0)
+  end)
+  return left
+end
+
 -- Unmounts and detaches whatever a killed server left under dir (deepest first), so that
 -- removing the directory never reaches into a workspace disk and no loop device lingers.
 function M.release_host_objects(dir)

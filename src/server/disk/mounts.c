@@ -156,12 +156,16 @@ int mounts_unmount_under(const char *dir, bool (*keep)(void *ctx, const char *pa
 
 int mounts_make_shared(const char *dir)
 {
-    if (!mounts_is_mount_point(dir)) {
-        /* the bind mount would cover (and so pin, out of reach) whatever is mounted below:
-         * those are leftovers, unmounted first */
-        mounts_unmount_under(dir, NULL, NULL);
-        if (mount(dir, dir, NULL, MS_BIND, NULL) != 0)
-            return -1;
-    }
-    return mount(NULL, dir, NULL, MS_REC | MS_SHARED, NULL);
+    if (mounts_is_mount_point(dir)) /* a predecessor's: its peers (sandboxes' copies) stay linked */
+        return mount(NULL, dir, NULL, MS_REC | MS_SHARED, NULL);
+    /* the bind mount would cover (and so pin, out of reach) whatever is mounted below: those
+     * are leftovers, unmounted first */
+    mounts_unmount_under(dir, NULL, NULL);
+    if (mount(dir, dir, NULL, MS_BIND, NULL) != 0)
+        return -1;
+    /* a peer group of its own: on a host whose / is shared (systemd), a bind would otherwise
+     * join /'s group, and every workspace mount would be copied to all of /'s peers */
+    if (mount(NULL, dir, NULL, MS_PRIVATE, NULL) != 0)
+        return -1;
+    return mount(NULL, dir, NULL, MS_SHARED, NULL);
 }

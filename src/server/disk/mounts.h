@@ -26,8 +26,9 @@ int mounts_unmount(const char *path);
  * keeps. Returns how many were unmounted. */
 int mounts_unmount_under(const char *dir, bool (*keep)(void *ctx, const char *path), void *ctx);
 
-/* Makes dir a mount point of its own (a bind mount onto itself, unless it already is one;
- * mounts below it are unmounted first, as the bind would cover them) with shared propagation: unmounts below it then also reach the copies that other mount
+/* Makes dir a mount point of its own (a bind mount onto itself in a peer group of its own,
+ * unless it already is one; mounts below it are unmounted first, as the bind would cover them)
+ * with shared propagation: unmounts below it then also reach the copies that other mount
  * namespaces made of them (a sandbox's, another program's `unshare -m`), so an image's loop
  * is released when its session goes. 0, or -1 with errno set. */
 int mounts_make_shared(const char *dir);

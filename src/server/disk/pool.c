@@ -21,7 +21,6 @@
 #define IMAGE_SUFFIX ".img"
 
 struct disk_pool {
-    char *state;      /* the state directory, absolute and symlink-free */
     char *images;     /* <state>/images */
     char *workspaces; /* <state>/workspaces, a shared mount */
     image_tools tools;
@@ -51,7 +50,7 @@ static int make_dir(const char *path, char *err, size_t errlen)
 disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err, size_t errlen)
 {
     disk_pool *p = calloc(1, sizeof *p);
-    if (!p || !(p->state = strdup(state_dir)) || !(p->images = path_of(state_dir, "images", "")) ||
+    if (!p || !(p->images = path_of(state_dir, "images", "")) ||
         !(p->workspaces = path_of(state_dir, "workspaces", ""))) {
         snprintf(err, errlen, "out of memory");
         goto fail;
@@ -71,7 +70,6 @@ disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err
 fail:
     if (p) {
         image_tools_free(&p->tools);
-        free(p->state);
         free(p->images);
         free(p->workspaces);
         free(p);
@@ -115,7 +113,6 @@ void disk_pool_close(disk_pool *p)
         fprintf(stderr, "airlockd: cannot unmount %s: %s\n", p->workspaces, strerror(errno));
     image_tools_free(&p->tools);
     pthread_mutex_destroy(&p->mu);
-    free(p->state);
     free(p->images);
     free(p->workspaces);
     free(p);
@@ -241,18 +238,17 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
     return rc;
 }
 
-static void unmount_session(disk_pool *p, const char *mnt)
+static void unmount_session(const char *mnt)
 {
     if (mounts_is_mount_point(mnt) && mounts_unmount(mnt) != 0)
         fprintf(stderr, "airlockd: cannot unmount %s: %s\n", mnt, strerror(errno));
-    (void)p;
 }
 
 void disk_close(disk_pool *p, const char *id)
 {
     char *mnt = path_of(p->workspaces, id, "");
     if (mnt)
-        unmount_session(p, mnt);
+        unmount_session(mnt);
     free(mnt);
 }
 
@@ -262,7 +258,7 @@ void disk_destroy(disk_pool *p, const char *id)
     if (!img || !mnt) {
         fprintf(stderr, "airlockd: out of memory removing the disk of %s\n", id);
     } else {
-        unmount_session(p, mnt);
+        unmount_session(mnt);
         if (rmdir(mnt) != 0 && errno != ENOENT)
             fprintf(stderr, "airlockd: cannot remove %s: %s\n", mnt, strerror(errno));
         struct stat st;
@@ -284,13 +280,11 @@ typedef struct {
     void *ctx;
 } cleanup_ctx;
 
-/* Mounts to keep: the workspaces mount itself and live sessions' mount points. */
+/* Mounts under the workspaces mount to keep: live sessions' mount points. */
 static bool keep_mount(void *arg, const char *path)
 {
     const cleanup_ctx *c = arg;
     size_t wl = strlen(c->p->workspaces);
-    if (strcmp(path, c->p->workspaces) == 0)
-        return true;
     if (strncmp(path, c->p->workspaces, wl) != 0 || path[wl] != '/' || strchr(path + wl + 1, '/'))
         return false;
     return c->live(c->ctx, path + wl + 1);
@@ -359,7 +353,8 @@ static void remove_orphan_mount_point(const cleanup_ctx *c, const char *dir, con
 void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *ctx)
 {
     cleanup_ctx c = {p, live, ctx};
-    int unmounted = mounts_unmount_under(p->state, keep_mount, &c);
+    /* the pool's own mounts only: other parts of the server clean theirs */
+    int unmounted = mounts_unmount_under(p->workspaces, keep_mount, &c);
     int detached = loop_detach_under(p->images, keep_loop, &c);
     for_each_name(p->images, remove_orphan_image, &c);
     for_each_name(p->workspaces, remove_orphan_mount_point, &c);

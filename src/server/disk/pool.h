@@ -3,8 +3,8 @@
  * pool keeps the images' total size under a server-wide cap and refuses an image that would
  * leave the state directory's filesystem with less than a reserve (the server's own state,
  * SQLite stores, sandbox bundles). At start it takes over what a killed predecessor left
- * mounted and removes the rest of its leftovers: only mounts under the state directory,
- * loops backed by files in <state>/images and images of no session are touched. */
+ * mounted and removes the rest of its leftovers: only mounts below <state>/workspaces, loops
+ * backed by files in <state>/images and images of no session are touched. */
 #ifndef AIRLOCKD_DISK_POOL_H
 #define AIRLOCKD_DISK_POOL_H
 
@@ -52,8 +52,8 @@ void disk_close(disk_pool *p, const char *id);
 void disk_destroy(disk_pool *p, const char *id);
 
 /* Removes a killed predecessor's leftovers of every session for which live(ctx, id) is false:
- * its mounts (any mount under the state directory but the pool's own and live sessions'),
- * loops backed by its image, the image itself and its mount point directory. */
+ * its mounts (any mount below <state>/workspaces but live sessions'), loops backed by its
+ * image, the image itself and its mount point directory. */
 void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *ctx);
 
 #endif

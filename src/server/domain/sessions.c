@@ -191,8 +191,9 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
     free(s);
     if (dr == DISK_HELD) {
         if (tenant < 0)
-            fprintf(stderr, "airlockd: session %s not restored: no room for its tenant; kept for a later start\n",
-                    rec->id);
+            fprintf(stderr, "airlockd: session %s not restored (kept for a later start): its tenant '%s' is not "
+                            "configured\n",
+                    rec->id, rec->tenant);
         if (park(r, rec))
             (*kept)++;
     }
