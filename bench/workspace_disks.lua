@@ -104,6 +104,7 @@ for _, r in ipairs(rows) do print(r) end
 
 local r, empty_ms = restarts()
 print(string.format("\nrestart with %d sessions of 5 MB (ms)    stop   start-to-port   restore (log)   sessions back", SESSIONS))
-print(string.format("%-38s %6.0f %15.0f %15s %15d", "after SIGTERM (fsck + mount each)", r.TERM.stop, r.TERM.start, r.TERM.restored, r.TERM.n))
-print(string.format("%-38s %6.0f %15.0f %15s %15d", "after kill -9 (mounts taken over)", r.KILL.stop, r.KILL.start, r.KILL.restored, r.KILL.n))
+local ROW = "%-38s %6.0f %15.0f %15s %15d"
+print(string.format(ROW, "after SIGTERM (fsck + mount each)", r.TERM.stop, r.TERM.start, r.TERM.restored, r.TERM.n))
+print(string.format(ROW, "after kill -9 (mounts taken over)", r.KILL.stop, r.KILL.start, r.KILL.restored, r.KILL.n))
 print(string.format("%-38s %6s %15.0f", "a fresh state directory", "", empty_ms))
