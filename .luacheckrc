@@ -17,3 +17,7 @@ files["spec/support/hosts/nvim_boot.lua"] = { read_globals = { "vim" } }
 files["lua/airlock/ngx/"] = { globals = { "ngx" } }   -- ngx.ctx is written
 files["examples/openresty/"] = { globals = { "ngx" } }
 files["lua/airlock/transport/ngx.lua"] = { read_globals = { "ngx" } }
+files["examples/neovim/"] = { globals = { "vim" } }
+files["examples/love/"] = { std = "+love" }
+files["bench/hosts/nvim_*.lua"] = { globals = { "vim" } }
+files["bench/hosts/love_*.lua"] = { std = "+love" }

@@ -10,11 +10,11 @@
 --   rate    small calls one after another (GET /healthz through the SDK, rounds of 1,000 taken
 --           in turns, the median round of each): the cosocket
 --           transport in nginx and the curl transport in plain Lua, against a raw libcurl
---           keep-alive loop in C (bench/curl_loop.c, build/bench/curl_loop).
+--           keep-alive loop in C (bench/raw_curl_rate.c, build/bench/raw_curl_rate).
 --   soak    1,000 POST /run (16 at a time): the worker's VmRSS after the first 100 and at the
 --           end, sessions left on the server, worker crashes or restarts.
 --
---   make bench        (or: lua5.4 bench/openresty.lua, after make build build/bench/curl_loop)
+--   make bench        (or: lua5.4 bench/openresty.lua, after make build)
 -- Environment: BENCH_SMOKE=1 runs tiny sizes (a check that the bench works); SOAK_REQUESTS.
 -- Needs root (runsc) and nginx with the Lua module (make deps).
 package.path = "spec/?.lua;" .. package.path
@@ -35,7 +35,7 @@ local RATE_CALLS = SMOKE and 100 or 1000
 local RATE_ROUNDS = SMOKE and 1 or 7
 local SOAK = tonumber(os.getenv("SOAK_REQUESTS") or "") or (SMOKE and 20 or 1000)
 local SOAK_AT_ONCE = 16
-local CURL_LOOP = "build/bench/curl_loop"
+local CURL_LOOP = os.getenv("RAW_CURL_RATE") or "build/bench/raw_curl_rate"
 
 local function percentile(sorted, p)
   local idx = math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))
@@ -64,7 +64,7 @@ local function vm(pid, field)
   return tonumber(status:match(field .. ":%s*(%d+) kB"))
 end
 
-assert(proc.run("test -x " .. CURL_LOOP), CURL_LOOP .. " is missing: make build/bench/curl_loop")
+assert(proc.run("test -x " .. CURL_LOOP), CURL_LOOP .. " is missing: make build")
 
 local server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = cjson.encode({
   ["*"] = { max_concurrent_exec = 32, max_sessions = 100, requests_per_minute = 1000000 } }) } })
@@ -196,15 +196,13 @@ print("ping   the worker idle, the plain-Lua burst loading the machine: " .. pin
 
 ---------------------------------------------------------------- small-call rate
 
-local HEADERS = { "X-API-Key: " .. key, "Accept: application/json", "User-Agent: airlock-bench" }
-
 local function c_rate()
-  local words = { CURL_LOOP, server.url .. "/healthz", tostring(RATE_CALLS) }
-  for _, h in ipairs(HEADERS) do words[#words + 1] = h end
+  local words = { CURL_LOOP, server.url .. "/healthz", key, tostring(RATE_CALLS) }
   for i, w in ipairs(words) do words[i] = proc.shell_quote(w) end
-  local calls, seconds, connects = proc.output(table.concat(words, " ")):match("^(%d+) ([%d.]+) (%d+)")
-  assert(calls, "curl_loop failed")
-  return tonumber(calls) / tonumber(seconds), tonumber(connects)
+  local out = proc.output(table.concat(words, " "))
+  local rate, connects = out:match("rate=([%d.]+)"), out:match("connects=(%d+)")
+  assert(rate, "raw_curl_rate said: " .. out)
+  return tonumber(rate), tonumber(connects)
 end
 
 local function ngx_rate()

@@ -58,6 +58,7 @@ build = {
       ["airlock.transport"] = "lua/airlock/transport/init.lua",
       ["airlock.transport.curl"] = "lua/airlock/transport/curl.lua",
       ["airlock.transport.ngx"] = "lua/airlock/transport/ngx.lua",
+      ["airlock.transport.uv"] = "lua/airlock/transport/uv.lua",
    },
    install = {
       bin = { ["airlock-mcp"] = "bin/airlock-mcp" },

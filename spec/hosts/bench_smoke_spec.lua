@@ -6,7 +6,7 @@ local proc = require "support.proc"
 
 describe("bench/openresty.lua (smoke sizes)", function()
   it("runs and prints every measure", function()
-    assert(proc.run("test -x build/bench/curl_loop"), "build/bench/curl_loop is missing: make build")
+    assert(proc.run("test -x build/bench/raw_curl_rate"), "build/bench/raw_curl_rate is missing: make build")
     local rc, out = proc.run_capture("BENCH_SMOKE=1 timeout 300 lua5.4 bench/openresty.lua")
     assert.are.equal(0, rc, out)
     for _, pattern in ipairs({

@@ -14,8 +14,9 @@
 -- The choice: `transport = "curl" | "ngx" | "uv" | <object>` in the options, else automatic:
 -- the OpenResty cosocket transport anywhere in an nginx worker (where cosockets are missing,
 -- in init_by_lua or log_by_lua, it raises an error saying what to do instead of blocking the
--- worker), libcurl otherwise. Transports are loaded on first use: `require "airlock"` needs
--- no C, and nginx never loads the C core unless asked to.
+-- worker), else the host's default (set_default), else the libuv transport on vim.loop inside
+-- Neovim, libcurl otherwise. Transports are loaded on first use: `require "airlock"` needs no
+-- C, and nginx never loads the C core unless asked to.
 local M = {}
 
 local loaded = {}
@@ -81,11 +82,18 @@ end
 
 local nginx = M.in_nginx() and has_module("airlock.transport.ngx")
 
+-- Whether this Lua state runs inside Neovim (vim.loop is its libuv loop).
+function M.in_neovim()
+  local vim = rawget(_G, "vim")
+  return type(vim) == "table" and type(vim.loop) == "table" and type(vim.schedule) == "function"
+end
+
 -- The automatic choice for the code running now: cosockets inside nginx, else the host's
--- default, else libcurl.
+-- default, else libuv inside Neovim, else libcurl.
 function M.auto()
   if nginx then return load("ngx") end
   if host_default ~= nil then return M.resolve(host_default) end
+  if M.in_neovim() then return load("uv") end
   return load("curl")
 end
 
