@@ -10,9 +10,12 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MARKER_TEXT_MAX 256
+#define LOCK_WAIT_MS 5000
+#define LOCK_POLL_MS 100
 
 static int mkdir_parents(const char *dir)
 {
@@ -66,13 +69,23 @@ static long marker_format(const char *text)
 
 static int lock_marker(int fd, const char *dir, char *err, size_t errlen)
 {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return 0;
-    if (errno == EWOULDBLOCK)
-        snprintf(err, errlen, "--state-dir %s: another airlockd is using it", dir);
-    else
-        snprintf(err, errlen, "--state-dir %s: cannot lock %s: %s", dir, STATE_DIR_MARKER, strerror(errno));
-    return -1;
+    /* A predecessor killed a moment ago may still be exiting (its last threads or a forked
+     * child that has not exec'd yet hold the lock): give it a few seconds. */
+    int waited = 0;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) {
+            snprintf(err, errlen, "--state-dir %s: cannot lock %s: %s", dir, STATE_DIR_MARKER, strerror(errno));
+            return -1;
+        }
+        if (waited >= LOCK_WAIT_MS) {
+            snprintf(err, errlen, "--state-dir %s: another airlockd is using it", dir);
+            return -1;
+        }
+        struct timespec nap = {0, LOCK_POLL_MS * 1000000L};
+        nanosleep(&nap, NULL);
+        waited += LOCK_POLL_MS;
+    }
+    return 0;
 }
 
 /* Opens and locks an existing marker and checks its format. */

@@ -11,7 +11,8 @@
 #define STATE_DIR_FORMAT 1
 
 /* Creates path (and its parents) when missing, or accepts it when it is empty or carries a
- * marker of a format this server reads; then writes the marker if new and locks it. On success
+ * marker of a format this server reads; then writes the marker if new and locks it (waiting up
+ * to 5 s for a predecessor that is still exiting). On success
  * *real is the malloc'd absolute, symlink-free path and *lock_fd holds the lock (close it at
  * exit). -1 with a message naming the directory and what to do otherwise. */
 int state_dir_claim(const char *path, char **real, int *lock_fd, char *err, size_t errlen);
