@@ -123,7 +123,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
-              spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua
+              spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
+              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -154,6 +155,7 @@ valgrind-test: build
 # lateness, idle vs 8 commands in flight, and idle wakeups with the SDK loaded (Neovim).
 # call_rate: small calls per second of the curl and uv transports vs raw_curl_rate, a raw
 # libcurl keep-alive loop in C (bench/raw_curl_rate.c).
+# workspace_disks: session create/DELETE with a disk image each, restart with 50 sessions.
 # openresty: nginx (1 worker) running examples/openresty, 32 concurrent POST /run vs the plain-Lua
 # SDK, /ping latency during it, the cosocket transport's small-call rate vs raw_curl_rate, and
 # a 1,000-request soak (worker RSS, sessions left, crashes).
@@ -166,6 +168,7 @@ bench: build luajit-core
 	$(LUA) bench/poll_frames.lua
 	$(LUA) bench/love_frames.lua
 	$(LUA) bench/nvim_loop.lua
+	$(LUA) bench/workspace_disks.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_rate.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit bench/call_rate.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua

@@ -15,7 +15,7 @@ packages=(
   lua5.4 liblua5.4-dev lua-cjson lua-busted lua-check lua-socket luarocks
   luajit2 libluajit2-5.1-dev
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
-  bubblewrap python3 ca-certificates curl cppcheck valgrind
+  bubblewrap e2fsprogs python3 ca-certificates curl cppcheck valgrind
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
   # the SDK's hosts, driven by spec/hosts: nginx's Lua module, Neovim, LÖVE
   libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv

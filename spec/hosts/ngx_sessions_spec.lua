@@ -18,6 +18,9 @@ local LIMITS = cjson.encode({
   ["*"] = { max_sessions = 64, requests_per_minute = 100000, max_concurrent_exec = 32 },
   other = { max_sessions = 64, requests_per_minute = 100000, max_concurrent_exec = 1 },
 })
+-- bursts open dozens of sessions at once: small workspace disks keep them to a few hundred MB
+-- of the host (each session's disk is allocated in full)
+local SMALL_DISKS = "16"
 
 local HANDLERS = [[
   location = /with {
@@ -138,7 +141,7 @@ describe("the OpenResty host", function()
   local server
 
   setup(function()
-    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_WORKSPACE_QUOTA_MB = SMALL_DISKS } })
   end)
   teardown(function() if server then airlockd.stop(server) end end)
 

@@ -14,6 +14,9 @@ local nginx = require "support.hosts.nginx"
 local ngx_eval = require "support.hosts.nginx_eval"
 
 local LIMITS = '{"*": {"max_sessions": 64, "requests_per_minute": 100000, "max_concurrent_exec": 32}}'
+-- bursts open dozens of sessions at once: small workspace disks keep them to a few hundred MB
+-- of the host (each session's disk is allocated in full)
+local SMALL_DISKS = "16"
 
 local function contains(text, part)
   return type(text) == "string" and text:find(part, 1, true) ~= nil
@@ -23,7 +26,7 @@ describe("the cosocket transport in nginx", function()
   local server, bad, srv
 
   setup(function()
-    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_WORKSPACE_QUOTA_MB = SMALL_DISKS } })
     bad = badserver.start()
     srv = nginx.start({
       env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = server.tenants.acme, BAD_URL = bad.url },

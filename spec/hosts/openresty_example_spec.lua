@@ -15,6 +15,9 @@ local nginx = require "support.hosts.nginx"
 local burst = require "support.hosts.burst"
 
 local LIMITS = '{"*": {"max_sessions": 64, "requests_per_minute": 100000, "max_concurrent_exec": 32}}'
+-- bursts open dozens of sessions at once: small workspace disks keep them to a few hundred MB
+-- of the host (each session's disk is allocated in full)
+local SMALL_DISKS = "16"
 local FIXED_CALC = "def add(a, b):\n    return a + b\n"
 
 -- The example's nginx.conf with its runtime directory and port swapped for dir's, and its
@@ -40,7 +43,7 @@ describe("examples/openresty", function()
   local server, llm, srv, key
 
   setup(function()
-    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_WORKSPACE_QUOTA_MB = SMALL_DISKS } })
     key = server.tenants.acme
     llm = fake_llm.start()
     local dir = proc.make_temp_dir()

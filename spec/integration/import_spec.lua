@@ -116,7 +116,7 @@ describe("POST /v1/sessions/{id}/import", function()
     end)
 
     it("leaves no temporary archive in the workspace", function()
-      local p = assert(io.popen("ls -A " .. q(server.dir .. "/state/workspaces/" .. id)))
+      local p = assert(io.popen("ls -A " .. q(server.dir .. "/state/workspaces/" .. id .. "/w")))
       local listing = p:read("*a")
       p:close()
       assert.is_nil(listing:find("airlock-import", 1, true), listing)

@@ -27,7 +27,8 @@ describe("airlockd without runsc (bubblewrap fallback)", function()
   end
 
   lazy_setup(function()
-    server = airlockd.start({ args = { "--runsc", "/nonexistent/runsc" }, env = { AIRLOCK_TEST_SECRET = secret } })
+    server = airlockd.start({ args = { "--runsc", "/nonexistent/runsc" },
+                              env = { AIRLOCK_TEST_SECRET = secret, SANDBOX_WORKSPACE_QUOTA_MB = "5" } })
     key = server.tenants.acme
     local r = http_client.create(server, key)
     assert.are.equal(201, r.status, r.body)
@@ -107,6 +108,37 @@ tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; getent hosts example.com; ec
     assert.truthy(procs and procs <= 66, r.stdout)
     assert.truthy(r.stderr:find("fork: retry: Resource temporarily unavailable", 1, true), r.stderr)
     assert.are.equal("ok\n", exec("echo ok").stdout)
+  end)
+
+  it("uses the same workspace disks: df shows the quota, a write past it fails with ENOSPC", function()
+    local r = exec("df -k --output=size /workspace | tail -1; dd if=/dev/zero of=big bs=1M count=48 2>&1 | head -1; rm big")
+    local kb, dd = r.stdout:match("^%s*(%d+)\n(.-)\n$")
+    assert.truthy(kb and tonumber(kb) >= 5 * 1024 and tonumber(kb) < 8 * 1024, r.stdout)
+    assert.are.equal("dd: error writing 'big': No space left on device", dd)
+  end)
+
+  it("does not pin another session's disk while a command runs", function()
+    local r = http_client.create(server, key)
+    assert.are.equal(201, r.status, r.body)
+    local other = r.json.session_id
+    local job = http_client.exec_async(server, key, id, "sleep 8", 30)
+    -- the command's namespace exists (with a copy of every mount) once its bwrap runs
+    local function bwraps()
+      return tonumber(io.popen("pgrep -c -x -P " .. server.pid .. " bwrap"):read("*a")) or 0
+    end
+    local t0 = os.time()
+    while bwraps() == 0 and os.time() - t0 < 10 do airlockd.sleep(0.1) end
+    assert.truthy(bwraps() > 0)
+    assert.are.equal(2, #airlockd.host_objects(server.dir).loops)
+    assert.are.equal(200, http_client.delete(server, key, other).status)
+    -- its loop device goes while the command still runs: no copy of its mount in the command's
+    -- namespaces keeps it (pre-exec's is a slave of the server's; bwrap's own root has none)
+    local t1 = os.time()
+    while #airlockd.host_objects(server.dir).loops > 1 and os.time() - t1 < 5 do airlockd.sleep(0.1) end
+    assert.are.equal(1, #airlockd.host_objects(server.dir).loops)
+    assert.is_false(job.done())
+    local res = job.wait(60)
+    assert.are.equal(0, res and res.exit_code)
   end)
 
   it("kills the whole sandbox at the timeout; nothing survives into the next command", function()

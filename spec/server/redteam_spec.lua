@@ -272,7 +272,7 @@ EOF]]
       local b = create(acme)
       local marker = "marker_" .. airlockd.random_hex(6)
       assert.are.equal(200, http_client.write(server, acme, b, marker .. ".txt", "private to B").status)
-      local ws_b = server.dir .. "/state/workspaces/" .. b
+      local ws_b = server.dir .. "/state/workspaces/" .. b .. "/w"
       assert.truthy(read_file(ws_b .. "/" .. marker .. ".txt")) -- it is there on the host
       local r = exec("ls -d /root /home " .. q(server.dir) .. " " .. q(ws_b) .. " 2>&1; " ..
         "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name " .. q(marker .. "*") .. " -print 2>/dev/null; " ..
@@ -316,7 +316,7 @@ EOF]]
     end)
 
     it("refuses symlinks planted by a command, to a file, a directory, the state dir and a dangling target", function()
-      local victim_ws = server.dir .. "/state/workspaces/" .. create(other)
+      local victim_ws = server.dir .. "/state/workspaces/" .. create(other) .. "/w"
       local dangling = "/tmp/rt-dangling-" .. airlockd.random_hex(6)
       local passwd_before = read_file("/etc/passwd")
       local r = exec("ln -s /etc/passwd pw; ln -s /etc etcdir; ln -s " .. q(victim_ws) .. " otherws; ln -s " ..

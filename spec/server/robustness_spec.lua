@@ -17,6 +17,8 @@ describe("airlockd robustness", function()
   lazy_setup(function()
     server = airlockd.start({ env = {
       SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000,"max_sessions":30}}',
+      -- the fuzzer opens up to 60 sessions: small disks keep that to ~1.2 GB of the host's
+      SANDBOX_WORKSPACE_QUOTA_MB = "16",
     } })
     key = server.tenants.acme
   end)

@@ -22,8 +22,10 @@ local function create(server, key, body)
   return r.json.session_id, r
 end
 
+-- The workspace on the host: the directory "w" on the session's own disk image, mounted at
+-- <state>/workspaces/<id>.
 local function workspace(server, id)
-  return server.dir .. "/state/workspaces/" .. id
+  return server.dir .. "/state/workspaces/" .. id .. "/w"
 end
 
 local function has_sandbox(server)
@@ -575,7 +577,7 @@ describe("airlockd limits and lifetime", function()
     assert(ok, err)
   end)
 
-  it("keeps the workspaces on SIGTERM (a stop is not a delete)", function()
+  it("keeps workspaces on SIGTERM: saved, unmounted, their images kept for the next start", function()
     local s = airlockd.start()
     local id = create(s, s.tenants.acme)
     local ws = workspace(s, id)
@@ -586,7 +588,10 @@ describe("airlockd limits and lifetime", function()
       airlockd.sleep(0.05)
     end
     assert.is_false(airlockd.alive(s))
-    assert.is_true(sh("test -d " .. q(ws)))
+    assert.is_false(sh("test -e " .. q(ws))) -- its disk is no longer mounted
+    assert.is_true(sh("test -f " .. q(s.dir .. "/state/images/" .. id .. ".img")))
+    assert.truthy(read_file(s.dir .. "/state/sessions.json"):find(id, 1, true))
+    assert.are.same({ mounts = {}, loops = {} }, airlockd.settled(s.dir))
     assert.truthy(airlockd.log(s):find("shutting down", 1, true))
     airlockd.stop(s)
   end)

@@ -40,7 +40,10 @@ function M.start(opts)
   local dir = opts.dir or proc.make_temp_dir()
   os.remove(dir .. "/port") -- a killed predecessor's port file would be read as this one's
 
-  local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ",") }
+  -- Each session's workspace is a fully allocated disk image (546 MB at the default 512 MB
+  -- quota): a test server may take at most 8 GB of the host's disk (15 such sessions at once),
+  -- whatever its specs do, since other test runs share the machine. A spec's own setting wins.
+  local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ","), SANDBOX_DISK_TOTAL_MB = "8192" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local env_words = {}
   for k, v in pairs(env) do env_words[#env_words + 1] = k .. "=" .. shell_quote(v) end
@@ -64,9 +67,60 @@ function M.alive(server)
   return proc.alive(server.pid)
 end
 
--- Stops it (SIGKILL after 5 s) and removes its directory.
+-- What of a server's state directory is still mounted or attached on the host: the mount points
+-- under dir (from /proc/self/mountinfo, in its order) and the loop devices backed by files under
+-- dir ({ "/dev/loop7", ... }).
+function M.host_objects(dir)
+  local mounts, loops = {}, {}
+  local prefix = dir .. "/"
+  for line in io.lines("/proc/self/mountinfo") do
+    local mp = line:match("^%S+ %S+ %S+ %S+ (%S+)")
+    mp = mp and mp:gsub("\\(%d%d%d)", function(o) return string.char(tonumber(o, 8)) end)
+    if mp and mp:sub(1, #prefix) == prefix then mounts[#mounts + 1] = mp end
+  end
+  local p = io.popen("ls /sys/block 2>/dev/null")
+  for name in p:lines() do
+    local f = name:match("^loop%d+$") and io.open("/sys/block/" .. name .. "/loop/backing_file")
+    if f then
+      local back = (f:read("*l") or ""):gsub(" %(deleted%)$", "")
+      f:close()
+      if back:sub(1, #prefix) == prefix then loops[#loops + 1] = "/dev/" .. name end
+    end
+  end
+  p:close()
+  return { mounts = mounts, loops = loops }
+end
+
+-- host_objects(dir) once its loop devices are down to `loops` (default 0) and its mounts to
+-- `mounts` (default 0), or after `seconds` (default 5): a loop detaches itself asynchronously
+-- once its mount is gone.
+function M.settled(dir, loops, mounts, seconds)
+  local left
+  proc.wait_until(seconds or 5, function()
+    left = M.host_objects(dir)
+    return #left.loops <= (loops or 0) and #left.mounts <= (mounts or 0)
+  end)
+  return left
+end
+
+-- Unmounts and detaches whatever a killed server left under dir (deepest first), so that
+-- removing the directory never reaches into a workspace disk and no loop device lingers.
+function M.release_host_objects(dir)
+  for _ = 1, 4 do
+    local left = M.host_objects(dir)
+    if #left.mounts == 0 and #left.loops == 0 then return end
+    for i = #left.mounts, 1, -1 do os.execute("umount -l " .. shell_quote(left.mounts[i]) .. " 2>/dev/null") end
+    for _, dev in ipairs(left.loops) do os.execute("losetup -d " .. dev .. " 2>/dev/null") end
+    proc.sleep(0.1)
+  end
+end
+
+-- Stops it (SIGKILL after 5 s), releases what it left mounted, and removes its directory.
 function M.stop(server)
-  proc.stop_server(server, 5)
+  proc.stop_process(server.pid, 5)
+  server.pid = nil
+  M.release_host_objects(server.dir)
+  proc.remove_tree(server.dir)
 end
 
 return M

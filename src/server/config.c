@@ -337,6 +337,33 @@ static int load_capacity(config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* var as a whole number of MB (at least min) in bytes; def (bytes) when unset. */
+static int whole_mb(const char *var, long long def, long min, long long *out, char *err, size_t errlen)
+{
+    long mb;
+    if (whole_number(var, (long)(def / 1048576LL), min, 1000000000L, "MB", &mb, err, errlen))
+        return -1;
+    *out = (long long)mb * 1048576LL;
+    return 0;
+}
+
+/* The workspace disks (SANDBOX_DISK_TOTAL_MB, SANDBOX_DISK_RESERVE_MB) and where sessions are
+ * saved (SANDBOX_SESSION_STATE: a file, or off). */
+static int load_disk(config *c, char *err, size_t errlen)
+{
+    if (whole_mb("SANDBOX_DISK_TOTAL_MB", 0, 1, &c->disk_total_bytes, err, errlen) ||
+        whole_mb("SANDBOX_DISK_RESERVE_MB", 1024LL * 1048576LL, 0, &c->disk_reserve_bytes, err, errlen))
+        return -1;
+    const char *state = getenv("SANDBOX_SESSION_STATE");
+    c->session_state = NULL;
+    c->session_state_off = false;
+    if (state && strcmp(state, "off") == 0)
+        c->session_state_off = true;
+    else if (state && *state)
+        c->session_state = state;
+    return 0;
+}
+
 /* SANDBOX_IMPORT_MAX_MB (a positive whole number) and the archive download base URL. */
 static int load_import(config *c, char *err, size_t errlen)
 {
@@ -414,7 +441,8 @@ int config_load_env(config *c, char *err, size_t errlen)
     c->star.max_sessions = DEFAULT_MAX_SESSIONS;
     c->star.requests_per_minute = DEFAULT_RPM;
     c->star.max_concurrent_exec = DEFAULT_MAX_EXEC;
-    if (load_import(c, err, errlen) || load_http(c, err, errlen) || load_capacity(c, err, errlen))
+    if (load_import(c, err, errlen) || load_http(c, err, errlen) || load_capacity(c, err, errlen) ||
+        load_disk(c, err, errlen))
         return -1;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;

@@ -38,7 +38,11 @@ typedef struct config {
     key_cfg *keys;
     size_t nkeys;
     double session_ttl;      /* seconds of idle time */
-    long long quota_bytes;   /* per-workspace soft quota */
+    long long quota_bytes;   /* per-workspace disk quota (SANDBOX_WORKSPACE_QUOTA_MB) */
+    long long disk_total_bytes;   /* SANDBOX_DISK_TOTAL_MB: cap on all workspace images; 0 = from free space */
+    long long disk_reserve_bytes; /* SANDBOX_DISK_RESERVE_MB: host space new images must leave free */
+    const char *session_state;    /* SANDBOX_SESSION_STATE: a file; NULL = <state dir>/sessions.json */
+    bool session_state_off;       /* SANDBOX_SESSION_STATE=off: sessions end with the server */
     bool require_gvisor;
     int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
     http_limits http;           /* connections, deadlines, body memory, worker pools (README "Limits") */

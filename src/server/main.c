@@ -2,7 +2,9 @@
 #include "app.h"
 
 #include "api/routes.h"
+#include "disk/pool.h"
 #include "http/http.h"
+#include "store/state_dir.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -87,7 +89,8 @@ static void usage(FILE *f)
           "\n"
           "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
           "  --unix PATH         also listen on a unix socket\n"
-          "  --state-dir DIR     workspaces and sandbox state (default ./airlockd-state)\n"
+          "  --state-dir DIR     sessions, workspace disks and sandbox state (default\n"
+          "                      ./airlockd-state); a new or empty directory, or one airlockd made\n"
           "  --port-file FILE    write the bound TCP port here once listening\n"
           "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then PATH)\n"
           "  --import-base-url URL  where /import downloads archives (default\n"
@@ -99,13 +102,16 @@ static void usage(FILE *f)
           "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
           "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
           "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
-          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com).\n"
+          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com),\n"
           "Limits (README, \"Limits\"): SANDBOX_MAX_CONNECTIONS (4096), SANDBOX_MAX_CONNECTIONS_PER_CLIENT\n"
           "(256), SANDBOX_HEADER_TIMEOUT (10 s), SANDBOX_TRANSFER_TIMEOUT (10 s) with\n"
           "SANDBOX_MIN_TRANSFER_RATE_KB (256), SANDBOX_BODY_MEMORY_MB (256), SANDBOX_REQUEST_THREADS (8),\n"
           "SANDBOX_COMMAND_THREADS (32), SANDBOX_REQUEST_QUEUE (256), SANDBOX_SHUTDOWN_GRACE (70 s),\n"
           "SANDBOX_MAX_RUNNING (4 per CPU; commands at once, all tenants), SANDBOX_QUEUE_SECONDS (20),\n"
-          "SANDBOX_OUTPUT_MAX_KB (1024 per stream), SANDBOX_READ_MAX_MB (8).\n",
+          "SANDBOX_OUTPUT_MAX_KB (1024 per stream), SANDBOX_READ_MAX_MB (8),\n"
+          "SANDBOX_SESSION_STATE (a file, default <state dir>/sessions.json; off: sessions end with\n"
+          "the server), SANDBOX_DISK_TOTAL_MB (all workspace images together; default: the free\n"
+          "space at start), SANDBOX_DISK_RESERVE_MB (1024: host space new images leave free).\n",
           f);
 }
 
@@ -148,26 +154,6 @@ static int write_port_file(const char *path, unsigned port)
     if (rc)
         unlink(tmp);
     free(tmp);
-    return rc;
-}
-
-static int mkdir_p(const char *dir)
-{
-    char *p = strdup(dir);
-    if (!p)
-        return -1;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-            free(p);
-            return -1;
-        }
-        *s = '/';
-    }
-    int rc = mkdir(p, 0700) != 0 && errno != EEXIST ? -1 : 0;
-    free(p);
     return rc;
 }
 
@@ -256,14 +242,15 @@ int main(int argc, char **argv)
     }
     umask(022);
 
-    int status = 1;
-    char *state = NULL;
+    int status = 1, lock_fd = -1;
+    char *state = NULL, *state_file = NULL;
     app a;
     memset(&a, 0, sizeof a);
     http_server *srv = NULL;
-    if (mkdir_p(cfg.state_dir) != 0 || chmod(cfg.state_dir, 0700) != 0 ||
-        !(state = realpath(cfg.state_dir, NULL))) {
-        fprintf(stderr, "airlockd: --state-dir %s: %s\n", cfg.state_dir, strerror(errno));
+    disk_pool *disk = NULL;
+    /* first: nothing is created in, or removed from, a directory airlockd does not own */
+    if (state_dir_claim(cfg.state_dir, &state, &lock_fd, err, sizeof err) != 0) {
+        fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
     cfg.state_dir = state;
@@ -282,14 +269,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
-    a.reg = registry_new(state, cfg.session_ttl, err, sizeof err);
+    disk_limits dl = {.total_cap = cfg.disk_total_bytes, .reserve = cfg.disk_reserve_bytes};
+    if (!(disk = disk_pool_open(state, &dl, err, sizeof err))) {
+        fprintf(stderr, "airlockd: %s\n", err);
+        goto out;
+    }
+    if (!cfg.session_state_off && !cfg.session_state && asprintf(&state_file, "%s/sessions.json", state) < 0) {
+        state_file = NULL;
+        fprintf(stderr, "airlockd: out of memory\n");
+        goto out;
+    }
     a.tenants = tenants_new(&cfg);
     a.lim = a.tenants ? limits_new(a.tenants) : NULL;
     a.slots = a.tenants ? slots_new(cfg.max_running, tenants_capacity(a.tenants), 4 * cfg.max_running,
                                     cfg.queue_seconds * 1000)
                         : NULL;
-    if (!a.reg || !a.lim || !a.slots) {
-        fprintf(stderr, "airlockd: %s\n", a.reg ? "out of memory" : err);
+    if (!a.lim || !a.slots) {
+        fprintf(stderr, "airlockd: out of memory\n");
+        goto out;
+    }
+    /* after the sandbox backend removed the predecessor's sandboxes, which held workspaces */
+    registry_opts ro = {.state_dir = state, .ttl = cfg.session_ttl, .quota_bytes = cfg.quota_bytes,
+                        .state_file = cfg.session_state_off ? NULL : cfg.session_state ? cfg.session_state : state_file,
+                        .tenants = a.tenants, .disk = disk};
+    if (!(a.reg = registry_new(&ro, err, sizeof err))) {
+        fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
 
@@ -332,6 +336,7 @@ int main(int argc, char **argv)
     status = 0;
     bool stopped = stop_serving(srv, &cfg);
     srv = NULL;
+    /* sessions saved and their disks unmounted (those still in use once their request ends) */
     registry_shutdown(a.reg);
     if (!stopped) {
         /* a handler is still inside a command or a download: freeing what it uses would be
@@ -347,6 +352,7 @@ out:
     if (srv && !http_stop(srv))
         _exit(status);
     registry_free(a.reg);
+    disk_pool_close(disk);
     limits_free(a.lim);
     slots_free(a.slots);
     tenants_free(a.tenants);
@@ -358,6 +364,9 @@ out:
         unlink(cfg.port_file);
     config_free(&cfg);
     free(state);
+    free(state_file);
     free(host_store);
+    if (lock_fd >= 0)
+        close(lock_fd); /* the state directory is free for the next server */
     return status;
 }

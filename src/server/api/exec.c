@@ -138,7 +138,7 @@ void api_exec(app *a, http_request *r, const api_call *c)
             warnings[nw++] = OOM_WARNING;
         else if (exit_code == 137)
             warnings[nw++] = KILLED_WARNING;
-        quota_warn = quota_exec_warning(s->workspace, a->cfg->quota_bytes);
+        quota_warn = quota_exec_warning(s->workspace, s->quota_bytes);
         if (quota_warn)
             warnings[nw++] = quota_warn;
         out_warn = truncation_warning("stdout", res.out_total, res.out_omitted, a->cfg->output_limit);

@@ -15,21 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* The 403 text quotes the path exactly as sent. */
 static void send_denied(http_request *r, const char *path, size_t len)
 {
@@ -75,28 +60,26 @@ void api_files_write(app *a, http_request *r, const api_call *c)
     if (!s)
         return;
     char *rel = NULL, *quota_msg = NULL;
-    int fd = -1;
     int rc = path_resolve(s->workspace, path, path_len, &rel);
+    quota_write_result wr = QUOTA_FAILED;
+    if (rc == PATH_OK)
+        wr = quota_write_file(s->workspace, rel, path, content, content_len, s->quota_bytes, &quota_msg);
     if (rc == PATH_DENIED) {
         send_denied(r, path, path_len);
     } else if (send_path_bound(r, rc)) {
-    } else if (rc != PATH_OK) {
+    } else if (rc != PATH_OK || wr == QUOTA_FAILED) {
         http_send_500(r);
-    } else if ((quota_msg = quota_write_check(s->workspace, rel, path, content_len, a->cfg->quota_bytes))) {
+    } else if (wr == QUOTA_EXCEEDED) {
         http_send_detail(r, 413, quota_msg);
-    } else if (path_open_write(s->workspace, rel, &fd) != PATH_OK) {
-        http_send_500(r);
-    } else if (write_all(fd, content, content_len) != 0) {
-        http_send_500(r);
     } else {
         char *msg = NULL;
         if (asprintf(&msg, "Successfully wrote %zu characters to %s", utf8_count(content, content_len), path) >= 0) {
             http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "success", "message", msg));
             free(msg);
+        } else {
+            http_send_500(r);
         }
     }
-    if (fd >= 0 && close(fd) != 0 && errno != EINTR)
-        http_send_500(r);
     free(quota_msg);
     free(rel);
     registry_release(a->reg, s);

@@ -2,7 +2,7 @@
  * response and the audit entry. Parsing, download and unpacking live in import/. */
 #include "api/handlers.h"
 
-#include "fs/walk.h"
+#include "domain/quota.h"
 #include "import/fetch.h"
 #include "import/spec.h"
 #include "import/unpack.h"
@@ -156,10 +156,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
     long long bytes = 0, files = 0;
     import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, &bytes, &msg);
     if (rc == IMPORT_OK) {
-        long long usage = fs_tree_usage(s->workspace);
-        long long free_bytes = a->cfg->quota_bytes - (usage < 0 ? 0 : usage);
-        if (free_bytes < 0)
-            free_bytes = 0;
+        long long free_bytes = quota_free(s->workspace, s->quota_bytes);
         if (bytes > free_bytes) {
             rc = IMPORT_TOO_LARGE;
             if (asprintf(&msg, "The archive (%.1f MB) doesn't fit in the workspace's free disk space (%.1f MB).",

@@ -131,12 +131,16 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 429, msg);
         return;
     }
+    if (rc == SESSION_CAPACITY) {
+        http_send_detail(r, 503, "All sandbox workspaces are in use; try again shortly.");
+        return;
+    }
     if (rc != SESSION_OK) {
         http_send_500(r);
         return;
     }
     http_send_json(r, 201, json_pack("{s:s,s:s,s:O,s:I,s:f,s:s}", "session_id", s->id, "tenant_id", t->name,
-                                     "egress", s->egress, "disk_quota_mb", (json_int_t)(a->cfg->quota_bytes >> 20),
+                                     "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
                                      "created_at", s->created_at, "status", "ready"));
     registry_release(a->reg, s);
 }
@@ -153,7 +157,7 @@ void api_sessions_list(app *a, http_request *r, const api_call *c)
                                                "created_at", v[i].created_at,
                                                "last_accessed_at", v[i].last_accessed_at,
                                                "expires_at", v[i].expires_at,
-                                               "disk_quota_mb", (json_int_t)(a->cfg->quota_bytes >> 20)));
+                                               "disk_quota_mb", (json_int_t)(v[i].quota_bytes >> 20)));
     session_info_free(v, n);
     http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", items));
 }

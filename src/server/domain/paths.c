@@ -383,6 +383,11 @@ int path_open_read(const char *ws, const char *rel, int *fd)
     return PATH_OK;
 }
 
+static bool disk_full(int err)
+{
+    return err == ENOSPC || err == EDQUOT;
+}
+
 int path_open_write(const char *ws, const char *rel, int *fd)
 {
     const char *last;
@@ -390,11 +395,12 @@ int path_open_write(const char *ws, const char *rel, int *fd)
         return PATH_ERROR;
     int dfd = open_parent(ws, rel, true, &last);
     if (dfd < 0)
-        return PATH_ERROR;
+        return disk_full(errno) ? PATH_NOSPACE : PATH_ERROR;
     *fd = openat(dfd, last, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    int e = errno;
     close(dfd);
     if (*fd < 0)
-        return PATH_ERROR;
+        return disk_full(e) ? PATH_NOSPACE : PATH_ERROR;
     struct stat st;
     if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(*fd);
@@ -405,4 +411,22 @@ int path_open_write(const char *ws, const char *rel, int *fd)
         return PATH_ERROR;
     }
     return PATH_OK;
+}
+
+int path_remove_file(const char *ws, const char *rel, const struct stat *st)
+{
+    const char *last;
+    struct stat named;
+    if (!*rel)
+        return -1;
+    int dfd = open_parent(ws, rel, false, &last);
+    if (dfd < 0)
+        return -1;
+    /* only the file this request wrote, never what a command put in its place meanwhile */
+    int rc = fstatat(dfd, last, &named, AT_SYMLINK_NOFOLLOW) == 0 && named.st_dev == st->st_dev &&
+                     named.st_ino == st->st_ino
+                 ? unlinkat(dfd, last, 0)
+                 : -1;
+    close(dfd);
+    return rc;
 }

@@ -5,6 +5,7 @@
 #define AIRLOCKD_PATHS_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 /* The longest path a client may give (bytes) and the deepest it may reach (directory levels,
  * read lexically: "a/../b" reaches 1); the same bounds hold once symlinks are resolved
@@ -19,6 +20,7 @@ enum {
     PATH_MISSING,  /* read: the file does not exist */
     PATH_TOO_LONG, /* 400: over PATH_MAX_BYTES (checked before any filesystem work) */
     PATH_TOO_DEEP, /* 400: over PATH_MAX_DEPTH (likewise) */
+    PATH_NOSPACE,  /* write: the workspace's disk is full (ENOSPC/EDQUOT making a directory or the file) */
 };
 
 /* ws must be an absolute, symlink-free directory. On PATH_OK *rel is the malloc'd
@@ -33,7 +35,11 @@ int path_resolve_bounded(const char *ws, const char *path, size_t len, size_t ma
 int path_open_read(const char *ws, const char *rel, int *fd);
 
 /* Creates missing parent directories (owned by the sandbox user), then creates or
- * truncates the file (PATH_OK or PATH_ERROR). */
+ * truncates the file (PATH_OK, PATH_NOSPACE or PATH_ERROR). */
 int path_open_write(const char *ws, const char *rel, int *fd);
+
+/* Removes ws/rel if it is still the file whose fstat was st (a write that did not fit).
+ * 0 or -1. */
+int path_remove_file(const char *ws, const char *rel, const struct stat *st);
 
 #endif

@@ -1,34 +1,52 @@
-/* The soft disk quota: usage measured with the tree walker, the 413 and warning texts. */
+/* The disk quota: usage from statvfs, the write under quota, the 413 and warning texts. */
 #include "domain/quota.h"
 
-#include "fs/walk.h"
+#include "domain/paths.h"
 
-#include <fcntl.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 #define MB 1048576.0
 
-char *quota_write_check(const char *ws, const char *rel, const char *path_as_sent,
-                        size_t new_bytes, long long quota_bytes)
+long long quota_usage(const char *ws)
 {
-    long long usage = fs_tree_usage(ws);
-    if (usage < 0)
-        usage = 0;
-    char *full = malloc(strlen(ws) + strlen(rel) + 2);
-    if (full) {
-        sprintf(full, "%s/%s", ws, rel);
-        struct stat st;
-        /* the file being replaced frees its blocks */
-        if (*rel && lstat(full, &st) == 0 && S_ISREG(st.st_mode))
-            usage -= (long long)st.st_blocks * 512;
-        free(full);
-    }
-    long long projected = usage + (long long)new_bytes;
-    if (projected <= quota_bytes)
-        return NULL;
+    struct statvfs sv;
+    if (statvfs(ws, &sv) != 0)
+        return -1;
+    return (long long)(sv.f_blocks - sv.f_bfree) * (long long)sv.f_frsize;
+}
+
+long long quota_free(const char *ws, long long quota_bytes)
+{
+    struct statvfs sv;
+    if (statvfs(ws, &sv) != 0)
+        return 0;
+    long long used = (long long)(sv.f_blocks - sv.f_bfree) * (long long)sv.f_frsize;
+    long long left = quota_bytes - used, avail = (long long)sv.f_bavail * (long long)sv.f_frsize;
+    left = left < avail ? left : avail;
+    return left > 0 ? left : 0;
+}
+
+/* Blocks of the regular file ws/rel that a write would replace (0 when there is none). */
+static long long replaced_bytes(const char *ws, const char *rel)
+{
+    char *full = NULL;
+    struct stat st;
+    long long n = 0;
+    if (*rel && asprintf(&full, "%s/%s", ws, rel) >= 0 && lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+        n = (long long)st.st_blocks * 512;
+    free(full);
+    return n;
+}
+
+static char *exceeded_text(const char *path_as_sent, long long projected, long long quota_bytes)
+{
     char *msg = NULL;
     if (asprintf(&msg, "Writing %s would use %.1f MB of the workspace's %.0f MB disk quota. Delete files first.",
                  path_as_sent, (double)projected / MB, (double)quota_bytes / MB) < 0)
@@ -36,9 +54,67 @@ char *quota_write_check(const char *ws, const char *rel, const char *path_as_sen
     return msg;
 }
 
+static int write_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
+                                    size_t len, long long quota_bytes, char **msg)
+{
+    *msg = NULL;
+    struct statvfs sv;
+    if (statvfs(ws, &sv) != 0)
+        return QUOTA_FAILED;
+    long long used = (long long)(sv.f_blocks - sv.f_bfree) * (long long)sv.f_frsize;
+    long long avail = (long long)sv.f_bavail * (long long)sv.f_frsize;
+    long long replaced = replaced_bytes(ws, rel);
+    long long projected = used - replaced + (long long)len;
+    /* over the quota, or more than the disk holds: refused before anything is touched */
+    if (projected > quota_bytes || (long long)len > avail + replaced) {
+        *msg = exceeded_text(path_as_sent, projected, quota_bytes);
+        return QUOTA_EXCEEDED;
+    }
+    int fd = -1;
+    int rc = path_open_write(ws, rel, &fd);
+    if (rc == PATH_NOSPACE) { /* its directories or its inode: the disk is out of inodes */
+        *msg = exceeded_text(path_as_sent, projected, quota_bytes);
+        return QUOTA_EXCEEDED;
+    }
+    if (rc != PATH_OK)
+        return QUOTA_FAILED;
+    struct stat written; /* identifies the file to remove if the write fails */
+    bool known = fstat(fd, &written) == 0;
+    int err = write_all(fd, data, len) == 0 ? 0 : errno;
+    if (close(fd) != 0 && !err && errno != EINTR)
+        err = errno;
+    if (!err)
+        return QUOTA_WRITTEN;
+    /* never a partial file: a command filled the disk meanwhile, or the disk failed */
+    if (known)
+        path_remove_file(ws, rel, &written);
+    if (err != ENOSPC && err != EDQUOT)
+        return QUOTA_FAILED;
+    /* the usage now, with the partial file (and so the replaced content) gone */
+    long long now = quota_usage(ws);
+    projected = (now >= 0 ? now : used - replaced) + (long long)len;
+    *msg = exceeded_text(path_as_sent, projected, quota_bytes);
+    return QUOTA_EXCEEDED;
+}
+
 char *quota_exec_warning(const char *ws, long long quota_bytes)
 {
-    long long usage = fs_tree_usage(ws);
+    long long usage = quota_usage(ws);
     if (usage <= quota_bytes)
         return NULL;
     char *msg = NULL;

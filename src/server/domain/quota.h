@@ -1,14 +1,34 @@
-/* The soft per-workspace disk quota (contract 2.4): usage = allocated blocks of the
- * workspace tree, symlinks measured but not followed. */
+/* THE workspace disk quota (contract 2.4). Each workspace is its own filesystem (disk/), so
+ * the kernel enforces the hard limit while anything writes (ENOSPC, files, directories and
+ * inodes all count), and usage is read from it in O(1) (statvfs: no tree walk). On top, the
+ * contract's soft layer: a files-API write that would take the workspace over its quota is
+ * refused with the 413 text, and a command that left it over quota gets the warning. */
 #ifndef AIRLOCKD_QUOTA_H
 #define AIRLOCKD_QUOTA_H
 
 #include <stddef.h>
 
-/* For a write of new_bytes to ws/rel: NULL when it fits, else the malloc'd 413 message
- * ("Writing <path> would use X.X MB of the workspace's Q MB disk quota. Delete files first."). */
-char *quota_write_check(const char *ws, const char *rel, const char *path_as_sent,
-                        size_t new_bytes, long long quota_bytes);
+/* Bytes the workspace's disk holds (allocated blocks: files, directories, symlinks); -1 when
+ * unknown. */
+long long quota_usage(const char *ws);
+
+/* Bytes that may still be written: the quota left, and no more than the disk's free space. */
+long long quota_free(const char *ws, long long quota_bytes);
+
+typedef enum {
+    QUOTA_WRITTEN = 0,
+    QUOTA_EXCEEDED, /* *msg is the 413 text; nothing was left behind */
+    QUOTA_FAILED,   /* not written (500) */
+} quota_write_result;
+
+/* Writes data to ws/rel (rel as path_resolve gave it; parents made as needed), whole, or not
+ * at all: refused before anything is touched when it would take the workspace over
+ * quota_bytes or does not fit its disk, and when the disk fills meanwhile (a command writing
+ * at the same time) the partial file is removed and the answer is the same refusal. *msg
+ * (malloc'd): "Writing <path> would use X.X MB of the workspace's Q MB disk quota. Delete
+ * files first." */
+quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
+                                    size_t len, long long quota_bytes, char **msg);
 
 /* After an exec: NULL when within quota, else the malloc'd warning text. */
 char *quota_exec_warning(const char *ws, long long quota_bytes);

@@ -1,8 +1,8 @@
-/* The session registry: a list under one mutex, reference counts, the idle reaper thread. */
+/* The session registry: a list under one mutex, reference counts, the disks of the sessions
+ * (disk/pool), their persistence (store/session_state) and the idle reaper thread. */
 #include "domain/sessions.h"
 
-#include "fs/walk.h"
-#include "sandbox/sandbox.h"
+#include "store/session_state.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -10,19 +10,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
+
+/* Touches are saved at most this often (a restart after a kill -9 may see a session up to
+ * this much less recently used than it was). Sessions coming and going are saved at once. */
+#define SAVE_INTERVAL 5.0
 
 struct registry {
     pthread_mutex_t mu;
-    pthread_cond_t cond;     /* wakes the reaper for shutdown */
+    pthread_cond_t cond;      /* wakes the reaper for shutdown */
     session *head;
-    char *root;              /* <state>/workspaces, symlink-free */
+    session_record *parked;   /* restored sessions whose disks could not be mounted: kept */
+    size_t nparked;
+    char *state_dir;
+    char *state_file;         /* NULL: not persisted */
+    tenants *tenants;
+    disk_pool *disk;
     double ttl;
+    long long quota_bytes;
     bool stopping;
     bool reaper_running;
+    bool shut_down;           /* nothing is saved any more */
+    bool dirty;               /* a last access time changed since the last save */
     pthread_t reaper;
+    pthread_mutex_t save_mu;  /* one save at a time, in order */
+    bool save_failing;        /* logged once until a save works again */
 };
 
 double epoch_now(void)
@@ -39,39 +51,207 @@ static void session_free(session *s)
     free(s);
 }
 
-/* A deleted or expired session: its workspace goes with it. */
-static void session_destroy(session *s)
+/* The last reference is gone: the disk goes with the session (or stays, at shutdown). */
+static void session_destroy(registry *r, session *s)
 {
-    if (fs_rmtree(s->workspace) != 0)
-        fprintf(stderr, "airlockd: could not wipe workspace %s: %s\n", s->workspace, strerror(errno));
+    if (s->keep_disk)
+        disk_close(r->disk, s->id);
+    else
+        disk_destroy(r->disk, s->id);
     session_free(s);
 }
 
-registry *registry_new(const char *state_dir, double ttl, char *err, size_t errlen)
+static void destroy_all(registry *r, session *doomed)
+{
+    for (session *s = doomed, *nx; s; s = nx) {
+        nx = s->next;
+        session_destroy(r, s);
+    }
+}
+
+/* Writes every ready session and every parked one to the state file. */
+static void save(registry *r)
+{
+    if (!r->state_file)
+        return;
+    pthread_mutex_lock(&r->save_mu);
+    pthread_mutex_lock(&r->mu);
+    if (r->shut_down) {
+        pthread_mutex_unlock(&r->mu);
+        pthread_mutex_unlock(&r->save_mu);
+        return;
+    }
+    size_t count = r->nparked, n = 0;
+    for (session *s = r->head; s; s = s->next)
+        count += s->ready;
+    session_record *v = calloc(count ? count : 1, sizeof *v);
+    bool ok = v != NULL;
+    for (session *s = r->head; ok && s; s = s->next) {
+        if (!s->ready)
+            continue;
+        session_record *e = &v[n++];
+        memcpy(e->id, s->id, sizeof e->id);
+        e->tenant = strdup(tenants_get(r->tenants, s->tenant)->name);
+        e->egress = json_incref(s->egress);
+        e->created_at = s->created_at;
+        e->last_accessed_at = s->last_accessed_at;
+        e->quota_bytes = s->quota_bytes;
+        ok = e->tenant != NULL;
+    }
+    for (size_t i = 0; ok && i < r->nparked; i++) {
+        session_record *e = &v[n++];
+        *e = r->parked[i];
+        e->tenant = strdup(r->parked[i].tenant);
+        e->egress = json_incref(r->parked[i].egress);
+        ok = e->tenant != NULL;
+    }
+    r->dirty = false;
+    pthread_mutex_unlock(&r->mu);
+    char err[512] = "out of memory";
+    if (ok)
+        ok = session_state_save(r->state_file, r->state_dir, v, n, err, sizeof err) == 0;
+    if (!ok) {
+        if (!r->save_failing)
+            fprintf(stderr, "airlockd: sessions not saved (a restart would lose the latest): %s\n", err);
+        pthread_mutex_lock(&r->mu);
+        r->dirty = true; /* the reaper tries again */
+        pthread_mutex_unlock(&r->mu);
+    }
+    r->save_failing = !ok;
+    session_records_free(v, n);
+    pthread_mutex_unlock(&r->save_mu);
+}
+
+static session *find_locked(registry *r, const char *id)
+{
+    for (session *s = r->head; s; s = s->next)
+        if (s->ready && strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+/* An id in use by any session, being created or parked. */
+static bool id_taken_locked(registry *r, const char *id)
+{
+    for (session *s = r->head; s; s = s->next)
+        if (strcmp(s->id, id) == 0)
+            return true;
+    for (size_t i = 0; i < r->nparked; i++)
+        if (strcmp(r->parked[i].id, id) == 0)
+            return true;
+    return false;
+}
+
+/* For disk_cleanup, while registry_new runs alone: the sessions restored or parked. */
+static bool id_live(void *ctx, const char *id)
+{
+    return id_taken_locked(ctx, id);
+}
+
+static bool park(registry *r, session_record *rec)
+{
+    session_record *nv = realloc(r->parked, (r->nparked + 1) * sizeof *nv);
+    if (!nv)
+        return false;
+    r->parked = nv;
+    r->parked[r->nparked++] = *rec;
+    memset(rec, 0, sizeof *rec); /* moved */
+    return true;
+}
+
+/* Brings back one persisted session (registry_new, single-threaded). */
+static void restore_one(registry *r, session_record *rec, double now, int *adopted, int *mounted, int *kept,
+                        int *expired)
+{
+    if (now - rec->last_accessed_at > r->ttl) {
+        fprintf(stderr, "airlockd: session %s expired while the server was down\n", rec->id);
+        (*expired)++;
+        return; /* its disk is a leftover now */
+    }
+    long tenant = tenants_intern(r->tenants, rec->tenant);
+    session *s = tenant >= 0 ? calloc(1, sizeof *s) : NULL;
+    char *ws = NULL;
+    bool was_mounted = false;
+    disk_result dr = s ? disk_open(r->disk, rec->id, &ws, &was_mounted) : DISK_HELD;
+    if (dr == DISK_OK) {
+        memcpy(s->id, rec->id, sizeof s->id);
+        s->tenant = (size_t)tenant;
+        s->egress = json_incref(rec->egress);
+        s->created_at = rec->created_at;
+        s->last_accessed_at = rec->last_accessed_at;
+        s->quota_bytes = rec->quota_bytes;
+        s->workspace = ws;
+        s->refs = 1;
+        s->ready = true;
+        s->next = r->head;
+        r->head = s;
+        (*(was_mounted ? adopted : mounted))++;
+        return;
+    }
+    free(s);
+    if (dr == DISK_HELD) {
+        if (tenant < 0)
+            fprintf(stderr, "airlockd: session %s not restored (kept for a later start): its tenant '%s' is not "
+                            "configured\n",
+                    rec->id, rec->tenant);
+        if (park(r, rec))
+            (*kept)++;
+    }
+}
+
+static int restore(registry *r, char *err, size_t errlen)
+{
+    session_record *v = NULL;
+    size_t n = 0;
+    if (r->state_file && session_state_load(r->state_file, r->state_dir, &v, &n, err, errlen) != 0)
+        return -1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double now = epoch_now();
+    int adopted = 0, mounted = 0, kept = 0, expired = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool dup = id_taken_locked(r, v[i].id);
+        if (dup)
+            fprintf(stderr, "airlockd: session %s is listed twice in %s; the first is kept\n", v[i].id, r->state_file);
+        else
+            restore_one(r, &v[i], now, &adopted, &mounted, &kept, &expired);
+    }
+    session_records_free(v, n);
+    disk_cleanup(r->disk, id_live, r);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (n)
+        fprintf(stderr, "airlockd: restored %d sessions in %.0f ms (%d mounts taken over, %d images mounted again); "
+                        "%d expired, %d kept for a later start\n",
+                adopted + mounted,
+                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, adopted, mounted,
+                expired, kept);
+    disk_pool_start(r->disk);
+    save(r);
+    return 0;
+}
+
+registry *registry_new(const registry_opts *o, char *err, size_t errlen)
 {
     registry *r = calloc(1, sizeof *r);
-    char *root = NULL;
-    if (!r || asprintf(&root, "%s/workspaces", state_dir) < 0) {
+    if (!r || !(r->state_dir = strdup(o->state_dir)) || (o->state_file && !(r->state_file = strdup(o->state_file)))) {
         snprintf(err, errlen, "out of memory");
+        if (r)
+            free(r->state_dir);
         free(r);
         return NULL;
     }
-    if (fs_rmtree(root) != 0 || mkdir(root, 0700) != 0 || chmod(root, 0700) != 0) {
-        snprintf(err, errlen, "cannot prepare %s: %s", root, strerror(errno));
-        free(root);
-        free(r);
-        return NULL;
-    }
-    r->root = realpath(root, NULL);
-    free(root);
-    if (!r->root) {
-        snprintf(err, errlen, "cannot resolve the workspace directory: %s", strerror(errno));
-        free(r);
-        return NULL;
-    }
-    r->ttl = ttl;
+    r->ttl = o->ttl;
+    r->quota_bytes = o->quota_bytes;
+    r->tenants = o->tenants;
+    r->disk = o->disk;
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->save_mu, NULL);
     pthread_cond_init(&r->cond, NULL);
+    if (restore(r, err, errlen) != 0) {
+        r->shut_down = true; /* nothing of the state file's sessions is touched */
+        registry_free(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -85,13 +265,12 @@ static bool unlink_locked(registry *r, session *s)
             break;
         }
     }
-    s->removed = true;
     s->next = NULL;
     return --s->refs == 0;
 }
 
 /* Unlinks s; when that dropped the last reference, queues it on *doomed so it is
- * destroyed after the lock is released (destroying removes a workspace tree). */
+ * destroyed after the lock is released (destroying unmounts and deletes a disk). */
 static void retire_locked(registry *r, session *s, session **doomed)
 {
     if (unlink_locked(r, s)) {
@@ -100,17 +279,26 @@ static void retire_locked(registry *r, session *s, session **doomed)
     }
 }
 
+static double monotonic_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void *reaper_main(void *arg)
 {
     registry *r = arg;
     double interval = r->ttl / 4.0;
     interval = interval < 1.0 ? 1.0 : interval > 60.0 ? 60.0 : interval;
+    double tick = interval < SAVE_INTERVAL ? interval : SAVE_INTERVAL;
+    double next_sweep = monotonic_now() + interval;
     pthread_mutex_lock(&r->mu);
     while (!r->stopping) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += (time_t)interval;
-        until.tv_nsec += (long)((interval - (double)(time_t)interval) * 1e9);
+        until.tv_sec += (time_t)tick;
+        until.tv_nsec += (long)((tick - (double)(time_t)tick) * 1e9);
         if (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
@@ -119,21 +307,26 @@ static void *reaper_main(void *arg)
         }
         if (r->stopping)
             break;
-        double now = epoch_now();
         session *doomed = NULL;
-        for (session *s = r->head, *nx; s; s = nx) {
-            nx = s->next;
-            /* a session with a request in flight (e.g. a long command) is not idle */
-            if (s->refs > 1 || now - s->last_accessed_at <= r->ttl)
-                continue;
-            retire_locked(r, s, &doomed);
+        bool swept = false;
+        if (monotonic_now() >= next_sweep) {
+            next_sweep = monotonic_now() + interval;
+            double now = epoch_now();
+            for (session *s = r->head, *nx; s; s = nx) {
+                nx = s->next;
+                /* a session with a request in flight (e.g. a long command) is not idle */
+                if (!s->ready || s->refs > 1 || now - s->last_accessed_at <= r->ttl)
+                    continue;
+                fprintf(stderr, "airlockd: session %s expired after %.0f s idle\n", s->id, r->ttl);
+                retire_locked(r, s, &doomed);
+                swept = true;
+            }
         }
+        bool dirty = r->dirty || swept;
         pthread_mutex_unlock(&r->mu);
-        for (session *s = doomed, *nx; s; s = nx) {
-            nx = s->next;
-            fprintf(stderr, "airlockd: session %s expired after %.0f s idle\n", s->id, r->ttl);
-            session_destroy(s);
-        }
+        if (dirty)
+            save(r);
+        destroy_all(r, doomed);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -148,7 +341,7 @@ int registry_start_reaper(registry *r)
     return 0;
 }
 
-static void stop_reaper(registry *r)
+void registry_shutdown(registry *r)
 {
     pthread_mutex_lock(&r->mu);
     r->stopping = true;
@@ -158,40 +351,38 @@ static void stop_reaper(registry *r)
     pthread_mutex_unlock(&r->mu);
     if (join)
         pthread_join(r->reaper, NULL);
-}
-
-void registry_shutdown(registry *r)
-{
-    if (!r)
-        return;
-    stop_reaper(r);
-    /* Workspaces stay on disk: a stop is not a delete. The next start decides what becomes
-     * of them (registry_new). */
+    save(r); /* the latest access times: the idle time goes on counting from them */
+    pthread_mutex_lock(&r->mu);
+    r->shut_down = true;
+    bool keep = r->state_file != NULL;
+    session *doomed = NULL;
+    for (session *s = r->head, *nx; s; s = nx) {
+        nx = s->next;
+        if (!s->ready)
+            continue; /* its creator finishes it */
+        s->keep_disk = keep;
+        retire_locked(r, s, &doomed);
+    }
+    pthread_mutex_unlock(&r->mu);
+    destroy_all(r, doomed);
 }
 
 void registry_free(registry *r)
 {
     if (!r)
         return;
-    stop_reaper(r);
-    for (session *s = r->head, *nx; s; s = nx) {
+    registry_shutdown(r);
+    for (session *s = r->head, *nx; s; s = nx) { /* a creation that never finished */
         nx = s->next;
         session_free(s);
     }
-    r->head = NULL;
+    session_records_free(r->parked, r->nparked);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->mu);
-    rmdir(r->root); /* only when no workspace is left */
-    free(r->root);
+    pthread_mutex_destroy(&r->save_mu);
+    free(r->state_dir);
+    free(r->state_file);
     free(r);
-}
-
-static session *find_locked(registry *r, const char *id)
-{
-    for (session *s = r->head; s; s = s->next)
-        if (strcmp(s->id, id) == 0)
-            return s;
-    return NULL;
 }
 
 static int new_id(char out[17])
@@ -215,49 +406,53 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
                                session **out, int *open_now)
 {
     session *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s || !(s->egress = json_deep_copy(egress))) {
+        free(s);
         return SESSION_ERROR;
+    }
+    s->tenant = tenant;
+    s->quota_bytes = r->quota_bytes;
+    /* Reserve the place (invisible until ready), make the disk without the lock (tens of ms),
+     * then publish. */
     pthread_mutex_lock(&r->mu);
     int count = 0;
     for (session *it = r->head; it; it = it->next)
         if (it->tenant == tenant)
             count++;
-    if (count >= max_sessions) {
+    if (count >= max_sessions || r->shut_down) {
         pthread_mutex_unlock(&r->mu);
-        free(s);
+        session_free(s);
         *open_now = count;
-        return SESSION_LIMIT;
+        return r->shut_down ? SESSION_ERROR : SESSION_LIMIT;
     }
     do {
-        if (new_id(s->id) != 0)
-            goto fail;
-    } while (find_locked(r, s->id));
-    if (asprintf(&s->workspace, "%s/%s", r->root, s->id) < 0) {
-        s->workspace = NULL;
-        goto fail;
-    }
-    if (mkdir(s->workspace, 0755) != 0)
-        goto fail;
-    /* commands run as the sandbox user and must own their workspace */
-    if (chown(s->workspace, SANDBOX_UID, SANDBOX_GID) != 0 && errno != EPERM) {
-        rmdir(s->workspace);
-        goto fail;
-    }
-    s->tenant = tenant;
-    s->egress = json_deep_copy(egress);
-    s->created_at = s->last_accessed_at = epoch_now();
-    s->refs = 2; /* the registry's and the caller's */
+        if (new_id(s->id) != 0) {
+            pthread_mutex_unlock(&r->mu);
+            session_free(s);
+            return SESSION_ERROR;
+        }
+    } while (id_taken_locked(r, s->id));
+    s->refs = 2; /* the registry's and the caller's; the reaper skips it meanwhile */
     s->next = r->head;
     r->head = s;
     pthread_mutex_unlock(&r->mu);
+
+    char *ws = NULL;
+    disk_result dr = disk_create(r->disk, s->id, s->quota_bytes, &ws);
+    pthread_mutex_lock(&r->mu);
+    if (dr != DISK_OK) {
+        unlink_locked(r, s);
+        pthread_mutex_unlock(&r->mu);
+        session_free(s);
+        return dr == DISK_FULL ? SESSION_CAPACITY : SESSION_ERROR;
+    }
+    s->workspace = ws;
+    s->created_at = s->last_accessed_at = epoch_now();
+    s->ready = true;
+    pthread_mutex_unlock(&r->mu);
+    save(r);
     *out = s;
     return SESSION_OK;
-fail:
-    pthread_mutex_unlock(&r->mu);
-    fprintf(stderr, "airlockd: cannot create a workspace: %s\n", strerror(errno));
-    free(s->workspace);
-    free(s);
-    return SESSION_ERROR;
 }
 
 /* Whether the tenant may use s (NULL: not found). */
@@ -273,8 +468,10 @@ session_result registry_acquire(registry *r, const char *id, size_t tenant, bool
     session_result rc = owner_check(s, tenant);
     if (rc == SESSION_OK) {
         s->refs++;
-        if (touch)
+        if (touch) {
             s->last_accessed_at = epoch_now();
+            r->dirty = true;
+        }
         *out = s;
     }
     pthread_mutex_unlock(&r->mu);
@@ -287,7 +484,7 @@ void registry_release(registry *r, session *s)
     bool last = --s->refs == 0;
     pthread_mutex_unlock(&r->mu);
     if (last)
-        session_destroy(s);
+        session_destroy(r, s);
 }
 
 session_result registry_delete(registry *r, const char *id, size_t tenant)
@@ -297,8 +494,10 @@ session_result registry_delete(registry *r, const char *id, size_t tenant)
     session_result rc = owner_check(s, tenant);
     bool destroy = rc == SESSION_OK && unlink_locked(r, s);
     pthread_mutex_unlock(&r->mu);
+    if (rc == SESSION_OK)
+        save(r); /* gone from the state file before its disk goes */
     if (destroy)
-        session_destroy(s);
+        session_destroy(r, s);
     return rc;
 }
 
@@ -308,10 +507,10 @@ session_info *registry_list(registry *r, size_t tenant, size_t *n)
     pthread_mutex_lock(&r->mu);
     size_t count = 0;
     for (session *s = r->head; s; s = s->next)
-        count += s->tenant == tenant;
+        count += s->ready && s->tenant == tenant;
     session_info *v = count ? calloc(count, sizeof *v) : NULL;
     for (session *s = r->head; v && s; s = s->next) {
-        if (s->tenant != tenant)
+        if (!s->ready || s->tenant != tenant)
             continue;
         session_info *e = &v[(*n)++];
         memcpy(e->id, s->id, sizeof e->id);
@@ -319,10 +518,11 @@ session_info *registry_list(registry *r, size_t tenant, size_t *n)
         e->created_at = s->created_at;
         e->last_accessed_at = s->last_accessed_at;
         e->expires_at = s->last_accessed_at + r->ttl;
+        e->quota_bytes = s->quota_bytes;
     }
     pthread_mutex_unlock(&r->mu);
-    /* newest first; the list is kept in creation order reversed already, but sort (stably)
-     * to be robust against equal-microsecond creations */
+    /* newest first (a stable insertion sort: creations in the same microsecond keep their
+     * order) */
     for (size_t i = 1; i < *n; i++) {
         for (size_t k = i; k > 0 && v[k - 1].created_at < v[k].created_at; k--) {
             session_info tmp = v[k];
@@ -345,7 +545,7 @@ size_t registry_count(registry *r)
     size_t n = 0;
     pthread_mutex_lock(&r->mu);
     for (session *s = r->head; s; s = s->next)
-        n++;
+        n += s->ready;
     pthread_mutex_unlock(&r->mu);
     return n;
 }
@@ -355,7 +555,7 @@ size_t registry_count_tenant(registry *r, size_t tenant)
     size_t n = 0;
     pthread_mutex_lock(&r->mu);
     for (session *s = r->head; s; s = s->next)
-        n += s->tenant == tenant;
+        n += s->ready && s->tenant == tenant;
     pthread_mutex_unlock(&r->mu);
     return n;
 }

@@ -1,8 +1,12 @@
-/* The session registry: ids, owners, timestamps, workspaces, the idle-TTL reaper.
- * Sessions are reference counted so a DELETE or reap during a running command wipes the
- * workspace only when that command is done. */
+/* The session registry: ids, owners, timestamps, workspaces (each on its own disk image,
+ * disk/pool.h), persistence across restarts, the idle-TTL reaper. Sessions are reference
+ * counted so a DELETE or reap during a running command removes the workspace only when that
+ * command is done. */
 #ifndef AIRLOCKD_SESSIONS_H
 #define AIRLOCKD_SESSIONS_H
+
+#include "disk/pool.h"
+#include "domain/tenants.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -14,28 +18,43 @@ typedef struct session {
     json_t *egress;         /* expanded rules */
     double created_at;
     double last_accessed_at;
-    char *workspace;        /* absolute, symlink-free host directory */
+    long long quota_bytes;  /* its disk quota (the one it was created with) */
+    char *workspace;        /* absolute, symlink-free host directory on its own disk */
     int refs;               /* the registry's own reference + one per request using it */
-    bool removed;
+    bool ready;             /* its disk is made (a session being created is invisible) */
+    bool keep_disk;         /* taken off at shutdown: its last release keeps the disk */
     struct session *next;
 } session;
 
 typedef struct registry registry;
 
-/* Workspaces go under <state_dir>/workspaces (mode 0700; leftovers of an earlier run are
- * wiped). NULL with a message on failure. */
-registry *registry_new(const char *state_dir, double ttl, char *err, size_t errlen);
+typedef struct {
+    const char *state_dir;   /* absolute, symlink-free */
+    double ttl;              /* idle seconds */
+    long long quota_bytes;   /* the disk quota of new sessions */
+    const char *state_file;  /* where sessions are saved; NULL: not persisted (wiped at shutdown) */
+    tenants *tenants;        /* names the saved sessions' tenants */
+    disk_pool *disk;
+} registry_opts;
 
-/* What becomes of the sessions when airlockd stops (SIGTERM, once no request runs any more):
- * the one place that decides. Today: the reaper stops and every workspace stays on disk
- * (nothing is wiped by a stop; the next start's registry_new decides about them). */
+/* Opens the registry and, with a state file, brings back its sessions that have not expired:
+ * each takes over its mount when a killed predecessor left it, else its image is checked and
+ * mounted; a session whose image is held elsewhere is logged and kept for a later start, not
+ * served. Then removes the predecessor's leftovers of every other session (disk_cleanup).
+ * NULL with a message on failure (an unreadable state file included: nothing is deleted). */
+registry *registry_new(const registry_opts *o, char *err, size_t errlen);
+
+/* THE shutdown decision for sessions and workspaces: stops the reaper; with persistence,
+ * saves the sessions and unmounts their disks, keeping every image for the next start
+ * (disks still in use are unmounted when their last request ends); without, removes them.
+ * Idempotent; the registry then holds no session. */
 void registry_shutdown(registry *r);
 
-/* Frees the registry's memory (no request may be running any more); workspaces on disk are
- * left as they are. */
+/* registry_shutdown, then frees (no request may be running any more). */
 void registry_free(registry *r);
 
-/* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s). */
+/* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s; also saves
+ * the sessions' last access times every few seconds when they changed). */
 int registry_start_reaper(registry *r);
 
 /* What a registry operation came to; the API layer turns these into HTTP answers. */
@@ -44,10 +63,11 @@ typedef enum {
     SESSION_NOT_FOUND, /* no such session (never created, deleted, or expired) */
     SESSION_FORBIDDEN, /* another tenant's session */
     SESSION_LIMIT,     /* the tenant already has max_sessions open */
+    SESSION_CAPACITY,  /* no disk room for another workspace (server-wide cap or host disk) */
     SESSION_ERROR,     /* the workspace could not be made (logged) */
 } session_result;
 
-/* Creates a session (checked against max_sessions atomically). egress is copied.
+/* Creates a session (checked against max_sessions atomically) with its disk. egress is copied.
  * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
  * in *out. */
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
@@ -58,7 +78,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
 session_result registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out);
 void registry_release(registry *r, session *s);
 
-/* Removes the tenant's session id (its workspace goes when no request uses it any more):
+/* Removes the tenant's session id (its disk goes when no request uses it any more):
  * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
 session_result registry_delete(registry *r, const char *id, size_t tenant);
 
@@ -67,6 +87,7 @@ typedef struct {
     char id[17];
     json_t *egress; /* a reference */
     double created_at, last_accessed_at, expires_at;
+    long long quota_bytes;
 } session_info;
 
 /* The tenant's sessions, newest first: a malloc'd array of *n entries (NULL when there are

@@ -43,15 +43,17 @@ static void fd_path(char buf[32], int fd)
     buf[at] = '\0';
 }
 
-/* In the forked child, as root: a private mount namespace with a small tmpfs on /tmp holding
+/* In the forked child, as root: a mount namespace of its own with a small tmpfs on /tmp holding
  * bind mounts of /etc and the workspace (opened first: the tmpfs may hide them). Only
  * syscalls (async-signal-safe). */
 static int bwrap_pre_exec(void *arg)
 {
     const bwrap_stage *st = arg;
     /* The sources are opened inside the new namespace: a bind mount's source must belong to
-     * the caller's mount namespace. */
-    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) != 0)
+     * the caller's mount namespace. Slave, not private: the server's unmounts of other
+     * sessions' disks still reach this namespace's copies, so a running command never pins
+     * another workspace's image (a private copy would, for as long as the command runs). */
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", "none", MS_REC | MS_SLAVE, NULL) != 0)
         return errno;
     int err = 0;
     int efd = open(st->etc, O_PATH | O_DIRECTORY | O_CLOEXEC);

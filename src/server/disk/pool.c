@@ -1,0 +1,364 @@
+/* The server's workspace disks: paths, the total cap and reserve, create/open/close/destroy,
+ * and the start-up takeover and cleanup. */
+#include "disk/pool.h"
+
+#include "disk/image.h"
+#include "disk/loop.h"
+#include "disk/mounts.h"
+#include "fs/walk.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define MB (1024.0 * 1024.0)
+#define IMAGE_SUFFIX ".img"
+
+struct disk_pool {
+    char *images;     /* <state>/images */
+    char *workspaces; /* <state>/workspaces, a shared mount */
+    image_tools tools;
+    pthread_mutex_t mu; /* guards used */
+    long long used;     /* bytes of the images of sessions (kept or being created) */
+    long long cap;
+    long long reserve;
+    bool cap_given;
+};
+
+/* "<dir>/<id><suffix>", malloc'd. */
+static char *path_of(const char *dir, const char *id, const char *suffix)
+{
+    char *p = NULL;
+    return asprintf(&p, "%s/%s%s", dir, id, suffix) < 0 ? NULL : p;
+}
+
+static int make_dir(const char *path, char *err, size_t errlen)
+{
+    if ((mkdir(path, 0700) != 0 && errno != EEXIST) || chmod(path, 0700) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err, size_t errlen)
+{
+    disk_pool *p = calloc(1, sizeof *p);
+    if (!p || !(p->images = path_of(state_dir, "images", "")) ||
+        !(p->workspaces = path_of(state_dir, "workspaces", ""))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    p->cap = l->total_cap;
+    p->cap_given = l->total_cap > 0;
+    p->reserve = l->reserve;
+    if (image_tools_find(&p->tools, err, errlen) != 0 || make_dir(p->images, err, errlen) != 0 ||
+        make_dir(p->workspaces, err, errlen) != 0)
+        goto fail;
+    if (mounts_make_shared(p->workspaces) != 0) {
+        snprintf(err, errlen, "cannot make %s a shared mount: %s", p->workspaces, strerror(errno));
+        goto fail;
+    }
+    return p;
+fail:
+    if (p) {
+        image_tools_free(&p->tools);
+        free(p->images);
+        free(p->workspaces);
+        free(p);
+    }
+    return NULL;
+}
+
+static long long host_free(const disk_pool *p)
+{
+    struct statvfs sv;
+    if (statvfs(p->images, &sv) != 0)
+        return -1;
+    return (long long)sv.f_bavail * (long long)sv.f_frsize;
+}
+
+void disk_pool_start(disk_pool *p)
+{
+    long long avail = host_free(p);
+    pthread_mutex_lock(&p->mu);
+    if (!p->cap_given) {
+        long long cap = p->used + (avail > p->reserve ? avail - p->reserve : 0);
+        p->cap = cap;
+    }
+    long long cap = p->cap, used = p->used;
+    pthread_mutex_unlock(&p->mu);
+    fprintf(stderr, "airlockd: workspace disks: %.0f MB in use of %.0f MB (%s), %.0f MB free on the host, "
+                    "%.0f MB kept free for the server's state\n",
+            (double)used / MB, (double)cap / MB, p->cap_given ? "SANDBOX_DISK_TOTAL_MB" : "default: free space",
+            (double)avail / MB, (double)p->reserve / MB);
+    if (cap - used < image_bytes_for(1))
+        fprintf(stderr, "airlockd: warning: no room for new workspaces on %s: sessions will be refused "
+                        "with 503 until disk space is freed\n",
+                p->images);
+}
+
+void disk_pool_close(disk_pool *p)
+{
+    if (!p)
+        return;
+    if (mounts_is_mount_point(p->workspaces) && mounts_unmount(p->workspaces) != 0)
+        fprintf(stderr, "airlockd: cannot unmount %s: %s\n", p->workspaces, strerror(errno));
+    image_tools_free(&p->tools);
+    pthread_mutex_destroy(&p->mu);
+    free(p->images);
+    free(p->workspaces);
+    free(p);
+}
+
+static void account(disk_pool *p, long long delta)
+{
+    pthread_mutex_lock(&p->mu);
+    p->used += delta;
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Takes bytes from the cap; false when they do not fit. */
+static bool reserve_bytes(disk_pool *p, long long bytes)
+{
+    pthread_mutex_lock(&p->mu);
+    bool fits = p->used + bytes <= p->cap;
+    if (fits)
+        p->used += bytes;
+    long long used = p->used, cap = p->cap;
+    pthread_mutex_unlock(&p->mu);
+    if (!fits)
+        fprintf(stderr, "airlockd: refusing a new workspace: images use %.0f MB of %.0f MB, it needs %.0f MB\n",
+                (double)used / MB, (double)cap / MB, (double)bytes / MB);
+    return fits;
+}
+
+/* The host keeps the reserve after taking `more` bytes. */
+static bool reserve_kept(disk_pool *p, long long more)
+{
+    long long avail = host_free(p);
+    if (avail >= 0 && avail - more >= p->reserve)
+        return true;
+    fprintf(stderr, "airlockd: refusing a new workspace: %.0f MB free on the host, %.0f MB are kept for the "
+                    "server's state\n",
+            (double)avail / MB, (double)p->reserve / MB);
+    return false;
+}
+
+disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, char **workspace)
+{
+    *workspace = NULL;
+    long long bytes = image_bytes_for(quota_bytes);
+    if (!reserve_bytes(p, bytes))
+        return DISK_FULL;
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    char err[512] = "";
+    disk_result rc = DISK_ERROR;
+    bool made = false, mounted = false;
+    if (!img || !mnt) {
+        snprintf(err, sizeof err, "out of memory");
+    } else if (!reserve_kept(p, bytes)) {
+        rc = DISK_FULL;
+    } else {
+        image_result ir = image_create(&p->tools, img, bytes, err, sizeof err);
+        made = ir == IMAGE_OK;
+        if (ir == IMAGE_NOSPACE)
+            rc = DISK_FULL;
+        else if (made && !reserve_kept(p, 0)) /* another program took the space meanwhile */
+            rc = DISK_FULL;
+        else if (made && mkdir(mnt, 0755) != 0)
+            snprintf(err, sizeof err, "cannot create %s: %s", mnt, strerror(errno));
+        else if (made)
+            mounted = image_mount(&p->tools, img, mnt, false, err, sizeof err) == IMAGE_OK;
+    }
+    if (mounted && (*workspace = path_of(mnt, IMAGE_WORKSPACE, "")) != NULL) {
+        rc = DISK_OK;
+    } else {
+        if (mounted)
+            mounts_unmount(mnt);
+        if (made) {
+            rmdir(mnt);
+            unlink(img);
+        }
+        account(p, -bytes);
+        if (rc == DISK_ERROR)
+            fprintf(stderr, "airlockd: cannot make the workspace disk of %s: %s\n", id, err[0] ? err : "out of memory");
+    }
+    free(img);
+    free(mnt);
+    return rc;
+}
+
+disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adopted)
+{
+    *workspace = NULL;
+    *adopted = false;
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    char err[512] = "";
+    disk_result rc = DISK_ERROR;
+    struct stat st;
+    if (!img || !mnt) {
+        snprintf(err, sizeof err, "out of memory");
+    } else if (lstat(img, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, sizeof err, "its image %s is missing", img);
+    } else {
+        account(p, (long long)st.st_size); /* kept on disk whatever happens next */
+        if (image_mounted_at(img, mnt)) {
+            *adopted = true;
+            rc = image_workspace_dir(mnt, err, sizeof err) == 0 ? DISK_OK : DISK_HELD;
+        } else {
+            /* whatever else sits on its mount point is a leftover */
+            if (mounts_is_mount_point(mnt))
+                mounts_unmount(mnt);
+            image_result ir = IMAGE_FAILED;
+            if (mkdir(mnt, 0755) != 0 && errno != EEXIST)
+                snprintf(err, sizeof err, "cannot create %s: %s", mnt, strerror(errno));
+            else
+                ir = image_mount(&p->tools, img, mnt, true, err, sizeof err);
+            /* never lose a workspace to a failure that may pass: keep the image unserved */
+            rc = ir == IMAGE_OK ? DISK_OK : DISK_HELD;
+        }
+    }
+    if (rc == DISK_OK && !(*workspace = path_of(mnt, IMAGE_WORKSPACE, "")))
+        rc = DISK_HELD;
+    if (rc == DISK_HELD && image_mounted_at(img, mnt)) /* unserved: nothing of it stays mounted */
+        mounts_unmount(mnt);
+    if (rc != DISK_OK)
+        fprintf(stderr, "airlockd: session %s not restored%s: %s\n", id,
+                rc == DISK_HELD ? " (its image is kept for a later start)" : "", err[0] ? err : "out of memory");
+    free(img);
+    free(mnt);
+    return rc;
+}
+
+static void unmount_session(const char *mnt)
+{
+    if (mounts_is_mount_point(mnt) && mounts_unmount(mnt) != 0)
+        fprintf(stderr, "airlockd: cannot unmount %s: %s\n", mnt, strerror(errno));
+}
+
+void disk_close(disk_pool *p, const char *id)
+{
+    char *mnt = path_of(p->workspaces, id, "");
+    if (mnt)
+        unmount_session(mnt);
+    free(mnt);
+}
+
+void disk_destroy(disk_pool *p, const char *id)
+{
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    if (!img || !mnt) {
+        fprintf(stderr, "airlockd: out of memory removing the disk of %s\n", id);
+    } else {
+        unmount_session(mnt);
+        if (rmdir(mnt) != 0 && errno != ENOENT)
+            fprintf(stderr, "airlockd: cannot remove %s: %s\n", mnt, strerror(errno));
+        struct stat st;
+        if (lstat(img, &st) == 0) {
+            /* a lazily detached mount keeps the blocks until its last user goes */
+            if (unlink(img) == 0)
+                account(p, -(long long)st.st_size);
+            else
+                fprintf(stderr, "airlockd: cannot remove %s: %s\n", img, strerror(errno));
+        }
+    }
+    free(img);
+    free(mnt);
+}
+
+typedef struct {
+    const disk_pool *p;
+    bool (*live)(void *ctx, const char *id);
+    void *ctx;
+} cleanup_ctx;
+
+/* Mounts under the workspaces mount to keep: live sessions' mount points. */
+static bool keep_mount(void *arg, const char *path)
+{
+    const cleanup_ctx *c = arg;
+    size_t wl = strlen(c->p->workspaces);
+    if (strncmp(path, c->p->workspaces, wl) != 0 || path[wl] != '/' || strchr(path + wl + 1, '/'))
+        return false;
+    return c->live(c->ctx, path + wl + 1);
+}
+
+/* The session id of an image name "<id>.img" into id; false for other names. */
+static bool image_id(const char *name, char *id, size_t idlen)
+{
+    size_t n = strlen(name), sl = strlen(IMAGE_SUFFIX);
+    if (n <= sl || n - sl >= idlen || strcmp(name + n - sl, IMAGE_SUFFIX) != 0)
+        return false;
+    memcpy(id, name, n - sl);
+    id[n - sl] = '\0';
+    return true;
+}
+
+static bool keep_loop(void *arg, const char *file)
+{
+    const cleanup_ctx *c = arg;
+    const char *name = strrchr(file, '/');
+    char id[256];
+    return name && image_id(name + 1, id, sizeof id) && c->live(c->ctx, id);
+}
+
+/* Each name in dir (not "." or ".."), flat. */
+static void for_each_name(const char *dir, void (*fn)(const cleanup_ctx *c, const char *dir, const char *name),
+                          const cleanup_ctx *c)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            fn(c, dir, e->d_name);
+    closedir(d);
+}
+
+static void remove_orphan_image(const cleanup_ctx *c, const char *dir, const char *name)
+{
+    char id[256];
+    if (!image_id(name, id, sizeof id)) {
+        fprintf(stderr, "airlockd: leaving %s/%s alone (not a workspace image)\n", dir, name);
+        return;
+    }
+    if (c->live(c->ctx, id))
+        return;
+    char *path = path_of(dir, name, "");
+    if (path && unlink(path) != 0)
+        fprintf(stderr, "airlockd: cannot remove %s: %s\n", path, strerror(errno));
+    free(path);
+}
+
+static void remove_orphan_mount_point(const cleanup_ctx *c, const char *dir, const char *name)
+{
+    if (c->live(c->ctx, name))
+        return;
+    char *path = path_of(dir, name, "");
+    /* unmounted above; a plain directory left there is ours, the walker never crosses into a
+     * mount that is still there */
+    if (path && !mounts_is_mount_point(path) && fs_rmtree(path) != 0)
+        fprintf(stderr, "airlockd: cannot remove %s: %s\n", path, strerror(errno));
+    free(path);
+}
+
+void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *ctx)
+{
+    cleanup_ctx c = {p, live, ctx};
+    /* the pool's own mounts only: other parts of the server clean theirs */
+    int unmounted = mounts_unmount_under(p->workspaces, keep_mount, &c);
+    int detached = loop_detach_under(p->images, keep_loop, &c);
+    for_each_name(p->images, remove_orphan_image, &c);
+    for_each_name(p->workspaces, remove_orphan_mount_point, &c);
+    if (unmounted || detached)
+        fprintf(stderr, "airlockd: removed leftovers of an earlier run: %d mounts, %d loop devices\n", unmounted,
+                detached);
+}

@@ -1,0 +1,59 @@
+/* The workspace disks of one server: session <id> has the image <state>/images/<id>.img
+ * mounted on <state>/workspaces/<id>, and its workspace is that mount's subdirectory. The
+ * pool keeps the images' total size under a server-wide cap and refuses an image that would
+ * leave the state directory's filesystem with less than a reserve (the server's own state,
+ * SQLite stores, sandbox bundles). At start it takes over what a killed predecessor left
+ * mounted and removes the rest of its leftovers: only mounts below <state>/workspaces, loops
+ * backed by files in <state>/images and images of no session are touched. */
+#ifndef AIRLOCKD_DISK_POOL_H
+#define AIRLOCKD_DISK_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct disk_pool disk_pool;
+
+typedef struct {
+    long long total_cap; /* most bytes all images may take together; 0: see disk_pool_start */
+    long long reserve;   /* bytes a new image must leave free on the state dir's filesystem */
+} disk_limits;
+
+typedef enum {
+    DISK_OK = 0,
+    DISK_FULL,  /* over the cap, or the host has no room: a 503 "try again shortly" */
+    DISK_HELD,  /* restoring: the image is kept but cannot be mounted now (mounted elsewhere,
+                 * damaged, a failed mount): the session is not served this run */
+    DISK_ERROR, /* logged */
+} disk_result;
+
+/* Makes <state>/images and <state>/workspaces (0700) and turns the latter into a shared
+ * mount (see disk/mounts.h). NULL with a message on failure. */
+disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err, size_t errlen);
+
+/* After the sessions are back (disk_open) and leftovers are gone (disk_cleanup): fixes the
+ * default cap (the images kept plus the free space less the reserve) and logs the figures. */
+void disk_pool_start(disk_pool *p);
+
+/* Unmounts the workspaces mount (every session must be closed or destroyed) and frees. */
+void disk_pool_close(disk_pool *p);
+
+/* A new session's disk of quota_bytes, mounted; *workspace is the malloc'd workspace path. */
+disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, char **workspace);
+
+/* A persisted session's disk: its mount taken over when still there (*adopted), else its image
+ * checked and mounted. DISK_HELD keeps the image (counted against the cap) but mounts
+ * nothing; DISK_ERROR only when the image is gone. */
+disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adopted);
+
+/* Unmounts the session's disk and keeps its image (shutdown with persistence). */
+void disk_close(disk_pool *p, const char *id);
+
+/* Unmounts the session's disk and deletes its image. */
+void disk_destroy(disk_pool *p, const char *id);
+
+/* Removes a killed predecessor's leftovers of every session for which live(ctx, id) is false:
+ * its mounts (any mount below <state>/workspaces but live sessions'), loops backed by its
+ * image, the image itself and its mount point directory. */
+void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *ctx);
+
+#endif

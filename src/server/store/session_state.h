@@ -1,0 +1,38 @@
+/* The persisted sessions (SANDBOX_SESSION_STATE): one JSON file, replaced atomically (written
+ * aside, flushed, renamed over), naming the state directory whose workspace images it goes with.
+ * A few hundred small records at most, rewritten whole when sessions come and go. */
+#ifndef AIRLOCKD_SESSION_STATE_H
+#define AIRLOCKD_SESSION_STATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Largest state file read back (a record takes ~300 bytes). */
+#define SESSION_STATE_MAX_BYTES (64L * 1024 * 1024)
+
+typedef struct {
+    char id[17];            /* "sbx_" + 12 lowercase hex */
+    char *tenant;           /* the tenant's name */
+    json_t *egress;         /* expanded rules (a reference) */
+    double created_at;
+    double last_accessed_at;
+    long long quota_bytes;  /* the quota its image was made for */
+} session_record;
+
+/* True for "sbx_" + 12 lowercase hex digits. */
+bool session_id_valid(const char *id);
+
+/* Reads path: *out (malloc'd, *n records; NULL and 0 when the file does not exist). Malformed
+ * records are skipped with a log line. -1 with a message when the file cannot be read, is not
+ * a session state file, or belongs to another state directory than state_dir. */
+int session_state_load(const char *path, const char *state_dir, session_record **out, size_t *n, char *err,
+                       size_t errlen);
+
+/* Replaces path with these records. -1 with a message on failure (the old file stays). */
+int session_state_save(const char *path, const char *state_dir, const session_record *v, size_t n, char *err,
+                       size_t errlen);
+
+void session_records_free(session_record *v, size_t n);
+
+#endif
