@@ -23,6 +23,11 @@ SQLITE_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags sqlite3)
 SQLITE_LIBS   ?= $(shell $(PKG_CONFIG) --libs sqlite3)
 CRYPTO_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libcrypto)
 CRYPTO_LIBS   ?= $(shell $(PKG_CONFIG) --libs libcrypto)
+# egress: rtnetlink for the sandboxes' veth pairs (libmnl), DNS on the proxy's loop (c-ares)
+MNL_CFLAGS    ?= $(shell $(PKG_CONFIG) --cflags libmnl)
+MNL_LIBS      ?= $(shell $(PKG_CONFIG) --libs libmnl)
+CARES_CFLAGS  ?= $(shell $(PKG_CONFIG) --cflags libcares)
+CARES_LIBS    ?= $(shell $(PKG_CONFIG) --libs libcares)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -68,8 +73,9 @@ $(CORE_SO): $(CORE_PARTS)
 $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
-	  $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) -pthread $(SANITIZE)
+	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
+	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) -lm \
+	  -pthread $(SANITIZE)
 
 deps:
 	./scripts/install-deps.sh

@@ -40,7 +40,9 @@ function M.start(opts)
   local dir = opts.dir or proc.make_temp_dir()
   os.remove(dir .. "/port") -- a killed predecessor's port file would be read as this one's
 
-  local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ",") }
+  -- DNS for the egress proxy: never this machine's resolver; a spec that needs names brings
+  -- its own server (support.egress_upstream), the others get lookups that fail at once
+  local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ","), SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local env_words = {}
   for k, v in pairs(env) do env_words[#env_words + 1] = k .. "=" .. shell_quote(v) end

@@ -3,6 +3,8 @@
 #ifndef AIRLOCKD_CONFIG_H
 #define AIRLOCKD_CONFIG_H
 
+#include "egress/settings.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,6 +41,7 @@ typedef struct config {
     long long quota_bytes;   /* per-workspace soft quota */
     bool require_gvisor;
     int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
+    egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
     /* flags */
     const char *listen_host;
     unsigned port;

@@ -53,7 +53,10 @@ static void usage(FILE *f)
           "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
           "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
           "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
-          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com).\n",
+          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com),\n"
+          "SANDBOX_EGRESS_DNS (ip[:port],...; default the host's resolver), SANDBOX_EGRESS_LOG_DIR,\n"
+          "SANDBOX_EGRESS_MAX_TUNNELS (32 per session), SANDBOX_EGRESS_MAX_TUNNELS_TOTAL (1024),\n"
+          "SANDBOX_EGRESS_IDLE_SECONDS (300).\n",
           f);
 }
 
@@ -214,6 +217,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
+    if (cfg.egress.test_ca && sandbox_backend_trust_ca(a.sb, cfg.egress.test_ca, err, sizeof err) != 0) {
+        fprintf(stderr, "airlockd: AIRLOCK_TEST_EGRESS_CA: %s\n", err);
+        goto out;
+    }
+    a.egress = egress_open(&cfg.egress, state, err, sizeof err);
+    if (!a.egress) {
+        fprintf(stderr, "airlockd: egress: %s\n", err);
+        goto out;
+    }
     a.reg = registry_new(state, cfg.session_ttl, err, sizeof err);
     a.tenants = tenants_new(&cfg);
     a.lim = a.tenants ? limits_new(a.tenants) : NULL;
@@ -221,6 +233,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: %s\n", a.reg ? "out of memory" : err);
         goto out;
     }
+    /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
+    registry_set_remove_hook(a.reg, egress_forget_session, a.egress);
 
     if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
         perror("airlockd: pipe");
@@ -263,7 +277,8 @@ int main(int argc, char **argv)
     registry_remove_all(a.reg);
 out:
     http_stop(srv);
-    registry_free(a.reg);
+    registry_free(a.reg); /* before egress: removing sessions tells egress */
+    egress_close(a.egress);
     limits_free(a.lim);
     tenants_free(a.tenants);
     audit_close(a.audit);

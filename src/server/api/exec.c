@@ -52,7 +52,20 @@ void api_exec(app *a, http_request *r, const api_call *c)
     memset(&res, 0, sizeof res);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = sandbox_exec(a->sb, s->workspace, name, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    /* a session with egress rules gets a network whose only endpoint is the proxy */
+    bool wants_net = json_array_size(s->egress) > 0;
+    egress_sandbox *net = NULL;
+    if (wants_net)
+        net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, errbuf, sizeof errbuf);
+    int rc = -1; /* no network when one was due: errbuf says why */
+    if (net || !wants_net) {
+        if (net && registry_removed(a->reg, s)) /* deleted meanwhile: its egress ends now */
+            egress_forget_session(a->egress, s->id);
+        sandbox_opts so = {.workspace_dir = s->workspace, .name = name,
+                           .network = net ? egress_sandbox_network(net) : NULL};
+        rc = sandbox_exec_with(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    }
+    egress_sandbox_close(a->egress, net);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     limits_exec_end(a->lim, tenant);
     if (rc != 0) {

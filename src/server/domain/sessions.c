@@ -23,6 +23,8 @@ struct registry {
     bool stopping;
     bool reaper_running;
     pthread_t reaper;
+    registry_remove_hook on_remove;
+    void *on_remove_ctx;
 };
 
 double epoch_now(void)
@@ -73,6 +75,8 @@ registry *registry_new(const char *state_dir, double ttl, char *err, size_t errl
  * destroy it now (nobody else holds a reference). */
 static bool unlink_locked(registry *r, session *s)
 {
+    if (r->on_remove)
+        r->on_remove(r->on_remove_ctx, s->id);
     for (session **pp = &r->head; *pp; pp = &(*pp)->next) {
         if (*pp == s) {
             *pp = s->next;
@@ -132,6 +136,22 @@ static void *reaper_main(void *arg)
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
+}
+
+void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_remove = hook;
+    r->on_remove_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
+}
+
+bool registry_removed(registry *r, const session *s)
+{
+    pthread_mutex_lock(&r->mu);
+    bool removed = s->removed;
+    pthread_mutex_unlock(&r->mu);
+    return removed;
 }
 
 int registry_start_reaper(registry *r)

@@ -33,6 +33,15 @@ void registry_remove_all(registry *r);
 /* registry_remove_all, then frees (no request may be running any more). */
 void registry_free(registry *r);
 
+/* Called with the id of every session that leaves the registry (deleted, expired or removed
+ * at shutdown) at that moment, under the registry's lock: it must be quick and must not call
+ * back into the registry (egress revokes the session's proxy pass here). */
+typedef void (*registry_remove_hook)(void *ctx, const char *session_id);
+void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx);
+
+/* Whether s (which the caller holds a reference to) has left the registry meanwhile. */
+bool registry_removed(registry *r, const session *s);
+
 /* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s). */
 int registry_start_reaper(registry *r);
 

@@ -46,6 +46,7 @@ struct sandbox {
     char id[ID_MAX + 1];  /* container id and cgroup name: unique on this host */
     char *workspace_dir;
     char *bundle;         /* gVisor: its OCI bundle directory */
+    const sandbox_network *network; /* sandbox_opts.network (NULL: none) */
     sbx_cgroup cg;        /* its host cgroup, when have_cg */
     bool have_cg;
     bool ran;             /* sandbox_run was called */
@@ -53,6 +54,10 @@ struct sandbox {
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
 extern const char *const sandbox_env[];
+/* sandbox_env followed by the network's entries, in out (room for SANDBOX_ENV_MAX * 2 + 1). */
+void sbx_env_with_network(const sandbox *s, const char **out);
+#define SBX_ENV_ALL_MAX (SANDBOX_ENV_MAX * 2 + 1)
+
 /* Environment of runsc/bwrap themselves on the host. */
 extern const char *const launcher_env[];
 

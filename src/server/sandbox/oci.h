@@ -15,6 +15,7 @@ typedef struct {
     unsigned uid, gid;
     unsigned nproc;             /* RLIMIT_NPROC, enforced by gVisor's sentry */
     unsigned tmp_mb;            /* size of the /tmp tmpfs */
+    const char *netns_path;     /* the network namespace to join, or NULL: a new empty one */
 } sbx_spec;
 
 /* Writes bundle_dir/config.json. */

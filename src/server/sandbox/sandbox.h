@@ -30,11 +30,19 @@ typedef struct {
     bool oom_killed;    /* the memory limit killed the command */
 } sandbox_result;
 
+/* The network of a sandbox of a session with egress (egress/egress.h makes it). */
+typedef struct {
+    const char *netns_path;    /* the network namespace to run in (/proc/<pid>/fd/<n>) */
+    const char *const *env;    /* extra "K=V" entries (the proxy settings), NULL-terminated */
+} sandbox_network;
+
 /* What a sandbox is made for, known before its command. */
 typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
     const char *name;          /* names it (container id, cgroup); unique among running ones'
                                 * prefixes, e.g. the session id and a counter */
+    const sandbox_network *network; /* NULL: no network at all (only loopback); else kept by
+                                     * the caller until sandbox_release */
 } sandbox_opts;
 
 /* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
@@ -46,11 +54,16 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
 /* "gvisor" or "bubblewrap". */
 const char *sandbox_backend_name(const sandbox_backend *b);
 
+/* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
+ * (appended to the generated root's CA bundle). */
+int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *errbuf, size_t errlen);
+
 /* Removes everything the backend made under the state dir; no sandbox may be left. */
 void sandbox_backend_close(sandbox_backend *b);
 
 /* A sandbox ready for one command: read-only root, /tmp tmpfs 64 MB noexec, uid SANDBOX_UID,
- * no capabilities, no network, 256 MB memory without swap, 64 processes, 1 CPU. NULL with a
+ * no capabilities, no network unless o->network, 256 MB memory without swap, 64 processes,
+ * 1 CPU. NULL with a
  * message in errbuf when it cannot be made. */
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen);
 
@@ -64,6 +77,10 @@ int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_re
 void sandbox_release(sandbox *s);
 
 /* sandbox_prepare, sandbox_run and sandbox_release in a row. */
+int sandbox_exec_with(sandbox_backend *b, const sandbox_opts *o, const char *command,
+                      int timeout_seconds, sandbox_result *out, char *errbuf, size_t errlen);
+
+/* sandbox_exec_with for a sandbox without network. */
 int sandbox_exec(sandbox_backend *b, const char *workspace_dir, const char *name,
                  const char *command, int timeout_seconds, sandbox_result *out,
                  char *errbuf, size_t errlen);
