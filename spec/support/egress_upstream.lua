@@ -14,8 +14,8 @@ local function script_path()
   return (src:gsub("egress_upstream%.lua$", "egress_upstream.py"))
 end
 
--- Returns the server: { dir, pid, port, https, sink, closed, dns, ca, wheel, pip_package,
--- npm_package }.
+-- Returns the server: { dir, pid, port, and as text https, sink, closed, dns (ports), ca,
+-- wheel, pip_package, npm_package }.
 function M.start()
   local dir = proc.make_temp_dir()
   local server = proc.start_server({
@@ -23,7 +23,8 @@ function M.start()
     command = string.format("python3 %s %s", q(script_path()), q(dir)),
   })
   local info = cjson.decode(assert(proc.read_file(dir .. "/info.json")))
-  for k, v in pairs(info) do server[k] = v end
+  -- ports as text: lua-cjson decodes every number as a float on Lua 5.3+ ("8443.0")
+  for k, v in pairs(info) do server[k] = type(v) == "number" and string.format("%d", v) or v end
   return server
 end
 

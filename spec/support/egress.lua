@@ -1,0 +1,102 @@
+-- What the egress specs share: an airlockd wired to the offline stand-ins of
+-- support.egress_upstream, sessions with egress rules, the probe (egress_probe.py) run inside
+-- a sandbox, the session's egress log, and the host-side view of airlockd's descriptors.
+-- Lua 5.1-compatible.
+local cjson = require "cjson"
+local airlockd = require "support.airlockd"
+local http_client = require "support.http_client"
+local proc = require "support.proc"
+local upstream = require "support.egress_upstream"
+
+local M = {}
+
+local function here(name)
+  local src = debug.getinfo(1, "S").source:gsub("^@", "")
+  return (src:gsub("egress%.lua$", name))
+end
+
+-- Starts the stand-ins and an airlockd using them. opts.env: more environment; opts.policy:
+-- the "*" egress policy. Returns { up, server, key, other } (acme's and other's keys).
+function M.start(opts)
+  opts = opts or {}
+  local up = upstream.start()
+  local env = upstream.env(up, opts.policy)
+  for k, v in pairs(opts.env or {}) do env[k] = v end
+  local ok, server = pcall(airlockd.start, { env = env, args = opts.args, dir = opts.dir })
+  if not ok then
+    upstream.stop(up)
+    error(server, 2)
+  end
+  return { up = up, server = server, key = server.tenants.acme, other = server.tenants.other }
+end
+
+function M.stop(ctx)
+  if ctx.server then airlockd.stop(ctx.server) end
+  if ctx.up then upstream.stop(ctx.up) end
+end
+
+-- A new session of key's tenant with these egress rules; returns its id.
+function M.session(server, key, egress)
+  -- lua-cjson would send an empty table as {}
+  local body = #egress == 0 and '{"egress":[]}' or cjson.encode({ egress = egress })
+  local r = http_client.create(server, key, body)
+  assert(r.status == 201, r.body)
+  return r.json.session_id
+end
+
+-- Runs a command and returns the decoded exec answer (asserting a 200).
+function M.exec(server, key, sid, command, timeout)
+  local r = http_client.exec(server, key, sid, command, timeout or 60)
+  assert(r.status == 200, r.body)
+  return r.json
+end
+
+-- Runs the probe with a list of steps (see egress_probe.py) inside the session's sandbox;
+-- returns one decoded result per step and the exec answer.
+function M.probe(server, key, sid, steps, timeout)
+  local w = http_client.write(server, key, sid, ".probe.py", assert(proc.read_file(here("egress_probe.py"))))
+  assert(w.status == 200, w.body)
+  local r = M.exec(server, key, sid, "python3 .probe.py " .. proc.shell_quote(cjson.encode(steps)), timeout)
+  local out = {}
+  for line in r.stdout:gmatch("[^\n]+") do out[#out + 1] = cjson.decode(line) end
+  assert(#out == #steps, "probe: " .. r.output)
+  return out, r
+end
+
+-- The session's events (GET /v1/sessions/{id}/egress).
+function M.events(server, key, sid, limit)
+  local path = "/v1/sessions/" .. sid .. "/egress" .. (limit and ("?limit=" .. limit) or "")
+  local r = http_client.request(server, "GET", path, { key = key })
+  assert(r.status == 200, r.body)
+  return r.json.events
+end
+
+-- The events added since `before` events were there.
+function M.new_events(server, key, sid, before)
+  local all = M.events(server, key, sid, 1000)
+  local out = {}
+  for i = before + 1, #all do out[#out + 1] = all[i] end
+  return out
+end
+
+-- What airlockd holds, from /proc/<pid>/fd: sockets and namespace descriptors.
+function M.descriptors(server)
+  local counts = { socket = 0, net = 0, total = 0 }
+  local listing = proc.output("ls -l /proc/" .. server.pid .. "/fd 2>/dev/null")
+  for target in listing:gmatch("%-> ([^\n]+)") do
+    counts.total = counts.total + 1
+    if target:find("^socket:") then counts.socket = counts.socket + 1 end
+    if target:find("^net:") then counts.net = counts.net + 1 end
+  end
+  return counts
+end
+
+-- The host's network namespaces and links, as `ip` shows them (names only).
+function M.host_network()
+  local links = {}
+  for name in proc.output("ip -o link show"):gmatch("%d+: ([^:@]+)[:@]") do links[#links + 1] = name end
+  table.sort(links)
+  return { netns = proc.output("ip netns list"), links = table.concat(links, " ") }
+end
+
+return M
