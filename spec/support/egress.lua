@@ -56,7 +56,9 @@ end
 function M.probe(server, key, sid, steps, timeout)
   local w = http_client.write(server, key, sid, ".probe.py", assert(proc.read_file(here("egress_probe.py"))))
   assert(w.status == 200, w.body)
-  local r = M.exec(server, key, sid, "python3 .probe.py " .. proc.shell_quote(cjson.encode(steps)), timeout)
+  w = http_client.write(server, key, sid, ".probe.json", cjson.encode(steps))
+  assert(w.status == 200, w.body)
+  local r = M.exec(server, key, sid, "python3 .probe.py @.probe.json", timeout)
   local out = {}
   for line in r.stdout:gmatch("[^\n]+") do out[#out + 1] = cjson.decode(line) end
   assert(#out == #steps, "probe: " .. r.output)
@@ -79,7 +81,7 @@ function M.new_events(server, key, sid, before)
   return out
 end
 
--- What airlockd holds, from /proc/<pid>/fd: sockets and namespace descriptors.
+-- What airlockd holds, from /proc/<pid>/fd: sockets, namespace descriptors, all of them.
 function M.descriptors(server)
   local counts = { socket = 0, net = 0, total = 0 }
   local listing = proc.output("ls -l /proc/" .. server.pid .. "/fd 2>/dev/null")
@@ -89,6 +91,23 @@ function M.descriptors(server)
     if target:find("^net:") then counts.net = counts.net + 1 end
   end
   return counts
+end
+
+-- descriptors() once it has not changed for a second (requests just answered settle first).
+function M.quiet_descriptors(server)
+  local last, same = M.descriptors(server), 0
+  for _ = 1, 100 do
+    proc.sleep(0.2)
+    local now = M.descriptors(server)
+    if now.socket == last.socket and now.net == last.net and now.total == last.total then
+      same = same + 1
+      if same >= 5 then return now end
+    else
+      same = 0
+    end
+    last = now
+  end
+  return last
 end
 
 -- The host's network namespaces and links, as `ip` shows them (names only).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs inside an airlockd sandbox (the specs write it into the workspace): connection attempts
-through the egress proxy and around it, as asked by a JSON list of steps on argv[1], one JSON
-result per step on stdout. The proxy and the sandbox's own pass come from HTTPS_PROXY.
+through the egress proxy and around it, as asked by a JSON list of steps (argv[1], or the file
+named after an @), one JSON result per step on stdout. The proxy and the sandbox's own pass come from HTTPS_PROXY.
 
 Steps ({"op": ...}):
   connect  target "host:port", auth "own" | "none" | "user:pass" | raw "header" text,
@@ -14,7 +14,8 @@ Steps ({"op": ...}):
            every 0.5 s) for `hold` seconds, `marker` is written once all have answered
            -> {"statuses": {status: count}}
   idle     target, wait: opens a tunnel, sends nothing -> {"status", "closed_after": s|None}
-  raw      cases: [[base64 bytes, half_close]], concurrently, 15 s for each answer
+  raw      cases: [[base64 bytes, half_close]], concurrently, 15 s for all answers; "@OWN@"
+           in a case becomes base64 of the sandbox's own id:pass
            -> {"statuses": [status|None, ...]}
   stall    target, n, heads, hold, marker: n tunnels and `heads` unfinished request heads
            held `hold` seconds -> {"opened", "heads_open"}
@@ -211,10 +212,11 @@ def op_idle(step):
 def op_raw(step):
     cases = step["cases"]
     socks = []
+    own = base64.b64encode(OWN.encode())
     for data, half in cases:
         s = socket.create_connection(PROXY, timeout=10)
         try:
-            s.sendall(base64.b64decode(data))
+            s.sendall(base64.b64decode(data).replace(b"@OWN@", own))
             if half:
                 s.shutdown(socket.SHUT_WR)
         except OSError:
@@ -249,5 +251,6 @@ def op_stall(step):
 OPS = {"connect": op_connect, "http": op_http, "tcp": op_tcp, "udp": op_udp, "resolve": op_resolve,
        "many": op_many, "idle": op_idle, "raw": op_raw, "stall": op_stall}
 
-for step in json.loads(sys.argv[1]):
+ARG = sys.argv[1]
+for step in json.loads(open(ARG[1:]).read() if ARG.startswith("@") else ARG):
     print(json.dumps(OPS[step["op"]](step)), flush=True)

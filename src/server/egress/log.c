@@ -135,6 +135,17 @@ size_t egress_log_count(egress_log *l)
     return n;
 }
 
+void egress_log_close_file(egress_log *l)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    free(l->path);
+    l->path = NULL;
+    pthread_mutex_unlock(&l->mu);
+}
+
 void egress_log_close(egress_log *l)
 {
     if (!l)

@@ -25,6 +25,9 @@ json_t *egress_log_last(egress_log *l, size_t limit);
 /* How many events were ever added (for tests of bounds). */
 size_t egress_log_count(egress_log *l);
 
+/* Closes the file (later events stay in memory only): the session is gone. */
+void egress_log_close_file(egress_log *l);
+
 void egress_log_close(egress_log *l);
 
 #endif

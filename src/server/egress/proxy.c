@@ -785,8 +785,11 @@ static void control(egress_proxy *p)
     }
     for (egress_listener *l = p->listeners, *nx; l; l = nx) {
         nx = l->next;
-        if (atomic_load(&l->closing) || atomic_load(&l->s->revoked))
+        bool revoked = atomic_load(&l->s->revoked);
+        if (atomic_load(&l->closing) || revoked)
             listener_close(p, l);
+        if (revoked) /* its last events are written: the session's file handle goes now */
+            egress_log_close_file(l->s->log);
     }
 }
 
