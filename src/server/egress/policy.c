@@ -93,7 +93,7 @@ bool egress_host_allowed(const char *host, const json_t *rules)
     const json_t *v;
     json_array_foreach(rules, i, v) {
         const char *r = json_string_value(v);
-        if (!r)
+        if (!r || strcmp(r, "*") == 0) /* no allow-all rule: "*" is a literal no host has */
             continue;
         if (strncmp(r, "*.", 2) == 0 ? wildcard_contains(r, host) : strcmp(r, host) == 0)
             return true;
