@@ -152,9 +152,11 @@ valgrind-test: build
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
 # poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
+# egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
 bench: build
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
+	$(LUA) bench/egress.lua
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)

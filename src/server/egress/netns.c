@@ -181,6 +181,12 @@ static int build_pair(pair_job *j)
         return -1;
     int rc = -1;
     struct mnl_socket *nl = NULL;
+    /* lo up on the proxy side too: only there can a host tool (bench/egress_tunnel.py) reach
+     * the listener; the sandbox never sees this lo */
+    if (link_up("lo") != 0) {
+        fail(j, "lo up on the proxy side");
+        goto out;
+    }
     if (setns(j->root_ns, CLONE_NEWNET) != 0) {
         fail(j, "setns back");
         goto out;
