@@ -55,7 +55,8 @@ local ok, err = pcall(function()
   end
   local p_plain, p_net = median(t_plain), median(t_net)
   print(string.format("egress bench (%d runs each, interleaved)", RUNS))
-  print(string.format("  exec `true`   without egress p50 %6.0f ms   with egress p50 %6.0f ms   ratio %.2f", p_plain, p_net, p_net / p_plain))
+  print(string.format("  exec `true`   without egress p50 %6.0f ms   with egress p50 %6.0f ms   ratio %.2f",
+    p_plain, p_net, p_net / p_plain))
 
   -- 2. one tunnel, 100 MB over HTTPS
   local pass = egress.exec(server, key, net, "echo $HTTPS_PROXY").stdout:match("^http://[^:]+:(%x+)@")

@@ -1,3 +1,4 @@
+-- luacheck: max line length 150
 -- The SDK's egress surface against an airlockd whose proxy reaches offline stand-ins of the
 -- registries (support.egress): sbx:egress_log() and sbx:egress_policy(), a package installed
 -- through airlock.tools' run_command, and bin/airlock-mcp's egress_log tool showing the real

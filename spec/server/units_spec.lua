@@ -13,9 +13,9 @@ end)
 
 describe("airlockd egress C units (addr, request, policy, pass, log)", function()
   it("pass their checks, the request parser under 300,000 mutated heads, all with ASan/UBSan", function()
-    local out, ok = c_unit.run({ "spec/c/egress_units_test.c", "src/server/egress/addr.c", "src/server/egress/request.c",
-      "src/server/egress/policy.c", "src/server/egress/pass.c", "src/server/egress/log.c", "src/server/text/pyjson.c",
-      "src/server/text/pystr.c", "src/server/text/utf8.c" },
+    local out, ok = c_unit.run({ "spec/c/egress_units_test.c", "src/server/egress/addr.c",
+      "src/server/egress/request.c", "src/server/egress/policy.c", "src/server/egress/pass.c",
+      "src/server/egress/log.c", "src/server/text/pyjson.c", "src/server/text/pystr.c", "src/server/text/utf8.c" },
       "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -lcrypto")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)

@@ -35,9 +35,10 @@ M.base64 = base64
 -- n cases: { {bytes, half_close}, ... }.
 function M.cases(seed, n)
   local rnd = fuzz.prng(seed)
-  local methods = { "CONNECT", "CONNECT", "CONNECT", "connect", "GET", "POST", "PUT", "CONNECT\0", "C\tONNECT", "", "\255\254" }
-  local hosts = { "pypi.org", "files.pythonhosted.org", "sink.test", "evil.example", "loopback.test", "PYPI.ORG.", "[::1]", "[::ffff:127.0.0.1]",
-    "127.0.0.1", "10.9.8.7", "", ".", "..", "a..b", "*.wild.test", "x.wild.test", string.rep("a", 64) .. ".test",
+  local methods = { "CONNECT", "CONNECT", "CONNECT", "connect", "GET", "POST", "PUT", "CONNECT\0", "C\tONNECT", "",
+    "\255\254" }
+  local hosts = { "pypi.org", "files.pythonhosted.org", "sink.test", "evil.example", "loopback.test", "PYPI.ORG.", "[::1]",
+    "[::ffff:127.0.0.1]", "127.0.0.1", "10.9.8.7", "", ".", "..", "a..b", "*.wild.test", "x.wild.test", string.rep("a", 64) .. ".test",
     string.rep("b.", 130) .. "test", "h\195\169llo.test", "ho st", "host%00", "[::1", "::1", "@", "a:b" }
   local ports = { "443", "443", "443", "22", "80", "0", "65535", "65536", "99999999", "-1", "", "443 ", "0x1bb", "4\0" }
   local versions = { "HTTP/1.1", "HTTP/1.1", "HTTP/1.0", "HTTP/2", "http/1.1", "HTTP/1.1x", "", "HTTP/1.1 extra" }
@@ -79,7 +80,8 @@ function M.cases(seed, n)
   local cases = {}
   for i = 1, n do
     local roll = rnd.int(1, 100)
-    local bytes, half = nil, rnd.chance(0.5)
+    local bytes
+    local half = rnd.chance(0.5)
     if roll <= 8 then -- binary junk
       bytes = rnd.bytes(rnd.int(0, 300))
       if rnd.chance(0.5) then bytes = bytes .. "\r\n\r\n" end

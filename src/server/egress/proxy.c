@@ -34,6 +34,7 @@
 #define ACCEPTS 64             /* accepts per listener and wake-up */
 #define TICK_MS 250
 #define DRAIN_MAX (64 * 1024)  /* unread input discarded before closing after an answer */
+#define CLOSE_WAIT_S 5         /* a request thread waits this long at most for a listener's end */
 
 typedef enum { C_HEAD, C_DNS, C_CONNECTING, C_TUNNEL, C_DEAD } conn_state;
 
@@ -87,6 +88,7 @@ struct egress_listener {
     egress_session *s;
     atomic_int refs;     /* the proxy's and the sandbox's */
     atomic_bool closing; /* the sandbox is gone */
+    bool done;           /* closed by the proxy, its tunnels logged (under the proxy's mu) */
     bool registered;     /* in epoll */
     bool paused;         /* out of epoll for a tick after EMFILE */
     conn *conns;
@@ -99,7 +101,8 @@ struct egress_proxy {
     int ep, efd;
     egress_ev control;
     egress_dns *dns;
-    pthread_mutex_t mu;      /* guards incoming and stopping */
+    pthread_mutex_t mu;      /* guards incoming, stopping and the listeners' done */
+    pthread_cond_t closed;   /* a listener is done */
     egress_listener *incoming;
     bool stopping;
     egress_listener *listeners; /* the proxy thread's own */
@@ -762,6 +765,10 @@ static void listener_close(egress_proxy *p, egress_listener *l)
     }
     l->next = p->dead;
     p->dead = l;
+    pthread_mutex_lock(&p->mu);
+    l->done = true;
+    pthread_cond_broadcast(&p->closed);
+    pthread_mutex_unlock(&p->mu);
 }
 
 static void control(egress_proxy *p)
@@ -919,6 +926,7 @@ egress_proxy *egress_proxy_start(const egress_settings *s, char *errbuf, size_t 
     p->cfg = s;
     p->control.kind = EV_CONTROL;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->closed, NULL);
     p->ep = epoll_create1(EPOLL_CLOEXEC);
     p->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     struct epoll_event e;
@@ -944,6 +952,7 @@ fail:
         close(p->ep);
     if (p->efd >= 0)
         close(p->efd);
+    pthread_cond_destroy(&p->closed);
     pthread_mutex_destroy(&p->mu);
     free(p);
     return NULL;
@@ -967,6 +976,7 @@ void egress_proxy_stop(egress_proxy *p)
     }
     close(p->ep);
     close(p->efd);
+    pthread_cond_destroy(&p->closed);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -997,6 +1007,15 @@ void egress_proxy_close_listener(egress_proxy *p, egress_listener *l)
         return;
     atomic_store(&l->closing, true);
     wake(p);
+    /* so that every attempt of the run is in the log when its exec answers; the loop never
+     * blocks, so this is one turn of it (bounded anyway) */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += CLOSE_WAIT_S;
+    pthread_mutex_lock(&p->mu);
+    while (!l->done && !p->stopping && pthread_cond_timedwait(&p->closed, &p->mu, &until) == 0) {
+    }
+    pthread_mutex_unlock(&p->mu);
     listener_unref(l);
 }
 

@@ -24,7 +24,8 @@ void egress_proxy_stop(egress_proxy *p);
  * this fails). The returned handle (NULL when out of memory) is for close_listener. */
 egress_listener *egress_proxy_add_listener(egress_proxy *p, int fd, egress_session *s);
 
-/* The sandbox is gone: its listener and every connection made through it are closed. */
+/* The sandbox is gone: its listener and every connection made through it are closed, and
+ * their events logged, before this returns (or after 5 s at most). */
 void egress_proxy_close_listener(egress_proxy *p, egress_listener *l);
 
 /* A session was revoked (its flag is set): its listeners and connections are closed. */
