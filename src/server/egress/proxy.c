@@ -747,12 +747,17 @@ static void accept_some(egress_proxy *p, egress_listener *l)
 /* Closes a listener and everything made through it. */
 static void listener_close(egress_proxy *p, egress_listener *l)
 {
-    while (l->conns) {
-        conn *c = l->conns;
+    /* oldest first (the list is newest first), so the log stays in the order of the attempts */
+    conn *c = l->conns;
+    while (c && c->lnext)
+        c = c->lnext;
+    while (c) {
+        conn *older_next = c->lprev;
         if (c->st == C_TUNNEL)
             finish(p, c, true, NULL, false);
         else
             finish(p, c, false, "proxy error: SandboxClosed", false);
+        c = older_next;
     }
     if (l->fd >= 0)
         close(l->fd);
