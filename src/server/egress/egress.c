@@ -24,6 +24,7 @@
 #define ENV_PROXY_MAX 6 /* four proxy variables, the test CA for node, the terminator */
 
 struct egress_service {
+    egress_settings cfg_copy;  /* the settings, with the total fitted to RLIMIT_NOFILE */
     const egress_settings *cfg;
     egress_proxy *proxy;
     unsigned char key[EGRESS_SECRET_LEN];
@@ -84,13 +85,25 @@ static int make_dir(const char *dir, char *errbuf, size_t errlen)
 
 egress_service *egress_open(const egress_settings *s, const char *state_dir, char *errbuf, size_t errlen)
 {
+    /* every proxy connection holds two descriptors: keep the total under the open-file limit,
+     * leaving room for the HTTP server, sandboxes and stores */
+    int total = s->max_tunnels_total;
     struct rlimit rl;
-    long need = 2L * s->max_tunnels_total + FD_HEADROOM;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < need) {
-        snprintf(errbuf, errlen, "SANDBOX_EGRESS_MAX_TUNNELS_TOTAL=%d needs %ld open files, but "
-                 "RLIMIT_NOFILE is %ld: lower it or raise the limit", s->max_tunnels_total, need,
-                 (long)rl.rlim_cur);
-        return NULL;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        long limit = (long)rl.rlim_cur;
+        long headroom = limit / 2 < FD_HEADROOM ? limit / 2 : FD_HEADROOM;
+        long fits = (limit - headroom) / 2;
+        if (total > fits) {
+            if (s->total_given) {
+                snprintf(errbuf, errlen, "SANDBOX_EGRESS_MAX_TUNNELS_TOTAL=%d needs %ld open files, but "
+                         "RLIMIT_NOFILE is %ld: lower it or raise the limit", total,
+                         2L * total + headroom, limit);
+                return NULL;
+            }
+            total = fits < 1 ? 1 : (int)fits;
+            fprintf(stderr, "airlockd: egress: RLIMIT_NOFILE %ld allows %d proxy connections "
+                    "(SANDBOX_EGRESS_MAX_TUNNELS_TOTAL)\n", limit, total);
+        }
     }
     if (s->log_dir && make_dir(s->log_dir, errbuf, errlen) != 0)
         return NULL;
@@ -99,7 +112,9 @@ egress_service *egress_open(const egress_settings *s, const char *state_dir, cha
         snprintf(errbuf, errlen, "out of memory");
         return NULL;
     }
-    e->cfg = s;
+    e->cfg_copy = *s;
+    e->cfg_copy.max_tunnels_total = total;
+    e->cfg = &e->cfg_copy;
     e->root_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     if (e->root_ns < 0) {
         snprintf(errbuf, errlen, "cannot open /proc/self/ns/net: %s", strerror(errno));
@@ -108,7 +123,7 @@ egress_service *egress_open(const egress_settings *s, const char *state_dir, cha
     }
     pthread_mutex_init(&e->mu, NULL);
     if (egress_secret_load(state_dir, e->key, errbuf, errlen) != 0 ||
-        !(e->proxy = egress_proxy_start(s, errbuf, errlen))) {
+        !(e->proxy = egress_proxy_start(e->cfg, errbuf, errlen))) {
         egress_close(e);
         return NULL;
     }

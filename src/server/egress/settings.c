@@ -122,5 +122,7 @@ int egress_settings_load(egress_settings *s, char *errbuf, size_t errlen)
                      errbuf, errlen) ||
         whole_number("SANDBOX_EGRESS_IDLE_SECONDS", 300, 1, 86400, &s->idle_seconds, errbuf, errlen))
         return -1;
+    const char *total = getenv("SANDBOX_EGRESS_MAX_TUNNELS_TOTAL");
+    s->total_given = total && *total;
     return load_test(s, errbuf, errlen);
 }

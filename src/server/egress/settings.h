@@ -24,7 +24,8 @@ typedef struct {
     const char *dns;         /* SANDBOX_EGRESS_DNS, or NULL: the host's resolv.conf */
     const char *log_dir;     /* SANDBOX_EGRESS_LOG_DIR, or NULL: memory only */
     int max_tunnels;         /* per session, connections open at once (32) */
-    int max_tunnels_total;   /* the whole proxy (1024) */
+    int max_tunnels_total;   /* the whole proxy (1024, or what RLIMIT_NOFILE allows) */
+    bool total_given;        /* SANDBOX_EGRESS_MAX_TUNNELS_TOTAL was set: never lowered */
     int idle_seconds;        /* a tunnel without traffic this long is closed (300) */
     bool test;               /* AIRLOCK_TEST_EGRESS=1 */
     egress_test_map map[EGRESS_TEST_MAP_MAX];
