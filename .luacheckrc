@@ -13,3 +13,11 @@ files["spec/"] = { std = "+busted" }
 -- code that runs inside a host: LÖVE's `love`, Neovim's `vim`
 files["spec/support/hosts/love_game/"] = { std = "+love" }
 files["spec/support/hosts/nvim_boot.lua"] = { read_globals = { "vim" } }
+-- the OpenResty host and its transport run inside nginx's Lua module
+files["lua/airlock/ngx/"] = { globals = { "ngx" } }   -- ngx.ctx is written
+files["examples/openresty/"] = { globals = { "ngx" } }
+files["lua/airlock/transport/ngx.lua"] = { read_globals = { "ngx" } }
+files["examples/neovim/"] = { globals = { "vim" } }
+files["examples/love/"] = { std = "+love" }
+files["bench/hosts/nvim_*.lua"] = { globals = { "vim" } }
+files["bench/hosts/love_*.lua"] = { std = "+love" }

@@ -45,6 +45,8 @@ SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
 SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
+# the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
+RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
 # The version, said once: the engine's (airlock.VERSION); the rockspec and core.c must agree.
 VERSION    := $(shell sed -n 's/^M.VERSION = "\(.*\)"$$/\1/p' lua/airlock/engine.lua)
@@ -63,7 +65,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD)
+build: $(CORE_SO) $(AIRLOCKD) $(RAW_CURL_RATE)
 
 $(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
@@ -110,8 +112,8 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server
-	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua)
+	  -I src/core -I src/server src/core src/server bench/raw_curl_rate.c
+	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua bench/hosts/*.lua)
 
 sanitize:
 	$(MAKE) build BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
@@ -123,7 +125,7 @@ sanitize:
 # airlockd's, leaks included) lands in build/asan/reports; any report fails the target.
 ASAN_HOST  := build/asan/lua-host
 ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
-              spec/integration/driver_hooks_spec.lua \
+              spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua \
               spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
               spec/server/deep_tree_spec.lua spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua \
@@ -143,21 +145,38 @@ asan-test: sanitize
 	[ $$rc -eq 0 ] && echo "asan-test: specs passed, no sanitizer reports"
 
 # valgrind over the core (Lua 5.4, the regular build): its unit spec, the failure paths
-# against the misbehaving server and the host-loop hooks. Definite leaks and memory errors
-# fail (exit 99).
+# against the misbehaving server, the host-loop hooks and the libuv transport on them.
+# Definite leaks and memory errors fail (exit 99).
 VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
 valgrind-test: build
 	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua \
-	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua
+	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua \
+	  spec/integration/uv_transport_spec.lua
 
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.
-# poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands.
+# poll_frames: airlock.poll(0) per game frame, idle vs 50 requests in flight vs 50 commands;
+# love_frames: the same in real LÖVE frames (LuaJIT). nvim_loop: a 10 ms vim.loop timer's
+# lateness, idle vs 8 commands in flight, and idle wakeups with the SDK loaded (Neovim).
+# call_rate: small calls per second of the curl and uv transports vs raw_curl_rate, a raw
+# libcurl keep-alive loop in C (bench/raw_curl_rate.c).
+# openresty: nginx (1 worker) running examples/openresty, 32 concurrent POST /run vs the plain-Lua
+# SDK, /ping latency during it, the cosocket transport's small-call rate vs raw_curl_rate, and
+# a 1,000-request soak (worker RSS, sessions left, crashes).
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
-bench: build
+bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
+	$(LUA) bench/love_frames.lua
+	$(LUA) bench/nvim_loop.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_rate.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit bench/call_rate.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua
 	$(LUA) bench/egress.lua
+
+$(RAW_CURL_RATE): bench/raw_curl_rate.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) -Werror $(CURL_CFLAGS) -o $@ $< $(CURL_LIBS)
 
 install: build
 	install -d $(DESTDIR)$(INST_LIBDIR)/airlock $(DESTDIR)$(INST_BINDIR)

@@ -10,16 +10,12 @@
 -- microseconds and p99 against idle. No assertion.
 --
 --   make bench        (or: lua5.4 bench/poll_frames.lua)        needs root (runsc)
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
 local socket = require "socket"
-
-local function percentile(sorted, p)
-  local idx = math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))
-  return sorted[idx]
-end
+local stats = require "stats"
 
 -- Frames of poll(0) until done() or max_frames; the poll(0) times in microseconds, sorted.
 local function frames(done, max_frames)
@@ -31,8 +27,7 @@ local function frames(done, max_frames)
     if done() then break end
     socket.sleep(0.004)
   end
-  table.sort(t)
-  return { p50 = percentile(t, 50), p99 = percentile(t, 99), max = t[#t], n = #t }
+  return stats.summary(t)
 end
 
 local rows = {}

@@ -1,8 +1,9 @@
--- What examples/agent_openai.lua and examples/agent_anthropic.lua share: the task (a small
--- Python module with a bug and the unittest that catches it), the prompts, settings from the
--- environment, the transcript, and the run itself: a sandbox seeded with the workspace, the
--- example's own model loop, then the tests run once more as the final check. Each example
--- loads this file from its own directory. Runs on Lua 5.1/LuaJIT too (no <close>).
+-- What examples/agent_openai.lua, examples/agent_anthropic.lua and the OpenResty example
+-- (examples/openresty/) share: the task (a small Python module with a bug and the unittest
+-- that catches it), the prompts, settings from the environment, the transcript, and the run
+-- itself: a sandbox seeded with the workspace, the example's own model loop, then the tests
+-- run once more as the final check. Each example loads this file from its own directory.
+-- Runs on Lua 5.1/LuaJIT too (no <close>).
 local airlock = require "airlock"
 
 local M = {}
@@ -46,17 +47,21 @@ function M.abort(message)
   error(setmetatable({ message = message }, Abort), 0)
 end
 
--- One transcript entry: label, then text with its continuation lines indented under it.
-function M.show(label, text)
+local function stdout(text) io.write(text) end
+
+-- One transcript entry: label, then text with its continuation lines indented under it,
+-- given to write (default: stdout).
+function M.show(label, text, write)
   text = tostring(text)
-  io.write(label, (text:gsub("\n", "\n" .. string.rep(" ", #label))), "\n")
+  ;(write or stdout)(label .. (text:gsub("\n", "\n" .. string.rep(" ", #label))) .. "\n")
 end
 
 -- Writes the workspace into the sandbox and starts the transcript with the task.
-function M.seed(sbx, model)
+function M.seed(sbx, model, write)
+  write = write or stdout
   for _, file in ipairs(M.SEED) do sbx.files:write(file[1], file[2]) end
-  print("sandbox " .. sbx.session_id .. ": seeded " .. #M.SEED .. " files; model " .. model)
-  M.show("user: ", M.TASK)
+  write("sandbox " .. sbx.session_id .. ": seeded " .. #M.SEED .. " files; model " .. model .. "\n")
+  M.show("user: ", M.TASK, write)
 end
 
 -- For a loop that ran out of steps; returns false (not finished).

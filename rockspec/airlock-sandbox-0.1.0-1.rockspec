@@ -14,7 +14,8 @@ description = {
       airlock runs commands in isolated sandboxes (gVisor containers with no network unless
       allowed, hard memory/CPU/process/disk limits) on an Airlock server. One pure-Lua engine
       and retry policy; transports for plain Lua and host loops (libcurl's multi interface in
-      a small C core, with keep-alive connections and hooks for a libuv loop).
+      a small C core, with keep-alive connections and hooks for a libuv loop) and for
+      OpenResty/nginx (cosockets, pure Lua).
       Lua 5.1, LuaJIT and 5.3/5.4: for LuaJIT (OpenResty, Neovim, LOVE) install with
       `luarocks --lua-version=5.1 install <rock> LUA_INCDIR=/usr/include/luajit-2.1`.
    ]],
@@ -46,13 +47,18 @@ build = {
       ["airlock.exchange"] = "lua/airlock/exchange.lua",
       ["airlock.exec_gate"] = "lua/airlock/exec_gate.lua",
       ["airlock.http"] = "lua/airlock/http.lua",
+      ["airlock.http1"] = "lua/airlock/http1.lua",
       ["airlock.keys"] = "lua/airlock/keys.lua",
       ["airlock.mcp"] = "lua/airlock/mcp.lua",
+      ["airlock.ngx"] = "lua/airlock/ngx/init.lua",
+      ["airlock.ngx.scheduler"] = "lua/airlock/ngx/scheduler.lua",
       ["airlock.result"] = "lua/airlock/result.lua",
       ["airlock.tasks"] = "lua/airlock/tasks.lua",
       ["airlock.tools"] = "lua/airlock/tools.lua",
       ["airlock.transport"] = "lua/airlock/transport/init.lua",
       ["airlock.transport.curl"] = "lua/airlock/transport/curl.lua",
+      ["airlock.transport.ngx"] = "lua/airlock/transport/ngx.lua",
+      ["airlock.transport.uv"] = "lua/airlock/transport/uv.lua",
    },
    install = {
       bin = { ["airlock-mcp"] = "bin/airlock-mcp" },

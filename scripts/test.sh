@@ -2,7 +2,7 @@
 # The whole suite: every spec under Lua 5.4; then, when its core is built, the library's specs
 # (spec/unit, spec/integration) again under LuaJIT; then, under PUC Lua 5.1, the unit specs
 # and the integration specs of what differs there (tasks and pcall, with, the agent tools,
-# the command line, the host-loop hooks), not the HTTP failure paths that LuaJIT already runs
+# the command line, the host-loop hooks, the libuv transport), not the HTTP failure paths that LuaJIT already runs
 # on the same 5.1 API. spec/server tests airlockd itself and spec/lua54 uses <close>, so those
 # run once. Integration specs start their own airlockd. spec/hosts then drives the SDK's real
 # hosts from Lua 5.4 (nginx with the Lua module, nvim --headless, LÖVE headless;
@@ -37,7 +37,7 @@ if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
 fi
 if [ -f build/lua51/airlock/core.so ] && command -v lua5.1 >/dev/null; then
   run_suite lua5.1 "$top/build/lua51/?.so" spec/unit \
-    spec/integration/{sdk,leaks,tools,agents,mcp,exec_queue,driver_hooks,examples,keys,http}_spec.lua
+    spec/integration/{sdk,leaks,tools,agents,mcp,exec_queue,driver_hooks,uv_transport,examples,keys,http}_spec.lua
 fi
 run_suite lua5.4 "$top/build/?.so" spec/hosts
 

@@ -17,6 +17,10 @@ local function enqueue(id, settings)
   queue[#queue + 1] = { id = id, settings = settings }
 end
 
+-- dropped_sessions.enqueue(id, settings): queues a session to delete (a host that could
+-- not delete it itself).
+M.enqueue = enqueue
+
 local newproxy = rawget(_G, "newproxy")
 
 -- An object whose collection calls on_collect (no arguments).
@@ -29,16 +33,32 @@ local function sentinel(on_collect)
   return setmetatable({}, { __gc = on_collect })
 end
 
+local tracker   -- a host's: opened(state) / closed(state) (OpenResty: sessions per request)
+
+-- dropped_sessions.set_tracker(t): t.opened(state) is called for every session a handle
+-- starts owning, t.closed(state) when it is closed; state = {id =, settings =}, its id set to
+-- nil once the session is closed or queued. nil: no tracker.
+function M.set_tracker(t)
+  tracker = t
+end
+
 -- dropped_sessions.guard(id, settings) → guard. Keep it in the handle; guard:disarm() when
 -- the session is closed (or handed over) so that collecting the handle queues nothing.
 function M.guard(id, settings)
   local state = { id = id, settings = settings }
+  if tracker then tracker.opened(state) end
   return {
     state = state,
     sentinel = sentinel(function()
-      if state.id then enqueue(state.id, state.settings) end
+      if state.id then
+        enqueue(state.id, state.settings)
+        state.id = nil
+      end
     end),
-    disarm = function(self) self.state.id = nil end,
+    disarm = function(self)
+      self.state.id = nil
+      if tracker then tracker.closed(self.state) end
+    end,
   }
 end
 

@@ -17,7 +17,7 @@ local counters = { requests = 0, retries = 0, requeued = 0 }
 function M.perform(transport, request, gate)
   local attempt = 0
   while true do
-    local ticket = gate and gate:acquire()
+    local ticket = gate and gate:acquire(request.timeout_ms and request.timeout_ms / 1000)
     counters.requests = counters.requests + 1
     local ok, res, failure = tasks.pcall(transport.send, transport, request)
     if not ok then
@@ -53,7 +53,12 @@ end
 -- current scheduler (poll). Returns how many were sent.
 function M.delete_dropped(wait)
   if dropped.count() == 0 then return 0 end
-  local items = dropped.take()
+  return M.delete_sessions(dropped.take(), wait)
+end
+
+-- Sends the DELETE of each session in items ({id =, settings =} each), as delete_dropped
+-- does. Returns how many were sent.
+function M.delete_sessions(items, wait)
   for _, item in ipairs(items) do
     local s = item.settings
     local function delete()

@@ -5,7 +5,13 @@
 -- with more commands than the server has slots gets them all run, none failed.
 --
 -- Blocking callers (outside tasks) never wait in line: they take a place at once and, if the
--- server is full, the retry policy's backoff handles it.
+-- server is full, the retry policy's backoff handles it. Code that waits without blocking
+-- (tasks, and an OpenResty request handler) waits in line.
+--
+-- A place is held at most for its request's timeout (a lease): a holder that can never
+-- give it back (an nginx request killed in the middle of a command) does not shrink the
+-- line for good. A host ending an owner's work early gives its places back with
+-- release_owner.
 local tasks = require "airlock.tasks"
 
 local M = {}
@@ -26,7 +32,7 @@ function M.for_settings(settings)
   local key = settings.base_url .. "\0" .. settings.api_key
   local gate = gates[key]
   if not gate then
-    gate = setmetatable({ running = 0, line = {}, waited = 0, refusals = 0 }, Gate)
+    gate = setmetatable({ running = 0, line = {}, waited = 0, refusals = 0, held = {} }, Gate)
     gates[key] = gate
   end
   local option = settings.max_concurrent_exec
@@ -42,32 +48,59 @@ local function cap(gate)
   return gate.option or gate.server_limit
 end
 
+local function release(gate, ticket)
+  if not ticket.granted or ticket.released then return end
+  ticket.released = true
+  gate.held[ticket] = nil
+  gate.running = gate.running - 1
+end
+
+-- Takes back the places whose lease ran out (their holders can no longer give them back).
+local function reclaim_expired(gate)
+  local now = os.time()
+  for ticket in pairs(gate.held) do
+    if ticket.expires < now then release(gate, ticket) end
+  end
+end
+
 local function has_room(gate)
-  return gate.limit == nil or gate.running < gate.limit
+  if gate.limit == nil or gate.running < gate.limit then return true end
+  reclaim_expired(gate)
+  return gate.running < gate.limit
 end
 
 local function grant(gate, ticket)
   ticket.granted = true
+  ticket.expires = os.time() + ticket.lease
+  gate.held[ticket] = true
   gate.running = gate.running + 1
 end
 
--- Gives the free places to those in line, in order (skipping tasks that ended meanwhile).
+-- Whether the one waiting with ticket still wants its place.
+local function wanted(ticket)
+  if ticket.cancelled then return false end
+  return ticket.task == nil or ticket.task.status == "running"
+end
+
+-- Gives the free places to those in line, in order (skipping those that gave up meanwhile).
 local function pump(gate)
   while #gate.line > 0 and has_room(gate) do
     local ticket = table.remove(gate.line, 1)
-    if ticket.task.status == "running" then
+    if wanted(ticket) then
       grant(gate, ticket)
       tasks.notify(ticket)
     end
   end
 end
 
--- gate:acquire() → ticket: a place for one command. Inside a task it waits in line when the
--- limit is reached; elsewhere it never waits.
-function Gate:acquire()
+-- gate:acquire([lease]) → ticket: a place for one command, held at most lease seconds
+-- (default 1 hour). Where the caller can wait without blocking (tasks.can_wait) it waits in
+-- line when the limit is reached; elsewhere it never waits.
+function Gate:acquire(lease)
   local task = tasks.current_task()
-  local ticket = setmetatable({ gate = self, granted = false, task = task }, Ticket)
-  if (#self.line == 0 and has_room(self)) or not task then
+  local ticket = setmetatable({ gate = self, granted = false, task = task, owner = tasks.current(),
+    lease = math.ceil(lease or 3600) + 2 }, Ticket)
+  if (#self.line == 0 and has_room(self)) or not tasks.can_wait() then
     grant(self, ticket)
     return ticket
   end
@@ -75,12 +108,6 @@ function Gate:acquire()
   self.waited = self.waited + 1
   tasks.await(ticket)
   return ticket
-end
-
-local function release(gate, ticket)
-  if not ticket.granted or ticket.released then return end
-  ticket.released = true
-  gate.running = gate.running - 1
 end
 
 -- gate:done(ticket): the command got its answer (or failed); the place goes to the next in
@@ -104,7 +131,25 @@ function Gate:refused(ticket, server_limit)
   local top = cap(self) or ours
   self.limit = math.max(1, math.min(top, ours))
   pump(self)
-  return ours > 0 and tasks.current_task() ~= nil
+  return ours > 0 and tasks.can_wait()
+end
+
+-- exec_gate.release_owner(owner): the work of owner (a scheduler) ended early (an nginx
+-- request that was aborted): its places go back to the line and its waiting tickets leave it.
+function M.release_owner(owner)
+  for _, gate in pairs(gates) do
+    for i = #gate.line, 1, -1 do
+      local ticket = gate.line[i]
+      if ticket.owner == owner then
+        ticket.cancelled = true
+        table.remove(gate.line, i)
+      end
+    end
+    for ticket in pairs(gate.held) do
+      if ticket.owner == owner then release(gate, ticket) end
+    end
+    pump(gate)
+  end
 end
 
 -- Counters over every gate: commands in flight, waiting, ever queued, refusals seen.

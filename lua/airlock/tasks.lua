@@ -36,12 +36,10 @@ end
 
 ---------------------------------------------------------------- coroutine-safe pcall
 
--- Whether pcall lets a yield through (Lua 5.2+, LuaJIT); PUC Lua 5.1's does not.
-local PCALL_YIELDS = (function()
-  local co = coroutine.create(function() return pcall(coroutine.yield) end)
-  local ok = coroutine.resume(co)
-  return ok and coroutine.status(co) == "suspended"
-end)()
+-- Whether pcall lets a yield through (Lua 5.2+, LuaJIT); PUC Lua 5.1's does not. Known from
+-- the version, not probed with a coroutine: inside an nginx request, require must not
+-- resume a coroutine (nginx's coroutine.resume yields, across require's C boundary).
+local PCALL_YIELDS = _VERSION ~= "Lua 5.1" or rawget(_G, "jit") ~= nil
 M.PCALL_YIELDS = PCALL_YIELDS
 
 -- pcall(fn, ...) that a task may yield through on every Lua version: on PUC 5.1, inside a
@@ -133,11 +131,23 @@ local function resume(task, ...)
   remove(task.background and owner.background or owner.tasks, task)
 end
 
+-- tasks.new_task(owner, background) → a running Task of owner, not bound to a coroutine yet:
+-- for a scheduler that runs its tasks on coroutines of its own (OpenResty light threads),
+-- which calls tasks.bind(task, co) from inside that coroutine.
+function M.new_task(owner, background)
+  return setmetatable({ status = "running", owner = owner, background = background or nil }, Task)
+end
+
+-- tasks.bind(task, co): co runs task (tasks.current_task() inside co answers task).
+function M.bind(task, co)
+  task.co = co
+  task_of[co] = task
+end
+
 local function spawn(self, background, fn, ...)
   if type(fn) ~= "function" then error("airlock.spawn: bad argument 'fn': expected a function, got " .. type(fn), 3) end
-  local task = setmetatable({ co = coroutine.create(fn), status = "running", owner = self,
-    background = background or nil }, Task)
-  task_of[task.co] = task
+  local task = M.new_task(self, background)
+  M.bind(task, coroutine.create(fn))
   local list = background and self.background or self.tasks
   list[#list + 1] = task
   resume(task, ...)
@@ -218,10 +228,21 @@ function Scheduler:poll(ms)
   return #self.tasks
 end
 
+local context                                     -- function() → scheduler or nil
+
+-- The scheduler the host names for code outside tasks (tasks.set_context), or nil.
+local function context_scheduler()
+  return context and context() or nil
+end
+
 -- How a task waits: inside a task, yield w to the scheduler until w:ready() and return true;
--- outside a task return false (the caller blocks its own way).
+-- outside a task return false (the caller blocks its own way). A scheduler with an await
+-- method waits its own way (an OpenResty request: a semaphore, the request yields to nginx),
+-- also for the code outside tasks it is the context of.
 function M.await(w)
   local task = M.current_task()
+  local owner = task and task.owner or context_scheduler()
+  if owner and owner.await then return owner:await(w, task) end
   if not task then return false end
   while not w:ready() do
     w.task = task
@@ -235,6 +256,8 @@ end
 -- resumes on notification has an on_ready(task) method (which may call resume_if_ready at
 -- once, or schedule it: a libuv host, Neovim's vim.schedule).
 function M.notify(w)
+  local waker = w.waker           -- set by a scheduler's own await
+  if waker then waker(w) end
   local task = w.task
   if not task then return end
   task.owner.dirty = true
@@ -251,7 +274,6 @@ end
 
 local default = M.new_scheduler("default")
 M.default = default
-local context                                     -- function() → scheduler or nil
 
 -- tasks.set_context(fn): fn() names the scheduler of the code running now when it is not
 -- inside a task (e.g. the OpenResty request's, kept in ngx.ctx); nil goes back to one
@@ -266,11 +288,15 @@ end
 function M.current()
   local task = M.current_task()
   if task then return task.owner end
-  if context then
-    local s = context()
-    if s then return s end
-  end
-  return default
+  return context_scheduler() or default
+end
+
+-- Whether the code running now can wait without blocking its host: inside a task, or where
+-- the host's scheduler waits on its own (an OpenResty request handler).
+function M.can_wait()
+  if M.current_task() then return true end
+  local s = context_scheduler()
+  return s ~= nil and s.await ~= nil
 end
 
 M.WAIT = WAIT

@@ -8,7 +8,8 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
   429:N:RA         the first N requests of this key get 429 (Retry-After RA, or none if
                    RA is "none"), then as "ok"
   503:N            the first N get 503 with the capacity message, then as "ok"
-  reset:N          the first N requests: the connection is closed without an answer
+  reset:N[:tag]    the first N requests: the connection is closed without an answer (a tag
+                   makes another key with its own count)
   stall            never answers (until the client closes the connection, at most 30 s)
   truncated        200 with Content-Length larger than the body sent, then closes
   garbage          answers with bytes that are not HTTP, then closes
@@ -138,7 +139,7 @@ class Handler(BaseHTTPRequestHandler):
             if n <= int(arg):
                 return self.send_json(503, {"detail": "All sandbox workspaces are in use; try again shortly."})
         elif mode == "reset":
-            if n <= int(arg):
+            if n <= int(arg.partition(":")[0]):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return

@@ -1,8 +1,9 @@
 -- docs/api.md documents every public function: of the airlock module, Sandbox, Files,
 -- Result, airlock.keys and its client, airlock.http, airlock.tools, and the seam for
--- transports and hosts (the transport interface, airlock.tasks and its schedulers, the C
--- core's hooks). A function counts as documented when a heading (or a table row) shows its
--- call form, e.g. "### sbx:run(" or "| `tools.truncate(".
+-- transports and hosts (the transport interface of the curl, ngx and uv transports, the
+-- OpenResty host airlock.ngx, airlock.tasks and its schedulers, the C core's hooks). A function
+-- counts as documented when a heading (or a table row) shows its call form, e.g. "### sbx:run("
+-- or "| `tools.truncate(".
 local airlock = require "airlock"
 local keys = require "airlock.keys"
 
@@ -46,19 +47,25 @@ describe("docs/api.md", function()
     { "airlock.http", require("airlock.http"), "http." },
     { "airlock.tools", require("airlock.tools"), "tools." },
     { "the transport interface (curl)", require("airlock.transport").load("curl"), "t:" },
+    { "the transport interface (ngx)", require("airlock.transport.ngx"), "t:" },
+    { "airlock.ngx", require("airlock.ngx"), "airlock.ngx." },
     { "airlock.tasks", require("airlock.tasks"), "tasks." },
     { "schedulers", require("airlock.tasks").Scheduler, "scheduler:" },
     { "airlock.core", require("airlock.core"), "core." },
+    -- the libuv transport's own functions (its interface methods are the t: ones)
+    { "airlock.transport.uv", require("airlock.transport.uv"), "uv.", { send = "t:", sleep = "t:", close_idle = "t:",
+      stats = "t:" } },
   }
 
   for _, s in ipairs(surfaces) do
-    local name, t, prefix = s[1], s[2], s[3]
+    local name, t, prefix, prefixes = s[1], s[2], s[3], s[4] or {}
     it("documents every public function of " .. name, function()
       local names = public_functions(t)
       assert.is_true(#names > 0)
       local missing = {}
       for _, fn in ipairs(names) do
-        if not documented(docs, prefix .. fn .. "(") then missing[#missing + 1] = prefix .. fn end
+        local form = (prefixes[fn] or prefix) .. fn
+        if not documented(docs, form .. "(") then missing[#missing + 1] = form end
       end
       assert.are.same({}, missing)
     end)

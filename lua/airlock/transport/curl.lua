@@ -7,12 +7,18 @@ local tasks = require "airlock.tasks"
 
 local M = { name = "curl", core = core }
 
+-- Set by a transport that drives the same core from a host loop (airlock.transport.uv):
+-- called with the number of finished transfers after every step here, so that the loop's
+-- watchers follow the sockets libcurl opened or closed meanwhile.
+M.after_step = nil
+
 -- Every step of the core goes through here, so that the completions of transfers are
 -- counted whoever stepped (a blocking call may finish a task's transfer).
 local completions = 0
 local function step(ms, idle_wait)
   local finished = core.step(ms, idle_wait)
   completions = completions + finished
+  if M.after_step then M.after_step(finished) end
 end
 
 -- Deadlines (core.now() ms) of the timers tasks sleep on, until seen expired.
@@ -77,7 +83,9 @@ end
 
 -- t:close_idle() → true, or false while transfers are in flight.
 function M:close_idle()   -- luacheck: ignore 212
-  return core.close_connections()
+  local closed = core.close_connections()
+  if M.after_step then M.after_step(0) end
+  return closed
 end
 
 function M:stats()   -- luacheck: ignore 212

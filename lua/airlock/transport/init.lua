@@ -12,16 +12,19 @@
 --   t:stats()                 (optional) → table of counters
 --
 -- The choice: `transport = "curl" | "ngx" | "uv" | <object>` in the options, else automatic:
--- the OpenResty cosocket transport inside an nginx request or timer (when it is installed),
--- libcurl otherwise. Transports are loaded on first use: `require "airlock"` needs no C.
+-- the OpenResty cosocket transport anywhere in an nginx worker (where cosockets are missing,
+-- in init_by_lua or log_by_lua, it raises an error saying what to do instead of blocking the
+-- worker), else the host's default (set_default), else the libuv transport on vim.loop inside
+-- Neovim, libcurl otherwise. Transports are loaded on first use: `require "airlock"` needs no
+-- C, and nginx never loads the C core unless asked to.
 local M = {}
 
 local loaded = {}
 
 -- nginx phases in which cosockets work.
 M.COSOCKET_PHASES = {
-  rewrite = true, access = true, content = true, timer = true, ssl_cert = true,
-  ssl_session_fetch = true,
+  server_rewrite = true, rewrite = true, access = true, content = true, timer = true,
+  ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true,
 }
 
 local function load(name)
@@ -36,11 +39,17 @@ local function load(name)
 end
 M.load = load
 
+-- Whether the code runs in an nginx worker's (or master's) Lua VM with the nginx Lua module:
+-- its `ngx` has get_phase and cosockets. The VMs of ngx.run_worker_thread have an `ngx`
+-- without sockets: there blocking libcurl is fine.
+function M.in_nginx()
+  local ngx = rawget(_G, "ngx")
+  return type(ngx) == "table" and type(ngx.get_phase) == "function" and type(ngx.socket) == "table"
+end
+
 -- Whether the code runs where the cosocket transport can work.
 function M.in_cosocket_context()
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) ~= "table" or type(ngx.get_phase) ~= "function" then return false end
-  return M.COSOCKET_PHASES[ngx.get_phase()] == true
+  return M.in_nginx() and M.COSOCKET_PHASES[rawget(_G, "ngx").get_phase()] == true
 end
 
 -- Whether `require(name)` would find a Lua module (package.searchpath is 5.2+).
@@ -71,11 +80,20 @@ function M.set_default(choice)
   host_default = choice
 end
 
+local nginx = M.in_nginx() and has_module("airlock.transport.ngx")
+
+-- Whether this Lua state runs inside Neovim (vim.loop is its libuv loop).
+function M.in_neovim()
+  local vim = rawget(_G, "vim")
+  return type(vim) == "table" and type(vim.loop) == "table" and type(vim.schedule) == "function"
+end
+
 -- The automatic choice for the code running now: cosockets inside nginx, else the host's
--- default, else libcurl.
+-- default, else libuv inside Neovim, else libcurl.
 function M.auto()
-  if M.in_cosocket_context() and has_module("airlock.transport.ngx") then return load("ngx") end
+  if nginx then return load("ngx") end
   if host_default ~= nil then return M.resolve(host_default) end
+  if M.in_neovim() then return load("uv") end
   return load("curl")
 end
 
@@ -85,5 +103,9 @@ function M.resolve(choice)
   if type(choice) == "table" then return choice end
   return load(choice)
 end
+
+-- Inside nginx the cosocket transport also sets up the host (a scheduler per request or
+-- timer, sessions deleted when the request ends): before the first spawn or call.
+if nginx then load("ngx") end
 
 return M

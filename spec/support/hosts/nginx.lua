@@ -35,6 +35,14 @@ function M.crashes(log)
   return found
 end
 
+-- Lines of log that say the SDK called ngx.sleep(0), which Debian's nginx (no "delayed
+-- events" patch) warns about every time: the SDK must never do it.
+function M.sleep0_warnings(log)
+  local n = 0
+  for _ in (log or ""):gmatch("ngx%.sleep%(0%) called") do n = n + 1 end
+  return n
+end
+
 -- Raises, quoting the lines, when log shows a crash (see crashes).
 function M.assert_no_crashes(log)
   local found = M.crashes(log)
@@ -71,7 +79,7 @@ local function configuration(dir, opts)
   for _, kind in ipairs({ "client_body", "proxy", "fastcgi", "uwsgi", "scgi" }) do
     add("  " .. kind .. "_temp_path " .. dir .. "/tmp/" .. kind .. ";")
   end
-  add('  lua_package_path "' .. common.lua_path() .. '";',
+  add('  lua_package_path "' .. (opts.lua_path and (opts.lua_path .. ";") or "") .. common.lua_path() .. '";',
       '  lua_package_cpath "' .. common.lua_cpath() .. '";')
   for _, name in ipairs(sorted_keys(opts.shared_dicts)) do
     add("  lua_shared_dict " .. name .. " " .. opts.shared_dicts[name] .. ";")
@@ -91,15 +99,17 @@ local function configuration(dir, opts)
   return table.concat(lines, "\n") .. "\n"
 end
 
--- Whether nginx answers the harness's own server on port (a raw HTTP/1.0 request).
-local function answers(port)
+-- Whether nginx answers on port: the harness's own server (a raw HTTP/1.0 request), or for a
+-- configuration of the caller's, any HTTP answer to GET `path`.
+local function answers(port, path)
   local socket = require "socket"
   local c = socket.tcp()
   c:settimeout(1)
   local ok = c:connect("127.0.0.1", port)
-    and c:send("GET / HTTP/1.0\r\nHost: " .. READY_HOST .. "\r\n\r\n")
+    and c:send("GET " .. (path or "/") .. " HTTP/1.0\r\nHost: " .. (path and "localhost" or READY_HOST) .. "\r\n\r\n")
   local status = ok and c:receive("*l")
   c:close()
+  if path then return status ~= nil and status:match("^HTTP/1%.%d %d") ~= nil end
   return status ~= nil and status:match("^HTTP/1%.%d 200") ~= nil
 end
 
@@ -148,6 +158,7 @@ end
 --   env           { NAME = value }: nginx's environment, each declared with `env NAME;`
 --                 (SANDBOX_API_URL and SANDBOX_API_KEY are always declared)
 --   shared_dicts  { name = "1m" }: lua_shared_dict zones
+--   lua_path      more lua_package_path entries, before the checkout's ("/x/?.lua;/y/?.lua")
 --   log_level     error_log level (default "notice")
 --   access_log    true: log requests to <dir>/logs/access.log
 --   worker_connections  (default 1024)
@@ -156,29 +167,50 @@ end
 -- Returns srv { url, port, dir, pid (the group's leader), error_log, conf }.
 function M.start(opts)
   opts = opts or {}
+  local dir = proc.make_temp_dir()
+  local srv = { dir = dir, error_log = dir .. "/logs/error.log", conf = dir .. "/nginx.conf" }
+  assert(os.execute("mkdir -p " .. q(dir .. "/logs") .. " " .. q(dir .. "/tmp")))
+  proc.write_file(srv.conf, configuration(dir, opts))
+  return M.launch(srv, opts, { "-p", dir, "-c", srv.conf, "-e", srv.error_log })
+end
+
+-- Starts nginx with a configuration of the caller's: conf (a file) must `include
+-- <dir>/listen.conf;` in its server block and write its pid to <dir>/nginx.pid, where dir is
+-- a fresh directory of the caller's; prefix is nginx's -p. nginx's stderr goes to
+-- <dir>/logs/error.log (give the configuration `error_log stderr`). Waits until GET `ready_path`
+-- gets any HTTP answer. opts: env, max_seconds, keep_dir (as for start).
+function M.start_file(dir, conf, prefix, ready_path, opts)
+  opts = opts or {}
+  assert(os.execute("mkdir -p " .. q(dir .. "/logs")))
+  local srv = { dir = dir, error_log = dir .. "/logs/error.log", conf = conf, ready_path = ready_path }
+  return M.launch(srv, opts, { "-p", prefix, "-c", conf })
+end
+
+-- Runs nginx (arguments: a list of words) through nginx_launch.py for srv {dir, error_log}.
+function M.launch(srv, opts, arguments)
   assert(proc.run("test -f " .. MODULES .. "/ngx_http_lua_module.so"),
     "nginx's Lua module is not installed (scripts/install-deps.sh)")
-  local dir = proc.make_temp_dir()
-  assert(os.execute("mkdir -p " .. q(dir .. "/logs") .. " " .. q(dir .. "/tmp")))
-  local srv = { dir = dir, error_log = dir .. "/logs/error.log", conf = dir .. "/nginx.conf",
-                keep_dir = opts.keep_dir }
-  proc.write_file(srv.conf, configuration(dir, opts))
-  local launch = string.format("timeout -k 5 %d python3 %s %s -p %s -c %s -e %s -g %s",
+  local dir = srv.dir
+  srv.keep_dir = opts.keep_dir
+  local words = {}
+  for i, a in ipairs(arguments) do words[i] = q(a) end
+  local launch = string.format("timeout -k 5 %d python3 %s %s %s -g %s",
     opts.max_seconds or 600, q(common.top() .. "/spec/support/hosts/nginx_launch.py"), q(dir),
-    q(dir), q(srv.conf), q(srv.error_log), q("daemon off;"))
+    table.concat(words, " "), q("daemon off;"))
+  local stdout = srv.ready_path and srv.error_log or (dir .. "/logs/stdout")
   assert(os.execute(string.format("env %s %s > %s 2>&1 & echo $! > %s", common.env_words(opts.env), launch,
-    q(dir .. "/logs/stdout"), q(dir .. "/launcher.pid"))))
+    q(stdout), q(dir .. "/launcher.pid"))))
   srv.pid = tonumber((proc.read_file(dir .. "/launcher.pid") or ""):match("%d+"))
 
   local ready = proc.wait_until(15, function()
     if not srv.port then
       srv.port = tonumber((proc.read_file(dir .. "/port") or ""):match("%d+"))
     end
-    return (srv.port and answers(srv.port)) or not proc.alive(srv.pid)
-  end, 0.05) and srv.port and answers(srv.port)
+    return (srv.port and answers(srv.port, srv.ready_path)) or not proc.alive(srv.pid)
+  end, 0.05) and srv.port and answers(srv.port, srv.ready_path)
   if not ready then
-    local stdout = proc.read_file(dir .. "/logs/stdout") or ""
-    error("nginx did not start:\n" .. M.stop(srv) .. stdout, 2)
+    local out = proc.read_file(dir .. "/logs/stdout") or ""
+    error("nginx did not start:\n" .. M.stop(srv) .. out, 2)
   end
   srv.url = "http://127.0.0.1:" .. srv.port
   return srv

@@ -1,0 +1,126 @@
+-- examples/openresty/ run for real: its own nginx.conf (only its runtime directory and port
+-- changed) with Debian's nginx Lua module, against a real airlockd and, for POST /agent, the
+-- scripted model endpoint spec/support/fake_llm.py. POST /run runs posted commands and code
+-- in sandboxes, many requests at once, and refuses bad input clearly; POST /agent runs the
+-- agent loop of examples/agent_openai.lua (examples/openai_loop.lua) on cosockets. No
+-- session is left behind, no worker crashes.
+local cjson = require "cjson"
+local airlock = require "airlock"
+local airlockd = require "support.airlockd"
+local fake_llm = require "support.fake_llm"
+local http_client = require "support.http_client"
+local proc = require "support.proc"
+local common = require "support.hosts.common"
+local nginx = require "support.hosts.nginx"
+local burst = require "support.hosts.burst"
+
+local LIMITS = '{"*": {"max_sessions": 64, "requests_per_minute": 100000, "max_concurrent_exec": 32}}'
+local FIXED_CALC = "def add(a, b):\n    return a + b\n"
+
+-- The example's nginx.conf with its runtime directory and port swapped for dir's, and its
+-- include made absolute; each change must apply exactly once.
+local function example_conf(dir)
+  local example = common.top() .. "/examples/openresty"
+  local text = assert(proc.read_file(example .. "/nginx.conf"))
+  local function swap(from, to)
+    local n
+    text, n = text:gsub(from:gsub("%p", "%%%0"), (to:gsub("%%", "%%%%")))
+    assert(n >= 1, "examples/openresty/nginx.conf no longer has " .. from)
+  end
+  swap("/tmp/airlock-openresty", dir)
+  swap("listen 127.0.0.1:8088;", "include " .. dir .. "/listen.conf;")
+  swap("include locations.conf;", "include " .. example .. "/locations.conf;")
+  -- as root, the workers would switch to nobody, who cannot use the temporary directory
+  if proc.output("id -u"):match("^%d+") == "0" then text = "user root;\n" .. text end
+  proc.write_file(dir .. "/nginx.conf", text)
+  return dir .. "/nginx.conf"
+end
+
+describe("examples/openresty", function()
+  local server, llm, srv, key
+
+  setup(function()
+    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+    key = server.tenants.acme
+    llm = fake_llm.start()
+    local dir = proc.make_temp_dir()
+    srv = nginx.start_file(dir, example_conf(dir), common.top() .. "/", "/run", {
+      env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = key, OPENAI_API_KEY = fake_llm.OPENAI_KEY,
+              OPENAI_BASE_URL = llm.url .. "/v1", OPENAI_MODEL = "gpt-test" },
+    })
+  end)
+
+  teardown(function()
+    local log = srv and nginx.stop(srv) or ""
+    if llm then fake_llm.stop(llm) end
+    local left = server and #airlock.list_sessions({ base_url = server.url, api_key = key })
+    if server then airlockd.stop(server) end
+    nginx.assert_no_crashes(log)
+    assert.are.equal(0, nginx.sleep0_warnings(log))
+    assert.are.equal(0, left)
+  end)
+
+  local function post(path, body)
+    return http_client.request(srv, "POST", path, { body = cjson.encode(body) })
+  end
+
+  it("POST /run runs a command or code in a sandbox and answers with the result", function()
+    local res = post("/run", { command = "echo hello from a sandbox; exit 3" })
+    assert.are.equal(200, res.status, res.body)
+    assert.are.same({ exit_code = 3, stdout = "hello from a sandbox\n", stderr = "", ok = false }, res.json)
+    res = post("/run", { code = "import sys\nprint(sum(range(10)))\nprint('e', file=sys.stderr)" })
+    assert.are.same({ exit_code = 0, stdout = "45\n", stderr = "e\n", ok = true }, res.json)
+    res = post("/run", { code = "echo $((6 * 7))", language = "bash", timeout = 5 })
+    assert.are.same({ exit_code = 0, stdout = "42\n", stderr = "", ok = true }, res.json)
+  end)
+
+  it("POST /run refuses bad input clearly", function()
+    local cases = {
+      { { command = 42 }, 400, "give \"command\" (a string) or \"code\"" },
+      { { code = "x", language = "cobol" }, 400, "code: a string, with language python, bash or lua" },
+      { { command = "true", timeout = 61 }, 400, "timeout: an integer from 1 to 60" },
+      { { command = "true\0" }, 400, "bad argument 'command': expected a string without NUL bytes" },
+    }
+    for _, c in ipairs(cases) do
+      local res = post("/run", c[1])
+      assert.are.equal(c[2], res.status, res.body)
+      assert.is_truthy(res.json.error:find(c[3], 1, true), res.json.error)
+    end
+    local res = http_client.request(srv, "POST", "/run", { body = "not json" })
+    assert.are.same({ 400, "the body must be a JSON object" }, { res.status, res.json.error })
+    assert.are.equal(405, http_client.request(srv, "GET", "/run").status)
+  end)
+
+  it("POST /run serves 12 requests at once on one worker", function()
+    local requests = {}
+    for i = 1, 12 do
+      requests[i] = { method = "POST", path = "/run", body = cjson.encode({ command = "echo " .. i }) }
+    end
+    for i, r in ipairs(burst.run(srv.url, requests)) do
+      assert.are.equal(200, r.status, r.body)
+      assert.are.equal(i .. "\n", cjson.decode(r.body).stdout)
+    end
+  end)
+
+  it("POST /agent runs the OpenAI agent loop on cosockets against the model endpoint", function()
+    local res = post("/agent", {})
+    assert.are.equal(200, res.status, res.body)
+    local out = res.json
+    assert.is_true(out.finished)
+    assert.is_true(out.tests_pass)
+    assert.are.equal(FIXED_CALC, out.calc_py)
+    for _, part in ipairs({ "seeded 2 files; model gpt-test", "tool call: run_command", "tool call: write_file",
+                            "-- step 4 (finish_reason stop)", "assistant: Fixed calc.add" }) do
+      assert.is_truthy(out.transcript:find(part, 1, true), part)
+    end
+    assert.is_falsy(res.body:find(fake_llm.OPENAI_KEY, 1, true))
+    local reqs = fake_llm.requests(llm)
+    assert.are.equal(4, #reqs)
+    for _, r in ipairs(reqs) do
+      assert.are.equal("/v1/chat/completions", r.path)
+      assert.are.equal("Bearer " .. fake_llm.OPENAI_KEY, r.headers["authorization"])
+      assert.are.equal("gpt-test", r.body.model)
+    end
+    assert.are.equal(10, #reqs[4].body.messages)
+  end)
+end)
