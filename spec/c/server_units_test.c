@@ -16,16 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
-        }                                                                            \
-    } while (0)
+#include "unit_check.h"
 
 /* ---- buffer -------------------------------------------------------------------------- */
 

@@ -11,14 +11,6 @@ local proc = require "support.proc"
 
 local PIP = "pip install --retries 1 airlock-egress-probe"
 
-local function repo_root()
-  local src = debug.getinfo(1, "S").source:gsub("^@", "")
-  local dir = src:match("^(.*)/spec/integration/[^/]*$")
-  if not dir or dir == "" then dir = "." end
-  if dir:sub(1, 1) ~= "/" then dir = os.getenv("PWD") .. "/" .. dir end
-  return dir
-end
-
 describe("the SDK's egress against airlockd", function()
   local ctx, opts
 
@@ -88,7 +80,7 @@ describe("the SDK's egress against airlockd", function()
     local env = string.format("SANDBOX_API_URL=%s SANDBOX_API_KEY=%s AIRLOCK_STATE_DIR=%s AIRLOCK_EGRESS=pypi",
       proc.shell_quote(opts.base_url), proc.shell_quote(opts.api_key), proc.shell_quote(state_dir))
     local out = proc.output(string.format("env %s %s %s < %s 2>&1", env, proc.lua_interpreter(),
-      proc.shell_quote(repo_root() .. "/bin/airlock-mcp"), proc.shell_quote(in_path)))
+      proc.shell_quote(proc.repo_root() .. "/bin/airlock-mcp"), proc.shell_quote(in_path)))
     proc.remove_tree(state_dir)
     local answers = {}
     for line in out:gmatch("[^\n]+") do

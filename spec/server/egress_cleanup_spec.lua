@@ -31,13 +31,8 @@ describe("egress cleanup", function()
 
   -- starts a command holding n tunnels for `hold` seconds; returns the job once they are open
   local function hold_tunnels(sid, n, hold)
-    assert.are.equal(200, http_client.write(server, key, sid, ".probe.py", proc.read_file("spec/support/egress_probe.py")).status)
-    local steps = { { op = "many", target = "sink.test:443", n = n, hold = hold, marker = "opened" } }
-    local job = http_client.exec_async(server, key, sid, "python3 .probe.py " .. proc.shell_quote(cjson.encode(steps)), 60)
-    assert.is_true(proc.wait_until(30, function()
-      return http_client.read(server, key, sid, "opened").json.content == ""
-    end), "the tunnels did not open")
-    return job
+    return egress.probe_async(server, key, sid, { { op = "many", target = "sink.test:443", n = n, hold = hold, marker = "opened" } },
+      "opened", 30)
   end
 
   lazy_setup(function()

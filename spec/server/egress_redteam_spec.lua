@@ -157,13 +157,9 @@ describe("red team: egress attacks from inside the sandbox", function()
 
   it("loses the proxy as soon as its session is deleted, even in a running command", function()
     local victim = egress.session(server, key, { "pypi" })
-    assert.are.equal(200, http_client.write(server, key, victim, ".probe.py", proc.read_file("spec/support/egress_probe.py")).status)
-    local job = http_client.exec_async(server, key, victim,
-      "python3 .probe.py '[{\"op\":\"connect\",\"target\":\"pypi.org:443\"}]'; touch first; sleep 4; " ..
-      "timeout 10 python3 .probe.py '[{\"op\":\"connect\",\"target\":\"pypi.org:443\"}]' 2>&1; echo rc=$?", 40)
-    assert.is_true(proc.wait_until(30, function()
-      return http_client.read(server, key, victim, "first").json.content == ""
-    end))
+    -- a first tunnel works; then, while the command sleeps, its session is deleted
+    local job = egress.probe_async(server, key, victim, { { op = "connect", target = "pypi.org:443" } }, "first", 30, nil,
+      "; touch first; sleep 4; timeout 10 python3 .probe.py @.probe.json 2>&1; echo rc=$?")
     assert.are.equal(200, http_client.delete(server, key, victim).status)
     local res = job.wait(60)
     assert.truthy(res, "no answer")
@@ -183,12 +179,8 @@ describe("red team: egress attacks from inside the sandbox", function()
 
   it("holds the per-session cap when one sandbox opens 200 tunnels at once; other sessions are unaffected", function()
     local hog = egress.session(server, key, { "sink.test" })
-    assert.are.equal(200, http_client.write(server, key, hog, ".probe.py", proc.read_file("spec/support/egress_probe.py")).status)
-    local steps = { { op = "many", target = "sink.test:443", n = 200, hold = 8, marker = "answered" } }
-    local job = http_client.exec_async(server, key, hog, "python3 .probe.py " .. proc.shell_quote(cjson.encode(steps)), 60)
-    assert.is_true(proc.wait_until(40, function()
-      return http_client.read(server, key, hog, "answered").json.content == ""
-    end), "the 200 attempts were not answered")
+    local job = egress.probe_async(server, key, hog, { { op = "many", target = "sink.test:443", n = 200, hold = 8, marker = "answered" } },
+      "answered", 40)
     -- while the hog holds its 32 tunnels: another session's tunnel opens normally
     local other = egress.session(server, key, { "pypi" })
     local r = probe({ { op = "connect", target = "pypi.org:443" } }, other)

@@ -60,12 +60,8 @@ describe("egress proxy robustness", function()
     local h0, e0, rss0 = health_ms(20), exec_ms(), vm(server.pid, "VmRSS")
 
     local hog = egress.session(server, key, { "sink.test" })
-    assert.are.equal(200, http_client.write(server, key, hog, ".probe.py", proc.read_file("spec/support/egress_probe.py")).status)
-    local steps = { { op = "stall", target = "sink.test:443", n = STALLED, heads = HEADS, hold = 25, marker = "stalled" } }
-    local job = http_client.exec_async(server, key, hog, "python3 .probe.py " .. proc.shell_quote(cjson.encode(steps)), 60)
-    assert.is_true(proc.wait_until(45, function()
-      return http_client.read(server, key, hog, "stalled").json.content == ""
-    end), "the stalled tunnels did not open")
+    local job = egress.probe_async(server, key, hog,
+      { { op = "stall", target = "sink.test:443", n = STALLED, heads = HEADS, hold = 25, marker = "stalled" } }, "stalled", 45)
     local d = egress.descriptors(server)
     assert.truthy(d.socket >= 2 * STALLED + HEADS, cjson.encode(d))
     local h1, e1 = health_ms(20), exec_ms()

@@ -51,18 +51,36 @@ function M.exec(server, key, sid, command, timeout)
   return r.json
 end
 
--- Runs the probe with a list of steps (see egress_probe.py) inside the session's sandbox;
--- returns one decoded result per step and the exec answer.
-function M.probe(server, key, sid, steps, timeout)
+-- Puts the probe and its steps into the session's workspace; returns the command that runs it.
+local function install_probe(server, key, sid, steps)
   local w = http_client.write(server, key, sid, ".probe.py", assert(proc.read_file(here("egress_probe.py"))))
   assert(w.status == 200, w.body)
   w = http_client.write(server, key, sid, ".probe.json", cjson.encode(steps))
   assert(w.status == 200, w.body)
-  local r = M.exec(server, key, sid, "python3 .probe.py @.probe.json", timeout)
+  return "python3 .probe.py @.probe.json"
+end
+
+-- Runs the probe with a list of steps (see egress_probe.py) inside the session's sandbox;
+-- returns one decoded result per step and the exec answer.
+function M.probe(server, key, sid, steps, timeout)
+  local r = M.exec(server, key, sid, install_probe(server, key, sid, steps), timeout)
   local out = {}
   for line in r.stdout:gmatch("[^\n]+") do out[#out + 1] = cjson.decode(line) end
   assert(#out == #steps, "probe: " .. r.output)
   return out, r
+end
+
+-- Starts the probe in the background (exec_async) and returns the job once the workspace file
+-- `marker` exists (a step writes it), or raises after `within` seconds. before/after: shell
+-- commands around the probe.
+function M.probe_async(server, key, sid, steps, marker, within, before, after)
+  local command = (before or "") .. install_probe(server, key, sid, steps) .. (after or "")
+  local job = http_client.exec_async(server, key, sid, command, 60)
+  local seen = proc.wait_until(within or 40, function()
+    return http_client.read(server, key, sid, marker).json.content == ""
+  end)
+  assert(seen, "the probe did not get to " .. marker)
+  return job
 end
 
 -- The session's events (GET /v1/sessions/{id}/egress).
