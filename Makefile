@@ -23,6 +23,11 @@ SQLITE_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags sqlite3)
 SQLITE_LIBS   ?= $(shell $(PKG_CONFIG) --libs sqlite3)
 CRYPTO_CFLAGS ?= $(shell $(PKG_CONFIG) --cflags libcrypto)
 CRYPTO_LIBS   ?= $(shell $(PKG_CONFIG) --libs libcrypto)
+# egress: rtnetlink for the sandboxes' veth pairs (libmnl), DNS on the proxy's loop (c-ares)
+MNL_CFLAGS    ?= $(shell $(PKG_CONFIG) --cflags libmnl)
+MNL_LIBS      ?= $(shell $(PKG_CONFIG) --libs libmnl)
+CARES_CFLAGS  ?= $(shell $(PKG_CONFIG) --cflags libcares)
+CARES_LIBS    ?= $(shell $(PKG_CONFIG) --libs libcares)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -70,8 +75,9 @@ $(CORE_SO): $(CORE_PARTS)
 $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) -o $@ $(SERVER_SRC) $(MHD_LIBS) $(JSON_LIBS) \
-	  $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) -pthread $(SANITIZE)
+	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
+	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) -lm \
+	  -pthread $(SANITIZE)
 
 deps:
 	./scripts/install-deps.sh
@@ -124,7 +130,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
-              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua
+              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua \
+              spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -163,6 +170,7 @@ valgrind-test: build
 # output_memory: airlockd's memory above idle while a command writes 1 GB to stdout, and its
 #   drain time vs a bare `runsc run | wc -c`.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
+# egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
@@ -175,6 +183,7 @@ bench: build luajit-core
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
 	$(LUA) bench/fairness.lua
+	$(LUA) bench/egress.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -16,10 +16,19 @@ packages=(
   luajit2 libluajit2-5.1-dev
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
   bubblewrap e2fsprogs python3 ca-certificates curl cppcheck valgrind
+  # egress: rtnetlink for the sandboxes' veth pairs, DNS on the proxy's event loop; `ip` for the specs
+  libmnl-dev libc-ares-dev iproute2
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
   # the SDK's hosts, driven by spec/hosts: nginx's Lua module, Neovim, LÖVE
   libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
 )
+
+# The egress specs run npm inside sandboxes, whose root is built from the host's /usr. A
+# machine that already has node with npm (e.g. NodeSource's nodejs, which bundles npm and
+# conflicts with Debian's npm package) keeps it; otherwise Debian's nodejs and npm.
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

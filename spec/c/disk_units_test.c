@@ -4,6 +4,7 @@
  * escaped names (disk/mounts), the state directory's marker and lock (store/state_dir) and the
  * session state file (store/session_state). Everything lives under one temporary directory,
  * unmounted and detached at the end. Built and run by spec/server/disk_units_spec.lua. */
+#include "check.h"
 #include "disk/image.h"
 #include "disk/loop.h"
 #include "disk/mounts.h"
@@ -20,17 +21,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
-        }                                                                            \
-    } while (0)
 
 #define MIB (1024 * 1024)
 
@@ -316,6 +306,5 @@ int main(void)
                               "rm -rf --one-file-system %s", base, base);
     if (system(cmd) != 0)
         printf("could not remove %s\n", base);
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures != 0;
+    return CHECK_SUMMARY();
 }

@@ -4,6 +4,7 @@
  * domain/paths (Python realpath results for symlinks, loops and escapes; the length and depth
  * bounds; 400,000 "q/" and as many "../" resolved in time linear in the length). Built and run
  * by spec/server/http_units_spec.lua. */
+#include "check.h"
 #include "domain/paths.h"
 #include "http/budget.h"
 #include "http/pool.h"
@@ -18,17 +19,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-static int failures, checks;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                   \
-        }                                                                            \
-    } while (0)
 
 static double now_ms(void)
 {
@@ -298,6 +288,5 @@ int main(void)
     test_budget();
     test_pool();
     test_paths();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures ? 1 : 0;
+    return CHECK_SUMMARY();
 }

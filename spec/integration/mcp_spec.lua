@@ -13,14 +13,7 @@ local read_file = proc.read_file
 local interpreter = proc.lua_interpreter
 local alive = proc.alive
 
-local function repo_root()
-  local src = debug.getinfo(1, "S").source:gsub("^@", "")
-  local dir = src:match("^(.*)/spec/integration/[^/]*$")
-  if not dir or dir == "" then dir = "." end
-  if dir:sub(1, 1) ~= "/" then dir = os.getenv("PWD") .. "/" .. dir end
-  return dir
-end
-local BIN = repo_root() .. "/bin/airlock-mcp"
+local BIN = proc.repo_root() .. "/bin/airlock-mcp"
 
 -- A running airlock-mcp. proc:send(msg) writes one line; proc:wait(n) waits until n answer
 -- lines exist and returns them decoded; proc:close() is the disconnect.

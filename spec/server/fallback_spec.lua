@@ -3,7 +3,8 @@
 -- command (uid 1000, only loopback, read-only root, memory and process limits, timeouts) but
 -- says loudly that it is the weaker backend: a startup log line and the x-airlock-isolation
 -- header on /healthz (the healthz body is the contract's, unchanged). SANDBOX_REQUIRE_GVISOR=1
--- refuses to start instead. Lua 5.1-compatible (no <close>).
+-- refuses to start instead. Egress works there too (the sandbox joins its namespace pair).
+-- Lua 5.1-compatible (no <close>).
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
 
@@ -180,5 +181,31 @@ describe("SANDBOX_REQUIRE_GVISOR", function()
     end)
     airlockd.stop(s)
     assert(ok, err)
+  end)
+end)
+
+describe("egress under the bubblewrap fallback", function()
+  local egress = require "support.egress"
+  local ctx
+
+  lazy_setup(function()
+    ctx = egress.start({ args = { "--runsc", "/nonexistent/runsc" } })
+  end)
+  lazy_teardown(function()
+    if ctx then egress.stop(ctx) end
+  end)
+
+  it("installs with pip through the proxy, logs it, and has no other route", function()
+    assert.truthy(airlockd.log(ctx.server):find("(isolation: bubblewrap)", 1, true))
+    local sid = egress.session(ctx.server, ctx.key, { "pypi" })
+    local r = egress.exec(ctx.server, ctx.key, sid, "pip install --retries 1 airlock-egress-probe >/dev/null && " ..
+      "python3 -c 'import airlock_egress_probe as m; print(m.VALUE)'; " ..
+      "python3 -c 'import socket; socket.create_connection((\"198.51.100.7\", 443), timeout=3)' 2>&1 | tail -1; " ..
+      "curl -sS https://registry.npmjs.org/ 2>&1")
+    assert.are.equal("egress works\nOSError: [Errno 101] Network is unreachable\ncurl: (56) CONNECT tunnel failed, response 403\n", r.stdout)
+    local hosts = {}
+    for i, e in ipairs(egress.events(ctx.server, ctx.key, sid)) do hosts[i] = e.decision .. " " .. e.host end
+    table.sort(hosts) -- pip's two tunnels are logged as they close, in no fixed order
+    assert.are.same({ "allow files.pythonhosted.org", "allow pypi.org", "deny registry.npmjs.org" }, hosts)
   end)
 end)

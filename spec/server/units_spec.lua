@@ -2,7 +2,8 @@
 -- walker (src/server/fs/walk.c) in spec/c/server_units_test.c; the output capture, the
 -- launcher's output budget and cancel descriptor, and the host-wide command slots
 -- (src/server/sandbox/capture.c, sandbox/proc.c, domain/slots.c) in
--- spec/c/sandbox_units_test.c. Lua 5.1-compatible (no <close>).
+-- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c.
+-- Lua 5.1-compatible (no <close>).
 local c_unit = require "support.c_unit"
 
 describe("airlockd C units", function()
@@ -16,6 +17,17 @@ describe("airlockd C units", function()
     local out, ok = c_unit.run({ "spec/c/sandbox_units_test.c", "src/server/sandbox/capture.c",
       "src/server/sandbox/proc.c", "src/server/sandbox/cgroup.c", "src/server/domain/slots.c",
       "src/server/text/utf8.c", "src/server/util/buf.c" })
+    assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("airlockd egress C units (addr, request, policy, pass, log)", function()
+  it("pass their checks, the request parser under 300,000 mutated heads, all with ASan/UBSan", function()
+    local out, ok = c_unit.run({ "spec/c/egress_units_test.c", "src/server/egress/addr.c",
+      "src/server/egress/request.c", "src/server/egress/policy.c", "src/server/egress/pass.c",
+      "src/server/egress/log.c", "src/server/text/pyjson.c", "src/server/text/pystr.c", "src/server/text/utf8.c" },
+      "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -lcrypto")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)

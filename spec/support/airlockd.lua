@@ -42,8 +42,11 @@ function M.start(opts)
 
   -- Each session's workspace is a fully allocated disk image (546 MB at the default 512 MB
   -- quota): a test server may take at most 8 GB of the host's disk (15 such sessions at once),
-  -- whatever its specs do, since other test runs share the machine. A spec's own setting wins.
-  local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ","), SANDBOX_DISK_TOTAL_MB = "8192" }
+  -- whatever its specs do, since other test runs share the machine. DNS for the egress proxy:
+  -- never this machine's resolver; a spec that needs names brings its own server
+  -- (support.egress_upstream), the others get lookups that fail at once. A spec's own setting wins.
+  local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ","), SANDBOX_DISK_TOTAL_MB = "8192",
+                SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local env_words = {}
   for k, v in pairs(env) do env_words[#env_words + 1] = k .. "=" .. shell_quote(v) end

@@ -60,6 +60,15 @@ function M.lua_interpreter()
   return (_VERSION:gsub("^Lua ", "lua"))
 end
 
+-- The repository's top directory (absolute), from where this file is.
+function M.repo_root()
+  local src = debug.getinfo(1, "S").source:gsub("^@", "")
+  local dir = src:match("^(.*)/spec/support/[^/]*$")
+  if not dir or dir == "" then dir = "." end
+  if dir:sub(1, 1) ~= "/" then dir = os.getenv("PWD") .. "/" .. dir end
+  return dir
+end
+
 -- A fresh, empty temporary directory.
 function M.make_temp_dir()
   local dir = os.tmpname()

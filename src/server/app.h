@@ -8,6 +8,7 @@
 #include "domain/sessions.h"
 #include "domain/slots.h"
 #include "domain/tenants.h"
+#include "egress/egress.h"
 #include "sandbox/sandbox.h"
 #include "store/audit.h"
 #include "store/keystore.h"
@@ -24,6 +25,7 @@ typedef struct app {
     atomic_ulong exec_seq; /* makes sandbox names unique per command */
     audit_store *audit;    /* SANDBOX_AUDIT, or NULL */
     keystore *keys;        /* SANDBOX_KEYSTORE, or NULL */
+    egress_service *egress; /* the egress proxy and the sessions' egress state */
 } app;
 
 #endif

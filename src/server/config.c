@@ -446,7 +446,7 @@ int config_load_env(config *c, char *err, size_t errlen)
         return -1;
     if (load_limits(c, err, errlen) || load_egress(c, err, errlen))
         return -1;
-    return 0;
+    return egress_settings_load(&c->egress, err, errlen);
 }
 
 bool config_runtime_tenant(const config *c, const char *name, tenant_cfg *out)

@@ -4,6 +4,7 @@
 #define AIRLOCKD_CONFIG_H
 
 #include "http/http.h"
+#include "egress/settings.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -51,6 +52,7 @@ typedef struct config {
     int queue_seconds;          /* SANDBOX_QUEUE_SECONDS: a command's wait for a slot (20; 0: none) */
     size_t output_limit;        /* SANDBOX_OUTPUT_MAX_KB (1024) in bytes: kept of each output stream */
     size_t read_limit;          /* SANDBOX_READ_MAX_MB (8) in bytes: the largest file /read returns */
+    egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
     /* flags */
     const char *listen_host;
     unsigned port;

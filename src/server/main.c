@@ -111,7 +111,11 @@ static void usage(FILE *f)
           "SANDBOX_OUTPUT_MAX_KB (1024 per stream), SANDBOX_READ_MAX_MB (8),\n"
           "SANDBOX_SESSION_STATE (a file, default <state dir>/sessions.json; off: sessions end with\n"
           "the server), SANDBOX_DISK_TOTAL_MB (all workspace images together; default: the free\n"
-          "space at start), SANDBOX_DISK_RESERVE_MB (1024: host space new images leave free).\n",
+          "space at start), SANDBOX_DISK_RESERVE_MB (1024: host space new images leave free),\n"
+
+          "SANDBOX_EGRESS_DNS (ip[:port],...; default the host's resolver), SANDBOX_EGRESS_LOG_DIR,\n"
+          "SANDBOX_EGRESS_MAX_TUNNELS (32 per session), SANDBOX_EGRESS_MAX_TUNNELS_TOTAL (1024),\n"
+          "SANDBOX_EGRESS_IDLE_SECONDS (300).\n",
           f);
 }
 
@@ -279,6 +283,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: out of memory\n");
         goto out;
     }
+    if (cfg.egress.test_ca && sandbox_backend_trust_ca(a.sb, cfg.egress.test_ca, err, sizeof err) != 0) {
+        fprintf(stderr, "airlockd: AIRLOCK_TEST_EGRESS_CA: %s\n", err);
+        goto out;
+    }
+    a.egress = egress_open(&cfg.egress, state, err, sizeof err);
+    if (!a.egress) {
+        fprintf(stderr, "airlockd: egress: %s\n", err);
+        goto out;
+    }
     a.tenants = tenants_new(&cfg);
     a.lim = a.tenants ? limits_new(a.tenants) : NULL;
     a.slots = a.tenants ? slots_new(cfg.max_running, tenants_capacity(a.tenants), 4 * cfg.max_running,
@@ -296,6 +309,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
+    /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
+    registry_set_remove_hook(a.reg, egress_forget_session, a.egress);
 
     if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
         perror("airlockd: pipe");
@@ -351,8 +366,9 @@ out:
         unlink(cfg.unix_path);
     if (srv && !http_stop(srv))
         _exit(status);
-    registry_free(a.reg);
+    registry_free(a.reg); /* before egress: removing sessions tells egress */
     disk_pool_close(disk);
+    egress_close(a.egress);
     limits_free(a.lim);
     slots_free(a.slots);
     tenants_free(a.tenants);

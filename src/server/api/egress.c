@@ -1,16 +1,19 @@
 /* GET /v1/sessions/{id}/egress (contract 1.9) and GET /v1/egress/policy (1.10). */
 #include "api/handlers.h"
 
+#include "egress/log.h"
+
 void api_egress_log(app *a, http_request *r, const api_call *c)
 {
-    long long limit = 0; /* validated only: there are no events to page through */
+    long long limit = 200;
     if (!limit_query(r, &limit))
         return;
+    limit = limit < 1 ? 1 : limit > EGRESS_LOG_RING ? EGRESS_LOG_RING : limit; /* silently */
     session *s = acquire_session(a, r, c);
     if (!s)
         return;
-    /* airlockd has no egress proxy yet, so no session has events */
-    http_send_json(r, 200, json_pack("{s:s,s:[]}", "session_id", s->id, "events"));
+    json_t *events = egress_events(a->egress, s->id, (size_t)limit);
+    http_send_json(r, 200, json_pack("{s:s,s:o}", "session_id", s->id, "events", events ? events : json_array()));
     registry_release(a->reg, s);
 }
 

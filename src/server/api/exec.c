@@ -89,9 +89,21 @@ void api_exec(app *a, http_request *r, const api_call *c)
     snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
     sandbox_result res;
     memset(&res, 0, sizeof res);
-    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
-                       .output_limit = a->cfg->output_limit, .cancel_fd = cancel_fd};
-    int rc = sandbox_exec(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    /* a session with egress rules gets a network whose only endpoint is the proxy */
+    bool wants_net = json_array_size(s->egress) > 0;
+    egress_sandbox *net = NULL;
+    if (wants_net)
+        net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, errbuf, sizeof errbuf);
+    int rc = -1; /* no network when one was due: errbuf says why */
+    if (net || !wants_net) {
+        if (net && registry_removed(a->reg, s)) /* deleted meanwhile: its egress ends now */
+            egress_forget_session(a->egress, s->id);
+        sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
+                           .output_limit = a->cfg->output_limit, .cancel_fd = cancel_fd,
+                           .network = net ? egress_sandbox_network(net) : NULL};
+        rc = sandbox_exec(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
+    }
+    egress_sandbox_close(a->egress, net);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     slots_release(a->slots, tenant);
     limits_exec_end(a->lim, tenant);

@@ -35,6 +35,8 @@ struct registry {
     pthread_t reaper;
     pthread_mutex_t save_mu;  /* one save at a time, in order */
     bool save_failing;        /* logged once until a save works again */
+    registry_remove_hook on_remove;
+    void *on_remove_ctx;
 };
 
 double epoch_now(void)
@@ -259,12 +261,15 @@ registry *registry_new(const registry_opts *o, char *err, size_t errlen)
  * destroy it now (nobody else holds a reference). */
 static bool unlink_locked(registry *r, session *s)
 {
+    if (r->on_remove)
+        r->on_remove(r->on_remove_ctx, s->id);
     for (session **pp = &r->head; *pp; pp = &(*pp)->next) {
         if (*pp == s) {
             *pp = s->next;
             break;
         }
     }
+    s->removed = true;
     s->next = NULL;
     return --s->refs == 0;
 }
@@ -331,6 +336,22 @@ static void *reaper_main(void *arg)
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
+}
+
+void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_remove = hook;
+    r->on_remove_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
+}
+
+bool registry_removed(registry *r, const session *s)
+{
+    pthread_mutex_lock(&r->mu);
+    bool removed = s->removed;
+    pthread_mutex_unlock(&r->mu);
+    return removed;
 }
 
 int registry_start_reaper(registry *r)

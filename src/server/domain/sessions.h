@@ -23,6 +23,7 @@ typedef struct session {
     int refs;               /* the registry's own reference + one per request using it */
     bool ready;             /* its disk is made (a session being created is invisible) */
     bool keep_disk;         /* taken off at shutdown: its last release keeps the disk */
+    bool removed;           /* it has left the registry (deleted, expired, shut down) */
     struct session *next;
 } session;
 
@@ -52,6 +53,15 @@ void registry_shutdown(registry *r);
 
 /* registry_shutdown, then frees (no request may be running any more). */
 void registry_free(registry *r);
+
+/* Called with the id of every session that leaves the registry (deleted, expired or removed
+ * at shutdown) at that moment, under the registry's lock: it must be quick and must not call
+ * back into the registry (egress revokes the session's proxy pass here). */
+typedef void (*registry_remove_hook)(void *ctx, const char *session_id);
+void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx);
+
+/* Whether s (which the caller holds a reference to) has left the registry meanwhile. */
+bool registry_removed(registry *r, const session *s);
 
 /* Starts the idle reaper thread (sweeps every min(60, ttl/4) s, at least 1 s; also saves
  * the sessions' last access times every few seconds when they changed). */

@@ -1,4 +1,5 @@
-/* Egress rules: normalising, expanding presets, checking them against a tenant's policy. */
+/* Egress rules: normalising, expanding presets, checking them against a tenant's policy, and
+ * matching a host against a session's rules. */
 #include "egress/policy.h"
 
 #include "text/pystr.h"
@@ -81,6 +82,20 @@ bool egress_covered(const char *rule, const json_t *policy)
             continue;
         /* a wildcard rule is inside a broader wildcard: compare their ".suffix" parts */
         if (rule_wild ? wildcard_contains(p, rule + 1) : wildcard_contains(p, rule))
+            return true;
+    }
+    return false;
+}
+
+bool egress_host_allowed(const char *host, const json_t *rules)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(rules, i, v) {
+        const char *r = json_string_value(v);
+        if (!r || strcmp(r, "*") == 0) /* no allow-all rule: "*" is a literal no host has */
+            continue;
+        if (strncmp(r, "*.", 2) == 0 ? wildcard_contains(r, host) : strcmp(r, host) == 0)
             return true;
     }
     return false;

@@ -35,6 +35,16 @@ const char *const launcher_env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
 
 _Static_assert(sizeof sandbox_env / sizeof sandbox_env[0] <= SANDBOX_ENV_MAX + 1, "SANDBOX_ENV_MAX");
 
+void sbx_env_with_network(const sandbox *s, const char **out)
+{
+    size_t n = 0;
+    for (size_t i = 0; sandbox_env[i]; i++)
+        out[n++] = sandbox_env[i];
+    for (size_t i = 0; s->network && s->network->env && s->network->env[i] && n < SBX_ENV_ALL_MAX - 1; i++)
+        out[n++] = s->network->env[i];
+    out[n] = NULL;
+}
+
 char *sbx_path_join(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
@@ -170,6 +180,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
         return NULL;
     }
     s->b = b;
+    s->network = o->network;
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     s->output_limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
@@ -232,6 +243,11 @@ int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command,
     int rc = sandbox_run(s, command, timeout_seconds, out, errbuf, errlen);
     sandbox_release(s);
     return rc;
+}
+
+int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *errbuf, size_t errlen)
+{
+    return sbx_rootfs_append_ca(b->rootfs_dir, pem_path, errbuf, errlen);
 }
 
 void sandbox_result_free(sandbox_result *r)

@@ -2,6 +2,8 @@
  * on the host kernel. */
 #include "sandbox/internal.h"
 
+#include "egress/netns.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -24,6 +26,7 @@
 typedef struct {
     const char *etc;
     const char *workspace;
+    const char *netns; /* egress: the namespace to run in (bwrap then keeps it: --share-net) */
 } bwrap_stage;
 
 /* "/proc/self/fd/<fd>" without stdio (async-signal-safe). */
@@ -49,6 +52,11 @@ static void fd_path(char buf[32], int fd)
 static int bwrap_pre_exec(void *arg)
 {
     const bwrap_stage *st = arg;
+    if (st->netns) {
+        int e = egress_join_netns(st->netns);
+        if (e)
+            return e;
+    }
     /* The sources are opened inside the new namespace: a bind mount's source must belong to
      * the caller's mount namespace. Slave, not private: the server's unmounts of other
      * sessions' disks still reach this namespace's copies, so a running command never pins
@@ -104,13 +112,13 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
     sandbox_backend *b = s->b;
     char etc[PATH_MAX];
     snprintf(etc, sizeof etc, "%s/etc", b->rootfs_dir);
-    bwrap_stage stage = {etc, s->workspace_dir};
+    bwrap_stage stage = {etc, s->workspace_dir, s->network ? s->network->netns_path : NULL};
     char uid[16], gid[16], tmpsize[32];
     snprintf(uid, sizeof uid, "%u", (unsigned)SANDBOX_UID);
     snprintf(gid, sizeof gid, "%u", (unsigned)SANDBOX_GID);
     snprintf(tmpsize, sizeof tmpsize, "%u", TMP_MB * 1024u * 1024u);
 
-    const char *argv[128];
+    const char *argv[256];
     size_t n = 0;
     const char *head[] = {
         b->bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--uid", uid,
@@ -124,6 +132,8 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
     };
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         argv[n++] = head[i];
+    if (s->network)
+        argv[n++] = "--share-net";
     /* The root's merged-/usr symlinks (bin -> usr/bin ...) or read-only binds. */
     static const char *const tops[] = {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
     char targets[6][PATH_MAX];
@@ -143,10 +153,12 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
     argv[n++] = "--remount-ro";
     argv[n++] = "/";
     argv[n++] = "--clearenv";
-    char names[SANDBOX_ENV_MAX][64];
-    for (size_t i = 0; i < SANDBOX_ENV_MAX && sandbox_env[i]; i++) {
-        const char *eq = strchr(sandbox_env[i], '=');
-        snprintf(names[i], sizeof names[i], "%.*s", (int)(eq - sandbox_env[i]), sandbox_env[i]);
+    const char *env[SBX_ENV_ALL_MAX];
+    sbx_env_with_network(s, env);
+    char names[SBX_ENV_ALL_MAX][64];
+    for (size_t i = 0; env[i]; i++) {
+        const char *eq = strchr(env[i], '=');
+        snprintf(names[i], sizeof names[i], "%.*s", (int)(eq - env[i]), env[i]);
         argv[n++] = "--setenv";
         argv[n++] = names[i];
         argv[n++] = eq + 1;

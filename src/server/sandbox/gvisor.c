@@ -6,6 +6,7 @@
  * enforces on sandboxed tasks only; the host pids limit just stops runaway gVisor stubs. */
 #include "sandbox/internal.h"
 
+#include "egress/netns.h"
 #include "fs/walk.h"
 #include "sandbox/oci.h"
 
@@ -86,27 +87,39 @@ static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
     return 0;
 }
 
+/* runsc's pre-exec step for a sandbox with network (see egress_hide_proc_sys_net). */
+static int hide_proc_sys_net(void *ctx)
+{
+    (void)ctx;
+    return egress_hide_proc_sys_net();
+}
+
 static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
                       char *errbuf, size_t errlen)
 {
     sandbox_backend *b = s->b;
+    const char *env[SBX_ENV_ALL_MAX];
+    sbx_env_with_network(s, env);
     sbx_spec spec = {
         .rootfs_dir = b->rootfs_dir, .rootfs = &b->rootfs, .workspace_dir = s->workspace_dir,
-        .command = command, .env = sandbox_env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
+        .command = command, .env = env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
         .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
+        .netns_path = s->network ? s->network->netns_path : NULL,
     };
     if (sbx_spec_write(s->bundle, &spec, errbuf, errlen) != 0)
         return -1;
     /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
-     * straight to the host; --network=none leaves only loopback; the cgroup is ours (runsc
-     * finds it existing and leaves its limits alone). */
+     * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's
+     * own network stack on the namespace of the spec (egress); the cgroup is ours (runsc finds
+     * it existing and leaves its limits alone). */
     const char *argv[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap",
-                          "--network=none", "--overlay2=none",
+                          s->network ? "--network=sandbox" : "--network=none", "--overlay2=none",
                           "--host-uds=none", "run", "--bundle", s->bundle, s->id, NULL};
     kill_ctx kc = {b, s->id};
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env,
                        .timeout_ms = timeout_seconds * 1000, .on_deadline = runsc_kill,
-                       .ctx = &kc, .grace_ms = 1500};
+                       .ctx = &kc, .grace_ms = 1500,
+                       .pre_exec = s->network ? hide_proc_sys_net : NULL};
     sbx_proc_opts_for(s, &o);
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)

@@ -51,6 +51,7 @@ struct sandbox {
     char group[SBX_CG_NAME_MAX]; /* its tenant's cgroup (sbx_cg_group_name) */
     size_t output_limit;  /* bytes kept per output stream (never 0) */
     int cancel_fd;        /* watched while it runs; <= 0: none */
+    const sandbox_network *network; /* sandbox_opts.network (NULL: none) */
     sbx_cgroup cg;        /* its host cgroup, when have_cg */
     bool have_cg;
     bool ran;             /* sandbox_run was called */
@@ -58,6 +59,10 @@ struct sandbox {
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
 extern const char *const sandbox_env[];
+/* sandbox_env followed by the network's entries, in out (room for SANDBOX_ENV_MAX * 2 + 1). */
+void sbx_env_with_network(const sandbox *s, const char **out);
+#define SBX_ENV_ALL_MAX (SANDBOX_ENV_MAX * 2 + 1)
+
 /* Environment of runsc/bwrap themselves on the host. */
 extern const char *const launcher_env[];
 

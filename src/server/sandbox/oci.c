@@ -93,8 +93,10 @@ int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size
         "type", "RLIMIT_NPROC", "hard", (json_int_t)s->nproc, "soft", (json_int_t)s->nproc,
         "type", "RLIMIT_NOFILE", "hard", (json_int_t)65536, "soft", (json_int_t)65536,
         "type", "RLIMIT_CORE", "hard", (json_int_t)0, "soft", (json_int_t)0);
-    json_t *ns = json_pack("[{s:s}, {s:s}, {s:s}, {s:s}, {s:s}]", "type", "pid", "type",
-                           "network", "type", "ipc", "type", "uts", "type", "mount");
+    json_t *net = s->netns_path ? json_pack("{s:s, s:s}", "type", "network", "path", s->netns_path)
+                                : json_pack("{s:s}", "type", "network");
+    json_t *ns = json_pack("[{s:s}, o, {s:s}, {s:s}, {s:s}]", "type", "pid", net, "type", "ipc",
+                           "type", "uts", "type", "mount");
     if (!argv || !env || !mnt || !caps || !rlimits || !ns) {
         json_decref(argv);
         json_decref(env);

@@ -16,6 +16,7 @@ typedef struct {
     unsigned nproc;             /* RLIMIT_NPROC, enforced by gVisor's sentry */
     unsigned tmp_mb;            /* size of the /tmp tmpfs */
     const char *cgroups_path;   /* linux.cgroupsPath (the run's existing cgroup), or NULL */
+    const char *netns_path;     /* the network namespace to join, or NULL: a new empty one */
 } sbx_spec;
 
 /* Writes bundle_dir/config.json. */

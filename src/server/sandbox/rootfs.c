@@ -55,6 +55,9 @@ static const char nsswitch_text[] =
     "protocols: files\n"
     "services: files\n";
 static const char resolv_text[] = "# no network in the sandbox\n";
+/* Debian's python is EXTERNALLY-MANAGED (PEP 668): without this `pip install` refuses to run.
+ * Packages go to /workspace/.local (PIP_USER=1); /usr is read-only anyway. */
+static const char pip_conf_text[] = "[global]\nbreak-system-packages = true\n";
 
 static int join(char *buf, size_t len, const char *a, const char *b)
 {
@@ -227,6 +230,7 @@ static int build_etc(const char *root, char *errbuf, size_t errlen)
         {"etc/passwd", passwd_text},     {"etc/group", group_text},
         {"etc/hosts", hosts_text},       {"etc/nsswitch.conf", nsswitch_text},
         {"etc/resolv.conf", resolv_text}, {"etc/hostname", "sandbox\n"},
+        {"etc/pip.conf", pip_conf_text},
     };
     for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++)
         if (write_text(root, gen[i].rel, gen[i].text, strlen(gen[i].text), errbuf, errlen))
@@ -294,4 +298,37 @@ int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errl
         }
     }
     return build_etc(dir, errbuf, errlen);
+}
+
+int sbx_rootfs_append_ca(const char *dir, const char *pem_path, char *errbuf, size_t errlen)
+{
+    int in = open(pem_path, O_RDONLY | O_CLOEXEC);
+    if (in < 0) {
+        snprintf(errbuf, errlen, "cannot open %s: %s", pem_path, strerror(errno));
+        return -1;
+    }
+    buffer pem;
+    buf_init(&pem, 1024 * 1024);
+    ssize_t r;
+    while ((r = buf_read(&pem, in, 65536)) > 0) {
+    }
+    close(in);
+    if (r < 0 || pem.err || !pem.data || !strstr(pem.data, "-----BEGIN CERTIFICATE-----")) {
+        snprintf(errbuf, errlen, "%s: not a PEM certificate file of at most 1 MB", pem_path);
+        buf_free(&pem);
+        return -1;
+    }
+    char path[PATH_MAX];
+    int fd = -1;
+    if (join(path, sizeof path, dir, "etc/ssl/certs/ca-certificates.crt") == 0)
+        fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    bool ok = fd >= 0 && write(fd, "\n", 1) == 1 && write(fd, pem.data, pem.len) == (ssize_t)pem.len;
+    if (!ok)
+        snprintf(errbuf, errlen, "cannot add %s to the sandbox CA bundle: %s", pem_path, strerror(errno));
+    if (fd >= 0 && (close(fd) != 0 || chmod(path, 0644) != 0) && ok) {
+        snprintf(errbuf, errlen, "cannot finish the sandbox CA bundle: %s", strerror(errno));
+        ok = false;
+    }
+    buf_free(&pem);
+    return ok ? 0 : -1;
 }

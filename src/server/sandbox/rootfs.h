@@ -18,4 +18,7 @@ typedef struct {
 /* (Re)creates the root directory at dir. */
 int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errlen);
 
+/* Appends the PEM certificates of pem_path to the root's CA bundle (test-only CAs). */
+int sbx_rootfs_append_ca(const char *dir, const char *pem_path, char *errbuf, size_t errlen);
+
 #endif

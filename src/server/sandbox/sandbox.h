@@ -40,6 +40,12 @@ typedef struct {
     bool cancelled;     /* cancel_fd hung up: the whole sandbox was killed, streams empty */
 } sandbox_result;
 
+/* The network of a sandbox of a session with egress (egress/egress.h makes it). */
+typedef struct {
+    const char *netns_path;    /* the network namespace to run in (/proc/<pid>/fd/<n>) */
+    const char *const *env;    /* extra "K=V" entries (the proxy settings), NULL-terminated */
+} sandbox_network;
+
 /* What a sandbox is made for, known before its command. */
 typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
@@ -53,6 +59,8 @@ typedef struct {
      * kills the whole sandbox at once and the result is marked cancelled. -1 (or 0, what an
      * initializer leaves: airlockd's stdin is never a client) = none. */
     int cancel_fd;
+    const sandbox_network *network; /* NULL: no network at all (only loopback); else kept by
+                                     * the caller until sandbox_release */
 } sandbox_opts;
 
 /* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
@@ -68,12 +76,17 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
 /* "gvisor" or "bubblewrap". */
 const char *sandbox_backend_name(const sandbox_backend *b);
 
+/* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
+ * (appended to the generated root's CA bundle). */
+int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *errbuf, size_t errlen);
+
 /* Removes everything the backend made under the state dir and its cgroups; no sandbox may
  * be left. */
 void sandbox_backend_close(sandbox_backend *b);
 
 /* A sandbox ready for one command: read-only root, /tmp tmpfs 64 MB noexec, uid SANDBOX_UID,
- * no capabilities, no network, 256 MB memory without swap, 64 processes, 1 CPU. NULL with a
+ * no capabilities, no network unless o->network, 256 MB memory without swap, 64 processes,
+ * 1 CPU. NULL with a
  * message in errbuf when it cannot be made. */
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen);
 

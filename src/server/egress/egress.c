@@ -1,0 +1,315 @@
+/* The egress service: the sessions' egress state (rules, pass, log), each sandbox run's
+ * namespaces and proxy settings, and the proxy's start and stop. */
+#include "egress/egress.h"
+
+#include "egress/netns.h"
+#include "egress/proxy.h"
+#include "egress/session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Descriptors that must stay free beside the proxy's (2 per connection): the HTTP server's
+ * connections, running sandboxes, SQLite, tree walks. */
+#define FD_HEADROOM 1024
+
+#define ENV_PROXY_MAX 6 /* four proxy variables, the test CA for node, the terminator */
+
+struct egress_service {
+    egress_settings cfg_copy;  /* the settings, with the total fitted to RLIMIT_NOFILE */
+    const egress_settings *cfg;
+    egress_proxy *proxy;
+    unsigned char key[EGRESS_SECRET_LEN];
+    int root_ns;               /* airlockd's own network namespace */
+    pthread_mutex_t mu;        /* guards sessions */
+    egress_session *sessions;  /* live sessions that used egress */
+};
+
+struct egress_sandbox {
+    egress_pair pair;
+    egress_listener *listener;
+    char netns_path[64];
+    char *env_text[ENV_PROXY_MAX];
+    const char *env[ENV_PROXY_MAX];
+    sandbox_network net;
+};
+
+void egress_session_unref(egress_session *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    egress_log_close(s->log);
+    json_decref(s->rules);
+    free(s->tenant);
+    OPENSSL_cleanse(s->pass, sizeof s->pass);
+    free(s);
+}
+
+static int make_dir(const char *dir, char *errbuf, size_t errlen)
+{
+    char *p = strdup(dir);
+    if (!p) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    for (char *q = p + 1;; q++) {
+        bool last = *q == '\0';
+        if (*q != '/' && !last)
+            continue;
+        *q = '\0';
+        if (mkdir(p, 0750) != 0 && errno != EEXIST) {
+            snprintf(errbuf, errlen, "SANDBOX_EGRESS_LOG_DIR: cannot create %s: %s", p, strerror(errno));
+            free(p);
+            return -1;
+        }
+        if (last)
+            break;
+        *q = '/';
+    }
+    free(p);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(errbuf, errlen, "SANDBOX_EGRESS_LOG_DIR: %s is not a directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
+egress_service *egress_open(const egress_settings *s, const char *state_dir, char *errbuf, size_t errlen)
+{
+    /* every proxy connection holds two descriptors: keep the total under the open-file limit,
+     * leaving room for the HTTP server, sandboxes and stores */
+    int total = s->max_tunnels_total;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        long limit = (long)rl.rlim_cur;
+        long headroom = limit / 2 < FD_HEADROOM ? limit / 2 : FD_HEADROOM;
+        long fits = (limit - headroom) / 2;
+        if (total > fits) {
+            if (s->total_given) {
+                snprintf(errbuf, errlen, "SANDBOX_EGRESS_MAX_TUNNELS_TOTAL=%d needs %ld open files, but "
+                         "RLIMIT_NOFILE is %ld: lower it or raise the limit", total,
+                         2L * total + headroom, limit);
+                return NULL;
+            }
+            total = fits < 1 ? 1 : (int)fits;
+            fprintf(stderr, "airlockd: egress: RLIMIT_NOFILE %ld allows %d proxy connections "
+                    "(SANDBOX_EGRESS_MAX_TUNNELS_TOTAL)\n", limit, total);
+        }
+    }
+    if (s->log_dir && make_dir(s->log_dir, errbuf, errlen) != 0)
+        return NULL;
+    egress_service *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    e->cfg_copy = *s;
+    e->cfg_copy.max_tunnels_total = total;
+    e->cfg = &e->cfg_copy;
+    e->root_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (e->root_ns < 0) {
+        snprintf(errbuf, errlen, "cannot open /proc/self/ns/net: %s", strerror(errno));
+        free(e);
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    if (egress_secret_load(state_dir, e->key, errbuf, errlen) != 0 ||
+        !(e->proxy = egress_proxy_start(e->cfg, errbuf, errlen))) {
+        egress_close(e);
+        return NULL;
+    }
+    if (s->test)
+        fprintf(stderr, "airlockd: TEST-ONLY egress settings are on (AIRLOCK_TEST_EGRESS=1): %zu "
+                "host(s) bypass DNS and the address checks%s\n", s->nmap,
+                s->test_ca ? ", sandboxes trust a test CA" : "");
+    return e;
+}
+
+void egress_close(egress_service *e)
+{
+    if (!e)
+        return;
+    egress_proxy_stop(e->proxy);
+    while (e->sessions) {
+        egress_session *s = e->sessions;
+        e->sessions = s->next;
+        egress_session_unref(s);
+    }
+    OPENSSL_cleanse(e->key, sizeof e->key);
+    close(e->root_ns);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+static egress_session *find_locked(egress_service *e, const char *id)
+{
+    for (egress_session *s = e->sessions; s; s = s->next)
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+/* The session's egress state with a reference for the caller, made on first use. */
+static egress_session *session_get(egress_service *e, const char *id, const char *tenant,
+                                   double created_at, const json_t *rules, char *errbuf,
+                                   size_t errlen)
+{
+    pthread_mutex_lock(&e->mu);
+    egress_session *s = find_locked(e, id);
+    if (s) {
+        egress_session_ref(s);
+        pthread_mutex_unlock(&e->mu);
+        return s;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s || strlen(id) >= sizeof s->id || !(s->tenant = strdup(tenant)) ||
+        !(s->rules = json_deep_copy(rules)) ||
+        !egress_pass_make(e->key, id, created_at, s->pass)) {
+        snprintf(errbuf, errlen, "cannot set up egress for %s: out of memory", id);
+        goto fail;
+    }
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->log = egress_log_open(e->cfg->log_dir, id, errbuf, errlen);
+    if (!s->log)
+        goto fail;
+    atomic_init(&s->refs, 2); /* the table's and the caller's */
+    atomic_init(&s->revoked, false);
+    s->next = e->sessions;
+    e->sessions = s;
+    pthread_mutex_unlock(&e->mu);
+    return s;
+fail:
+    pthread_mutex_unlock(&e->mu);
+    if (s) {
+        json_decref(s->rules);
+        free(s->tenant);
+        free(s);
+    }
+    return NULL;
+}
+
+static void sandbox_free(egress_sandbox *sb)
+{
+    egress_pair_close(&sb->pair);
+    for (size_t i = 0; i < ENV_PROXY_MAX; i++) {
+        if (sb->env_text[i])
+            OPENSSL_cleanse(sb->env_text[i], strlen(sb->env_text[i]));
+        free(sb->env_text[i]);
+    }
+    free(sb);
+}
+
+egress_sandbox *egress_sandbox_open(egress_service *e, const char *session_id, const char *tenant,
+                                    double created_at, const json_t *rules, char *errbuf,
+                                    size_t errlen)
+{
+    egress_session *s = session_get(e, session_id, tenant, created_at, rules, errbuf, errlen);
+    if (!s)
+        return NULL;
+    egress_sandbox *sb = calloc(1, sizeof *sb);
+    if (!sb) {
+        snprintf(errbuf, errlen, "out of memory");
+        egress_session_unref(s);
+        return NULL;
+    }
+    sb->pair.sandbox_ns = sb->pair.listener = -1;
+    if (egress_pair_create(e->root_ns, &sb->pair, errbuf, errlen) != 0) {
+        egress_session_unref(s);
+        sandbox_free(sb);
+        return NULL;
+    }
+    /* contract 1.7: http://<session_id>:<signed pass>@<proxy ip>:3128, in four spellings */
+    static const char *const names[] = {"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"};
+    size_t n = 0;
+    bool ok = true;
+    for (size_t i = 0; i < 4; i++) {
+        char *v = NULL;
+        if (asprintf(&v, "%s=http://%s:%s@%s:%d", names[i], s->id, s->pass, EGRESS_PROXY_IP,
+                     EGRESS_PROXY_PORT) < 0)
+            v = NULL; /* asprintf leaves it undefined on failure */
+        ok = ok && v;
+        sb->env_text[n++] = v;
+    }
+    if (e->cfg->test_ca) { /* node builds that keep their own CA list read this too */
+        sb->env_text[n] = strdup("NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt");
+        ok = ok && sb->env_text[n++];
+    }
+    snprintf(sb->netns_path, sizeof sb->netns_path, "/proc/%d/fd/%d", (int)getpid(), sb->pair.sandbox_ns);
+    if (!ok) {
+        snprintf(errbuf, errlen, "out of memory");
+        egress_session_unref(s);
+        sandbox_free(sb);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        sb->env[i] = sb->env_text[i];
+    sb->env[n] = NULL;
+    sb->net.netns_path = sb->netns_path;
+    sb->net.env = sb->env;
+    /* the proxy owns the listener from here on */
+    sb->listener = egress_proxy_add_listener(e->proxy, sb->pair.listener, s);
+    sb->pair.listener = -1;
+    egress_session_unref(s);
+    if (!sb->listener) {
+        snprintf(errbuf, errlen, "out of memory");
+        sandbox_free(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+const sandbox_network *egress_sandbox_network(const egress_sandbox *sb)
+{
+    return &sb->net;
+}
+
+void egress_sandbox_close(egress_service *e, egress_sandbox *sb)
+{
+    if (!sb)
+        return;
+    egress_proxy_close_listener(e->proxy, sb->listener);
+    sandbox_free(sb);
+}
+
+json_t *egress_events(egress_service *e, const char *session_id, size_t limit)
+{
+    pthread_mutex_lock(&e->mu);
+    egress_session *s = find_locked(e, session_id);
+    if (s)
+        egress_session_ref(s);
+    pthread_mutex_unlock(&e->mu);
+    if (!s)
+        return json_array();
+    json_t *events = egress_log_last(s->log, limit);
+    egress_session_unref(s);
+    return events;
+}
+
+void egress_forget_session(void *ctx, const char *session_id)
+{
+    egress_service *e = ctx;
+    pthread_mutex_lock(&e->mu);
+    egress_session *s = NULL;
+    for (egress_session **pp = &e->sessions; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->id, session_id) == 0) {
+            s = *pp;
+            *pp = s->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!s)
+        return;
+    atomic_store(&s->revoked, true);
+    egress_proxy_wake(e->proxy);
+    egress_session_unref(s);
+}
