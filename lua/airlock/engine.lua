@@ -15,6 +15,7 @@ M.DEFAULT_CONNECT_TIMEOUT = 10  -- seconds to establish a connection
 M.DEFAULT_MAX_RETRIES = 3
 M.MAX_RETRY_WAIT = 30
 M.IMPORT_TIMEOUT = 240
+M.MAX_RAW_READ = 2 ^ 40        -- raw file reads: the server's quota bounds them, not the SDK
 M.EXEC_GRACE = 30               -- exec HTTP timeout = max(timeout, command timeout + grace)
 M.MISSING_SETTINGS =
   "Set base_url and api_key, or the SANDBOX_API_URL and SANDBOX_API_KEY environment variables."
@@ -273,7 +274,8 @@ function M.headers(settings)
 end
 
 -- A transport-neutral request description. opts: timeout (seconds), max_retries, query
--- (list of {name, value}, form-encoded).
+-- (list of {name, value}, form-encoded), raw_body (a string sent as application/octet-stream
+-- instead of body), raw_response (ask for application/octet-stream; decode keeps the bytes).
 function M.build(settings, method, path, body, opts)
   opts = opts or {}
   local url = settings.base_url .. path
@@ -285,11 +287,19 @@ function M.build(settings, method, path, body, opts)
   local timeout = opts.timeout or settings.timeout
   local max_retries = opts.max_retries
   if max_retries == nil then max_retries = settings.max_retries end
+  local headers = M.headers(settings)
+  local encoded = body ~= nil and encode_value(body) or nil
+  if opts.raw_body then   -- the airlock extension: the file's exact bytes as the body
+    headers[2] = "Content-Type: application/octet-stream"
+    encoded = opts.raw_body
+  end
+  if opts.raw_response then headers[3] = "Accept: application/octet-stream" end
   return {
     method = method,
     url = url,
-    headers = M.headers(settings),
-    body = body ~= nil and encode_value(body) or nil,
+    headers = headers,
+    body = encoded,
+    max_response_bytes = opts.raw_response and M.MAX_RAW_READ or nil,
     timeout_ms = floor(timeout * 1000 + 0.5),
     connect_timeout_ms = floor(math.min(settings.connect_timeout, timeout) * 1000 + 0.5),
     max_retries = max_retries,
@@ -365,12 +375,14 @@ end
 
 -- Decode what a transport's send gave: a response {status, reason, headers, body}, or nil
 -- and a failure {message, sent, tls}. → true, data (nil for an empty body) | false, error.
-function M.decode(settings, res, failure)
+-- raw: a 2xx body is the data as it came (a raw file read).
+function M.decode(settings, res, failure, raw)
   if res == nil or res.status == nil then
     return false, M.connection_error(settings, failure and failure.message or "no response")
   end
   local status = res.status
   if status < 200 or status >= 300 then return false, M.http_error(settings, res) end
+  if raw then return true, res.body or "" end   -- the exact bytes (raw is the request's opts.raw_response)
   if res.body == nil or res.body == "" then return true, nil end
   local ok, data = parse_json(res.body)
   if not ok then

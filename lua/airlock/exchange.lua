@@ -82,7 +82,7 @@ function M.call(settings, method, path, body, opts)
   local request = engine.build(settings, method, path, body, opts)
   local gate = opts and opts.command and exec_gate.for_settings(settings) or nil
   local res, failure = M.perform(transports.resolve(settings.transport), request, gate)
-  return engine.decode(settings, res, failure)
+  return engine.decode(settings, res, failure, opts and opts.raw_response)
 end
 
 -- Counters: requests sent, retries, commands sent again after a full server.
