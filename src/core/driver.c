@@ -75,6 +75,32 @@ static void driver_unlink(request *r)
   d->nlive--;
 }
 
+/* An easy handle for a new request: a reset one kept from an earlier request, else a new one
+ * (NULL when libcurl cannot make one). */
+static CURL *driver_take_easy(driver *d)
+{
+  if (d->nidle > 0) return d->idle_easy[--d->nidle];
+  return curl_easy_init();
+}
+
+/* A request is done with easy (already out of the multi handle): reset (every option back to
+ * its default, nothing of the request kept) and kept for the next request while there is
+ * room, else cleaned up. The connections stay in the multi handle's cache either way. */
+static void driver_give_easy(driver *d, CURL *easy)
+{
+  if (d != NULL && d->multi != NULL && d->nidle < MAX_IDLE_EASY) {
+    curl_easy_reset(easy);
+    d->idle_easy[d->nidle++] = easy;
+    return;
+  }
+  curl_easy_cleanup(easy);
+}
+
+static void driver_free_idle(driver *d)
+{
+  while (d->nidle > 0) curl_easy_cleanup(d->idle_easy[--d->nidle]);
+}
+
 /* Hands a linked request to libcurl (its timer callback then asks for a timeout action). */
 static int driver_start(driver *d, request *r)
 {
@@ -308,6 +334,7 @@ static int l_close_connections(lua_State *L)
     return 1;
   }
   curl_multi_cleanup(d->multi);   /* its socket callbacks record the removals */
+  driver_free_idle(d);
   if (driver_setup_multi(d) != 0) return luaL_error(L, "airlock.core: curl_multi_init failed");
   lua_pushboolean(L, 1);
   return 1;
@@ -324,6 +351,7 @@ static int driver_gc(lua_State *L)
     snprintf(r->errbuf, sizeof r->errbuf, "the airlock driver was closed");
     request_release(r);
   }
+  driver_free_idle(d);
   curl_multi_cleanup(d->multi);
   d->multi = NULL;
   free(d->socks);

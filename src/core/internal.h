@@ -19,6 +19,7 @@
 #define MAX_CONNECTS        32L      /* idle keep-alive connections kept for reuse */
 #define MAX_TOTAL_CONNECTS  64L      /* open connections at once; more transfers wait in libcurl */
 #define MAX_HEADER_BYTES    65536    /* response header block kept per request */
+#define MAX_IDLE_EASY       8        /* finished easy handles kept, reset, for the next requests */
 #define DRIVER_MT  "airlock.core.driver"
 #define REQUEST_MT "airlock.core.request"
 
@@ -61,6 +62,8 @@ typedef struct driver {
   int host_watch;              /* a host loop reads socket_events(): keep removals until read */
   int socket_failed;           /* a socket callback could not record its socket (no memory) */
   unsigned long connects, transfers;
+  CURL *idle_easy[MAX_IDLE_EASY];   /* reset easy handles to reuse: a new one costs a large */
+  size_t nidle;                     /* zeroed allocation and its cleanup per request */
 } driver;
 
 static double now_ms(void);
@@ -68,6 +71,9 @@ static int driver_setup_multi(driver *d);
 static void driver_link(driver *d, struct request *r);
 static void driver_unlink(struct request *r);
 static int driver_start(driver *d, struct request *r);
+static CURL *driver_take_easy(driver *d);
+static void driver_give_easy(driver *d, CURL *easy);
+static void driver_free_idle(driver *d);
 
 /* ---------------------------------------------------------------- request (request.c) */
 
@@ -78,7 +84,6 @@ typedef struct request {
   struct request *prev, *next;
   CURL *easy;
   struct curl_slist *headers;
-  char *url;
   char *body;
   size_t body_len;
   size_t body_pos;             /* bytes of the body handed to libcurl */

@@ -77,17 +77,16 @@ static int tls_config_failure(CURLcode code)
 /* Releases what the transfer needs; the results (status, body, headers, ...) stay. */
 static void request_release(request *r)
 {
+  driver *d = r->drv;
   if (r->easy && r->request_bytes == 0) {
     long n = 0;
     if (curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &n) == CURLE_OK) r->request_bytes = n;
   }
   driver_unlink(r);
-  if (r->easy) curl_easy_cleanup(r->easy);
+  if (r->easy) driver_give_easy(d, r->easy);
   r->easy = NULL;
   curl_slist_free_all(r->headers);
   r->headers = NULL;
-  free(r->url);
-  r->url = NULL;
   free(r->body);
   r->body = NULL;
   r->state = REQ_DONE;
@@ -176,8 +175,6 @@ static int l_request(lua_State *L)
   r->method[method_len] = '\0';
   r->state = REQ_DONE;   /* until it starts */
 
-  r->url = dup_mem(url, url_len);
-  if (r->url == NULL) return luaL_error(L, "airlock.core.request: out of memory");
   if (body) {
     r->body = dup_mem(body, body_len);
     if (r->body == NULL) return luaL_error(L, "airlock.core.request: out of memory");
@@ -197,11 +194,13 @@ static int l_request(lua_State *L)
     if (nl == NULL) return luaL_error(L, "airlock.core.request: out of memory");
     r->headers = nl;
   }
-  e = r->easy = curl_easy_init();
+  e = r->easy = driver_take_easy(d);
   if (e == NULL) return luaL_error(L, "airlock.core.request: curl_easy_init failed");
+  /* libcurl keeps its own copy of the URL */
+  if (curl_easy_setopt(e, CURLOPT_URL, url) != CURLE_OK)
+    return luaL_error(L, "airlock.core.request: out of memory");
 
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_URL, r->url);
 #if LIBCURL_VERSION_NUM >= 0x075500
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
@@ -257,8 +256,14 @@ static int req_done(lua_State *L)
  * seen twice gets its values joined with ", ". */
 static void push_headers(lua_State *L, const request *r)
 {
-  const char *p = r->head.data, *end = p ? p + r->head.len : NULL;
-  lua_newtable(L);
+  const char *p = r->head.data, *end = p ? p + r->head.len : NULL, *q = p;
+  int lines = 0;
+  /* sized for every line at once: growing a table step by step rehashes it each time */
+  while (q && q < end && (q = memchr(q, '\n', (size_t)(end - q))) != NULL) {
+    lines++;
+    q++;
+  }
+  lua_createtable(L, 0, lines);
   while (p && p < end) {
     const char *eol = memchr(p, '\n', (size_t)(end - p)), *colon, *v, *ve;
     char name[128];
