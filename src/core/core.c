@@ -40,6 +40,7 @@ static const luaL_Reg request_methods[] = {
 
 static const luaL_Reg functions[] = {
   { "request", l_request },
+  { "perform", l_perform },
   { "step", l_step },
   { "socket_events", l_socket_events },
   { "action", l_action },
