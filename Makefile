@@ -162,7 +162,8 @@ valgrind-test: build
 # love_frames: the same in real LÖVE frames (LuaJIT). nvim_loop: a 10 ms vim.loop timer's
 # lateness, idle vs 8 commands in flight, and idle wakeups with the SDK loaded (Neovim).
 # call_rate: small calls per second of the curl and uv transports vs raw_curl_rate, a raw
-# libcurl keep-alive loop in C (bench/raw_curl_rate.c).
+# libcurl keep-alive loop in C (bench/raw_curl_rate.c). call_instructions: the client's
+# instructions per small call (callgrind) of the same kinds, which the load does not move.
 # workspace_disks: session create/DELETE with a disk image each, restart with 50 sessions.
 # openresty: nginx (1 worker) running examples/openresty, 32 concurrent POST /run vs the plain-Lua
 # SDK, /ping latency during it, the cosocket transport's small-call rate vs raw_curl_rate, and
@@ -180,6 +181,7 @@ bench: build luajit-core
 	$(LUA) bench/workspace_disks.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_rate.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit bench/call_rate.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_instructions.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
