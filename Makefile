@@ -152,7 +152,7 @@ asan-test: sanitize
 # Definite leaks and memory errors fail (exit 99).
 VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
 valgrind-test: build
-	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua \
+	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua --exclude-tags=timing \
 	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua \
 	  spec/integration/uv_transport_spec.lua
 
