@@ -131,7 +131,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
               spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua \
-              spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua
+              spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
+              spec/server/exec_stream_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
