@@ -203,7 +203,9 @@ local function body_too_large()
   return "the response body is larger than " .. M.MAX_BODY_BYTES .. " bytes"
 end
 
-local function read_chunked(s)
+-- With on_chunk (a streamed answer) each chunk goes to on_chunk(data) as it arrives: no
+-- body is kept, so no size limit applies.
+local function read_chunked(s, on_chunk)
   local parts, total = {}, 0
   while true do
     local line, err = s:line(M.MAX_CHUNK_LINE, "a chunk-size line")
@@ -215,11 +217,11 @@ local function read_chunked(s)
     local size = tonumber(hex, 16)
     if size == 0 then break end
     total = total + size
-    if total > M.MAX_BODY_BYTES then return nil, body_too_large() end
+    if total > M.MAX_BODY_BYTES and not on_chunk then return nil, body_too_large() end
     local data, derr = s:take(size + 2)
     if not data then return nil, io_error(derr, "in the middle of a chunk") end
     if sub(data, -2) ~= "\r\n" then return nil, "a chunk is not followed by CRLF" end
-    parts[#parts + 1] = sub(data, 1, -3)
+    if on_chunk then on_chunk(sub(data, 1, -3)) else parts[#parts + 1] = sub(data, 1, -3) end
   end
   -- trailers, up to the empty line
   local size = 0
@@ -256,10 +258,11 @@ local function keeps_alive(head)
   return not (c and lower(c):find("close", 1, true))
 end
 
--- M.read_response(reader, method) → response {status, reason, headers, body, keepalive}
--- | nil, message, nothing (true when not one byte of an answer arrived: a dead idle
--- connection, which the caller may retry on a fresh one).
-function M.read_response(reader, method)
+-- M.read_response(reader, method [, on_chunk]) → response {status, reason, headers, body,
+-- keepalive} | nil, message, nothing (true when not one byte of an answer arrived: a dead
+-- idle connection, which the caller may retry on a fresh one). With on_chunk the body goes
+-- to on_chunk(data, status) as it arrives (a chunked one piece by piece) and body is "".
+function M.read_response(reader, method, on_chunk)
   local s = stream(reader)
   local head, err, nothing
   repeat
@@ -276,7 +279,7 @@ function M.read_response(reader, method)
     if not lower(te):match("chunked%s*$") then
       return nil, "unsupported Transfer-Encoding \"" .. shown(te) .. "\""
     end
-    body, err = read_chunked(s)
+    body, err = read_chunked(s, on_chunk and function(data) on_chunk(data, head.status) end)
     if not body then return nil, err end
   elseif h["content-length"] then
     local cl = h["content-length"]
@@ -301,6 +304,10 @@ function M.read_response(reader, method)
   end
   -- bytes beyond the response: the connection is out of step, never reuse it
   if s:avail() > 0 then keepalive = false end
+  if on_chunk and body ~= "" then
+    on_chunk(body, head.status)
+    body = ""
+  end
   return { status = head.status, reason = head.reason, headers = h, body = body, keepalive = keepalive }
 end
 

@@ -116,14 +116,15 @@ static void request_finished(driver *d, request *r, CURLcode code)
 }
 
 /* core.request{method=, url=, headers={"Name: value", ...}, body=, timeout_ms=,
- *              connect_timeout_ms=, verify=true|false|"ca.pem"} → request (already started) */
+ *              connect_timeout_ms=, verify=true|false|"ca.pem", stream=true|nil}
+ * → request (already started). A streamed request's body is handed out by req:take(). */
 static int l_request(lua_State *L)
 {
   driver *d = live_driver(L);
   const char *method, *url, *body, *cainfo = NULL;
   size_t method_len = 0, url_len = 0, body_len = 0, i, nheaders = 0;
   long timeout_ms, connect_ms;
-  int verify = 1, hidx;
+  int verify = 1, hidx, streamed;
   request *r;
   CURL *e;
 
@@ -140,6 +141,9 @@ static int l_request(lua_State *L)
   if (strlen(url) != url_len || url_len == 0)
     return luaL_error(L, "airlock.core.request: bad url");
   body = opt_string_field(L, 1, "body", &body_len, 0);                  /* index 4 */
+  lua_getfield(L, 1, "stream");
+  streamed = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   timeout_ms = opt_int_field(L, 1, "timeout_ms", 0, LONG_MAX / 2, 90000);
   connect_ms = opt_int_field(L, 1, "connect_timeout_ms", 0, LONG_MAX / 2, 10000);
   lua_getfield(L, 1, "verify");                                          /* index 5 */
@@ -175,6 +179,7 @@ static int l_request(lua_State *L)
   memcpy(r->method, method, method_len);
   r->method[method_len] = '\0';
   r->state = REQ_DONE;   /* until it starts */
+  r->streamed = streamed;
 
   r->url = dup_mem(url, url_len);
   if (r->url == NULL) return luaL_error(L, "airlock.core.request: out of memory");
@@ -244,6 +249,22 @@ static int l_request(lua_State *L)
     return luaL_error(L, "airlock.core.request: could not start the transfer");
   }
   return 1;
+}
+
+/* req:take() → the body bytes that arrived since the last take (a streamed request), and the
+ * status code once the status line is in (else nil). Lets a paused transfer go on. */
+static int req_take(lua_State *L)
+{
+  request *r = check_request(L, 1);
+  lua_pushlstring(L, r->resp.data ? r->resp.data : "", r->resp.len);
+  r->resp.len = 0;
+  if (r->paused && r->easy && r->state != REQ_DONE) {
+    r->paused = 0;
+    curl_easy_pause(r->easy, CURLPAUSE_CONT);   /* may deliver held bytes right away */
+  }
+  if (r->early_status > 0) lua_pushinteger(L, r->early_status);
+  else lua_pushnil(L);
+  return 2;
 }
 
 static int req_done(lua_State *L)
