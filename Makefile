@@ -172,6 +172,8 @@ valgrind-test: build
 #   drain time vs a bare `runsc run | wc -c`.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
+# stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
+#   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
@@ -183,6 +185,7 @@ bench: build luajit-core
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
+	$(LUA) bench/stream_exec.lua
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 
