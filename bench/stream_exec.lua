@@ -51,8 +51,9 @@ for _ = 1, RUNS do
   os.remove(out)
 end
 local s, r = median(sdk), median(raw)
-print(string.format("10 MB stdout (%d runs, medians): SDK streamed %.2f s (%d bytes to on_stdout) | raw curl + cjson of the plain route %.2f s"
-  .. " | ratio %.2fx | SDK peak RSS growth %.1f MB = %.2fx the payload", RUNS, s, bytes, r, s / r, median(growth),
+print(string.format("10 MB stdout (%d runs, medians): SDK streamed %.2f s (%d bytes to on_stdout)"
+  .. " | raw curl + cjson of the plain route %.2f s | ratio %.2fx | SDK peak RSS growth %.1f MB = %.2fx the payload",
+  RUNS, s, bytes, r, s / r, median(growth),
   median(growth) * 1048576 / bytes))
 
 local lat = {}

@@ -144,16 +144,22 @@ local function run_options(opts)
   local timeout = 15
   if type(opts) == "table" then
     for k in pairs(opts) do
-      if not RUN_OPTIONS[k] then engine.bad_argument("opts." .. tostring(k), "a known option of run", opts[k]) end
+      if not RUN_OPTIONS[k] then
+        engine.bad_argument("opts." .. tostring(k), "a known option of run", opts[k])
+      end
     end
     if opts.timeout ~= nil then timeout = opts.timeout end
     for _, k in ipairs({ "on_stdout", "on_stderr" }) do
-      if opts[k] ~= nil and type(opts[k]) ~= "function" then engine.bad_argument("opts." .. k, "a function", opts[k]) end
+      if opts[k] ~= nil and type(opts[k]) ~= "function" then
+        engine.bad_argument("opts." .. k, "a function", opts[k])
+      end
     end
     if opts.output_limit_bytes ~= nil then
       engine.check_integer("output_limit_bytes", opts.output_limit_bytes, 16, 1024 * 1024 * 1024)
     end
-    if opts.spill ~= nil and type(opts.spill) ~= "boolean" then engine.bad_argument("opts.spill", "a boolean", opts.spill) end
+    if opts.spill ~= nil and type(opts.spill) ~= "boolean" then
+      engine.bad_argument("opts.spill", "a boolean", opts.spill)
+    end
     return engine.check_timeout(timeout), opts
   elseif opts ~= nil then
     timeout = opts

@@ -163,9 +163,9 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
                   sent = true }, replay and broken(send_err)
   end
   -- a streamed answer's callback that raises ends the connection (the server stops the command)
-  local ok, res, why, nothing = tasks.pcall(http1.read_response, reader(sock, deadline), request.method,
+  local read_ok, res, why, nothing = tasks.pcall(http1.read_response, reader(sock, deadline), request.method,
     request.on_chunk)
-  if not ok then
+  if not read_ok then
     sock:close()
     error(res, 0)
   end
