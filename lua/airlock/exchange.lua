@@ -35,7 +35,7 @@ function M.perform(transport, request, gate)
     end
     if not again then
       local wait
-      if not (failure and failure.tls) then
+      if not (failure and failure.tls) and engine.may_retry(res) then
         wait = engine.retry_wait({
           attempt = attempt, max_retries = request.max_retries, method = request.method,
           status = res and res.status, retry_after = res and res.headers and res.headers["retry-after"],
@@ -80,7 +80,7 @@ end
 -- command = true for exec and import (they wait in the server's line).
 -- opts.stream: an exec_stream decoder that gets the body as it arrives (the streaming exec).
 function M.call(settings, method, path, body, opts)
-  M.delete_dropped(true)
+  if dropped.count() > 0 then M.delete_dropped(true) end
   local request = engine.build(settings, method, path, body, opts)
   local gate = opts and opts.command and exec_gate.for_settings(settings) or nil
   local decoder = opts and opts.stream
@@ -94,7 +94,7 @@ function M.call(settings, method, path, body, opts)
     res, message = decoder:finish(res)
     if not res then failure = { message = message } end
   end
-  return engine.decode(settings, res, failure)
+  return engine.decode(settings, res, failure, opts and opts.raw_response)
 end
 
 -- Counters: requests sent, retries, commands sent again after a full server.

@@ -164,7 +164,7 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
   end
   -- a streamed answer's callback that raises ends the connection (the server stops the command)
   local read_ok, res, why, nothing = tasks.pcall(http1.read_response, reader(sock, deadline), request.method,
-    request.on_chunk)
+    request.max_response_bytes, request.on_chunk)
   if not read_ok then
     sock:close()
     error(res, 0)
