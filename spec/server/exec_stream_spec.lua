@@ -34,8 +34,14 @@ local function stream_exec(server, key, id, command, opts)
   local raw = proc.read_file(out) or ""
   os.remove(out)
   os.remove(out .. ".head")
-  local events = {}
-  for line in raw:gmatch("([^\n]*)\n") do events[#events + 1] = cjson.decode(line) end
+  -- complete lines only: a stream cut by --max-time ends inside one
+  local events, start = {}, 1
+  while true do
+    local nl = raw:find("\n", start, true)
+    if not nl then break end
+    events[#events + 1] = cjson.decode(raw:sub(start, nl - 1))
+    start = nl + 1
+  end
   return events, tonumber(head:match("^HTTP/%S+ (%d+)")), (head:lower():match("content%-type: ([^\r\n]+)")), raw
 end
 
