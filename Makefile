@@ -132,7 +132,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
               spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua \
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
-              spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua
+              spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
+              spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -173,6 +174,8 @@ valgrind-test: build
 #   drain time vs a bare `runsc run | wc -c`.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
+# stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
+#   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/poll_frames.lua
@@ -185,6 +188,7 @@ bench: build luajit-core
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
+	$(LUA) bench/stream_exec.lua
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua

@@ -19,6 +19,7 @@ function M.perform(transport, request, gate)
   while true do
     local ticket = gate and gate:acquire(request.timeout_ms and request.timeout_ms / 1000)
     counters.requests = counters.requests + 1
+    if request.on_attempt then request.on_attempt() end
     local ok, res, failure = tasks.pcall(transport.send, transport, request)
     if not ok then
       if ticket then gate:done(ticket) end
@@ -77,11 +78,22 @@ end
 
 -- One call, start to finish: true, data | false, error object. opts: engine.build's, plus
 -- command = true for exec and import (they wait in the server's line).
+-- opts.stream: an exec_stream decoder that gets the body as it arrives (the streaming exec).
 function M.call(settings, method, path, body, opts)
   if dropped.count() > 0 then M.delete_dropped(true) end
   local request = engine.build(settings, method, path, body, opts)
   local gate = opts and opts.command and exec_gate.for_settings(settings) or nil
+  local decoder = opts and opts.stream
+  if decoder then
+    request.on_chunk = function(chunk, status) decoder:feed(chunk, status) end
+    request.on_attempt = function() decoder:reset() end
+  end
   local res, failure = M.perform(transports.resolve(settings.transport), request, gate)
+  if decoder and res then
+    local message
+    res, message = decoder:finish(res)
+    if not res then failure = { message = message } end
+  end
   return engine.decode(settings, res, failure, opts and opts.raw_response)
 end
 

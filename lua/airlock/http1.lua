@@ -203,7 +203,9 @@ local function body_too_large(limit)
   return "the response body is larger than " .. limit .. " bytes"
 end
 
-local function read_chunked(s, limit)
+-- With on_chunk (a streamed answer) each chunk goes to on_chunk(data) as it arrives: no
+-- body is kept, so no size limit applies.
+local function read_chunked(s, limit, on_chunk)
   local parts, total = {}, 0
   while true do
     local line, err = s:line(M.MAX_CHUNK_LINE, "a chunk-size line")
@@ -215,11 +217,11 @@ local function read_chunked(s, limit)
     local size = tonumber(hex, 16)
     if size == 0 then break end
     total = total + size
-    if total > limit then return nil, body_too_large(limit) end
+    if total > limit and not on_chunk then return nil, body_too_large(limit) end
     local data, derr = s:take(size + 2)
     if not data then return nil, io_error(derr, "in the middle of a chunk") end
     if sub(data, -2) ~= "\r\n" then return nil, "a chunk is not followed by CRLF" end
-    parts[#parts + 1] = sub(data, 1, -3)
+    if on_chunk then on_chunk(sub(data, 1, -3)) else parts[#parts + 1] = sub(data, 1, -3) end
   end
   -- trailers, up to the empty line
   local size = 0
@@ -256,11 +258,13 @@ local function keeps_alive(head)
   return not (c and lower(c):find("close", 1, true))
 end
 
--- M.read_response(reader, method [, max_body]) → response {status, reason, headers, body,
--- keepalive} | nil, message, nothing (true when not one byte of an answer arrived: a dead idle
--- connection, which the caller may retry on a fresh one). max_body: the largest body taken
--- (default MAX_BODY_BYTES; a raw file read asks for more).
-function M.read_response(reader, method, max_body)
+-- M.read_response(reader, method [, max_body [, on_chunk]]) → response {status, reason,
+-- headers, body, keepalive} | nil, message, nothing (true when not one byte of an answer
+-- arrived: a dead idle connection, which the caller may retry on a fresh one). max_body: the
+-- largest body taken (default MAX_BODY_BYTES; a raw file read asks for more). With on_chunk
+-- the body goes to on_chunk(data, status) as it arrives (a chunked one piece by piece, with no
+-- size limit) and body is "".
+function M.read_response(reader, method, max_body, on_chunk)
   local limit = max_body or M.MAX_BODY_BYTES
   local s = stream(reader)
   local head, err, nothing
@@ -278,7 +282,7 @@ function M.read_response(reader, method, max_body)
     if not lower(te):match("chunked%s*$") then
       return nil, "unsupported Transfer-Encoding \"" .. shown(te) .. "\""
     end
-    body, err = read_chunked(s, limit)
+    body, err = read_chunked(s, limit, on_chunk and function(data) on_chunk(data, head.status) end)
     if not body then return nil, err end
   elseif h["content-length"] then
     local cl = h["content-length"]
@@ -303,6 +307,10 @@ function M.read_response(reader, method, max_body)
   end
   -- bytes beyond the response: the connection is out of step, never reuse it
   if s:avail() > 0 then keepalive = false end
+  if on_chunk and body ~= "" then
+    on_chunk(body, head.status)
+    body = ""
+  end
   return { status = head.status, reason = head.reason, headers = h, body = body, keepalive = keepalive }
 end
 

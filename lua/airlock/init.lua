@@ -13,6 +13,7 @@ local engine = require "airlock.engine"
 local errors = require "airlock.errors"
 local exchange = require "airlock.exchange"
 local exec_gate = require "airlock.exec_gate"
+local exec_stream = require "airlock.exec_stream"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"
@@ -137,25 +138,51 @@ function Sandbox:close(opts)
   if not ok and not (errors.is(err, "NotFoundError") and err.status == 404) then raise(err) end
 end
 
+local RUN_OPTIONS = { timeout = true, on_stdout = true, on_stderr = true, output_limit_bytes = true, spill = true }
+
 local function run_options(opts)
   local timeout = 15
   if type(opts) == "table" then
+    for k in pairs(opts) do
+      if not RUN_OPTIONS[k] then
+        engine.bad_argument("opts." .. tostring(k), "a known option of run", opts[k])
+      end
+    end
     if opts.timeout ~= nil then timeout = opts.timeout end
+    for _, k in ipairs({ "on_stdout", "on_stderr" }) do
+      if opts[k] ~= nil and type(opts[k]) ~= "function" then
+        engine.bad_argument("opts." .. k, "a function", opts[k])
+      end
+    end
+    if opts.output_limit_bytes ~= nil then
+      engine.check_integer("output_limit_bytes", opts.output_limit_bytes, 16, 1024 * 1024 * 1024)
+    end
+    if opts.spill ~= nil and type(opts.spill) ~= "boolean" then
+      engine.bad_argument("opts.spill", "a boolean", opts.spill)
+    end
+    return engine.check_timeout(timeout), opts
   elseif opts ~= nil then
     timeout = opts
   end
-  return engine.check_timeout(timeout)
+  return engine.check_timeout(timeout), {}
 end
 
--- sbx:run(command [, {timeout = 1..60}]) → Result
+-- sbx:run(command [, {timeout = 1..60, on_stdout = fn, on_stderr = fn, output_limit_bytes = n,
+-- spill = true}]) → Result. With on_stdout or on_stderr the command's output comes as it is
+-- written (the streaming exec, an airlock extension); the Result is the same either way.
 function Sandbox:run(command, opts)
   local id = started(self, "run")
   engine.check_string("command", command, { no_nul = true, utf8 = true })
-  local timeout = run_options(opts)
+  local timeout, o = run_options(opts)
   local s = self._settings
-  local data = call(s, "POST", engine.session_path(id, "/exec"),
-    { { "command", command }, { "timeout_seconds", timeout } },
-    { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true })
+  local body = { { "command", command }, { "timeout_seconds", timeout } }
+  local streamed = o.on_stdout ~= nil or o.on_stderr ~= nil
+  if streamed then body[#body + 1] = { "stream", true } end
+  if o.output_limit_bytes ~= nil then body[#body + 1] = { "output_limit_bytes", o.output_limit_bytes } end
+  if o.spill ~= nil then body[#body + 1] = { "spill", o.spill } end
+  local data = call(s, "POST", engine.session_path(id, "/exec"), body,
+    { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
+      stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
   return result.from_response(data)
 end
 

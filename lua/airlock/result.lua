@@ -43,6 +43,8 @@ local function new(fields)
     oom_killed = fields.oom_killed or false,
     warnings = fields.warnings or {},
     output = fields.output or "",
+    stdout_file = fields.stdout_file,   -- ours (spill): nil unless asked for
+    stderr_file = fields.stderr_file,
   }, Result)
 end
 M.new = new
@@ -116,6 +118,8 @@ function M.from_response(data)
       command = data.command, stdout = data.stdout, stderr = data.stderr,
       exit_code = data.exit_code, timed_out = data.timed_out == true,
       oom_killed = data.oom_killed == true, warnings = warnings, output = data.output,
+      -- ours, with spill = true: where the whole output went in the workspace
+      stdout_file = data.stdout_file, stderr_file = data.stderr_file,
     })
   end
   return M.parse_text(data.command or "", data.output or "")

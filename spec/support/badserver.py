@@ -18,6 +18,8 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
   nodetail:S       status S with a JSON body without detail ({})
   status:S         status S with {"detail": "status S"}
   missing          as "ok", but GET .../read answers the missing-file text for the path
+  cutstream        200 NDJSON stream (chunked) of one stdout event, then the connection
+                   closes without the final event (a streamed exec whose connection drops)
 
 Control routes (no key needed): GET /_count?key=K → {"count": n, "connections": c,
 "open": o, "sessions": s} for that key (o: connections still open whose last request used
@@ -156,6 +158,17 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             self.wfile.flush()
             self.close_connection = True
+            return
+        elif mode == "cutstream":
+            line = b'{"type":"stdout","data":"partial\\n"}\n'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
             return
         elif mode == "garbage":
             self.wfile.write(b"THIS IS NOT HTTP\r\n\r\n")

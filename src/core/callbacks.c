@@ -17,7 +17,12 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
   size_t n;
   if (nmemb != 0 && size > SIZE_MAX / nmemb) return 0;
   n = size * nmemb;
+  if (r->streamed && r->resp.len >= STREAM_HOLD) {
+    r->paused = 1;   /* the Lua side is behind: libcurl keeps these bytes until req:take() */
+    return CURL_WRITEFUNC_PAUSE;
+  }
   if (buffer_append(&r->resp, ptr, n) != 0) return 0;   /* → CURLE_WRITE_ERROR */
+  if (r->streamed && r->drv) r->drv->progressed++;
   return n;
 }
 
@@ -43,6 +48,9 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *ud)
     /* a new response: "HTTP/1.1 429 Too Many Requests" */
     size_t i = 0, spaces = 0;
     r->head.len = 0;
+    while (i < n && buf[i] != ' ') i++;
+    r->early_status = i + 4 <= n ? strtol(buf + i + 1, NULL, 10) : 0;
+    i = 0;
     while (i < n && spaces < 2) { if (buf[i] == ' ') spaces++; i++; }
     if (spaces == 2) copy_trimmed(r->reason, sizeof r->reason, buf + i, n - i);
     else r->reason[0] = '\0';

@@ -33,6 +33,7 @@ static void global_init(void)
 
 static const luaL_Reg request_methods[] = {
   { "done", req_done },
+  { "take", req_take },
   { "result", req_result },
   { "cancel", req_cancel },
   { NULL, NULL }

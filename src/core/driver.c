@@ -159,6 +159,7 @@ static int drive(driver *d, double ms, int idle_wait, int *finished)
 {
   double deadline = now_ms() + ms;
   int rc = 0;
+  unsigned long progressed = d->progressed;
   *finished = 0;
   for (;;) {
     struct pollfd *fds;
@@ -200,13 +201,14 @@ static int drive(driver *d, double ms, int idle_wait, int *finished)
     }
     if (d->timer_at >= 0 && d->timer_at <= now_ms()) timeout_action(d);
     *finished += collect(d);
-    if (*finished > 0 || now_ms() >= deadline) break;
+    if (*finished > 0 || d->progressed != progressed || now_ms() >= deadline) break;
   }
   return rc;
 }
 
-/* core.step([ms [, idle_wait]]) → finished, live. Advances all transfers, waiting at most ms
- * milliseconds (0 never blocks) for one of them to finish. With nothing in flight it
+/* core.step([ms [, idle_wait]]) → finished, live, progressed. Advances all transfers, waiting
+ * at most ms milliseconds (0 never blocks) for one of them to finish or for body bytes of a
+ * streamed request (progressed: a count that grows with each arrival). With nothing in flight it
  * returns at once, unless idle_wait: then it sleeps ms (the transfers still advance). */
 static int l_step(lua_State *L)
 {
@@ -219,7 +221,8 @@ static int l_step(lua_State *L)
     return luaL_error(L, "airlock.core.step: poll failed: %s", strerror(errno));
   lua_pushinteger(L, finished);
   lua_pushinteger(L, (lua_Integer)d->nlive);
-  return 2;
+  lua_pushinteger(L, (lua_Integer)(d->progressed & 0x7fffffff));
+  return 3;
 }
 
 /* ---------------------------------------------------------------- hooks for a host loop */
@@ -271,7 +274,7 @@ static int l_socket_events(lua_State *L)
   return 1;
 }
 
-/* core.action([fd, events]) → finished, live. A host loop saw fd ready for events ("in",
+/* core.action([fd, events]) → finished, live, progressed. A host loop saw fd ready for events ("in",
  * "out", "inout", "err"), or (no fd) the timeout from core.timeout() expired. */
 static int l_action(lua_State *L)
 {
@@ -294,7 +297,8 @@ static int l_action(lua_State *L)
   finished = collect(d);
   lua_pushinteger(L, finished);
   lua_pushinteger(L, (lua_Integer)d->nlive);
-  return 2;
+  lua_pushinteger(L, (lua_Integer)(d->progressed & 0x7fffffff));
+  return 3;
 }
 
 /* core.timeout() → milliseconds until libcurl wants action() (0: now), or nil: no timer. */

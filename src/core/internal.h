@@ -22,6 +22,7 @@
 #define MAX_IDLE_EASY       8        /* finished easy handles kept for the next requests */
 #define KEPT_BUFFER_BYTES   65536    /* core.perform keeps its buffers up to this size */
 #define METHOD_BYTES        8        /* an HTTP method name and its NUL */
+#define STREAM_HOLD         (1024 * 1024) /* a streamed body's bytes held before libcurl pauses */
 #define DRIVER_MT  "airlock.core.driver"
 #define REQUEST_MT "airlock.core.request"
 
@@ -63,6 +64,7 @@ typedef struct driver {
   double timer_at;             /* monotonic ms when libcurl wants a timeout action; < 0: none */
   int host_watch;              /* a host loop reads socket_events(): keep removals until read */
   int socket_failed;           /* a socket callback could not record its socket (no memory) */
+  unsigned long progressed;    /* body bytes arrived for streamed requests (a count of times) */
   unsigned long connects, transfers;
   /* easy handles to reuse (a new one costs a large zeroed allocation and its cleanup per
    * request); `configured`: still set up for a plain GET, else reset */
@@ -112,6 +114,9 @@ typedef struct request {
   char errbuf[CURL_ERROR_SIZE];
   long connects;
   long request_bytes;          /* CURLINFO_REQUEST_SIZE: > 0 once the request went out */
+  int streamed;                /* stream = true: req:take() hands out the body as it arrives */
+  int paused;                  /* STREAM_HOLD bytes wait for req:take(): libcurl is paused */
+  long early_status;           /* the status line's code, known before the body */
 } request;
 
 static void request_release(request *r);

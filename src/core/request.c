@@ -136,6 +136,7 @@ typedef struct request_spec {
   size_t method_len, body_len, nheaders;
   long timeout_ms, connect_ms;
   int verify, hidx;
+  int streamed;                /* stream = true: the body is handed out by req:take() */
 } request_spec;
 
 /* Checks the spec table at index 1 (raising a clear error for a bad field) while nothing is
@@ -155,6 +156,9 @@ static void read_spec(lua_State *L, const char *who, request_spec *s)
   s->url = opt_string_field(L, who, 1, "url", &url_len, 1);                        /* index 3 */
   if (strlen(s->url) != url_len || url_len == 0) luaL_error(L, "%s: bad url", who);
   s->body = opt_string_field(L, who, 1, "body", &s->body_len, 0);                  /* index 4 */
+  lua_getfield(L, 1, "stream");
+  s->streamed = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   s->timeout_ms = opt_int_field(L, who, 1, "timeout_ms", 0, LONG_MAX / 2, 90000);
   s->connect_ms = opt_int_field(L, who, 1, "connect_timeout_ms", 0, LONG_MAX / 2, 10000);
   lua_getfield(L, 1, "verify");                                                     /* index 5 */
@@ -196,6 +200,7 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
   CURL *e;
   memcpy(r->method, s->method, s->method_len);
   r->method[s->method_len] = '\0';
+  r->streamed = s->streamed;
   if (s->body) {
     r->body = dup_mem(s->body, s->body_len);
     if (r->body == NULL) return "out of memory";
@@ -268,7 +273,8 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
 }
 
 /* core.request{method=, url=, headers={"Name: value", ...}, body=, timeout_ms=,
- *              connect_timeout_ms=, verify=true|false|"ca.pem"} → request (already started) */
+ *              connect_timeout_ms=, verify=true|false|"ca.pem", stream=true|nil}
+ * → request (already started). A streamed request's body is handed out by req:take(). */
 static int l_request(lua_State *L)
 {
   driver *d = live_driver(L);
@@ -289,6 +295,22 @@ static int l_request(lua_State *L)
     return luaL_error(L, "airlock.core.request: %s", why);
   }
   return 1;
+}
+
+/* req:take() → the body bytes that arrived since the last take (a streamed request), and the
+ * status code once the status line is in (else nil). Lets a paused transfer go on. */
+static int req_take(lua_State *L)
+{
+  request *r = check_request(L, 1);
+  lua_pushlstring(L, r->resp.data ? r->resp.data : "", r->resp.len);
+  r->resp.len = 0;
+  if (r->paused && r->easy && r->state != REQ_DONE) {
+    r->paused = 0;
+    curl_easy_pause(r->easy, CURLPAUSE_CONT);   /* may deliver held bytes right away */
+  }
+  if (r->early_status > 0) lua_pushinteger(L, r->early_status);
+  else lua_pushnil(L);
+  return 2;
 }
 
 static int req_done(lua_State *L)

@@ -19,10 +19,20 @@ M.after_step = nil
 -- Every step of the core goes through here, so that the completions of transfers are
 -- counted whoever stepped (a blocking call may finish a task's transfer).
 local completions = 0
-local function step(ms, idle_wait)
-  local finished = core.step(ms, idle_wait)
+local progressed = 0   -- the core's count of body arrivals of streamed requests, last seen
+-- Counts what a step (or a host loop's action) of the core reported: a streamed request's
+-- new body bytes count as a completion, so that its task looks at them.
+local function count(finished, _, moved)
   completions = completions + finished
-  if M.after_step then M.after_step(finished) end
+  if moved and moved ~= progressed then
+    progressed = moved
+    completions = completions + 1
+  end
+end
+local function step(ms, idle_wait)
+  local finished, live, moved = core.step(ms, idle_wait)
+  count(finished, live, moved)
+  if M.after_step then M.after_step(finished, live, moved) end
 end
 
 -- Deadlines (core.now() ms) of the timers tasks sleep on, until seen expired.
@@ -60,13 +70,71 @@ Timer.driver = M.driver
 function Timer:ready() return core.now() >= self.at end
 function Timer:remaining_ms() return math.max(0, self.at - core.now()) end
 
--- t:send(request) → response | nil, failure (see airlock.transport).
+-- A streamed transfer's waitable is ready once the transfer is done or has body bytes to hand
+-- out (taken into w.chunk).
+local Streamed = {}
+Streamed.__index = Streamed
+function Streamed:ready()
+  if self.chunk or self.req:done() then return true end
+  local chunk, status = self.req:take()
+  if chunk ~= "" then
+    self.chunk, self.status = chunk, status
+    return true
+  end
+  return false
+end
+
+-- Hands a streamed request's body to on_chunk(chunk, status) as it arrives; wait(w) returns
+-- once w:ready() (a yield inside a task, else a blocking wait). w starts as fields (the
+-- waitable's driver or notifies). Shared with the uv transport (the same core).
+function M.stream_body(req, on_chunk, wait, fields)
+  local w = setmetatable(fields, Streamed)
+  w.req = req
+  while true do
+    wait(w)
+    local chunk, status = w.chunk, w.status
+    w.chunk = nil
+    if not chunk then chunk, status = req:take() end
+    if chunk ~= "" then
+      -- a callback that raises ends the transfer (the server then stops the command)
+      local ok, err = tasks.pcall(on_chunk, chunk, status)
+      if not ok then
+        req:cancel()
+        error(err, 0)
+      end
+    end
+    if req:done() and w.chunk == nil and chunk == "" then return end
+  end
+end
+
+-- The request for the core: stream = true when the body goes to request.on_chunk.
+function M.core_request(request)
+  if not request.on_chunk then return request end
+  local copy = {}
+  for k, v in pairs(request) do copy[k] = v end
+  copy.on_chunk, copy.stream = nil, true
+  return copy
+end
+
+local function curl_wait(w)
+  if not tasks.await(w) then
+    while not w:ready() do step(1000) end
+  end
+end
+
+-- t:send(request) → response | nil, failure (see airlock.transport). With request.on_chunk
+-- the body goes to it as it arrives (response.body is then "").
 local function response(r)
   if r.status then return r end   -- {status, reason, headers, body} (and the core's connects)
   return nil, { message = r.error, sent = r.sent, tls = r.tls, code = r.code }
 end
 
 function M:send(request)   -- luacheck: ignore 212
+  if request.on_chunk then
+    local req = core.request(M.core_request(request))
+    M.stream_body(req, request.on_chunk, curl_wait, { driver = M.driver })
+    return response(req:result())
+  end
   if not tasks.can_wait() then
     -- a blocking call: the core waits (the other transfers advance) and answers in one call
     local r, finished = core.perform(request)

@@ -9,6 +9,7 @@
 -- Loading it installs the OpenResty host (airlock.ngx): a scheduler per request or timer,
 -- the request's sessions deleted when it ends.
 local http1 = require "airlock.http1"
+local tasks = require "airlock.tasks"
 local errors = require "airlock.errors"
 local host = require "airlock.ngx"
 
@@ -161,8 +162,13 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
     return nil, { message = "sending the request to " .. endpoint(u) .. " failed: " .. tostring(send_err),
                   sent = true }, replay and broken(send_err)
   end
-  local res, why, nothing = http1.read_response(reader(sock, deadline), request.method,
-    request.max_response_bytes)
+  -- a streamed answer's callback that raises ends the connection (the server stops the command)
+  local read_ok, res, why, nothing = tasks.pcall(http1.read_response, reader(sock, deadline), request.method,
+    request.max_response_bytes, request.on_chunk)
+  if not read_ok then
+    sock:close()
+    error(res, 0)
+  end
   if not res then
     sock:close()
     local timed_out = why:find("^timed out") ~= nil

@@ -84,9 +84,12 @@ local function on_timeout()
 end
 
 local function on_fallback_tick()
-  local finished = 0
-  for fd, events in pairs(fallback) do finished = finished + core.action(fd, events) end
-  settle(finished)
+  local finished, moved = 0, nil
+  for fd, events in pairs(fallback) do
+    local f, _, m = core.action(fd, events)
+    finished, moved = finished + f, m
+  end
+  settle(finished, nil, moved)
 end
 
 local function unwatch(fd)
@@ -148,8 +151,13 @@ function sync()
 end
 
 -- After a core call that finished `finished` transfers: sync, then notify their tasks.
-function settle(finished)
+local progressed = 0   -- the core's count of streamed body arrivals, last seen
+function settle(finished, _, moved)
   sync()
+  if moved and moved ~= progressed then
+    progressed = moved
+    finished = finished + 1   -- a streamed transfer has bytes for its task
+  end
   if finished == 0 then return end
   local done = {}
   for w in pairs(waiting) do
@@ -315,8 +323,21 @@ end
 -- t:send(request) → response | nil, failure (see airlock.transport).
 function M:send(request)   -- luacheck: ignore 212
   ensure_installed()
-  local req = core.request(request)
-  if tasks.current_task() then
+  local curl = require "airlock.transport.curl"
+  local req = core.request(curl.core_request(request))
+  if request.on_chunk then
+    curl.stream_body(req, request.on_chunk, function(w)
+      if tasks.current_task() then
+        if w:ready() then return end
+        waiting[w] = true
+        sync()
+        tasks.await(w)
+        waiting[w] = nil
+      else
+        block_until(function() return w:ready() end)
+      end
+    end, { notifies = true })
+  elseif tasks.current_task() then
     local w = setmetatable({ req = req }, Transfer)
     waiting[w] = true
     sync()                 -- libcurl asked for a timeout action to start the transfer

@@ -182,3 +182,17 @@ bool v_query_int(json_t *errs, const char *field, const char *value, size_t len,
     json_decref(v);
     return ok;
 }
+
+bool v_bool(json_t *errs, json_t *body, const char *field, bool def, bool *out)
+{
+    json_t *v = json_object_get(body, field);
+    *out = def;
+    if (!v || json_is_null(v))
+        return true;
+    if (json_is_boolean(v)) {
+        *out = json_is_true(v);
+        return true;
+    }
+    json_array_append_new(errs, verr("bool_type", loc_of("body", field), "Input should be a valid boolean", v, NULL));
+    return false;
+}

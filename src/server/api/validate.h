@@ -26,6 +26,9 @@ bool v_string(json_t *errs, json_t *body, const char *field, bool required, size
 bool v_lax_int(json_t *errs, json_t *body, const char *field, long long def, long long ge,
                long long le, long long *out);
 
+/* Ours: a JSON boolean (absent or null: def); anything else is a bool_type error. */
+bool v_bool(json_t *errs, json_t *body, const char *field, bool def, bool *out);
+
 /* The same lax int rules for a query parameter (value as a string). */
 bool v_query_int(json_t *errs, const char *field, const char *value, size_t len, long long *out);
 

@@ -152,4 +152,29 @@ void http_send_500(http_request *r);
 void http_send_redirect(http_request *r, const char *location);
 void http_send_405(http_request *r, const char *allow);
 
+/* ---- streamed answers (ours: the streaming form of exec) ----------------------------
+ * A handler running on a worker pool may answer with a chunked 200 whose body it writes
+ * while it keeps running. Between the handler and the socket sits a queue of about cap
+ * bytes: a client that reads slowly makes http_stream_full true (the handler then stops
+ * producing) instead of making the server buffer without bound. The stream ends when the
+ * handler returns. */
+typedef struct http_stream http_stream;
+
+/* Starts the answer (status 200, content type ctype, chunked); max_s: the longest the whole
+ * answer may take to send (the connection is cut after that). NULL when it cannot start
+ * (out of memory, or r is not on a worker pool): answer with an http_send_* instead. After
+ * it, no http_send_* has any effect. */
+http_stream *http_stream_begin(http_request *r, const char *ctype, size_t cap, unsigned max_s);
+/* Queues bytes (even past cap: the caller checks http_stream_full); false once the client
+ * is gone (the bytes are dropped). */
+bool http_stream_write(http_stream *st, const char *data, size_t len);
+/* Whether the queue holds cap bytes or more. */
+bool http_stream_full(http_stream *st);
+/* Turns readable when the client took bytes from a full queue (poll it, then ask
+ * http_stream_full again). */
+int http_stream_room_fd(const http_stream *st);
+/* The client's connection, for as long as the stream lives (POLLRDHUP/POLLHUP/POLLERR: the
+ * client hung up, or the server is stopping); -1 when there is none. */
+int http_stream_cancel_fd(const http_stream *st);
+
 #endif

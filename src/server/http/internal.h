@@ -61,9 +61,19 @@ struct http_request {
     unsigned status;
     bool answered_raw;             /* answered on the socket itself: close instead */
     atomic_bool stopping;          /* http_cancel reached it while its handler ran */
+    /* A streamed answer (http_stream_begin): the connection and the worker each hold the
+     * request; the last of them to let go frees it. */
+    _Atomic(http_stream *) stream;
+    atomic_int holders;
+    unsigned respond_s;            /* extra seconds the response may take (a stream's) */
     struct timespec t0;
     alignas(max_align_t) unsigned char app[HTTP_APP_DATA];
 };
+
+/* Frees r (logs it, gives back its budget); its connection is done with it. */
+void http_request_free(http_server *s, http_request *r);
+/* The handler of a streamed answer returned: ends the stream, lets go of r. */
+void http_stream_finish(http_request *r);
 
 /* Keeps the one response of r (later calls are ignored); data is copied. headers: NULL, or
  * name, value, ..., NULL. */

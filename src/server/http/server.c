@@ -111,6 +111,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
     r->server = cls;
     r->raw_uri = strdup(uri ? uri : "");
     atomic_init(&r->stopping, false);
+    atomic_init(&r->stream, NULL);
+    atomic_init(&r->holders, 1);
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     return r;
 }
@@ -141,6 +143,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         conns_set(&s->conns, slot, PHASE_HEADERS, after_ms(s->lim.header_timeout_s, 0, 1));
     if (!r)
         return;
+    *con_cls = NULL;
+    /* a streamed answer's worker may still run: the last of the two frees r */
+    if (atomic_load(&r->stream) && atomic_fetch_sub(&r->holders, 1) != 1)
+        return;
+    http_request_free(s, r);
+}
+
+void http_request_free(http_server *s, http_request *r)
+{
     if (r->started)
         log_request(r);
     if (r->counted)
@@ -153,7 +164,6 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     free(r->raw_uri);
     buf_free(&r->body);
     free(r);
-    *con_cls = NULL;
 }
 
 /* Queues the response the request holds (a 500 when it has none). */
@@ -169,7 +179,7 @@ static enum MHD_Result queue_kept(http_request *r)
     MHD_destroy_response(r->response);
     r->response = NULL;
     conns_set(&s->conns, r->slot, PHASE_RESPOND,
-              after_ms(s->lim.transfer_timeout_s, r->response_len, s->lim.min_rate));
+              after_ms(s->lim.transfer_timeout_s + r->respond_s, r->response_len, s->lim.min_rate));
     return ok;
 }
 
@@ -299,6 +309,10 @@ static void run_job(void *job)
         atomic_store(&r->stopping, true);
     if (!atomic_load(&r->stopping))
         s->handler(s->cls, r);
+    if (atomic_load(&r->stream)) {
+        http_stream_finish(r); /* its connection was resumed when the stream began */
+        return;
+    }
     if (atomic_load(&r->stopping))
         refuse_raw(r, 503, "Service Unavailable", "The server is shutting down; the request was stopped. Retry later.");
     r->state = RQ_RESUMED;
@@ -538,7 +552,9 @@ static void stop_running(void *job, void *ctx)
     (void)ctx;
     http_request *r = job;
     atomic_store(&r->stopping, true);
-    int fd = http_client_fd(r);
+    /* a streamed answer's connection may be gone already: its own duplicate stays valid */
+    http_stream *st = atomic_load(&r->stream);
+    int fd = st ? http_stream_cancel_fd(st) : http_client_fd(r);
     if (fd >= 0 && shutdown(fd, SHUT_RD) != 0 && errno != ENOTCONN)
         perror("airlockd: http: shutdown");
 }

@@ -127,6 +127,7 @@ void sbx_proc_opts_for(const sandbox *s, sbx_proc_opts *o)
     o->cg = s->have_cg ? &s->cg : NULL;
     o->output_limit = s->output_limit;
     o->cancel_fd = s->cancel_fd;
+    o->tap = s->tap;
 }
 
 int sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
@@ -185,6 +186,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     sbx_cg_group_name(o->tenant, s->group);
     s->output_limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
     s->cancel_fd = o->cancel_fd;
+    s->tap = o->tap;
     if (b->ops->prepare(s, errbuf, errlen) != 0) {
         sandbox_release(s);
         return NULL;

@@ -87,17 +87,22 @@ ssize_t capture_read(capture *c, int fd)
     if (c->err)
         return fail_nomem(c);
     ssize_t got;
+    c->last_len = 0;
     if (c->head.len < c->head_max) {
         /* the head grows with what comes (a short output costs a short buffer) */
         size_t room = c->head_max - c->head.len, want = c->head.len > CAPTURE_SCRATCH ? c->head.len : CAPTURE_SCRATCH;
+        size_t at = c->head.len;
         got = buf_read(&c->head, fd, room < want ? room : want);
         if (got < 0 && c->head.err)
             return fail_nomem(c);
+        if (got > 0)
+            c->last = c->head.data + at;
     } else if (!ring_ready(c)) {
         return fail_nomem(c);
     } else if (c->tail_max >= CAPTURE_SCRATCH) {
         /* straight into the ring, up to its wrap point */
         size_t room = c->tail_max - c->ring_pos;
+        c->last = c->ring + c->ring_pos;
         got = read_retry(fd, c->ring + c->ring_pos, room < CAPTURE_CHUNK ? room : CAPTURE_CHUNK);
         if (got > 0) {
             c->ring_pos = (c->ring_pos + (size_t)got) % c->tail_max;
@@ -109,9 +114,12 @@ ssize_t capture_read(capture *c, int fd)
         got = read_retry(fd, c->scratch, CAPTURE_SCRATCH);
         if (got > 0)
             ring_put(c, c->scratch, (size_t)got);
+        c->last = c->scratch;
     }
-    if (got > 0)
+    if (got > 0) {
         c->total += (uint64_t)got;
+        c->last_len = (size_t)got;
+    }
     return got;
 }
 
@@ -192,4 +200,6 @@ void capture_free(capture *c)
     c->ring_pos = c->ring_len = 0;
     c->total = 0;
     c->err = 0;
+    c->last = NULL;
+    c->last_len = 0;
 }

@@ -25,6 +25,8 @@ typedef struct {
     char *scratch;      /* a read chunk when the ring is smaller than one */
     uint64_t total;     /* bytes seen */
     int err;            /* ENOMEM, sticky */
+    const char *last;   /* the bytes of the last capture_read, until the next one (a tap's view) */
+    size_t last_len;
 } capture;
 
 /* An empty capture keeping at most limit bytes (head 2/5, tail the rest; limit >= 2). */

@@ -55,6 +55,7 @@ struct sandbox {
     sbx_cgroup cg;        /* its host cgroup, when have_cg */
     bool have_cg;
     bool ran;             /* sandbox_run was called */
+    const sandbox_tap *tap; /* sandbox_opts.tap (NULL: none) */
 };
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */

@@ -56,13 +56,19 @@ static int64_t now_ms(void)
 
 /* Takes what is readable on fd, a bounded number of reads at a time so that a writer as fast
  * as we read cannot keep the loop from its deadline, its cancel_fd and the other stream;
+ * each read goes to the tap (when any), and a gated drain stops while the tap is full;
  * returns 1 on EOF, 0 to continue, -1 on error. */
-static int drain(int fd, capture *c)
+static int drain(int fd, capture *c, const sandbox_tap *tap, int stream, bool gated)
 {
     for (int reads = 0; reads < DRAIN_READS; reads++) {
+        if (gated && tap->full(tap->ctx))
+            return 0; /* the tap's reader is behind: leave the rest in the pipe */
         ssize_t r = capture_read(c, fd);
-        if (r > 0)
+        if (r > 0) {
+            if (tap)
+                tap->output(tap->ctx, stream, c->last, c->last_len);
             continue;
+        }
         if (r == 0)
             return 1;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -245,7 +251,10 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
     bool stopping = false;
     bool out_open = true, err_open = true;
     bool watch_cancel = o->cancel_fd > 0;
+    const sandbox_tap *tap = o->tap;
     while (!failed && (out_open || err_open || exited_at < 0)) {
+        if (tap)
+            tap->output(tap->ctx, 0, NULL, 0); /* a tick: the tap may say it is still alive */
         int64_t now = now_ms();
         if (!stopping && now >= deadline) {
             r->timed_out = true;
@@ -260,14 +269,20 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
             break;
         if (exited_at >= 0 && now - exited_at >= DRAIN_GRACE_MS)
             break; /* something outside the sandbox kept the pipes: stop reading */
-        struct pollfd pf[4];
+        struct pollfd pf[5];
         nfds_t n = 0;
         int i_out = -1, i_err = -1, i_pid = -1, i_cancel = -1;
-        if (out_open) {
+        /* a tap without room: the pipes wait (the command blocks on write) until it has some */
+        /* (once the launcher is gone, what its pipes still hold is bounded: read it all) */
+        bool gated = tap && exited_at < 0;
+        bool tap_full = gated && tap->full(tap->ctx);
+        if (tap_full && tap->room_fd >= 0)
+            pf[n++] = (struct pollfd){.fd = tap->room_fd, .events = POLLIN};
+        if (out_open && !tap_full) {
             pf[n] = (struct pollfd){.fd = outp[0], .events = POLLIN};
             i_out = (int)n++;
         }
-        if (err_open) {
+        if (err_open && !tap_full) {
             pf[n] = (struct pollfd){.fd = errp[0], .events = POLLIN};
             i_err = (int)n++;
         }
@@ -286,6 +301,8 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
             wait = DRAIN_GRACE_MS - (now - exited_at);
         if (exited_at < 0 && pidfd < 0 && wait > 50)
             wait = 50;
+        if (tap && wait > tap->tick_ms)
+            wait = tap->tick_ms;
         int pr = poll(pf, n, (int)(wait > 60000 ? 60000 : wait));
         if (pr < 0 && errno != EINTR) {
             snprintf(errbuf, errlen, "poll failed: %s", strerror(errno));
@@ -304,7 +321,7 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
         }
         if (pr > 0) {
             if (i_out >= 0 && pf[i_out].revents) {
-                int d = drain(outp[0], &r->out);
+                int d = drain(outp[0], &r->out, tap, 1, gated);
                 if (d < 0) {
                     snprintf(errbuf, errlen, "reading sandbox stdout failed: %s", strerror(errno));
                     failed = true;
@@ -313,7 +330,7 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
                 out_open = d == 0;
             }
             if (i_err >= 0 && pf[i_err].revents) {
-                int d = drain(errp[0], &r->err);
+                int d = drain(errp[0], &r->err, tap, 2, gated);
                 if (d < 0) {
                     snprintf(errbuf, errlen, "reading sandbox stderr failed: %s", strerror(errno));
                     failed = true;

@@ -12,6 +12,7 @@
 
 #include "sandbox/capture.h"
 #include "sandbox/cgroup.h"
+#include "sandbox/sandbox.h"
 
 typedef struct {
     int resource;  /* RLIMIT_* */
@@ -40,6 +41,7 @@ typedef struct {
     /* A descriptor to watch (a client's connection): POLLHUP, POLLERR or POLLRDHUP on it
      * kills the tree at once and marks the result cancelled. -1 or 0: none. */
     int cancel_fd;
+    const sandbox_tap *tap;   /* ours: sees the output as it is read; NULL: none */
 } sbx_proc_opts;
 
 typedef struct {

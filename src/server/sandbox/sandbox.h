@@ -46,6 +46,20 @@ typedef struct {
     const char *const *env;    /* extra "K=V" entries (the proxy settings), NULL-terminated */
 } sandbox_network;
 
+/* Ours (streaming exec, spill to a file): who sees a command's output as it is read. The
+ * runner calls it on its own thread; the kept result (head + tail) is unchanged by it. */
+typedef struct {
+    /* Each piece of stdout (stream 1) or stderr (stream 2) as read, in order; and stream 0
+     * with no data at least every tick_ms while the command runs (for heartbeats). */
+    void (*output)(void *ctx, int stream, const char *data, size_t len);
+    /* True while the reader has no room: the runner stops reading the pipes (the command
+     * blocks on its writes) and waits for room_fd to turn readable, or tick_ms. */
+    bool (*full)(void *ctx);
+    int room_fd;  /* -1: none (the runner looks again every tick) */
+    int tick_ms;  /* > 0 */
+    void *ctx;
+} sandbox_tap;
+
 /* What a sandbox is made for, known before its command. */
 typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
@@ -61,6 +75,8 @@ typedef struct {
     int cancel_fd;
     const sandbox_network *network; /* NULL: no network at all (only loopback); else kept by
                                      * the caller until sandbox_release */
+    const sandbox_tap *tap;    /* ours: NULL = output only in the result; else kept by the
+                                * caller until sandbox_release */
 } sandbox_opts;
 
 /* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be

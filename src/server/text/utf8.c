@@ -145,3 +145,20 @@ char *utf8_replace(const char *s, size_t n, size_t *out_len)
         *out_len = o;
     return out;
 }
+
+size_t utf8_partial_tail(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t k = 1; k <= 3 && k <= n; k++) {
+        unsigned char b = u[n - k], lo, hi;
+        size_t need;
+        if (b >= 0x80 && b <= 0xBF)
+            continue; /* a continuation: look further back for its lead */
+        if (!second_range(b, &lo, &hi, &need) || need <= k)
+            return 0; /* ASCII, an invalid lead, or complete */
+        if (k >= 2 && (u[n - k + 1] < lo || u[n - k + 1] > hi))
+            return 0; /* already invalid: the replacement happens now */
+        return k;
+    }
+    return 0;
+}

@@ -20,6 +20,11 @@ size_t utf8_count(const char *s, size_t n);
  * bytes.decode("utf-8", errors="replace"). NULL only when out of memory. */
 char *utf8_replace(const char *s, size_t n, size_t *out_len);
 
+/* Bytes at the end of s[0..n) that begin a valid sequence not yet complete (0..3): a
+ * stream cut there decodes the same once the rest follows (streaming exec keeps them for
+ * the next piece). */
+size_t utf8_partial_tail(const char *s, size_t n);
+
 /* Appends the UTF-8 encoding of cp to out (needs 4 bytes); returns bytes written. */
 size_t utf8_put(char *out, uint32_t cp);
 
