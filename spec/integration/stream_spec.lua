@@ -1,7 +1,8 @@
 -- The SDK's streamed run (issue #11 item 1) and its output options (item 3), against a real
 -- airlockd: sbx:run(cmd, { on_stdout, on_stderr }) calls back with each piece in order and
 -- returns the same Result as a plain run; inside airlock.spawn tasks it yields (two streamed
--- commands advance together); on the libuv transport too (when luv is installed); a stream
+-- commands advance together); on the libuv transport too (when luv is installed) and on the
+-- cosocket transport in nginx (when installed); a stream
 -- that drops raises APIConnectionError (support/badserver.py "cutstream"), a server without
 -- the extension (its plain JSON answer) still gives the Result; output_limit_bytes and spill.
 -- Runs on Lua 5.4, 5.1 and LuaJIT (make test runs spec/integration on each).
@@ -49,6 +50,37 @@ describe("sbx:run with on_stdout / on_stderr", function()
     same_result(plain, streamed)
     assert.are.equal(2, streamed.exit_code)
     assert.is_false(streamed.ok)
+  end)
+
+  it("calls back on the cosocket transport in nginx, in order, with the plain run's Result", function()
+    local ok_n, nginx = pcall(require, "support.hosts.nginx")
+    local found = os.execute("command -v nginx >/dev/null 2>&1") -- true on 5.2+, 0 on 5.1
+    if not ok_n or (found ~= true and found ~= 0) then
+      return pending("nginx is not installed")
+    end
+    local ngx_eval = require "support.hosts.nginx_eval"
+    local host = nginx.start({ env = { SANDBOX_API_URL = srv.url, SANDBOX_API_KEY = srv.tenants.acme },
+      server = ngx_eval.LOCATION })
+    local ok, value = pcall(ngx_eval.eval, host, [[
+      local airlock = require "airlock"
+      local seen = {}
+      local command = "echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three; exit 2"
+      local sbx = airlock.sandbox()
+      local r = sbx:run(command, {
+        on_stdout = function(s) seen[#seen + 1] = "out:" .. s end,
+        on_stderr = function(s) seen[#seen + 1] = "err:" .. s end,
+      })
+      local plain = sbx:run(command)
+      sbx:close()
+      return { seen = seen, output = r.output, plain_output = plain.output, exit_code = r.exit_code,
+        transport = airlock.stats().transport }
+    ]], 120)
+    nginx.assert_no_crashes(nginx.stop(host))
+    assert(ok, value)
+    assert.are.equal("ngx", value.transport)
+    assert.are.same({ "out:one\n", "err:two\n", "out:three\n" }, value.seen)
+    assert.are.equal(value.plain_output, value.output)
+    assert.are.equal(2, value.exit_code)
   end)
 
   it("delivers a large output whole and keeps the budget in the Result", function()
