@@ -45,6 +45,9 @@ SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
 SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
+# the first process of a sandbox booted ahead of its command (static: the sandbox has no loader
+# of its own); airlockd looks for it beside itself
+WAITER     := $(BUILD)/airlock-waiter
 # the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -65,7 +68,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD) $(RAW_CURL_RATE)
+build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(RAW_CURL_RATE)
 
 $(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
@@ -78,6 +81,10 @@ $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
 	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) -lm \
 	  -pthread $(SANITIZE)
+
+$(WAITER): src/waiter/waiter.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
 
 deps:
 	./scripts/install-deps.sh
@@ -112,7 +119,7 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server bench/raw_curl_rate.c
+	  -I src/core -I src/server src/core src/server src/waiter bench/raw_curl_rate.c
 	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua bench/hosts/*.lua)
 
 sanitize:
@@ -195,6 +202,7 @@ install: build
 	for f in $(LUA_SRC:lua/%=%); do \
 	  install -D -m 644 lua/$$f $(DESTDIR)$(INST_LUADIR)/$$f || exit 1; done
 	install -m 755 $(AIRLOCKD) $(DESTDIR)$(INST_BINDIR)/airlockd
+	install -m 755 $(WAITER) $(DESTDIR)$(INST_BINDIR)/airlock-waiter
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and

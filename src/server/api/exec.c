@@ -41,6 +41,28 @@ static void send_no_slot(app *a, http_request *r, slot_result sr)
     }
 }
 
+/* Runs the command in the session's sandbox booted ahead when it has one, else cold (as do
+ * sessions with egress); either way the sandbox for its next command starts booting now. */
+static int run_command(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
+                       sandbox_result *res, char *errbuf, size_t errlen)
+{
+    if (so->network || !a->warm)
+        return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
+    sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);
+    if (!registry_removed(a->reg, s)) /* else it would only be forgotten again */
+        warm_want(a->warm, s->id, s->workspace, so->tenant);
+    if (ready) {
+        sandbox_set_command(ready, so->output_limit, so->cancel_fd);
+        int rc = sandbox_run(ready, command, timeout, res, errbuf, errlen);
+        bool retry = rc != 0 && sandbox_retry_cold(ready);
+        sandbox_release(ready);
+        if (!retry)
+            return rc;
+        fprintf(stderr, "airlockd: %s; running the command cold\n", errbuf);
+    }
+    return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
+}
+
 void api_exec(app *a, http_request *r, const api_call *c)
 {
     size_t tenant = c->tenant;
@@ -101,7 +123,7 @@ void api_exec(app *a, http_request *r, const api_call *c)
         sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
                            .output_limit = a->cfg->output_limit, .cancel_fd = cancel_fd,
                            .network = net ? egress_sandbox_network(net) : NULL};
-        rc = sandbox_exec(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
+        rc = run_command(a, s, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
     }
     egress_sandbox_close(a->egress, net);
     clock_gettime(CLOCK_MONOTONIC, &t1);
