@@ -299,11 +299,25 @@ static int clear_tree(const char *top, bool keep_top)
     return failed;
 }
 
+/* Thaws top and every group below it: a task frozen in one hierarchy cannot die in another. */
+static void thaw_tree(const char *top)
+{
+    size_t n = 0;
+    char **groups = list_groups(top, &n);
+    for (size_t i = 0; groups && i < n; i++) {
+        (void)write_file(groups[i], "freezer.state", "THAWED");
+        free(groups[i]);
+    }
+    free(groups);
+}
+
 int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root)
 {
     int left = 0;
+    char top[SBX_CG_PATH_MAX];
+    if (!t->v2 && t->freezer >= 0 && join(top, sizeof top, t->hier[t->freezer], t->root, NULL))
+        thaw_tree(top);
     for (size_t i = 0; i < t->nhier; i++) {
-        char top[SBX_CG_PATH_MAX];
         if (join(top, sizeof top, t->hier[i], t->root, NULL))
             left += clear_tree(top, keep_root);
     }
