@@ -137,7 +137,7 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
-              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua \
+              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua spec/server/warm_spec.lua \
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
@@ -176,10 +176,13 @@ valgrind-test: build
 # slow_connections: exec `true` and /healthz with 1,000 slowloris connections held vs none.
 # output_memory: airlockd's memory above idle while a command writes 1 GB to stdout, and its
 #   drain time vs a bare `runsc run | wc -c`.
+# warm: exec true / python3 / create + first exec / 20 back to back on the cold path, with
+#   sandboxes booted ahead, and under a bare `runsc run`; the host memory of a waiting sandbox.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
+	$(LUA) bench/warm.lua
 	$(LUA) bench/poll_frames.lua
 	$(LUA) bench/love_frames.lua
 	$(LUA) bench/nvim_loop.lua

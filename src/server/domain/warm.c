@@ -293,6 +293,7 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
 static bool wait_booted(sandbox *sb, int cancel_fd)
 {
     int64_t until = now_ms() + TAKE_WAIT_MS;
+    sandbox_boot_hurry(sb);
     char err[512] = "";
     for (;;) {
         int rc = sandbox_boot_check(sb, err, sizeof err);

@@ -288,6 +288,12 @@ int sandbox_boot_check(sandbox *s, char *errbuf, size_t errlen)
     return sbx_gvisor_boot_check(s, errbuf, errlen);
 }
 
+void sandbox_boot_hurry(sandbox *s)
+{
+    if (s->ahead && s->have_cg)
+        sbx_cg_hurry(&s->cg);
+}
+
 void sandbox_set_command(sandbox *s, size_t output_limit, int cancel_fd)
 {
     s->output_limit = output_limit ? output_limit : SANDBOX_OUTPUT_LIMIT;

@@ -692,6 +692,16 @@ int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen)
                               : ENOENT;
 }
 
+void sbx_cg_hurry(const sbx_cgroup *cg)
+{
+    if (!cg->ahead || !cg->tree)
+        return;
+    if (cg->tree->v2)
+        (void)write_file(cg->dirs[0], "cpu.weight", "100");
+    else if (cg->dirs[2][0])
+        (void)write_file(cg->dirs[2], "cpu.shares", "1024");
+}
+
 int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
 {
     if (!cg->ahead || !cg->tree)

@@ -115,6 +115,9 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
  * command's oom_killed would inherit): the caller discards the sandbox. */
 int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim);
 
+/* A group made ahead whose boot a command now waits for: the full CPU weight from now on. */
+void sbx_cg_hurry(const sbx_cgroup *cg);
+
 /* Freezes (true) or thaws (false) every task of a group made ahead (v1 freezer, v2
  * cgroup.freeze): an idle sandbox burns no CPU. 0, or an errno value. */
 int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen);

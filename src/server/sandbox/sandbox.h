@@ -114,6 +114,9 @@ bool sandbox_can_boot_ahead(const sandbox_backend *b);
 int sandbox_boot_fd(const sandbox *s);
 int sandbox_boot_check(sandbox *s, char *errbuf, size_t errlen);
 
+/* A command waits for this boot now: it gets the full CPU weight instead of the low one. */
+void sandbox_boot_hurry(sandbox *s);
+
 /* Sets the per-command options of a sandbox booted ahead before its sandbox_run: the output
  * budget and the cancel descriptor, as in sandbox_opts. */
 void sandbox_set_command(sandbox *s, size_t output_limit, int cancel_fd);
