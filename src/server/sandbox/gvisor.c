@@ -301,16 +301,20 @@ static int gvisor_run_ahead(sandbox *s, const char *command, int timeout_seconds
         snprintf(errbuf, errlen, "sandbox %s hit its memory limit while booting", s->id);
         return -1;
     }
-    s->sent = true;
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(s->cmd_w, command + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            break; /* the sandbox died: collect says how */
+            break;
         off += (size_t)w;
     }
+    if (off < len) { /* nobody reads: the sandbox died while it waited, before the command */
+        snprintf(errbuf, errlen, "sandbox %s is gone: %s", s->id, strerror(errno));
+        return -1;
+    }
+    s->sent = true;
     close_fd(&s->cmd_w); /* end of file: the waiter execs bash -c with it */
     stop_ctx kc = {s};
     sbx_proc_opts o = {.timeout_ms = timeout_seconds * 1000, .on_deadline = stop_ahead, .ctx = &kc,
