@@ -97,6 +97,13 @@ function M.waiting_sandboxes(root)
   return list
 end
 
+-- Whether process pid is frozen: in a freezer group (a sandbox booted ahead waiting for its
+-- command) whose state is FROZEN.
+function M.frozen(pid)
+  local path = (proc.read_file("/proc/" .. pid .. "/cgroup") or ""):match("%d+:freezer:([^\n]*)")
+  return path ~= nil and M.cgroup_value("/sys/fs/cgroup/freezer" .. path, "freezer.state") == "FROZEN"
+end
+
 -- How many `runsc run --pass-fd ...` processes (sandboxes booted ahead, waiting or running a
 -- command) use the runsc root of the server in dir.
 function M.ahead_runs(server)
