@@ -138,7 +138,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
               spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua spec/server/warm_spec.lua \
-              spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua
+              spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
+              spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -168,7 +169,8 @@ valgrind-test: build
 # love_frames: the same in real LÖVE frames (LuaJIT). nvim_loop: a 10 ms vim.loop timer's
 # lateness, idle vs 8 commands in flight, and idle wakeups with the SDK loaded (Neovim).
 # call_rate: small calls per second of the curl and uv transports vs raw_curl_rate, a raw
-# libcurl keep-alive loop in C (bench/raw_curl_rate.c).
+# libcurl keep-alive loop in C (bench/raw_curl_rate.c). call_instructions: the client's
+# instructions per small call (callgrind) of the same kinds, which the load does not move.
 # workspace_disks: session create/DELETE with a disk image each, restart with 50 sessions.
 # openresty: nginx (1 worker) running examples/openresty, 32 concurrent POST /run vs the plain-Lua
 # SDK, /ping latency during it, the cosocket transport's small-call rate vs raw_curl_rate, and
@@ -189,11 +191,13 @@ bench: build luajit-core
 	$(LUA) bench/workspace_disks.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_rate.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) LUA_CPATH="$(CURDIR)/build/luajit/?.so;;" luajit bench/call_rate.lua
+	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/call_instructions.lua
 	RAW_CURL_RATE=$(RAW_CURL_RATE) $(LUA) bench/openresty.lua
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
+	$(LUA) bench/files_binary.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -57,5 +57,6 @@ if [ ! -x "$RUNSC_DIR/usr/bin/runsc" ]; then
   (cd "$work" && apt-get "${opts[@]}" download runsc >/dev/null)
   mkdir -p "$RUNSC_DIR"
   dpkg -x "$work"/runsc_*.deb "$RUNSC_DIR"
-  "$RUNSC_DIR/usr/bin/runsc" --version | head -1
+  # sed reads all of it: head would close the pipe early, and SIGPIPE fails this script (pipefail)
+  "$RUNSC_DIR/usr/bin/runsc" --version | sed -n 1p
 fi

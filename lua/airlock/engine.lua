@@ -15,6 +15,7 @@ M.DEFAULT_CONNECT_TIMEOUT = 10  -- seconds to establish a connection
 M.DEFAULT_MAX_RETRIES = 3
 M.MAX_RETRY_WAIT = 30
 M.IMPORT_TIMEOUT = 240
+M.MAX_RAW_READ = 2 ^ 40        -- raw file reads: the server's quota bounds them, not the SDK
 M.EXEC_GRACE = 30               -- exec HTTP timeout = max(timeout, command timeout + grace)
 M.MISSING_SETTINGS =
   "Set base_url and api_key, or the SANDBOX_API_URL and SANDBOX_API_KEY environment variables."
@@ -151,17 +152,42 @@ local function fix_number(x)
 end
 
 -- Decoded JSON with null object members removed (missing == null, as the contract says)
--- and integral numbers as integers.
-local function strip_nulls(v)
-  if type(v) == "number" then return fix_number(v) end
-  if type(v) ~= "table" then return v end
-  for k, x in pairs(v) do
-    if x == cjson.null and type(k) == "string" then v[k] = nil
-    else v[k] = strip_nulls(x) end
+-- and integral numbers as integers. One pass over the tables, in place; it runs on every
+-- answer, so calls are few (numbers that are already right are left alone).
+local null = cjson.null
+local function strip_table(t)
+  for k, x in next, t do
+    local kind = type(x)
+    if kind == "number" then
+      if tointeger and x % 1 == 0 and x >= -2 ^ 53 and x <= 2 ^ 53 then t[k] = tointeger(x) end
+    elseif kind == "table" then
+      strip_table(x)
+    elseif x == null and type(k) == "string" then
+      t[k] = nil
+    end
   end
+end
+
+-- The same walk in C (airlock.core's strip_nulls), set by the transports that load the core
+-- (set_native_strip): the engine itself never loads C.
+local native_strip
+
+local function strip_nulls(v)
+  local kind = type(v)
+  if kind == "table" then
+    if not (native_strip and native_strip(v, null)) then strip_table(v) end
+    return v
+  end
+  if kind == "number" then return fix_number(v) end
   return v
 end
 M.strip_nulls = strip_nulls
+
+-- engine.set_native_strip(fn): fn(t, null) → true after doing strip_nulls' walk over t in
+-- place (false: not done, the Lua walk runs); nil: the Lua walk only.
+function M.set_native_strip(fn)
+  native_strip = fn
+end
 
 ---------------------------------------------------------------- settings
 
@@ -254,44 +280,71 @@ function M.settings(opts, getenv)
       egress[i] = rule
     end
   end
-  return {
+  local settings = {
     base_url = base_url, api_key = api_key, verify = verify, timeout = timeout,
     connect_timeout = connect_timeout, max_retries = max_retries, template = template,
     egress = egress, transport = M.check_transport(opts.transport), max_concurrent_exec = max_exec,
   }
+  -- worked out once here, not at every request
+  settings.key_header = "X-API-Key: " .. api_key
+  settings.timeout_ms, settings.connect_timeout_ms = M.timeouts_ms(settings, timeout)
+  return settings
 end
 
 ---------------------------------------------------------------- requests
 
+local CONTENT_TYPE_HEADER = "Content-Type: application/json"
+local ACCEPT_HEADER = "Accept: application/json"
+local USER_AGENT_HEADER = "User-Agent: " .. M.USER_AGENT
+
+-- The request headers, a new list each time (a transport may keep or change its request).
 function M.headers(settings)
-  return {
-    "X-API-Key: " .. settings.api_key,
-    "Content-Type: application/json",
-    "Accept: application/json",
-    "User-Agent: " .. M.USER_AGENT,
-  }
+  return { settings.key_header or "X-API-Key: " .. settings.api_key, CONTENT_TYPE_HEADER, ACCEPT_HEADER,
+    USER_AGENT_HEADER }
 end
 
+-- The request and connect timeouts in milliseconds for a request timeout in seconds.
+function M.timeouts_ms(settings, timeout)
+  local connect = settings.connect_timeout
+  if timeout < connect then connect = timeout end
+  return floor(timeout * 1000 + 0.5), floor(connect * 1000 + 0.5)
+end
+
+local NO_OPTIONS = {}
+
 -- A transport-neutral request description. opts: timeout (seconds), max_retries, query
--- (list of {name, value}, form-encoded).
+-- (list of {name, value}, form-encoded), raw_body (a string sent as application/octet-stream
+-- instead of body), raw_response (ask for application/octet-stream; decode keeps the bytes).
 function M.build(settings, method, path, body, opts)
-  opts = opts or {}
+  opts = opts or NO_OPTIONS
   local url = settings.base_url .. path
-  if opts.query and #opts.query > 0 then
+  local query = opts.query
+  if query and #query > 0 then
     local q = {}
-    for i, kv in ipairs(opts.query) do q[i] = M.form_encode(kv[1]) .. "=" .. M.form_encode(kv[2]) end
+    for i, kv in ipairs(query) do q[i] = M.form_encode(kv[1]) .. "=" .. M.form_encode(kv[2]) end
     url = url .. "?" .. table.concat(q, "&")
   end
-  local timeout = opts.timeout or settings.timeout
+  local timeout_ms, connect_timeout_ms = settings.timeout_ms, settings.connect_timeout_ms
+  if opts.timeout or not timeout_ms then
+    timeout_ms, connect_timeout_ms = M.timeouts_ms(settings, opts.timeout or settings.timeout)
+  end
   local max_retries = opts.max_retries
   if max_retries == nil then max_retries = settings.max_retries end
+  local headers = M.headers(settings)
+  local encoded = body ~= nil and encode_value(body) or nil
+  if opts.raw_body then   -- the airlock extension: the file's exact bytes as the body
+    headers[2] = "Content-Type: application/octet-stream"
+    encoded = opts.raw_body
+  end
+  if opts.raw_response then headers[3] = "Accept: application/octet-stream" end
   return {
     method = method,
     url = url,
-    headers = M.headers(settings),
-    body = body ~= nil and encode_value(body) or nil,
-    timeout_ms = floor(timeout * 1000 + 0.5),
-    connect_timeout_ms = floor(math.min(settings.connect_timeout, timeout) * 1000 + 0.5),
+    headers = headers,
+    body = encoded,
+    max_response_bytes = opts.raw_response and M.MAX_RAW_READ or nil,
+    timeout_ms = timeout_ms,
+    connect_timeout_ms = connect_timeout_ms,
     max_retries = max_retries,
     verify = settings.verify,
   }
@@ -365,12 +418,14 @@ end
 
 -- Decode what a transport's send gave: a response {status, reason, headers, body}, or nil
 -- and a failure {message, sent, tls}. → true, data (nil for an empty body) | false, error.
-function M.decode(settings, res, failure)
+-- raw: a 2xx body is the data as it came (a raw file read).
+function M.decode(settings, res, failure, raw)
   if res == nil or res.status == nil then
     return false, M.connection_error(settings, failure and failure.message or "no response")
   end
   local status = res.status
   if status < 200 or status >= 300 then return false, M.http_error(settings, res) end
+  if raw then return true, res.body or "" end   -- the exact bytes (raw is the request's opts.raw_response)
   if res.body == nil or res.body == "" then return true, nil end
   local ok, data = parse_json(res.body)
   if not ok then
@@ -386,6 +441,15 @@ function M.missing_file_text(path)
 end
 
 ---------------------------------------------------------------- retry policy (contract 3.7)
+
+-- Whether the policy may ever retry after this outcome of a try (res: the response, nil
+-- after a connection failure): only connection failures and 429/503 answers are retried.
+-- A quick test, so that retry_wait is asked only when its answer can be a wait.
+function M.may_retry(res)
+  if res == nil then return true end
+  local status = res.status
+  return status == nil or status == 0 or status == 429 or status == 503
+end
 
 -- THE retry policy of the SDK (every transport, every call). Seconds to wait before the next
 -- try, or nil to give up. t: attempt (0 for the first failure), max_retries, method, status

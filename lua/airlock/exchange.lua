@@ -34,7 +34,7 @@ function M.perform(transport, request, gate)
     end
     if not again then
       local wait
-      if not (failure and failure.tls) then
+      if not (failure and failure.tls) and engine.may_retry(res) then
         wait = engine.retry_wait({
           attempt = attempt, max_retries = request.max_retries, method = request.method,
           status = res and res.status, retry_after = res and res.headers and res.headers["retry-after"],
@@ -78,11 +78,11 @@ end
 -- One call, start to finish: true, data | false, error object. opts: engine.build's, plus
 -- command = true for exec and import (they wait in the server's line).
 function M.call(settings, method, path, body, opts)
-  M.delete_dropped(true)
+  if dropped.count() > 0 then M.delete_dropped(true) end
   local request = engine.build(settings, method, path, body, opts)
   local gate = opts and opts.command and exec_gate.for_settings(settings) or nil
   local res, failure = M.perform(transports.resolve(settings.transport), request, gate)
-  return engine.decode(settings, res, failure)
+  return engine.decode(settings, res, failure, opts and opts.raw_response)
 end
 
 -- Counters: requests sent, retries, commands sent again after a full server.

@@ -199,11 +199,11 @@ local function read_head(s)
   return { version = "1." .. minor, status = tonumber(code), reason = reason, headers = headers }
 end
 
-local function body_too_large()
-  return "the response body is larger than " .. M.MAX_BODY_BYTES .. " bytes"
+local function body_too_large(limit)
+  return "the response body is larger than " .. limit .. " bytes"
 end
 
-local function read_chunked(s)
+local function read_chunked(s, limit)
   local parts, total = {}, 0
   while true do
     local line, err = s:line(M.MAX_CHUNK_LINE, "a chunk-size line")
@@ -215,7 +215,7 @@ local function read_chunked(s)
     local size = tonumber(hex, 16)
     if size == 0 then break end
     total = total + size
-    if total > M.MAX_BODY_BYTES then return nil, body_too_large() end
+    if total > limit then return nil, body_too_large(limit) end
     local data, derr = s:take(size + 2)
     if not data then return nil, io_error(derr, "in the middle of a chunk") end
     if sub(data, -2) ~= "\r\n" then return nil, "a chunk is not followed by CRLF" end
@@ -232,11 +232,11 @@ local function read_chunked(s)
   return concat(parts)
 end
 
-local function read_until_close(s)
+local function read_until_close(s, limit)
   local parts = { sub(s.buf, s.pos) }
   local total = #parts[1]
   s.buf, s.pos = "", 1
-  while total <= M.MAX_BODY_BYTES do
+  while total <= limit do
     local data, err = s.reader.any(M.READ_SIZE)
     if not data then
       if err == "closed" then break end
@@ -245,7 +245,7 @@ local function read_until_close(s)
     total = total + #data
     parts[#parts + 1] = data
   end
-  if total > M.MAX_BODY_BYTES then return nil, body_too_large() end
+  if total > limit then return nil, body_too_large(limit) end
   return concat(parts)
 end
 
@@ -256,10 +256,12 @@ local function keeps_alive(head)
   return not (c and lower(c):find("close", 1, true))
 end
 
--- M.read_response(reader, method) → response {status, reason, headers, body, keepalive}
--- | nil, message, nothing (true when not one byte of an answer arrived: a dead idle
--- connection, which the caller may retry on a fresh one).
-function M.read_response(reader, method)
+-- M.read_response(reader, method [, max_body]) → response {status, reason, headers, body,
+-- keepalive} | nil, message, nothing (true when not one byte of an answer arrived: a dead idle
+-- connection, which the caller may retry on a fresh one). max_body: the largest body taken
+-- (default MAX_BODY_BYTES; a raw file read asks for more).
+function M.read_response(reader, method, max_body)
+  local limit = max_body or M.MAX_BODY_BYTES
   local s = stream(reader)
   local head, err, nothing
   repeat
@@ -276,7 +278,7 @@ function M.read_response(reader, method)
     if not lower(te):match("chunked%s*$") then
       return nil, "unsupported Transfer-Encoding \"" .. shown(te) .. "\""
     end
-    body, err = read_chunked(s)
+    body, err = read_chunked(s, limit)
     if not body then return nil, err end
   elseif h["content-length"] then
     local cl = h["content-length"]
@@ -288,14 +290,14 @@ function M.read_response(reader, method)
       n = first and tonumber(first)
     end
     if not n then return nil, "bad Content-Length \"" .. shown(cl) .. "\"" end
-    if n > M.MAX_BODY_BYTES then return nil, body_too_large() end
+    if n > limit then return nil, body_too_large(limit) end
     local got
     body, err, got = s:take(n)
     if not body then
       return nil, io_error(err, "after " .. tostring(got) .. " of " .. n .. " body bytes")
     end
   else
-    body, err = read_until_close(s)
+    body, err = read_until_close(s, limit)
     if not body then return nil, err end
     keepalive = false
   end

@@ -234,19 +234,49 @@ end
 
 ---------------------------------------------------------------- Files
 
-function Files:write(path, content)
+-- files:write(path, data [, {binary = true | false}]): any Lua string. binary = nil (auto):
+-- valid UTF-8 goes as the contract's JSON text, anything else as raw bytes (the airlock
+-- extension, application/octet-stream); true: always raw; false: always JSON text.
+function Files:write(path, content, opts)
   local sbx = self._sandbox
   local id = started(sbx, "files:write")
   engine.check_path("path", path)
+  local binary = opts and opts.binary
+  if opts ~= nil and type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  if binary ~= nil and type(binary) ~= "boolean" then engine.bad_argument("binary", "a boolean", binary) end
+  if binary == nil then
+    engine.check_string("content", content)
+    binary = engine.utf8_len(content) == nil
+  end
+  if binary then
+    engine.check_string("content", content)
+    call(sbx._settings, "POST", engine.session_path(id, "/write"), nil,
+      { query = { { "path", path } }, raw_body = content })
+    return
+  end
   engine.check_string("content", content, { utf8 = true })
   call(sbx._settings, "POST", engine.session_path(id, "/write"),
     { { "path", path }, { "content", content } })
 end
 
-function Files:read(path)
+-- files:read(path [, {binary = true}]) → the file's text (JSON, the contract), or with
+-- binary = true its exact bytes (the airlock extension: nothing decoded or normalised).
+function Files:read(path, opts)
   local sbx = self._sandbox
   local id = started(sbx, "files:read")
   engine.check_path("path", path)
+  if opts ~= nil and type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  if opts and opts.binary then
+    local ok, bytes = exchange.call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
+      { query = { { "path", path } }, raw_response = true })
+    if not ok then
+      if bytes.status == 404 and bytes.detail == "File '" .. path .. "' does not exist." then
+        errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
+      end
+      raise(bytes)
+    end
+    return bytes
+  end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
     { query = { { "path", path } } })
   local content = data and data.content
@@ -257,6 +287,27 @@ function Files:read(path)
     errors.raise("SandboxError", "The server's read answer has no content")
   end
   return content
+end
+
+-- files:list([dir [, {limit = n}]]) → entries, truncated: each entry {name, kind = "file" |
+-- "dir" | "symlink" | "other", size (bytes), mtime (seconds since the epoch)}, in name order;
+-- truncated is true when the directory holds more than limit (default 1000, at most 10000)
+-- entries. Symlinks are listed, never followed. An airlock extension (GET .../list).
+function Files:list(dir, opts)
+  local sbx = self._sandbox
+  local id = started(sbx, "files:list")
+  if dir == nil then dir = "." end
+  engine.check_path("dir", dir)
+  if opts ~= nil and type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  local query = { { "path", dir } }
+  if opts and opts.limit ~= nil then
+    query[2] = { "limit", engine.check_integer("limit", opts.limit, 1, 10000) }
+  end
+  local data = call(sbx._settings, "GET", engine.session_path(id, "/list"), nil, { query = query })
+  if type(data) ~= "table" or type(data.entries) ~= "table" then
+    errors.raise("SandboxError", "The server's list answer has no entries")
+  end
+  return data.entries, data.truncated == true
 end
 
 ---------------------------------------------------------------- module functions

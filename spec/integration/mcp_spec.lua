@@ -215,6 +215,13 @@ describe("bin/airlock-mcp against airlockd", function()
     assert.same({ session_id = fresh }, state())
     assert.same({ "File not found: pkg/hello.py", true }, { text_of(answers[12]) })
 
+    -- a binary file is described, not put in the model's context (the shared catalogue)
+    p:send(call(12, "run_command", { command = "printf '\\x89PNG\\r\\n\\x1a\\n\\xff\\x00' > dot.png" }))
+    p:send(call(13, "read_file", { path = "dot.png" }))
+    answers = p:wait(14)
+    assert.same({ "binary file, 10 bytes (PNG image); not shown. Inspect it with run_command "
+      .. "(e.g. xxd FILE | head, or file FILE).", false }, { text_of(answers[14]) })
+
     local stderr, still_running = p:close()
     assert.is_false(still_running)
     assert.equal("", stderr)

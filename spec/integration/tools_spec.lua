@@ -26,6 +26,15 @@ describe("airlock.tools against airlockd", function()
       tools.handle_tool_call(sbx, "run_command", '{"command": "echo oops >&2; exit 3"}'))
   end)
 
+  it("describes a binary file instead of reading its bytes into the model's context", function()
+    sbx.files:write("img/dot.png", "\137PNG\r\n\26\n" .. ("\0\255"):rep(6168))
+    assert.equal("binary file, 12,344 bytes (PNG image); not shown. Inspect it with run_command "
+      .. "(e.g. xxd FILE | head, or file FILE).", tools.handle_tool_call(sbx, "read_file", { path = "img/dot.png" }))
+    sbx.files:write("blob", "\255\254")
+    assert.equal("binary file, 2 bytes; not shown. Inspect it with run_command (e.g. xxd FILE | head, or file FILE).",
+      tools.handle_tool_call(sbx, "read_file", { path = "blob" }))
+  end)
+
   it("reports the SDK's errors with their classes", function()
     assert.equal("Error: file not found: nope.txt", tools.handle_tool_call(sbx, "read_file", { path = "nope.txt" }))
     assert.equal("Error from sandbox (PermissionDeniedError): Access denied: symlink/path traversal outside "

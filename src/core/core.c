@@ -8,6 +8,7 @@
  *   callbacks.c  what libcurl calls (no Lua inside)
  *   driver.c     the multi handle: step(), and the socket/timer hooks for a host loop
  *   request.c    the request userdata
+ *   strip.c      the engine's walk over decoded JSON answers, in C
  *   compat.h     Lua 5.1/LuaJIT .. 5.4 differences */
 #include "internal.h"
 
@@ -18,6 +19,7 @@
 #include "callbacks.c"
 #include "driver.c"
 #include "request.c"
+#include "strip.c"
 
 int luaopen_airlock_core(lua_State *L);
 
@@ -38,6 +40,7 @@ static const luaL_Reg request_methods[] = {
 
 static const luaL_Reg functions[] = {
   { "request", l_request },
+  { "perform", l_perform },
   { "step", l_step },
   { "socket_events", l_socket_events },
   { "action", l_action },
@@ -45,6 +48,7 @@ static const luaL_Reg functions[] = {
   { "now", l_now },
   { "stats", l_stats },
   { "close_connections", l_close_connections },
+  { "strip_nulls", l_strip_nulls },
   { NULL, NULL }
 };
 

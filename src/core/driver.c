@@ -75,6 +75,43 @@ static void driver_unlink(request *r)
   d->nlive--;
 }
 
+/* An easy handle for a new request: one kept from an earlier request (*configured: still set
+ * up for a plain GET; else reset), or a new one (NULL when libcurl cannot make one). */
+static CURL *driver_take_easy(driver *d, int *configured)
+{
+  *configured = 0;
+  if (d->nidle == 0) return curl_easy_init();
+  d->nidle--;
+  *configured = d->idle[d->nidle].configured;
+  return d->idle[d->nidle].easy;
+}
+
+/* A request is done with easy (already out of the multi handle). Kept for the next request
+ * while there is room: as it is when `configured` (it completed a plain GET; the pointers
+ * into the finished request are cleared), else reset (every option back to its default).
+ * Otherwise cleaned up. The connections stay in the multi handle's cache either way. */
+static void driver_give_easy(driver *d, CURL *easy, int configured)
+{
+  if (d == NULL || d->multi == NULL || d->nidle == MAX_IDLE_EASY) {
+    curl_easy_cleanup(easy);
+    return;
+  }
+  if (configured) {
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, (char *)NULL);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
+  } else {
+    curl_easy_reset(easy);
+  }
+  d->idle[d->nidle].easy = easy;
+  d->idle[d->nidle].configured = configured;
+  d->nidle++;
+}
+
+static void driver_free_idle(driver *d)
+{
+  while (d->nidle > 0) curl_easy_cleanup(d->idle[--d->nidle].easy);
+}
+
 /* Hands a linked request to libcurl (its timer callback then asks for a timeout action). */
 static int driver_start(driver *d, request *r)
 {
@@ -308,6 +345,7 @@ static int l_close_connections(lua_State *L)
     return 1;
   }
   curl_multi_cleanup(d->multi);   /* its socket callbacks record the removals */
+  driver_free_idle(d);
   if (driver_setup_multi(d) != 0) return luaL_error(L, "airlock.core: curl_multi_init failed");
   lua_pushboolean(L, 1);
   return 1;
@@ -324,6 +362,13 @@ static int driver_gc(lua_State *L)
     snprintf(r->errbuf, sizeof r->errbuf, "the airlock driver was closed");
     request_release(r);
   }
+  if (d->blocking) {
+    buffer_free(&d->blocking->resp);
+    buffer_free(&d->blocking->head);
+    free(d->blocking);
+    d->blocking = NULL;
+  }
+  driver_free_idle(d);
   curl_multi_cleanup(d->multi);
   d->multi = NULL;
   free(d->socks);

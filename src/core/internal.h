@@ -19,6 +19,9 @@
 #define MAX_CONNECTS        32L      /* idle keep-alive connections kept for reuse */
 #define MAX_TOTAL_CONNECTS  64L      /* open connections at once; more transfers wait in libcurl */
 #define MAX_HEADER_BYTES    65536    /* response header block kept per request */
+#define MAX_IDLE_EASY       8        /* finished easy handles kept for the next requests */
+#define KEPT_BUFFER_BYTES   65536    /* core.perform keeps its buffers up to this size */
+#define METHOD_BYTES        8        /* an HTTP method name and its NUL */
 #define DRIVER_MT  "airlock.core.driver"
 #define REQUEST_MT "airlock.core.request"
 
@@ -61,6 +64,15 @@ typedef struct driver {
   int host_watch;              /* a host loop reads socket_events(): keep removals until read */
   int socket_failed;           /* a socket callback could not record its socket (no memory) */
   unsigned long connects, transfers;
+  /* easy handles to reuse (a new one costs a large zeroed allocation and its cleanup per
+   * request); `configured`: still set up for a plain GET, else reset */
+  struct idle_easy {
+    CURL *easy;
+    int configured;
+  } idle[MAX_IDLE_EASY];
+  size_t nidle;
+  struct request *blocking;    /* core.perform's request (allocated at its first call) */
+  int blocking_busy;           /* core.perform is using it */
 } driver;
 
 static double now_ms(void);
@@ -68,6 +80,9 @@ static int driver_setup_multi(driver *d);
 static void driver_link(driver *d, struct request *r);
 static void driver_unlink(struct request *r);
 static int driver_start(driver *d, struct request *r);
+static CURL *driver_take_easy(driver *d, int *configured);
+static void driver_give_easy(driver *d, CURL *easy, int configured);
+static void driver_free_idle(driver *d);
 
 /* ---------------------------------------------------------------- request (request.c) */
 
@@ -78,12 +93,13 @@ typedef struct request {
   struct request *prev, *next;
   CURL *easy;
   struct curl_slist *headers;
-  char *url;
   char *body;
   size_t body_len;
   size_t body_pos;             /* bytes of the body handed to libcurl */
   int replay_refused;          /* libcurl wanted to resend a body that may have arrived */
-  char method[8];
+  char method[METHOD_BYTES];
+  int plain;                   /* a GET with default verification: its easy handle can stay set up */
+  int completed;               /* libcurl finished the transfer (not cancelled or dropped) */
   int state;
   int in_multi;
   int aborted;

@@ -1,6 +1,8 @@
 /* request.c: the request userdata. core.request{...} checks every field, then builds one
  * libcurl transfer and starts it (never blocking); req:result() gives the answer or the
- * connection error. One attempt only: retries are the Lua engine's policy. */
+ * connection error. core.perform{...} is the same for a caller that blocks (the request lives
+ * in the driver). One attempt only: retries are the Lua engine's policy. */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,17 @@
 static request *check_request(lua_State *L, int idx)
 {
   return (request *)luaL_checkudata(L, idx, REQUEST_MT);
+}
+
+/* Empties a finished, released request for a new transfer, keeping its buffers' memory. */
+static void request_clear(request *r)
+{
+  buffer resp = r->resp, head = r->head;
+  memset(r, 0, sizeof *r);
+  resp.len = head.len = 0;
+  r->resp = resp;
+  r->head = head;
+  r->state = REQ_DONE;   /* until it starts */
 }
 
 /* An integer field in [lo, hi]; the double is range-checked before any cast. */
@@ -25,26 +38,26 @@ static int number_to_int(lua_State *L, int idx, long lo, long hi, long *out)
   return 1;
 }
 
-static const char *opt_string_field(lua_State *L, int t, const char *name, size_t *len, int required)
+static const char *opt_string_field(lua_State *L, const char *who, int t, const char *name, size_t *len,
+                                    int required)
 {
   lua_getfield(L, t, name);
   if (lua_isnil(L, -1)) {
-    if (required) luaL_error(L, "airlock.core.request: field '%s' (a string) is required", name);
+    if (required) luaL_error(L, "%s: field '%s' (a string) is required", who, name);
     return NULL;
   }
   if (lua_type(L, -1) != LUA_TSTRING)
-    luaL_error(L, "airlock.core.request: field '%s' must be a string", name);
+    luaL_error(L, "%s: field '%s' must be a string", who, name);
   return lua_tolstring(L, -1, len);   /* stays anchored on the stack */
 }
 
-static long opt_int_field(lua_State *L, int t, const char *name, long lo, long hi, long dflt)
+static long opt_int_field(lua_State *L, const char *who, int t, const char *name, long lo, long hi, long dflt)
 {
   long v = dflt;
   lua_getfield(L, t, name);
   if (!lua_isnil(L, -1) && !number_to_int(L, -1, lo, hi, &v)) {
     char msg[160];
-    snprintf(msg, sizeof msg, "airlock.core.request: field '%s' must be an integer from %ld to %ld",
-             name, lo, hi);
+    snprintf(msg, sizeof msg, "%s: field '%s' must be an integer from %ld to %ld", who, name, lo, hi);
     luaL_error(L, "%s", msg);
   }
   lua_pop(L, 1);
@@ -74,20 +87,20 @@ static int tls_config_failure(CURLcode code)
   }
 }
 
-/* Releases what the transfer needs; the results (status, body, headers, ...) stay. */
+/* Releases what the transfer needs; the results (status, body, headers, ...) stay. The easy
+ * handle goes back to the driver, still set up for a plain GET when it completed one. */
 static void request_release(request *r)
 {
+  driver *d = r->drv;
   if (r->easy && r->request_bytes == 0) {
     long n = 0;
     if (curl_easy_getinfo(r->easy, CURLINFO_REQUEST_SIZE, &n) == CURLE_OK) r->request_bytes = n;
   }
   driver_unlink(r);
-  if (r->easy) curl_easy_cleanup(r->easy);
+  if (r->easy) driver_give_easy(d, r->easy, r->plain && r->completed && r->code == CURLE_OK);
   r->easy = NULL;
   curl_slist_free_all(r->headers);
   r->headers = NULL;
-  free(r->url);
-  r->url = NULL;
   free(r->body);
   r->body = NULL;
   r->state = REQ_DONE;
@@ -100,6 +113,7 @@ static void request_finished(driver *d, request *r, CURLcode code)
   if (r->in_multi) curl_multi_remove_handle(d->multi, r->easy);
   r->in_multi = 0;
   r->code = code;
+  r->completed = 1;
   if (code == CURLE_OK) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->status);
   else r->status = 0;
   if (code != CURLE_OK && r->head_overflow)
@@ -115,112 +129,123 @@ static void request_finished(driver *d, request *r, CURLcode code)
   request_release(r);
 }
 
-/* core.request{method=, url=, headers={"Name: value", ...}, body=, timeout_ms=,
- *              connect_timeout_ms=, verify=true|false|"ca.pem"} → request (already started) */
-static int l_request(lua_State *L)
-{
-  driver *d = live_driver(L);
-  const char *method, *url, *body, *cainfo = NULL;
-  size_t method_len = 0, url_len = 0, body_len = 0, i, nheaders = 0;
+/* What core.request or core.perform was asked for, checked and converted; the strings stay
+ * anchored on the Lua stack (indices 2..6) until the transfer is set up. */
+typedef struct request_spec {
+  const char *method, *url, *body, *cainfo;
+  size_t method_len, body_len, nheaders;
   long timeout_ms, connect_ms;
-  int verify = 1, hidx;
-  request *r;
-  CURL *e;
+  int verify, hidx;
+} request_spec;
 
-  /* 1. check and convert every argument while nothing is allocated */
+/* Checks the spec table at index 1 (raising a clear error for a bad field) while nothing is
+ * allocated. */
+static void read_spec(lua_State *L, const char *who, request_spec *s)
+{
+  size_t i, url_len = 0;
+  memset(s, 0, sizeof *s);
+  s->verify = 1;
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  method = opt_string_field(L, 1, "method", &method_len, 1);            /* index 2 */
-  if (method_len == 0 || method_len >= sizeof r->method)
-    return luaL_error(L, "airlock.core.request: bad method '%s'", method);
-  for (i = 0; i < method_len; i++)
-    if (method[i] < 'A' || method[i] > 'Z')
-      return luaL_error(L, "airlock.core.request: bad method '%s'", method);
-  url = opt_string_field(L, 1, "url", &url_len, 1);                     /* index 3 */
-  if (strlen(url) != url_len || url_len == 0)
-    return luaL_error(L, "airlock.core.request: bad url");
-  body = opt_string_field(L, 1, "body", &body_len, 0);                  /* index 4 */
-  timeout_ms = opt_int_field(L, 1, "timeout_ms", 0, LONG_MAX / 2, 90000);
-  connect_ms = opt_int_field(L, 1, "connect_timeout_ms", 0, LONG_MAX / 2, 10000);
-  lua_getfield(L, 1, "verify");                                          /* index 5 */
-  if (lua_isboolean(L, -1)) verify = lua_toboolean(L, -1);
+  s->method = opt_string_field(L, who, 1, "method", &s->method_len, 1);            /* index 2 */
+  if (s->method_len == 0 || s->method_len >= METHOD_BYTES)
+    luaL_error(L, "%s: bad method '%s'", who, s->method);
+  for (i = 0; i < s->method_len; i++)
+    if (s->method[i] < 'A' || s->method[i] > 'Z') luaL_error(L, "%s: bad method '%s'", who, s->method);
+  s->url = opt_string_field(L, who, 1, "url", &url_len, 1);                        /* index 3 */
+  if (strlen(s->url) != url_len || url_len == 0) luaL_error(L, "%s: bad url", who);
+  s->body = opt_string_field(L, who, 1, "body", &s->body_len, 0);                  /* index 4 */
+  s->timeout_ms = opt_int_field(L, who, 1, "timeout_ms", 0, LONG_MAX / 2, 90000);
+  s->connect_ms = opt_int_field(L, who, 1, "connect_timeout_ms", 0, LONG_MAX / 2, 10000);
+  lua_getfield(L, 1, "verify");                                                     /* index 5 */
+  if (lua_isboolean(L, -1)) s->verify = lua_toboolean(L, -1);
   else if (lua_type(L, -1) == LUA_TSTRING) {
     size_t n;
-    cainfo = lua_tolstring(L, -1, &n);
-    if (n == 0 || strlen(cainfo) != n) return luaL_error(L, "airlock.core.request: bad verify path");
+    s->cainfo = lua_tolstring(L, -1, &n);
+    if (n == 0 || strlen(s->cainfo) != n) luaL_error(L, "%s: bad verify path", who);
   } else if (!lua_isnil(L, -1))
-    return luaL_error(L, "airlock.core.request: field 'verify' must be a boolean or a CA file path");
-  lua_getfield(L, 1, "headers");                                         /* index 6 */
-  hidx = lua_gettop(L);
-  if (!lua_isnil(L, hidx)) {
-    if (!lua_istable(L, hidx)) return luaL_error(L, "airlock.core.request: field 'headers' must be a table");
-    nheaders = alc_rawlen(L, hidx);
-    for (i = 1; i <= nheaders; i++) {
+    luaL_error(L, "%s: field 'verify' must be a boolean or a CA file path", who);
+  lua_getfield(L, 1, "headers");                                                    /* index 6 */
+  s->hidx = lua_gettop(L);
+  if (!lua_isnil(L, s->hidx)) {
+    if (!lua_istable(L, s->hidx)) luaL_error(L, "%s: field 'headers' must be a table", who);
+    s->nheaders = alc_rawlen(L, s->hidx);
+    for (i = 1; i <= s->nheaders; i++) {
       size_t n = 0;
       const char *h;
-      lua_rawgeti(L, hidx, (int)i);
+      lua_rawgeti(L, s->hidx, (int)i);
       h = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL;
       if (h == NULL || !valid_header_line(h, n))
-        return luaL_error(L, "airlock.core.request: header %d is not a valid header line", (int)i);
+        luaL_error(L, "%s: header %d is not a valid header line", who, (int)i);
       lua_pop(L, 1);
     }
   }
+}
 
-  /* 2. the userdata owns every resource from here on: an error below leaks nothing, since
-   *    its __gc frees whatever was acquired. */
-  r = (request *)alc_newuserdata(L, sizeof *r);
-  memset(r, 0, sizeof *r);
-  luaL_getmetatable(L, REQUEST_MT);
-  lua_setmetatable(L, -2);
-  memcpy(r->method, method, method_len);
-  r->method[method_len] = '\0';
-  r->state = REQ_DONE;   /* until it starts */
-
-  r->url = dup_mem(url, url_len);
-  if (r->url == NULL) return luaL_error(L, "airlock.core.request: out of memory");
-  if (body) {
-    r->body = dup_mem(body, body_len);
-    if (r->body == NULL) return luaL_error(L, "airlock.core.request: out of memory");
-    r->body_len = body_len;
+/* Builds r's transfer from s and starts it (never blocking). NULL, or what failed: r then
+ * holds whatever it acquired, for request_release. r is empty and unlinked before.
+ *
+ * An easy handle is reused from the driver; one that last completed a plain GET (default
+ * verification) keeps those options, so a plain GET on it sets only what differs per
+ * request. Anything else starts from a reset handle, so no option of an earlier request
+ * carries over. */
+static const char *request_begin(lua_State *L, driver *d, request *r, const request_spec *s)
+{
+  size_t i;
+  int configured = 0;
+  CURL *e;
+  memcpy(r->method, s->method, s->method_len);
+  r->method[s->method_len] = '\0';
+  if (s->body) {
+    r->body = dup_mem(s->body, s->body_len);
+    if (r->body == NULL) return "out of memory";
+    r->body_len = s->body_len;
   }
-  for (i = 1; i <= nheaders; i++) {
+  for (i = 1; i <= s->nheaders; i++) {
     struct curl_slist *nl;
-    lua_rawgeti(L, hidx, (int)i);
+    lua_rawgeti(L, s->hidx, (int)i);
     nl = curl_slist_append(r->headers, lua_tostring(L, -1));
     lua_pop(L, 1);
-    if (nl == NULL) return luaL_error(L, "airlock.core.request: out of memory");
+    if (nl == NULL) return "out of memory";
     r->headers = nl;
   }
-  if (body && body_len > 0) {
+  if (s->body && s->body_len > 0) {
     /* no "Expect: 100-continue" round trip for larger bodies */
     struct curl_slist *nl = curl_slist_append(r->headers, "Expect:");
-    if (nl == NULL) return luaL_error(L, "airlock.core.request: out of memory");
+    if (nl == NULL) return "out of memory";
     r->headers = nl;
   }
-  e = r->easy = curl_easy_init();
-  if (e == NULL) return luaL_error(L, "airlock.core.request: curl_easy_init failed");
-
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_URL, r->url);
+  r->plain = s->verify && s->cainfo == NULL && strcmp(r->method, "GET") == 0;
+  e = r->easy = driver_take_easy(d, &configured);
+  if (e == NULL) return "curl_easy_init failed";
+  if (configured && !r->plain) {
+    curl_easy_reset(e);
+    configured = 0;
+  }
+  if (!configured) {
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 #if LIBCURL_VERSION_NUM >= 0x075500
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+  }
+  /* libcurl keeps its own copy of the URL */
+  if (curl_easy_setopt(e, CURLOPT_URL, s->url) != CURLE_OK) return "out of memory";
   curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)(void *)r);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, (void *)r);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, (void *)r);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
-  curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  if (r->headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
-  if (!verify) {
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, s->timeout_ms);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, s->connect_ms);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+  if (!s->verify) {
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-  } else if (cainfo) {
-    curl_easy_setopt(e, CURLOPT_CAINFO, cainfo);   /* libcurl copies the string */
+  } else if (s->cainfo) {
+    curl_easy_setopt(e, CURLOPT_CAINFO, s->cainfo);   /* libcurl copies the string */
   }
   if (strcmp(r->method, "GET") == 0) {
     curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
@@ -237,11 +262,31 @@ static int l_request(lua_State *L)
       curl_easy_setopt(e, CURLOPT_SEEKDATA, (void *)r);
     }
   }
-
   driver_link(d, r);
-  if (driver_start(d, r) != 0) {
+  if (driver_start(d, r) != 0) return "could not start the transfer";
+  return NULL;
+}
+
+/* core.request{method=, url=, headers={"Name: value", ...}, body=, timeout_ms=,
+ *              connect_timeout_ms=, verify=true|false|"ca.pem"} → request (already started) */
+static int l_request(lua_State *L)
+{
+  driver *d = live_driver(L);
+  request_spec s;
+  request *r;
+  const char *why;
+  read_spec(L, "airlock.core.request", &s);
+  /* the userdata owns every resource from here on: an error below leaks nothing, since its
+   * __gc frees whatever was acquired */
+  r = (request *)alc_newuserdata(L, sizeof *r);
+  memset(r, 0, sizeof *r);
+  r->state = REQ_DONE;   /* until it starts */
+  luaL_getmetatable(L, REQUEST_MT);
+  lua_setmetatable(L, -2);
+  why = request_begin(L, d, r, &s);
+  if (why != NULL) {
     request_release(r);
-    return luaL_error(L, "airlock.core.request: could not start the transfer");
+    return luaL_error(L, "airlock.core.request: %s", why);
   }
   return 1;
 }
@@ -257,8 +302,14 @@ static int req_done(lua_State *L)
  * seen twice gets its values joined with ", ". */
 static void push_headers(lua_State *L, const request *r)
 {
-  const char *p = r->head.data, *end = p ? p + r->head.len : NULL;
-  lua_newtable(L);
+  const char *p = r->head.data, *end = p ? p + r->head.len : NULL, *q = p;
+  int lines = 0;
+  /* sized for every line at once: growing a table step by step rehashes it each time */
+  while (q && q < end && (q = memchr(q, '\n', (size_t)(end - q))) != NULL) {
+    lines++;
+    q++;
+  }
+  lua_createtable(L, 0, lines);
   while (p && p < end) {
     const char *eol = memchr(p, '\n', (size_t)(end - p)), *colon, *v, *ve;
     char name[128];
@@ -289,18 +340,13 @@ static void push_headers(lua_State *L, const request *r)
   }
 }
 
-/* req:result() → nil while running; else {status=, reason=, headers=, body=, connects=} for
+/* The result table of a finished request: {status=, reason=, headers=, body=, connects=} for
  * an HTTP answer, or {error=, code=, sent=, tls=, connects=} when there was none: `sent`
  * says the request may have reached the server, `tls` that the TLS setup failed (the same
  * on every try). */
-static int req_result(lua_State *L)
+static void push_result(lua_State *L, const request *r)
 {
-  request *r = check_request(L, 1);
-  if (r->state != REQ_DONE) {
-    lua_pushnil(L);
-    return 1;
-  }
-  lua_createtable(L, 0, 6);
+  lua_createtable(L, 0, 5);
   if (r->code == CURLE_OK && !r->aborted) {
     lua_pushinteger(L, r->status);
     lua_setfield(L, -2, "status");
@@ -322,7 +368,69 @@ static int req_result(lua_State *L)
   }
   lua_pushinteger(L, r->connects);
   lua_setfield(L, -2, "connects");
+}
+
+/* req:result() → nil while running; else the result table (push_result). */
+static int req_result(lua_State *L)
+{
+  request *r = check_request(L, 1);
+  if (r->state != REQ_DONE) {
+    lua_pushnil(L);
+    return 1;
+  }
+  push_result(L, r);
   return 1;
+}
+
+/* core.perform(spec) → result, finished: the blocking form of core.request(spec) + waiting +
+ * req:result(), for a caller that would block anyway. Every transfer in flight advances
+ * meanwhile; `finished` counts the transfers that finished (this one included). Its request
+ * lives in the driver (no userdata, its buffers kept for the next call), so the call costs
+ * no garbage beyond the result. → nil when that request is already in use: a finalizer
+ * calling the SDK while the result of another call is being built (use core.request). */
+static int l_perform(lua_State *L)
+{
+  driver *d = live_driver(L);
+  request_spec s;
+  request *r;
+  const char *why;
+  int finished = 0;
+  lua_Integer total = 0;
+  read_spec(L, "airlock.core.perform", &s);
+  if (d->blocking_busy) {
+    lua_pushnil(L);
+    return 1;
+  }
+  if (d->blocking == NULL) {
+    d->blocking = (request *)calloc(1, sizeof *d->blocking);
+    if (d->blocking == NULL) return luaL_error(L, "airlock.core.perform: out of memory");
+  }
+  r = d->blocking;
+  request_clear(r);
+  d->blocking_busy = 1;   /* until the result is built: an error before leaves it set (then nil) */
+  why = request_begin(L, d, r, &s);
+  if (why != NULL) {
+    request_release(r);
+    d->blocking_busy = 0;
+    return luaL_error(L, "airlock.core.perform: %s", why);
+  }
+  while (r->state != REQ_DONE) {
+    if (drive(d, 1000.0, 0, &finished) != 0) {
+      int err = errno;
+      r->aborted = 1;
+      request_release(r);
+      d->blocking_busy = 0;
+      return luaL_error(L, "airlock.core.perform: poll failed: %s", strerror(err));
+    }
+    total += finished;
+  }
+  push_result(L, r);
+  lua_pushinteger(L, total);
+  /* a large answer's memory is not kept for the next call */
+  if (r->resp.cap > KEPT_BUFFER_BYTES) buffer_free(&r->resp);
+  if (r->head.cap > KEPT_BUFFER_BYTES) buffer_free(&r->head);
+  d->blocking_busy = 0;
+  return 2;
 }
 
 /* req:cancel(): stop the transfer; the request is done, with the error "request cancelled". */

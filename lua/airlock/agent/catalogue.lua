@@ -6,6 +6,8 @@
 --   "mcp"  the local MCP server (airlock.mcp): those three plus six more, with the reference
 --          MCP server's titles, descriptions, defaults and texts (airlock-sandbox-mcp)
 local cjson_safe = require "cjson.safe"
+local engine = require "airlock.engine"
+local tasks = require "airlock.tasks"
 local text = require "airlock.agent.text"
 
 local M = {}
@@ -143,8 +145,41 @@ local function write_file(sbx, a)
   return string.format(M.TEXTS.wrote, text.char_count(a.content), a.path)
 end
 
+-- Files up to this size are fetched raw to name their kind (PNG, ZIP, ...); larger ones are
+-- described by size alone.
+local SNIFF_MAX = 1024 * 1024
+
+-- The short text for a binary file at path (its size from the listing, its kind from its
+-- first bytes), or nil when the file is not found there or turns out to be text.
+local function binary_note(sbx, path)
+  local dir, name = path:match("^(.*)/([^/]+)$")
+  if not dir then dir, name = ".", path end
+  if dir == "" then dir = "/" end
+  local entries = sbx.files:list(dir, { limit = 10000 })
+  for _, e in ipairs(entries) do
+    if e.name == name and e.kind == "file" then
+      local kind
+      if e.size <= SNIFF_MAX then
+        local bytes = sbx.files:read(path, { binary = true })
+        if engine.utf8_len(bytes) then return nil end
+        kind = text.binary_kind(bytes)
+      end
+      return text.binary_file(e.size, kind)
+    end
+  end
+  return nil
+end
+
+-- The file's text (the contract's read, unchanged); a file the server cannot decode as text
+-- (its 500) is described instead of put in the model's context: "binary file, N bytes (kind)".
 local function read_file(sbx, a)
-  return sbx.files:read(a.path)
+  local ok, content = tasks.pcall(sbx.files.read, sbx.files, a.path)
+  if ok then return content end
+  if type(content) == "table" and content.status == 500 then
+    local note_ok, note = tasks.pcall(binary_note, sbx, a.path)
+    if note_ok and note then return note end
+  end
+  error(content, 0)
 end
 
 -- In the order the SDK's models see them (the MCP server's order is mcp.order). Each: name,

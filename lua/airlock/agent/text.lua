@@ -122,4 +122,31 @@ function M.group_digits(n)
   return sign .. digits
 end
 
+-- Kinds of binary files recognised by their first bytes (magic numbers), for the text a model
+-- gets instead of the bytes.
+local MAGIC = {
+  { "\137PNG\r\n\26\n", "PNG image" }, { "\255\216\255", "JPEG image" }, { "GIF8", "GIF image" },
+  { "%PDF-", "PDF document" }, { "PK\3\4", "ZIP archive" }, { "\31\139", "gzip data" },
+  { "\127ELF", "ELF executable" }, { "BZh", "bzip2 data" }, { "\253\55zXZ\0", "xz data" },
+  { "\40\181\47\253", "zstd data" }, { "SQLite format 3\0", "SQLite database" },
+  { "\0asm", "WebAssembly module" }, { "RIFF", "RIFF data (WAV/AVI/WebP)" },
+}
+
+--- The kind of a binary file from its first bytes ("PNG image", ...), or nil.
+function M.binary_kind(head)
+  if type(head) ~= "string" then return nil end
+  for _, m in ipairs(MAGIC) do
+    if head:sub(1, #m[1]) == m[1] then return m[2] end
+  end
+  if #head >= 262 and head:sub(258, 262) == "ustar" then return "tar archive" end
+  return nil
+end
+
+--- What read_file answers for a file that is not text: "binary file, 12,345 bytes (PNG
+-- image); not shown. ..." (kind optional).
+function M.binary_file(size, kind)
+  return string.format("binary file, %s bytes%s; not shown. Inspect it with run_command "
+    .. "(e.g. xxd FILE | head, or file FILE).", M.group_digits(size), kind and (" (" .. kind .. ")") or "")
+end
+
 return M

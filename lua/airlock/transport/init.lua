@@ -3,7 +3,9 @@
 --   t.name                    "curl", "ngx", "uv", or a test's own
 --   t:send(request)           → response | nil, failure   (blocks, or yields inside a task)
 --       request  = { method, url, headers = {"Name: value", ...}, body, timeout_ms,
---                    connect_timeout_ms, verify = true | false | "ca.pem" }
+--                    connect_timeout_ms, verify = true | false | "ca.pem",
+--                    max_response_bytes = nil | n (a larger body may be taken: raw file reads) }
+--       (body is any Lua string, binary included; the response body likewise)
 --       response = { status, reason, headers = {["lower-case-name"] = value}, body }
 --       failure  = { message, sent = may the request have reached the server,
 --                    tls = the TLS setup failed (the same on every try) }

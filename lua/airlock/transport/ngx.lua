@@ -161,7 +161,8 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
     return nil, { message = "sending the request to " .. endpoint(u) .. " failed: " .. tostring(send_err),
                   sent = true }, replay and broken(send_err)
   end
-  local res, why, nothing = http1.read_response(reader(sock, deadline), request.method)
+  local res, why, nothing = http1.read_response(reader(sock, deadline), request.method,
+    request.max_response_bytes)
   if not res then
     sock:close()
     local timed_out = why:find("^timed out") ~= nil

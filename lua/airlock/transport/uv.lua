@@ -28,7 +28,9 @@ local polls = {}         -- fd → { handle, mode, callback }
 local fallback = {}      -- fd → events, sockets without a poll handle (checked every 10 ms)
 local waiting = {}       -- Transfer waitables of tasks → true
 local counters = { wakeups = 0, reused_fds = 0, fallback_fds = 0, callback_errors = 0,
-                   callback_ms = 0, callback_max_ms = 0, resume_ms = 0, resume_max_ms = 0 }
+                   callback_ms = 0, callback_max_ms = 0, resume_ms = 0, resume_max_ms = 0,
+                   watched_most = 0 }
+local nwatched = 0       -- poll handles open (the size of polls)
 
 local MODES = { ["in"] = "r", out = "w", inout = "rw" }
 local FALLBACK_MS = 10
@@ -93,6 +95,7 @@ local function unwatch(fd)
     -- close stops the handle at once: the descriptor number may be watched anew right away
     p.handle:close()
     polls[fd] = nil
+    nwatched = nwatched - 1
   end
   fallback[fd] = nil
 end
@@ -113,6 +116,8 @@ local function watch(fd, events)
     p = { handle = handle }
     p.callback = function(e, seen) guarded(on_socket, fd, e, seen) end
     polls[fd] = p
+    nwatched = nwatched + 1
+    if nwatched > counters.watched_most then counters.watched_most = nwatched end
   end
   if p.mode ~= mode then
     p.handle:start(mode, p.callback)
@@ -359,6 +364,7 @@ function M:close_idle()   -- luacheck: ignore 212
 end
 
 -- t:stats(): the core's counters, plus wakeups (callbacks run), watched (poll handles),
+-- watched_most (the most poll handles open at once so far),
 -- reused_fds (sockets whose number libcurl reused before the loop saw the old one go),
 -- fallback_fds, callback_errors, and how long the loop's thread spent in the transport's
 -- callbacks (callback_ms, callback_max_ms) and in resuming tasks (resume_ms,

@@ -1,6 +1,8 @@
 /* POST /v1/sessions/{id}/write and GET /v1/sessions/{id}/read (contract 1.5, 1.6). A read
  * takes at most the server's read limit + 1 bytes from the file (never its claimed size:
- * sparse and growing files are read, not believed) and answers 413 past the limit. */
+ * sparse and growing files are read, not believed) and answers 413 past the limit. A read
+ * that asks for application/octet-stream gets the exact bytes instead (files_raw.c). */
+#include "api/files.h"
 #include "api/handlers.h"
 
 #include "domain/paths.h"
@@ -15,8 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The 403 text quotes the path exactly as sent. */
-static void send_denied(http_request *r, const char *path, size_t len)
+void files_send_denied(http_request *r, const char *path, size_t len)
 {
     char *p = strndup(path, len), *msg = NULL;
     if (p && asprintf(&msg, "Access denied: symlink/path traversal outside workspace for '%s'", p) >= 0) {
@@ -28,8 +29,7 @@ static void send_denied(http_request *r, const char *path, size_t len)
     free(p);
 }
 
-/* 400 for a path over the documented bounds (README "Limits"); false for any other rc. */
-static bool send_path_bound(http_request *r, int rc)
+bool files_send_path_bound(http_request *r, int rc)
 {
     char msg[160];
     if (rc == PATH_TOO_LONG)
@@ -65,8 +65,8 @@ void api_files_write(app *a, http_request *r, const api_call *c)
     if (rc == PATH_OK)
         wr = quota_write_file(s->workspace, rel, path, content, content_len, s->quota_bytes, &quota_msg);
     if (rc == PATH_DENIED) {
-        send_denied(r, path, path_len);
-    } else if (send_path_bound(r, rc)) {
+        files_send_denied(r, path, path_len);
+    } else if (files_send_path_bound(r, rc)) {
     } else if (rc != PATH_OK || wr == QUOTA_FAILED) {
         http_send_500(r);
     } else if (wr == QUOTA_EXCEEDED) {
@@ -119,7 +119,7 @@ static size_t normalize_newlines(char *s, size_t n)
     return o;
 }
 
-void api_files_read(app *a, http_request *r, const api_call *c)
+char *files_query_path(http_request *r, size_t *len)
 {
     size_t raw_len;
     char *raw = http_query(r, "path", &raw_len);
@@ -127,16 +127,23 @@ void api_files_read(app *a, http_request *r, const api_call *c)
         json_t *errs = json_array();
         json_array_append_new(errs, verr("missing", loc_of("query", "path"), "Field required", NULL, NULL));
         send_validation(r, errs);
-        return;
+        return NULL;
     }
     /* Starlette decodes query values as UTF-8 with replacement */
-    size_t path_len;
-    char *path = utf8_replace(raw, raw_len, &path_len);
+    char *path = utf8_replace(raw, raw_len, len);
     free(raw);
-    if (!path) {
+    if (!path)
         http_send_500(r);
+    return path;
+}
+
+void api_files_read(app *a, http_request *r, const api_call *c)
+{
+    size_t path_len;
+    char *path = files_query_path(r, &path_len);
+    if (!path)
         return;
-    }
+    bool raw = files_raw_wanted(r); /* the airlock extension: the exact bytes, streamed */
     session *s = acquire_session(a, r, c);
     if (!s) {
         free(path);
@@ -148,8 +155,10 @@ void api_files_read(app *a, http_request *r, const api_call *c)
     if (rc == PATH_OK)
         rc = path_open_read(s->workspace, rel, &fd);
     if (rc == PATH_DENIED) {
-        send_denied(r, path, path_len);
-    } else if (send_path_bound(r, rc)) {
+        files_send_denied(r, path, path_len);
+    } else if (files_send_path_bound(r, rc)) {
+    } else if (rc == PATH_MISSING && raw) {
+        send_detail_with(r, 404, "File '%s' does not exist.", path);
     } else if (rc == PATH_MISSING) {
         char *msg = NULL;
         if (asprintf(&msg, "Error: File '%s' does not exist.", path) >= 0) {
@@ -158,6 +167,8 @@ void api_files_read(app *a, http_request *r, const api_call *c)
         }
     } else if (rc != PATH_OK) {
         http_send_500(r);
+    } else if (raw) {
+        files_send_raw(r, fd, path, s->quota_bytes);
     } else {
         size_t len;
         char *data = read_fd(fd, a->cfg->read_limit, &len);

@@ -13,6 +13,13 @@ void api_sessions_delete(app *a, http_request *r, const api_call *c);
 /* files.c */
 void api_files_write(app *a, http_request *r, const api_call *c);
 void api_files_read(app *a, http_request *r, const api_call *c);
+/* files_raw.c: a raw (application/octet-stream) write, admitted from the headers: the upload
+ * (its body sink set in adm), or NULL when an answer was sent; its handler answers once the
+ * body is in */
+void *api_files_raw_admit(app *a, http_request *r, const api_call *c, http_admission *adm);
+void api_files_write_raw(app *a, http_request *r, void *upload);
+/* files_list.c */
+void api_files_list(app *a, http_request *r, const api_call *c);
 /* exec.c */
 void api_exec(app *a, http_request *r, const api_call *c);
 /* import.c */

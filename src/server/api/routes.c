@@ -4,6 +4,7 @@
  * A new route is one row here and its handler (declared in api/handlers.h). */
 #include "api/routes.h"
 
+#include "api/files.h"
 #include "api/handlers.h"
 #include "domain/auth.h"
 
@@ -28,6 +29,7 @@ static const api_route ROUTES[] = {
     {"DELETE", "/v1/sessions/{}",             API_TENANT, false, NO_BODY,   LONG,  api_sessions_delete},
     {"POST",   "/v1/sessions/{}/write",       API_TENANT, true,  FILE_BODY, QUICK, api_files_write},
     {"GET",    "/v1/sessions/{}/read",        API_TENANT, false, NO_BODY,   QUICK, api_files_read},
+    {"GET",    "/v1/sessions/{}/list",        API_TENANT, false, NO_BODY,   QUICK, api_files_list},
     {"POST",   "/v1/sessions/{}/exec",        API_TENANT, true,  FIELDS,    LONG,  api_exec},
     {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  FIELDS,    LONG,  api_import},
     {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, NO_BODY,   QUICK, api_egress_log},
@@ -138,6 +140,7 @@ typedef struct {
     bool authed;             /* the key is the tenant's / the admin's */
     auth_admin_result admin; /* API_ADMIN routes */
     auth_caller who;         /* API_TENANT routes, when authed */
+    void *upload;            /* a raw write admitted from its headers (files_raw.c) */
 } admission;
 
 _Static_assert(sizeof(admission) <= HTTP_APP_DATA, "the admission record must fit the request's room");
@@ -151,6 +154,17 @@ static void send_unauthorized(http_request *r, const api_route *rt, const admiss
         http_send_detail(r, 404, "The admin API is not enabled on this server.");
     else
         http_send_detail(r, 401, "Invalid or missing admin key");
+}
+
+static bool take_request_token(app *a, http_request *r, api_call *c, const auth_caller *who);
+
+/* A raw write (our extension) streams its body to disk: everything its handler needs is
+ * checked from the headers, the rate limit included, before the first body byte. */
+static void admit_raw_write(app *a, http_request *r, http_admission *adm, admission *ad, const char *param)
+{
+    api_call c = {.param = param};
+    if (take_request_token(a, r, &c, &ad->who))
+        ad->upload = api_files_raw_admit(a, r, &c, adm);
 }
 
 /* Owners of body-budget shares: 0 is everyone unauthenticated, 1 the admin, 2 + n tenant n. */
@@ -181,8 +195,15 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
         ad->authed = auth_tenant(a->cfg, a->tenants, a->keys, key, &ad->who);
         adm->owner = ad->authed ? OWNER_TENANT0 + ad->who.tenant : 0;
     }
+    bool raw_write = rt->handler == api_files_write && files_raw_body(r);
+    if (ad->authed && raw_write)
+        admit_raw_write(a, r, adm, ad, param);
     if (ad->authed)
         return;
+    if (raw_write) { /* raw bytes are never parsed as JSON: 401 at once */
+        send_unauthorized(r, rt, ad);
+        return;
+    }
     /* The reference answers a body that is not JSON at all (422) before it checks the key:
      * kept for small bodies, read to decide; anything larger is refused unread. */
     bool chunked;
@@ -220,6 +241,10 @@ static void run(app *a, http_request *r, const api_route *rt, const char *param)
     api_call c = {.param = strstr(rt->pattern, "{}") ? param : NULL};
     if (rt->auth == API_PUBLIC) {
         rt->handler(a, r, &c);
+        return;
+    }
+    if (ad->upload) { /* admitted, rate-limited and streamed to disk already */
+        api_files_write_raw(a, r, ad->upload);
         return;
     }
     if (rt->json_body && !api_parse_body(r, &c.body))

@@ -362,6 +362,29 @@ static int open_parent(const char *ws, const char *rel, bool create, const char 
     return dfd;
 }
 
+int path_open_parent(const char *ws, const char *rel, bool create, const char **last)
+{
+    return open_parent(ws, rel, create, last);
+}
+
+int path_open_dir(const char *ws, const char *rel, int *fd)
+{
+    if (!*rel) {
+        *fd = open(ws, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        return *fd >= 0 ? PATH_OK : PATH_ERROR;
+    }
+    const char *last;
+    int dfd = open_parent(ws, rel, false, &last);
+    if (dfd < 0)
+        return (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) ? PATH_MISSING : PATH_ERROR;
+    *fd = openat(dfd, last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int e = errno;
+    close(dfd);
+    if (*fd < 0)
+        return (e == ENOENT || e == ELOOP) ? PATH_MISSING : PATH_ERROR;
+    return PATH_OK;
+}
+
 int path_open_read(const char *ws, const char *rel, int *fd)
 {
     const char *last;

@@ -4,6 +4,7 @@
 #ifndef AIRLOCKD_PATHS_H
 #define AIRLOCKD_PATHS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
 
@@ -37,6 +38,15 @@ int path_open_read(const char *ws, const char *rel, int *fd);
 /* Creates missing parent directories (owned by the sandbox user), then creates or
  * truncates the file (PATH_OK, PATH_NOSPACE or PATH_ERROR). */
 int path_open_write(const char *ws, const char *rel, int *fd);
+
+/* Opens the directory holding rel's last component without following symlinks (creating
+ * missing ones, owned by the sandbox user, when create is set); *last points into rel.
+ * An fd, or -1 with errno set. rel must not be "". */
+int path_open_parent(const char *ws, const char *rel, bool create, const char **last);
+
+/* Opens an existing directory (rel "" = the workspace) without following symlinks
+ * (PATH_OK, PATH_MISSING or PATH_ERROR: not a directory). */
+int path_open_dir(const char *ws, const char *rel, int *fd);
 
 /* Removes ws/rel if it is still the file whose fstat was st (a write that did not fit).
  * 0 or -1. */

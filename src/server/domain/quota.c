@@ -33,8 +33,7 @@ long long quota_free(const char *ws, long long quota_bytes)
     return left > 0 ? left : 0;
 }
 
-/* Blocks of the regular file ws/rel that a write would replace (0 when there is none). */
-static long long replaced_bytes(const char *ws, const char *rel)
+long long quota_replaced_bytes(const char *ws, const char *rel)
 {
     char *full = NULL;
     struct stat st;
@@ -45,7 +44,7 @@ static long long replaced_bytes(const char *ws, const char *rel)
     return n;
 }
 
-static char *exceeded_text(const char *path_as_sent, long long projected, long long quota_bytes)
+char *quota_exceeded_text(const char *path_as_sent, long long projected, long long quota_bytes)
 {
     char *msg = NULL;
     if (asprintf(&msg, "Writing %s would use %.1f MB of the workspace's %.0f MB disk quota. Delete files first.",
@@ -78,17 +77,17 @@ quota_write_result quota_write_file(const char *ws, const char *rel, const char 
         return QUOTA_FAILED;
     long long used = (long long)(sv.f_blocks - sv.f_bfree) * (long long)sv.f_frsize;
     long long avail = (long long)sv.f_bavail * (long long)sv.f_frsize;
-    long long replaced = replaced_bytes(ws, rel);
+    long long replaced = quota_replaced_bytes(ws, rel);
     long long projected = used - replaced + (long long)len;
     /* over the quota, or more than the disk holds: refused before anything is touched */
     if (projected > quota_bytes || (long long)len > avail + replaced) {
-        *msg = exceeded_text(path_as_sent, projected, quota_bytes);
+        *msg = quota_exceeded_text(path_as_sent, projected, quota_bytes);
         return QUOTA_EXCEEDED;
     }
     int fd = -1;
     int rc = path_open_write(ws, rel, &fd);
     if (rc == PATH_NOSPACE) { /* its directories or its inode: the disk is out of inodes */
-        *msg = exceeded_text(path_as_sent, projected, quota_bytes);
+        *msg = quota_exceeded_text(path_as_sent, projected, quota_bytes);
         return QUOTA_EXCEEDED;
     }
     if (rc != PATH_OK)
@@ -108,7 +107,7 @@ quota_write_result quota_write_file(const char *ws, const char *rel, const char 
     /* the usage now, with the partial file (and so the replaced content) gone */
     long long now = quota_usage(ws);
     projected = (now >= 0 ? now : used - replaced) + (long long)len;
-    *msg = exceeded_text(path_as_sent, projected, quota_bytes);
+    *msg = quota_exceeded_text(path_as_sent, projected, quota_bytes);
     return QUOTA_EXCEEDED;
 }
 

@@ -30,6 +30,13 @@ typedef enum {
 quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
                                     size_t len, long long quota_bytes, char **msg);
 
+/* The 413 text of a write that does not fit (malloc'd; projected: the workspace's usage with
+ * the write done). */
+char *quota_exceeded_text(const char *path_as_sent, long long projected, long long quota_bytes);
+
+/* Blocks of the regular file ws/rel that a write would replace (0 when there is none). */
+long long quota_replaced_bytes(const char *ws, const char *rel);
+
 /* After an exec: NULL when within quota, else the malloc'd warning text. */
 char *quota_exec_warning(const char *ws, long long quota_bytes);
 

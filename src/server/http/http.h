@@ -25,6 +25,18 @@ typedef enum {
     HTTP_RUN_INLINE,    /* on the connection's event thread: only for answers that never block */
 } http_run;
 
+/* A request body handed to the application as it arrives instead of held in memory (an
+ * airlock extension's raw uploads): write gets each chunk on the event thread (it must not
+ * block for long: a file write is fine) and keeps its own failures for the handler to answer;
+ * done runs exactly once when the request ends, answered or not (a client that hung up, a
+ * body cut short or refused), after the handler when it ran. With a sink, body_cap may exceed
+ * HTTP_MAX_BODY and the body memory budget is not touched. */
+typedef struct {
+    void (*write)(void *ctx, const char *data, size_t n);
+    void (*done)(void *ctx);
+    void *ctx;
+} http_body_sink;
+
 /* What the application decides once the request line and headers are in. */
 typedef struct {
     size_t body_cap;         /* most body bytes (≤ HTTP_MAX_BODY): a larger Content-Length is
@@ -33,6 +45,7 @@ typedef struct {
     http_run run;
     unsigned long owner;     /* whose share of the body memory budget: 0 = unauthenticated,
                               * else an id of the application's (a tenant, the admin) */
+    http_body_sink sink;     /* write NULL (the default): the body is buffered in memory */
 } http_admission;
 
 /* Called on an event thread (it must not block for long) before any body byte is read. It
@@ -130,6 +143,9 @@ void http_send_json_header(http_request *r, unsigned status, json_t *body,
 void http_send_detail(http_request *r, unsigned status, const char *detail);
 /* {"detail": "<text>"} with a Retry-After of retry_s seconds */
 void http_send_retry(http_request *r, unsigned status, const char *detail, unsigned retry_s);
+/* Streams size bytes of the open file fd (from its offset 0) as the body, never holding them
+ * in memory (sendfile where the kernel can); takes fd, closed once sent or on failure. */
+void http_send_file(http_request *r, unsigned status, int fd, unsigned long long size, const char *ctype);
 /* 500 "Internal Server Error", text/plain; charset=utf-8 */
 void http_send_500(http_request *r);
 /* 307 with a location header and an empty body */

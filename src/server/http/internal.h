@@ -55,6 +55,7 @@ struct http_request {
     size_t budget_held;            /* bytes of the body budget this request holds */
     int64_t body_deadline_ms;
     buffer body;
+    unsigned long long sunk;       /* body bytes handed to adm.sink so far */
     struct MHD_Response *response; /* what the handler answered, until queued */
     size_t response_len;
     unsigned status;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void http_queue(http_request *r, unsigned status, const char *data, size_t len,
                 const char *ctype, const char *const *headers)
@@ -62,6 +63,25 @@ void http_send_retry(http_request *r, unsigned status, const char *detail, unsig
     /* refusals made before the body is read close the connection: say so */
     const char *headers[] = {"retry-after", secs, "connection", "close", NULL};
     send_json_headers(r, status, json_pack("{s:s}", "detail", detail), headers);
+}
+
+void http_send_file(http_request *r, unsigned status, int fd, unsigned long long size, const char *ctype)
+{
+    if (r->response) {
+        close(fd);
+        return;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(size, fd, 0);
+    if (!resp) {
+        close(fd);
+        http_send_500(r);
+        return;
+    }
+    if (ctype)
+        MHD_add_response_header(resp, "content-type", ctype);
+    r->response = resp;
+    r->response_len = (size_t)size; /* its deadline scales with it */
+    r->status = status;
 }
 
 void http_send_500(http_request *r)

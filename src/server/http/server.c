@@ -146,6 +146,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (r->counted)
         atomic_fetch_sub(&s->in_flight, 1);
     budget_give(&s->budget, r->adm.owner, r->budget_held);
+    if (r->adm.sink.done)
+        r->adm.sink.done(r->adm.sink.ctx);
     if (r->response)
         MHD_destroy_response(r->response);
     free(r->raw_uri);
@@ -231,11 +233,19 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
     s->admit(s->cls, r, &r->adm);
     if (r->response) /* answered from the headers: the body is never read */
         return queue_kept(r);
-    size_t cap = r->adm.body_cap < HTTP_MAX_BODY ? r->adm.body_cap : HTTP_MAX_BODY;
+    bool sunk = r->adm.sink.write != NULL; /* streamed to the application: no memory held */
+    size_t cap = sunk || r->adm.body_cap < HTTP_MAX_BODY ? r->adm.body_cap : HTTP_MAX_BODY;
     r->adm.body_cap = cap;
     if (r->declared > cap) {
         http_send_detail(r, 413, "Request body too large");
         return queue_kept(r);
+    }
+    if (sunk) {
+        r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared,
+                                       s->lim.min_rate);
+        conns_set(&s->conns, r->slot, PHASE_BODY, r->body_deadline_ms);
+        r->state = RQ_BODY;
+        return MHD_YES;
     }
     /* the buffer's whole size is taken from the budget before it is allocated: a declared
      * body's at once (malloc maps it lazily, so memory is used only as bytes arrive), a
@@ -258,6 +268,13 @@ static enum MHD_Result on_body(http_server *s, http_request *r, const char *data
     *size = 0;
     if (conns_now_ms() > r->body_deadline_ms)
         return refuse_raw(r, 408, "Request Timeout", "Request body not received in time");
+    if (r->adm.sink.write) {
+        if (n > r->adm.body_cap - r->sunk)
+            return refuse_raw(r, 413, "Payload Too Large", "Request body too large");
+        r->sunk += n;
+        r->adm.sink.write(r->adm.sink.ctx, data, n);
+        return MHD_YES;
+    }
     if (n > r->adm.body_cap - r->body.len)
         return refuse_raw(r, 413, "Payload Too Large", "Request body too large");
     size_t need = r->body.len + n + 1;

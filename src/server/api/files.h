@@ -1,0 +1,27 @@
+/* What the files routes share (files.c: the contract's write and read; files_raw.c: the raw
+ * bytes extension; files_list.c: the directory listing extension). */
+#ifndef AIRLOCKD_API_FILES_H
+#define AIRLOCKD_API_FILES_H
+
+#include "api/api.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* 403 quoting the path exactly as sent. */
+void files_send_denied(http_request *r, const char *path, size_t len);
+/* 400 for a path over the documented bounds (README "Limits"); false for any other rc. */
+bool files_send_path_bound(http_request *r, int rc);
+/* The ?path= query as Starlette decodes it (UTF-8 with replacement), malloc'd; NULL when a
+ * 422 (missing) or 500 was sent. */
+char *files_query_path(http_request *r, size_t *len);
+
+/* Whether the request's body is raw bytes (Content-Type: application/octet-stream). */
+bool files_raw_body(http_request *r);
+/* Whether the client asks for raw bytes (Accept names application/octet-stream). */
+bool files_raw_wanted(http_request *r);
+/* Streams the open regular file fd (taken) as application/octet-stream, at most limit bytes
+ * (larger: 413 naming the limit). */
+void files_send_raw(http_request *r, int fd, const char *path, long long limit);
+
+#endif
