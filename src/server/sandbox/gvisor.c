@@ -251,7 +251,9 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen)
     if (n != 1 || c != 'R') {
         /* runsc gave up: its message is in the stderr pipe nobody reads yet */
         char msg[400] = "";
-        ssize_t m = s->child.err >= 0 ? read(s->child.err, msg, sizeof msg - 1) : -1;
+        ssize_t m = -1; /* never wait here: a straggler may still hold the pipe open */
+        if (s->child.err >= 0 && fcntl(s->child.err, F_SETFL, O_NONBLOCK) == 0)
+            m = read(s->child.err, msg, sizeof msg - 1);
         msg[m > 0 ? m : 0] = '\0';
         for (char *p = msg; *p; p++)
             if (*p == '\n')
