@@ -371,6 +371,7 @@ int main(int argc, char **argv)
         /* a handler is still inside a command or a download: freeing what it uses would be
          * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
         fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
+        warm_abandon(a.warm); /* frozen, they would outlive this process */
         if (cfg.port_file)
             unlink(cfg.port_file);
         _exit(status);

@@ -358,14 +358,13 @@ void warm_forget(warm_pool *w, const char *key)
     pthread_mutex_unlock(&w->mu);
 }
 
-int warm_held(warm_pool *w)
+void warm_abandon(warm_pool *w)
 {
     if (!w)
-        return 0;
+        return;
     pthread_mutex_lock(&w->mu);
-    int n = 0;
     for (int i = 0; i < w->n; i++)
-        n += w->e[i].state != E_FREE;
+        if (w->e[i].sb && w->e[i].state != E_STARTING)
+            sandbox_abandon(w->e[i].sb);
     pthread_mutex_unlock(&w->mu);
-    return n;
 }

@@ -41,7 +41,8 @@ sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
  * unmount). */
 void warm_forget(warm_pool *w, const char *key);
 
-/* Sandboxes held (booting or ready), for tests and the bench. */
-int warm_held(warm_pool *w);
+/* For a server exiting without cleanup (_exit): kills the processes of every sandbox held,
+ * so that none is left frozen (the next start removes the rest). */
+void warm_abandon(warm_pool *w);
 
 #endif

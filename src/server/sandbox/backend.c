@@ -300,6 +300,12 @@ void sandbox_set_command(sandbox *s, size_t output_limit, int cancel_fd)
     s->cancel_fd = cancel_fd;
 }
 
+void sandbox_abandon(sandbox *s)
+{
+    if (s && s->have_cg)
+        (void)sbx_cg_kill_all(&s->cg);
+}
+
 bool sandbox_retry_cold(const sandbox *s)
 {
     return s->ahead && !s->sent;

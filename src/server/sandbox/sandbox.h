@@ -121,6 +121,10 @@ void sandbox_boot_hurry(sandbox *s);
  * budget and the cancel descriptor, as in sandbox_opts. */
 void sandbox_set_command(sandbox *s, size_t output_limit, int cancel_fd);
 
+/* For a server exiting without cleanup: kills s's processes at once (thawed first: a frozen
+ * task cannot die) and leaves the rest (cgroups, state) to the next start. s stays allocated. */
+void sandbox_abandon(sandbox *s);
+
 /* After a failed sandbox_run of a sandbox booted ahead: true when the command never reached it
  * (too long to hand over, the boot hit its memory limit), so running it cold is safe. */
 bool sandbox_retry_cold(const sandbox *s);
