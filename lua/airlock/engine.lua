@@ -71,7 +71,7 @@ function M.check_string(what, v, opts)
   if opts.utf8 and not M.utf8_len(v) then
     local _, pos = M.utf8_len(v)
     errors.raise("ValidationError", "bad argument '" .. what .. "': not valid UTF-8 (byte " .. pos ..
-      "); the API carries text only (base64-encode binary data)")
+      "); this field is text (files:write sends bytes with {binary = true})")
   end
   return v
 end
