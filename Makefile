@@ -45,6 +45,9 @@ SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
 SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
+# the first process of a sandbox booted ahead of its command (static: the sandbox has no loader
+# of its own); airlockd looks for it beside itself
+WAITER     := $(BUILD)/airlock-waiter
 # the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -65,7 +68,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD) $(RAW_CURL_RATE)
+build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(RAW_CURL_RATE)
 
 $(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
@@ -78,6 +81,10 @@ $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
 	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) -lm \
 	  -pthread $(SANITIZE)
+
+$(WAITER): src/waiter/waiter.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
 
 deps:
 	./scripts/install-deps.sh
@@ -112,7 +119,7 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server bench/raw_curl_rate.c
+	  -I src/core -I src/server src/core src/server src/waiter bench/raw_curl_rate.c
 	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua bench/hosts/*.lua)
 
 sanitize:
@@ -130,7 +137,7 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
-              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua \
+              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua spec/server/warm_spec.lua \
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
               spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
               spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua
@@ -172,12 +179,15 @@ valgrind-test: build
 # slow_connections: exec `true` and /healthz with 1,000 slowloris connections held vs none.
 # output_memory: airlockd's memory above idle while a command writes 1 GB to stdout, and its
 #   drain time vs a bare `runsc run | wc -c`.
+# warm: exec true / python3 / create + first exec / 20 back to back on the cold path, with
+#   sandboxes booted ahead, and under a bare `runsc run`; the host memory of a waiting sandbox.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
 # stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
+	$(LUA) bench/warm.lua
 	$(LUA) bench/poll_frames.lua
 	$(LUA) bench/love_frames.lua
 	$(LUA) bench/nvim_loop.lua
@@ -203,6 +213,7 @@ install: build
 	for f in $(LUA_SRC:lua/%=%); do \
 	  install -D -m 644 lua/$$f $(DESTDIR)$(INST_LUADIR)/$$f || exit 1; done
 	install -m 755 $(AIRLOCKD) $(DESTDIR)$(INST_BINDIR)/airlockd
+	install -m 755 $(WAITER) $(DESTDIR)$(INST_BINDIR)/airlock-waiter
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and

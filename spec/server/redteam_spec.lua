@@ -8,6 +8,7 @@
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
+local host_state = require "support.host_state"
 
 local http = http_client.request
 local q = proc.shell_quote
@@ -16,13 +17,22 @@ local read_file = proc.read_file
 
 -- Host processes belonging to this server's sandboxes (runsc, its gofer and sentry): their
 -- command lines carry the server's own runsc root, so other servers on the machine don't count.
+-- A session's next sandbox, booted ahead and frozen until its command (README "Warm
+-- sandboxes"), runs nothing and is not counted.
 local function host_sandbox_processes(server)
   local root = server.dir .. "/state/runsc"
   local n = 0
-  for line in sh_output("ps -eo args="):gmatch("[^\n]+") do
-    if line:find("runsc", 1, true) and line:find(root, 1, true) then n = n + 1 end
+  for line in sh_output("ps -eo pid=,args="):gmatch("[^\n]+") do
+    if line:find("runsc", 1, true) and line:find(root, 1, true)
+      and not host_state.frozen(line:match("^%s*(%d+)")) then n = n + 1 end
   end
   return n
+end
+
+-- Commands the tenant of key has running (GET /v1/usage).
+local function commands_running(server, key)
+  local body = http(server, "GET", "/v1/usage", { key = key }).body
+  return tonumber(body:match('"commands_running":(%d+)')) or 0
 end
 
 describe("red team: attacks from inside the sandbox", function()
@@ -125,11 +135,12 @@ EOF]]
     end)
 
     it("contains a fork bomb while another session and /healthz keep working; no process is left", function()
-      assert.are.equal(0, host_sandbox_processes(server))
+      -- nothing runs (a next sandbox still booting freezes once booted)
+      assert.is_true(proc.wait_until(30, function() return host_sandbox_processes(server) == 0 end))
       local other_sid = create(acme)
       local bomb = 'bomb(){ bomb | bomb & }; bomb; while ((SECONDS < 4)); do :; done; n=(/proc/[0-9]*); echo "procs ${#n[@]}"'
       local job = http_client.exec_async(server, acme, sid, bomb, 20)
-      assert.is_true(proc.wait_until(10, function() return host_sandbox_processes(server) > 0 end))
+      assert.is_true(proc.wait_until(10, function() return commands_running(server, acme) > 0 end, 0.25))
       airlockd.sleep(1) -- the bomb is at its process limit now
       assert.is_false(job.done())
       local r = exec("echo second", nil, acme, other_sid)
@@ -144,7 +155,7 @@ EOF]]
       assert.is_false(res.timed_out)
       local procs = tonumber(res.stdout:match("^procs (%d+)\n$"))
       if procs then assert.truthy(procs <= 64, res.stdout) end
-      assert.is_true(proc.wait_until(10, function() return host_sandbox_processes(server) == 0 end))
+      assert.is_true(proc.wait_until(30, function() return host_sandbox_processes(server) == 0 end))
       assert.are.equal(200, http_client.delete(server, acme, other_sid).status)
     end)
 
@@ -196,7 +207,7 @@ EOF]]
       assert.are.equal('{"detail":"Session limit reached: 2 of 2 sessions are open. Delete one first."}', r.body)
       local job = http_client.exec_async(server, hog, a, "sleep 3", 20)
       -- probe only once the job's sandbox runs (a probe racing it could take the only slot)
-      assert.is_true(proc.wait_until(10, function() return host_sandbox_processes(server) > 0 end))
+      assert.is_true(proc.wait_until(10, function() return commands_running(server, hog) > 0 end, 0.25))
       local busy = http_client.exec(server, hog, a, "true")
       assert.are.equal(429, busy.status)
       assert.is_nil(busy.headers["retry-after"])
@@ -215,7 +226,7 @@ EOF]]
       assert.are.equal("started\n", r.stdout)
       assert.are.equal("ps\n", exec("ps -e -o comm=").stdout) -- ps is pid 1, alone
       assert.are.equal("1\n", exec("n=(/proc/[0-9]*); echo ${#n[@]}").stdout)
-      assert.is_true(proc.wait_until(10, function() return host_sandbox_processes(server) == 0 end))
+      assert.is_true(proc.wait_until(30, function() return host_sandbox_processes(server) == 0 end))
     end)
   end)
 

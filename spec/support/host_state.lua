@@ -87,4 +87,38 @@ function M.runsc_runs(server)
   return n
 end
 
+-- The sandboxes of the server's cgroup root that were booted ahead and wait, frozen, for their
+-- command: their freezer groups (paths, sorted).
+function M.waiting_sandboxes(root)
+  local out = proc.output("for f in /sys/fs/cgroup/freezer/" .. root .. "/*/*/freezer.state; do "
+    .. "[ -f \"$f\" ] && [ \"$(cat \"$f\")\" = FROZEN ] && dirname \"$f\"; done 2>/dev/null | sort")
+  local list = {}
+  for line in out:gmatch("[^\n]+") do list[#list + 1] = line end
+  return list
+end
+
+-- Whether process pid is frozen: in a freezer group (a sandbox booted ahead waiting for its
+-- command) whose state is FROZEN.
+function M.frozen(pid)
+  local path = (proc.read_file("/proc/" .. pid .. "/cgroup") or ""):match("%d+:freezer:([^\n]*)")
+  return path ~= nil and M.cgroup_value("/sys/fs/cgroup/freezer" .. path, "freezer.state") == "FROZEN"
+end
+
+-- How many `runsc run --pass-fd ...` processes (sandboxes booted ahead, waiting or running a
+-- command) use the runsc root of the server in dir.
+function M.ahead_runs(server)
+  local n = 0
+  for _, pid in ipairs(M.pids_naming(server.dir .. "/state/runsc")) do
+    local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
+    if cmd:find("\0run\0--pass-fd\0", 1, true) then n = n + 1 end
+  end
+  return n
+end
+
+-- A control file of one cgroup directory, trimmed (nil when gone).
+function M.cgroup_value(dir, file)
+  local text = proc.read_file(dir .. "/" .. file)
+  return text and (text:gsub("%s+$", ""))
+end
+
 return M

@@ -8,6 +8,7 @@
 #include "domain/sessions.h"
 #include "domain/slots.h"
 #include "domain/tenants.h"
+#include "domain/warm.h"
 #include "egress/egress.h"
 #include "sandbox/sandbox.h"
 #include "store/audit.h"
@@ -26,6 +27,7 @@ typedef struct app {
     audit_store *audit;    /* SANDBOX_AUDIT, or NULL */
     keystore *keys;        /* SANDBOX_KEYSTORE, or NULL */
     egress_service *egress; /* the egress proxy and the sessions' egress state */
+    warm_pool *warm;       /* sandboxes booted ahead for sessions; NULL: every command cold */
 } app;
 
 #endif

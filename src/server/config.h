@@ -61,6 +61,9 @@ typedef struct config {
     const char *port_file;
     const char *runsc;
     const char *import_base_url; /* --import-base-url, else $AIRLOCK_IMPORT_BASE_URL, else https://github.com */
+    int warm_max;               /* SANDBOX_WARM_MAX: sandboxes booted ahead at most (4 per CPU; 0: none) */
+    int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */
+    int warm_booting;           /* boots ahead at once (the CPUs) */
 } config;
 
 /* Reads the environment into c (flags are set by the caller). Returns 0, or -1 with a

@@ -77,6 +77,11 @@ static bool stop_serving(http_server *srv, const config *cfg)
 
 /* A caught (not ignored) SIGPIPE resets to the default in commands we start, so shell
  * pipelines inside the sandbox behave normally. */
+static void forget_warm(void *ctx, const char *session_id)
+{
+    warm_forget(ctx, session_id);
+}
+
 static void on_sigpipe(int sig)
 {
     (void)sig;
@@ -301,6 +306,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: out of memory\n");
         goto out;
     }
+    warm_settings ws = {.max_ready = cfg.warm_max, .idle_seconds = cfg.warm_idle_seconds,
+                        .max_booting = cfg.warm_booting};
+    a.warm = warm_new(a.sb, &ws, err, sizeof err);
+    if (!a.warm && err[0]) {
+        fprintf(stderr, "airlockd: %s\n", err);
+        goto out;
+    }
     /* after the sandbox backend removed the predecessor's sandboxes, which held workspaces */
     registry_opts ro = {.state_dir = state, .ttl = cfg.session_ttl, .quota_bytes = cfg.quota_bytes,
                         .state_file = cfg.session_state_off ? NULL : cfg.session_state ? cfg.session_state : state_file,
@@ -311,6 +323,8 @@ int main(int argc, char **argv)
     }
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
     registry_set_remove_hook(a.reg, egress_forget_session, a.egress);
+    /* a session's sandbox booted ahead goes before its disk is unmounted */
+    registry_set_destroy_hook(a.reg, forget_warm, a.warm);
 
     if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
         perror("airlockd: pipe");
@@ -357,6 +371,7 @@ int main(int argc, char **argv)
         /* a handler is still inside a command or a download: freeing what it uses would be
          * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
         fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
+        warm_abandon(a.warm); /* frozen, they would outlive this process */
         if (cfg.port_file)
             unlink(cfg.port_file);
         _exit(status);
@@ -367,6 +382,7 @@ out:
     if (srv && !http_stop(srv))
         _exit(status);
     registry_free(a.reg); /* before egress: removing sessions tells egress */
+    warm_free(a.warm);     /* after the sessions, whose removal forgets their sandboxes */
     disk_pool_close(disk);
     egress_close(a.egress);
     limits_free(a.lim);

@@ -70,6 +70,40 @@ static void send_no_slot(app *a, http_request *r, slot_result sr)
     }
 }
 
+/* Boots the sandbox for the session's next command (unless the session is gone: it would
+ * only be forgotten again). */
+static void want_next(app *a, session *s, const char *tenant)
+{
+    if (!registry_removed(a->reg, s))
+        warm_want(a->warm, s->id, s->workspace, tenant);
+}
+
+/* Runs the command in the session's sandbox booted ahead when it has one, and boots the next
+ * one beside it (at a low CPU weight: a command is short next to a boot, and yields nothing);
+ * else runs it cold first and boots the next one after, so that a cold command does not share
+ * the CPU with a boot. Sessions with egress always run cold. */
+static int run_command(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
+                       sandbox_result *res, char *errbuf, size_t errlen)
+{
+    if (so->network || !a->warm)
+        return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
+    sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);
+    if (ready) {
+        want_next(a, s, so->tenant);
+        sandbox_set_command(ready, so);
+        int rc = sandbox_run(ready, command, timeout, res, errbuf, errlen);
+        bool retry = rc != 0 && sandbox_retry_cold(ready);
+        sandbox_release(ready);
+        if (!retry)
+            return rc;
+        fprintf(stderr, "airlockd: %s; running the command cold\n", errbuf);
+    }
+    int rc = sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
+    if (!ready)
+        want_next(a, s, so->tenant);
+    return rc;
+}
+
 void api_exec(app *a, http_request *r, const api_call *c)
 {
     size_t tenant = c->tenant;
@@ -146,7 +180,7 @@ void api_exec(app *a, http_request *r, const api_call *c)
                            .output_limit = (size_t)output_limit, .cancel_fd = cancel_fd,
                            .network = net ? egress_sandbox_network(net) : NULL,
                            .tap = tap.stream || spill ? &tap.tap : NULL};
-        rc = sandbox_exec(a->sb, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
+        rc = run_command(a, s, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
     }
     egress_sandbox_close(a->egress, net);
     clock_gettime(CLOCK_MONOTONIC, &t1);

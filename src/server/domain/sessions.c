@@ -37,6 +37,8 @@ struct registry {
     bool save_failing;        /* logged once until a save works again */
     registry_remove_hook on_remove;
     void *on_remove_ctx;
+    registry_destroy_hook on_destroy; /* set before serving, then only read */
+    void *on_destroy_ctx;
 };
 
 double epoch_now(void)
@@ -56,6 +58,8 @@ static void session_free(session *s)
 /* The last reference is gone: the disk goes with the session (or stays, at shutdown). */
 static void session_destroy(registry *r, session *s)
 {
+    if (r->on_destroy)
+        r->on_destroy(r->on_destroy_ctx, s->id);
     if (s->keep_disk)
         disk_close(r->disk, s->id);
     else
@@ -343,6 +347,14 @@ void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx)
     pthread_mutex_lock(&r->mu);
     r->on_remove = hook;
     r->on_remove_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void registry_set_destroy_hook(registry *r, registry_destroy_hook hook, void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_destroy = hook;
+    r->on_destroy_ctx = ctx;
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -60,6 +60,12 @@ void registry_free(registry *r);
 typedef void (*registry_remove_hook)(void *ctx, const char *session_id);
 void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx);
 
+/* Called with the id of every session whose last reference is gone, just before its disk is
+ * unmounted (and deleted, unless kept at shutdown), outside the registry's lock: whatever
+ * still uses its workspace must be gone when it returns (a sandbox booted ahead for it). */
+typedef void (*registry_destroy_hook)(void *ctx, const char *session_id);
+void registry_set_destroy_hook(registry *r, registry_destroy_hook hook, void *ctx);
+
 /* Whether s (which the caller holds a reference to) has left the registry meanwhile. */
 bool registry_removed(registry *r, const session *s);
 

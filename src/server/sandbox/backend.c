@@ -91,6 +91,31 @@ static char *find_program(const char *explicit_path, const char *name)
     return found;
 }
 
+/* The waiter (airlock-waiter) into the root: $AIRLOCK_WAITER, else beside airlockd's own
+ * executable. Without it every sandbox boots with its command (said once). */
+static void add_waiter(sandbox_backend *b)
+{
+    const char *env = getenv("AIRLOCK_WAITER");
+    char *path = NULL;
+    if (env && *env) {
+        path = strdup(env);
+    } else {
+        char *self = realpath("/proc/self/exe", NULL);
+        char *slash = self ? strrchr(self, '/') : NULL;
+        if (slash) {
+            *slash = '\0';
+            path = sbx_path_join(self, "airlock-waiter");
+        }
+        free(self);
+    }
+    char why[512] = "out of memory";
+    if (path && sbx_rootfs_add_waiter(b->rootfs_dir, path, why, sizeof why) == 0)
+        b->have_waiter = true;
+    else
+        fprintf(stderr, "airlockd: sandboxes boot with their command (no warm sandboxes): %s\n", why);
+    free(path);
+}
+
 /* Container ids: name (restricted to [A-Za-z0-9_.-], truncated) plus pid and a counter, so
  * several servers sharing a machine and concurrent runs never collide. */
 static void make_id(const char *name, char *id, size_t idlen)
@@ -184,9 +209,18 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     s->network = o->network;
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
-    s->output_limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
-    s->cancel_fd = o->cancel_fd;
-    s->tap = o->tap;
+    sandbox_set_command(s, o);
+    s->cmd_w = s->ready_r = -1;
+    s->child.pid = -1;
+    s->child.out = s->child.err = -1;
+    if (o->boot_ahead) {
+        if (!sandbox_can_boot_ahead(b)) {
+            snprintf(errbuf, errlen, "sandboxes cannot boot ahead with %s here", b->ops->name);
+            sandbox_release(s);
+            return NULL;
+        }
+        s->ahead = true;
+    }
     if (b->ops->prepare(s, errbuf, errlen) != 0) {
         sandbox_release(s);
         return NULL;
@@ -233,6 +267,49 @@ void sandbox_release(sandbox *s)
     s->b->ops->release(s);
     free(s->workspace_dir);
     free(s);
+}
+
+bool sandbox_can_boot_ahead(const sandbox_backend *b)
+{
+    return b->have_waiter && b->ops == &sandbox_gvisor_ops;
+}
+
+int sandbox_boot_fd(const sandbox *s)
+{
+    return s->ready_r;
+}
+
+int sandbox_boot_check(sandbox *s, char *errbuf, size_t errlen)
+{
+    if (!s->ahead) {
+        snprintf(errbuf, errlen, "sandbox %s was not booted ahead", s->id);
+        return -1;
+    }
+    return sbx_gvisor_boot_check(s, errbuf, errlen);
+}
+
+void sandbox_boot_hurry(sandbox *s)
+{
+    if (s->ahead && s->have_cg)
+        sbx_cg_hurry(&s->cg);
+}
+
+void sandbox_set_command(sandbox *s, const sandbox_opts *o)
+{
+    s->output_limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
+    s->cancel_fd = o->cancel_fd;
+    s->tap = o->tap;
+}
+
+void sandbox_abandon(sandbox *s)
+{
+    if (s && s->have_cg)
+        (void)sbx_cg_kill_all(&s->cg);
+}
+
+bool sandbox_retry_cold(const sandbox *s)
+{
+    return s->ahead && !s->sent;
 }
 
 int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command,
@@ -409,6 +486,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
     }
     if (sbx_rootfs_build(b->rootfs_dir, &b->rootfs, errbuf, errlen) != 0)
         goto fail;
+    add_waiter(b);
     if (fs_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));

@@ -170,6 +170,8 @@ static int find_v1_hierarchies(sbx_cg_tree *t, char *errbuf, size_t errlen)
                     t->pids = i;
                 if (has_option(opts, olen, "cpu"))
                     t->cpu = i;
+                if (has_option(opts, olen, "freezer"))
+                    t->freezer = i;
             }
         }
         line = eol ? eol + 1 : NULL;
@@ -297,11 +299,25 @@ static int clear_tree(const char *top, bool keep_top)
     return failed;
 }
 
+/* Thaws top and every group below it: a task frozen in one hierarchy cannot die in another. */
+static void thaw_tree(const char *top)
+{
+    size_t n = 0;
+    char **groups = list_groups(top, &n);
+    for (size_t i = 0; groups && i < n; i++) {
+        (void)write_file(groups[i], "freezer.state", "THAWED");
+        free(groups[i]);
+    }
+    free(groups);
+}
+
 int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root)
 {
     int left = 0;
+    char top[SBX_CG_PATH_MAX];
+    if (!t->v2 && t->freezer >= 0 && join(top, sizeof top, t->hier[t->freezer], t->root, NULL))
+        thaw_tree(top);
     for (size_t i = 0; i < t->nhier; i++) {
-        char top[SBX_CG_PATH_MAX];
         if (join(top, sizeof top, t->hier[i], t->root, NULL))
             left += clear_tree(top, keep_root);
     }
@@ -320,7 +336,7 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->ncpu = cpus > 0 ? (unsigned)cpus : 1;
-    t->memory = t->pids = t->cpu = -1;
+    t->memory = t->pids = t->cpu = t->freezer = -1;
     if (strlen(root_name) >= sizeof t->root) {
         snprintf(errbuf, errlen, "cgroup name too long: %s", root_name);
         return -1;
@@ -333,7 +349,7 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
         t->v2 = true;
         t->nhier = 1;
         memcpy(t->hier[0], CG_ROOT, sizeof CG_ROOT);
-        t->memory = t->pids = t->cpu = 0;
+        t->memory = t->pids = t->cpu = t->freezer = 0;
     } else {
         snprintf(errbuf, errlen, "no usable cgroup hierarchy under " CG_ROOT);
         return -1;
@@ -440,8 +456,14 @@ static int apply_v1(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf
     if (cg->dirs[2][0]) {
         snprintf(v, sizeof v, "%u", 1000u * lim->cpu_percent);
         if (set_limit(cg->dirs[2], "cpu.cfs_period_us", "100000", false, "set cpu quota", errbuf, errlen) ||
-            set_limit(cg->dirs[2], "cpu.cfs_quota_us", v, false, "set cpu quota", errbuf, errlen))
+            set_limit(cg->dirs[2], "cpu.cfs_quota_us", lim->ahead ? "-1" : v, false, "set cpu quota", errbuf,
+                      errlen))
             return -1;
+        if (lim->ahead) {
+            snprintf(v, sizeof v, "%d", SBX_CG_BOOT_SHARES);
+            if (set_limit(cg->dirs[2], "cpu.shares", v, false, "set cpu weight", errbuf, errlen))
+                return -1;
+        }
     }
     return 0;
 }
@@ -456,8 +478,10 @@ static int apply_v2(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf
     if (set_limit(dir, "memory.max", mem, false, "set memory limit", errbuf, errlen) ||
         set_limit(dir, "memory.swap.max", "0", true, "forbid swap", errbuf, errlen) ||
         set_limit(dir, "pids.max", pids, false, "set pids limit", errbuf, errlen) ||
-        set_limit(dir, "cpu.max", cpu, false, "set cpu quota", errbuf, errlen))
+        set_limit(dir, "cpu.max", lim->ahead ? "max 100000" : cpu, false, "set cpu quota", errbuf, errlen))
         return -1;
+    if (lim->ahead && set_limit(dir, "cpu.weight", "13", false, "set cpu weight", errbuf, errlen))
+        return -1; /* ~ SBX_CG_BOOT_SHARES / 1024 of the default 100 */
     return 0;
 }
 
@@ -571,10 +595,32 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
         memcpy(cg->procs[i], dir, (size_t)n);
         memcpy(cg->procs[i] + n, "/cgroup.procs", sizeof "/cgroup.procs");
     }
+    if (lim->ahead && !t->v2 && t->freezer >= 0) {
+        /* its own freezer group, joined with the others before runsc starts */
+        const char *hier = t->hier[t->freezer];
+        if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+            goto fail;
+        n = snprintf(cg->freezer_dir, sizeof cg->freezer_dir, "%s%s", hier, cg->rel);
+        if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof cg->freezer_dir) {
+            snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
+            cg->freezer_dir[0] = '\0';
+            goto fail;
+        }
+        if (mkdir(cg->freezer_dir, 0755) != 0) {
+            snprintf(errbuf, errlen, "cannot create cgroup %s: %s", cg->freezer_dir, strerror(errno));
+            cg->freezer_dir[0] = '\0';
+            goto fail;
+        }
+        memcpy(cg->freezer_procs, cg->freezer_dir, (size_t)n);
+        memcpy(cg->freezer_procs + n, "/cgroup.procs", sizeof "/cgroup.procs");
+    }
     if ((t->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen)) != 0)
         goto fail;
-    tenant_runs(t, group, 1);
-    cg->counted = true;
+    cg->ahead = lim->ahead;
+    if (!lim->ahead) {
+        tenant_runs(t, group, 1);
+        cg->counted = true;
+    }
     return 0;
 fail:
     sbx_cg_destroy(cg);
@@ -594,10 +640,11 @@ int sbx_cg_join_self(const sbx_cgroup *cg)
     } while (pid > 0);
     for (int i = 0; i < len; i++)
         num[i] = rev[len - 1 - i];
-    for (int i = 0; i < 3; i++) {
-        if (!cg->procs[i][0])
+    for (int i = 0; i < 4; i++) {
+        const char *procs = i < 3 ? cg->procs[i] : cg->freezer_procs;
+        if (!procs[0])
             continue;
-        int fd = open(cg->procs[i], O_WRONLY | O_CLOEXEC);
+        int fd = open(procs, O_WRONLY | O_CLOEXEC);
         if (fd < 0)
             return -1;
         ssize_t w = write(fd, num, (size_t)len);
@@ -635,8 +682,61 @@ void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit)
     }
 }
 
+int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen)
+{
+    if (!cg->ahead)
+        return 0;
+    if (cg->tree && cg->tree->v2)
+        return cg->dirs[0][0] ? write_file(cg->dirs[0], "cgroup.freeze", frozen ? "1" : "0") : ENOENT;
+    return cg->freezer_dir[0] ? write_file(cg->freezer_dir, "freezer.state", frozen ? "FROZEN" : "THAWED")
+                              : ENOENT;
+}
+
+void sbx_cg_hurry(const sbx_cgroup *cg)
+{
+    if (!cg->ahead || !cg->tree)
+        return;
+    if (cg->tree->v2)
+        (void)write_file(cg->dirs[0], "cpu.weight", "100");
+    else if (cg->dirs[2][0])
+        (void)write_file(cg->dirs[2], "cpu.shares", "1024");
+}
+
+int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
+{
+    if (!cg->ahead || !cg->tree)
+        return 0;
+    bool oom = false, hit = false;
+    sbx_cg_oom_status(cg, &oom, &hit);
+    if (oom || (hit && cg->tree->v2)) /* v2's "max" count cannot be reset */
+        return -1;
+    if (sbx_cg_freeze(cg, false) != 0)
+        return -1;
+    char v[32];
+    if (cg->tree->v2) {
+        snprintf(v, sizeof v, "%u 100000", 1000u * lim->cpu_percent);
+        if (write_file(cg->dirs[0], "cpu.weight", "100") != 0 || write_file(cg->dirs[0], "cpu.max", v) != 0)
+            return -1;
+    } else {
+        /* the command's own count of hitting the limit: the boot's is forgotten */
+        if (write_file(cg->dirs[0], "memory.failcnt", "0") != 0)
+            return -1;
+        (void)write_file(cg->dirs[0], "memory.max_usage_in_bytes", "0");
+        if (cg->dirs[2][0]) {
+            snprintf(v, sizeof v, "%u", 1000u * lim->cpu_percent);
+            if (write_file(cg->dirs[2], "cpu.shares", "1024") != 0 ||
+                write_file(cg->dirs[2], "cpu.cfs_quota_us", v) != 0)
+                return -1;
+        }
+    }
+    tenant_runs(cg->tree, cg->group, 1);
+    cg->counted = true;
+    return 0;
+}
+
 int sbx_cg_kill_all_except(const sbx_cgroup *cg, pid_t spare)
 {
+    (void)sbx_cg_freeze(cg, false); /* frozen tasks cannot die */
     if (spare <= 0 && cg->tree && cg->tree->v2 && cg->dirs[0][0])
         (void)write_file(cg->dirs[0], "cgroup.kill", "1"); /* kernel >= 5.14; else loop below */
     int left = 0;
@@ -675,5 +775,6 @@ void sbx_cg_destroy(sbx_cgroup *cg)
     cg->counted = false;
     for (int i = 0; i < 3; i++)
         cg->dirs[i][0] = cg->procs[i][0] = '\0';
+    cg->freezer_dir[0] = cg->freezer_procs[0] = '\0';
     cg->tree = NULL;
 }

@@ -55,13 +55,21 @@ typedef struct {
     sbx_cg_active *active;                          /* at most one entry per running command */
     size_t nactive, cap_active;
     int total_runs;                                 /* commands running, all tenants */
+    int freezer;                                    /* the freezer's index in hier, or -1 */
 } sbx_cg_tree;
 
 typedef struct {
     uint64_t memory_bytes;  /* memory limit, swap forbidden */
     uint64_t pids;          /* host tasks (threads) limit */
     unsigned cpu_percent;   /* 100 = one CPU */
+    /* A sandbox booted ahead of its command: no CPU quota and a low weight (SBX_CG_BOOT_SHARES)
+     * while it boots, a freezer group, and not counted as a running command of its tenant until
+     * sbx_cg_begin_command. false: today's run (limits from the start). */
+    bool ahead;
 } sbx_cg_limits;
+
+/* The CPU weight of a sandbox booting ahead: it yields to running commands. */
+#define SBX_CG_BOOT_SHARES 128
 
 /* One run's group. */
 typedef struct {
@@ -73,6 +81,10 @@ typedef struct {
     char dirs[3][SBX_CG_PATH_MAX];
     /* Pre-built "cgroup.procs" paths so a freshly forked child can join without formatting. */
     char procs[3][SBX_CG_PATH_MAX];
+    /* v1 freezer directory and its cgroup.procs (ahead only; empty otherwise) */
+    char freezer_dir[SBX_CG_PATH_MAX];
+    char freezer_procs[SBX_CG_PATH_MAX];
+    bool ahead;                  /* made with sbx_cg_limits.ahead */
 } sbx_cgroup;
 
 /* Finds the hierarchies, removes whatever is under this server's root (processes killed,
@@ -96,6 +108,19 @@ void sbx_cg_group_name(const char *tenant, char out[SBX_CG_NAME_MAX]);
  * the limits and sets the tenant's weight for one more running command. */
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
                   const sbx_cg_limits *lim, char *errbuf, size_t errlen);
+
+/* A group made ahead (sbx_cg_limits.ahead) becomes its command's: thawed, the command's CPU
+ * quota and weight, its memory failure count reset, and counted as a running command of the
+ * tenant. -1 when the boot already hit the memory limit (an OOM kill or a failure that the
+ * command's oom_killed would inherit): the caller discards the sandbox. */
+int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim);
+
+/* A group made ahead whose boot a command now waits for: the full CPU weight from now on. */
+void sbx_cg_hurry(const sbx_cgroup *cg);
+
+/* Freezes (true) or thaws (false) every task of a group made ahead (v1 freezer, v2
+ * cgroup.freeze): an idle sandbox burns no CPU. 0, or an errno value. */
+int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen);
 
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);

@@ -12,6 +12,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +71,10 @@ static void runsc_kill(void *arg)
         sbx_proc_result_free(&r);
 }
 
-/* The bundle directory and the host cgroup; the command's config.json comes with the run. */
+static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen);
+
+/* The bundle directory and the host cgroup; the command's config.json comes with the run (or,
+ * booted ahead, the waiter's now). */
 static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
 {
     s->bundle = sbx_path_join(s->b->bundles_dir, s->id);
@@ -80,11 +89,11 @@ static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
         return -1;
     }
     sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT,
-                         .cpu_percent = 100};
+                         .cpu_percent = 100, .ahead = s->ahead};
     if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         return -1;
     s->have_cg = true;
-    return 0;
+    return s->ahead ? gvisor_boot(s, errbuf, errlen) : 0;
 }
 
 /* runsc's pre-exec step for a sandbox with network (see egress_hide_proc_sys_net). */
@@ -94,8 +103,9 @@ static int hide_proc_sys_net(void *ctx)
     return egress_hide_proc_sys_net();
 }
 
-static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
-                      char *errbuf, size_t errlen)
+/* The spec and argv of a run: command is the run's (cold), or NULL for a sandbox booted ahead
+ * (the waiter gets the command on fd 3 and says "R" on fd 4, from runsc's fds 4 and 5). */
+static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errlen)
 {
     sandbox_backend *b = s->b;
     const char *env[SBX_ENV_ALL_MAX];
@@ -105,16 +115,69 @@ static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sand
         .command = command, .env = env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
         .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
         .netns_path = s->network ? s->network->netns_path : NULL,
+        .waiter = command ? NULL : SBX_WAITER_PATH,
     };
-    if (sbx_spec_write(s->bundle, &spec, errbuf, errlen) != 0)
-        return -1;
-    /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
-     * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's
-     * own network stack on the namespace of the spec (egress); the cgroup is ours (runsc finds
-     * it existing and leaves its limits alone). */
-    const char *argv[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap",
+    return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
+}
+
+#define RUNSC_ARGV_MAX 20
+
+/* --overlay2=none: the root stays the read-only host directory and /workspace writes go
+ * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's
+ * own network stack on the namespace of the spec (egress); the cgroup is ours (runsc finds
+ * it existing and leaves its limits alone). */
+static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
+{
+    const sandbox_backend *b = s->b;
+    int n = 0;
+    const char *head[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap",
                           s->network ? "--network=sandbox" : "--network=none", "--overlay2=none",
-                          "--host-uds=none", "run", "--bundle", s->bundle, s->id, NULL};
+                          "--host-uds=none", "run"};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        argv[n++] = head[i];
+    if (s->ahead) {
+        argv[n++] = "--pass-fd";
+        argv[n++] = "4:3";
+        argv[n++] = "--pass-fd";
+        argv[n++] = "5:4";
+    }
+    argv[n++] = "--bundle";
+    argv[n++] = s->bundle;
+    argv[n++] = s->id;
+    argv[n] = NULL;
+}
+
+/* The result of `runsc run` that ran a command, cold or handed over. */
+static int finish_run(sandbox *s, sbx_proc_result *r, sandbox_result *out, char *errbuf, size_t errlen)
+{
+    int code = sbx_proc_exit_code(r->status);
+    bool oom = false, limit_hit = false;
+    sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
+    /* runsc reports its own failures as 128 with a "running container:" message. */
+    if (!r->timed_out && !r->cancelled && code == 128 &&
+        strncmp(capture_head(&r->err, NULL), "running container:", 18) == 0) {
+        sbx_err_from_capture(&r->err, "gVisor could not start the sandbox", errbuf, errlen);
+        sbx_proc_result_free(r);
+        return -1;
+    }
+    /* A host OOM kill takes the whole sentry down; the command's status is SIGKILL. A
+     * SIGKILL exit at the memory limit without a recorded kill is also the memory. */
+    bool oom_killed = oom || (code == 137 && limit_hit);
+    if (sbx_finish_result(out, r, oom_killed ? 137 : code, oom_killed) != 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static int gvisor_run_cold(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
+                           char *errbuf, size_t errlen)
+{
+    sandbox_backend *b = s->b;
+    if (write_spec(s, command, errbuf, errlen) != 0)
+        return -1;
+    const char *argv[RUNSC_ARGV_MAX];
+    runsc_run_argv(s, argv);
     kill_ctx kc = {b, s->id};
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env,
                        .timeout_ms = timeout_seconds * 1000, .on_deadline = runsc_kill,
@@ -124,28 +187,189 @@ static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sand
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)
         return -1;
-    int code = sbx_proc_exit_code(r.status);
-    bool oom = false, limit_hit = false;
-    sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
-    /* runsc reports its own failures as 128 with a "running container:" message. */
-    if (!r.timed_out && !r.cancelled && code == 128 &&
-        strncmp(capture_head(&r.err, NULL), "running container:", 18) == 0) {
-        sbx_err_from_capture(&r.err, "gVisor could not start the sandbox", errbuf, errlen);
-        sbx_proc_result_free(&r);
+    return finish_run(s, &r, out, errbuf, errlen);
+}
+
+/* ---- booted ahead ---------------------------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* Starts `runsc run` of the waiter in its cgroup (no CPU quota, low weight while booting);
+ * the boot goes on after this returns: gvisor_boot_check tells when it is done. */
+static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
+{
+    int cmd[2] = {-1, -1}, ready[2] = {-1, -1};
+    if (write_spec(s, NULL, errbuf, errlen) != 0)
+        return -1;
+    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0) {
+        snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
+        close_fd(&cmd[0]);
+        close_fd(&cmd[1]);
         return -1;
     }
-    /* A host OOM kill takes the whole sentry down; the command's status is SIGKILL. A
-     * SIGKILL exit at the memory limit without a recorded kill is also the memory. */
-    bool oom_killed = oom || (code == 137 && limit_hit);
-    if (sbx_finish_result(out, &r, oom_killed ? 137 : code, oom_killed) != 0) {
-        snprintf(errbuf, errlen, "out of memory");
+    const char *argv[RUNSC_ARGV_MAX];
+    runsc_run_argv(s, argv);
+    int pass[2] = {cmd[0], ready[1]};
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .pass_fds = pass, .npass_fds = 2,
+                       .pre_exec = s->network ? hide_proc_sys_net : NULL};
+    int rc = sbx_proc_start(&o, &s->child, errbuf, errlen);
+    close_fd(&cmd[0]);
+    close_fd(&ready[1]);
+    if (rc != 0) {
+        close_fd(&cmd[1]);
+        close_fd(&ready[0]);
         return -1;
     }
+    s->cmd_w = cmd[1];
+    s->ready_r = ready[0];
     return 0;
+}
+
+int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen)
+{
+    if (s->booted)
+        return 1;
+    if (s->ready_r < 0) {
+        snprintf(errbuf, errlen, "sandbox %s is not booting", s->id);
+        return -1;
+    }
+    struct pollfd pf = {.fd = s->ready_r, .events = POLLIN};
+    if (poll(&pf, 1, 0) == 0)
+        return 0;
+    char c = 0;
+    ssize_t n;
+    do
+        n = read(s->ready_r, &c, 1);
+    while (n < 0 && errno == EINTR);
+    close_fd(&s->ready_r);
+    if (n != 1 || c != 'R') {
+        /* runsc gave up: its message is in the stderr pipe nobody reads yet */
+        char msg[400] = "";
+        ssize_t m = -1; /* never wait here: a straggler may still hold the pipe open */
+        if (s->child.err >= 0 && fcntl(s->child.err, F_SETFL, O_NONBLOCK) == 0)
+            m = read(s->child.err, msg, sizeof msg - 1);
+        msg[m > 0 ? m : 0] = '\0';
+        for (char *p = msg; *p; p++)
+            if (*p == '\n')
+                *p = ' ';
+        snprintf(errbuf, errlen, "sandbox %s did not boot%s%s", s->id, msg[0] ? ": " : "", msg);
+        return -1;
+    }
+    s->booted = true;
+    /* idle until its command: systrap's stubs would otherwise spin a few % of a CPU each */
+    int err = sbx_cg_freeze(&s->cg, true);
+    if (err)
+        fprintf(stderr, "airlockd: cannot freeze idle sandbox %s: %s\n", s->id, strerror(err));
+    return 1;
+}
+
+typedef struct {
+    sandbox *s;
+} stop_ctx;
+
+/* Deadline of a handed-over command: kill the sandbox but not `runsc run`, which then exits at
+ * once and clears its own state (no runsc CLI spawned). */
+static void stop_ahead(void *arg)
+{
+    const stop_ctx *k = arg;
+    (void)sbx_cg_kill_all_except(&k->s->cg, k->s->child.pid);
+}
+
+/* Hands the command to the waiter and collects the result; the timeout counts from here. */
+static int gvisor_run_ahead(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
+                            char *errbuf, size_t errlen)
+{
+    if (!s->booted || s->cmd_w < 0) {
+        snprintf(errbuf, errlen, "sandbox %s has not booted", s->id);
+        return -1;
+    }
+    size_t len = strlen(command);
+    /* the whole command must fit the pipe: then one write hands it over without waiting */
+    int cap = fcntl(s->cmd_w, F_GETPIPE_SZ);
+    if (cap >= 0 && (size_t)cap <= len && len < SBX_WAITER_COMMAND_MAX)
+        cap = fcntl(s->cmd_w, F_SETPIPE_SZ, (int)len + 1);
+    if (cap < 0 || (size_t)cap <= len || len >= SBX_WAITER_COMMAND_MAX) {
+        snprintf(errbuf, errlen, "command of %zu bytes is too long to hand over", len);
+        return -1;
+    }
+    sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT, .cpu_percent = 100};
+    if (sbx_cg_begin_command(&s->cg, &lim) != 0) {
+        snprintf(errbuf, errlen, "sandbox %s hit its memory limit while booting", s->id);
+        return -1;
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t w = write(s->cmd_w, command + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    if (off < len) { /* nobody reads: the sandbox died while it waited, before the command */
+        snprintf(errbuf, errlen, "sandbox %s is gone: %s", s->id, strerror(errno));
+        return -1;
+    }
+    s->sent = true;
+    close_fd(&s->cmd_w); /* end of file: the waiter execs bash -c with it */
+    stop_ctx kc = {s};
+    sbx_proc_opts o = {.timeout_ms = timeout_seconds * 1000, .on_deadline = stop_ahead, .ctx = &kc,
+                       .grace_ms = 1500};
+    sbx_proc_opts_for(s, &o);
+    sbx_proc_result r;
+    if (sbx_proc_collect(&o, &s->child, &r, errbuf, errlen) != 0)
+        return -1;
+    return finish_run(s, &r, out, errbuf, errlen);
+}
+
+static int gvisor_run(sandbox *s, const char *command, int timeout_seconds, sandbox_result *out,
+                      char *errbuf, size_t errlen)
+{
+    if (s->ahead)
+        return gvisor_run_ahead(s, command, timeout_seconds, out, errbuf, errlen);
+    return gvisor_run_cold(s, command, timeout_seconds, out, errbuf, errlen);
+}
+
+/* A sandbox booted ahead whose `runsc run` was not collected: kill the sandbox, give runsc a
+ * moment to clear its own state, then kill and reap it. */
+static void stop_uncollected(sandbox *s)
+{
+    close_fd(&s->cmd_w);
+    close_fd(&s->ready_r);
+    pid_t pid = s->child.pid;
+    if (pid > 0) {
+        (void)sbx_cg_kill_all_except(&s->cg, pid);
+        int st;
+        bool reaped = false;
+        for (int i = 0; i < 300 && !reaped; i++) { /* ~1.5 s */
+            pid_t w = waitpid(pid, &st, WNOHANG);
+            reaped = w == pid || (w < 0 && errno == ECHILD);
+            if (!reaped) {
+                struct timespec ts = {0, 5 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        if (!reaped) {
+            (void)kill(pid, SIGKILL);
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+            }
+        }
+    }
+    s->child.pid = -1;
+    close_fd(&s->child.out);
+    close_fd(&s->child.err);
 }
 
 static void gvisor_release(sandbox *s)
 {
+    if (s->ahead)
+        stop_uncollected(s);
     if (s->have_cg)
         sbx_cg_destroy(&s->cg);
     s->have_cg = false;

@@ -32,6 +32,7 @@ extern const sandbox_ops sandbox_gvisor_ops;
 extern const sandbox_ops sandbox_bwrap_ops;
 
 struct sandbox_backend {
+    bool have_waiter;   /* SBX_WAITER_PATH is in the root: sandboxes can boot ahead */
     const sandbox_ops *ops;
     char *rootfs_dir;   /* generated read-only root */
     char *bundles_dir;  /* one OCI bundle per gVisor sandbox */
@@ -56,7 +57,18 @@ struct sandbox {
     bool have_cg;
     bool ran;             /* sandbox_run was called */
     const sandbox_tap *tap; /* sandbox_opts.tap (NULL: none) */
+    /* Booted ahead of its command (sandbox_opts.boot_ahead; gVisor only): */
+    bool ahead;
+    sbx_proc_child child; /* `runsc run` of the waiter, started by sandbox_prepare */
+    int cmd_w;            /* the waiter's command pipe; -1 once handed over (or none) */
+    int ready_r;          /* the waiter's "R" once booted; -1 when none */
+    bool booted;          /* "R" arrived (and the sandbox was frozen) */
+    bool sent;            /* the command was handed over: no cold retry any more */
 };
+
+/* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until
+ * its command), 0 while it boots, -1 when the boot failed (message in errbuf). */
+int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
 extern const char *const sandbox_env[];

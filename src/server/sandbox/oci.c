@@ -82,7 +82,8 @@ static json_t *string_array(const char *const *list)
 int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size_t errlen)
 {
     const char *args[] = {"/bin/bash", "-c", s->command, NULL};
-    json_t *argv = string_array(args);
+    const char *waiter_args[] = {s->waiter, NULL};
+    json_t *argv = string_array(s->waiter ? waiter_args : args);
     json_t *env = string_array(s->env);
     json_t *mnt = mounts(s);
     /* Every capability set empty: the command keeps no privilege at all. */

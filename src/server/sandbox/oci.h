@@ -17,6 +17,9 @@ typedef struct {
     unsigned tmp_mb;            /* size of the /tmp tmpfs */
     const char *cgroups_path;   /* linux.cgroupsPath (the run's existing cgroup), or NULL */
     const char *netns_path;     /* the network namespace to join, or NULL: a new empty one */
+    /* Booted ahead of its command: the process is this path in the root (the waiter, which
+     * execs bash -c with the command it is handed later); command is then unused. NULL: bash. */
+    const char *waiter;
 } sbx_spec;
 
 /* Writes bundle_dir/config.json. */

@@ -104,20 +104,26 @@ static void child_exec(const sbx_proc_opts *o, int devnull, int out_w, int err_w
         goto fail;
     /* Park the four descriptors we keep above 0-3 so that placing one cannot clobber
      * another (e.g. a pipe that happens to be fd 1). */
-    enum { PARK = 4 };
-    int p_null, p_out, p_err, p_rep;
+    enum { PARK = 4 + SBX_PASS_FDS_MAX };
+    int p_null, p_out, p_err, p_rep, p_pass[SBX_PASS_FDS_MAX];
     if ((p_null = fcntl(devnull, F_DUPFD_CLOEXEC, PARK)) < 0 ||
         (p_out = fcntl(out_w, F_DUPFD_CLOEXEC, PARK)) < 0 ||
         (p_err = fcntl(err_w, F_DUPFD_CLOEXEC, PARK)) < 0 ||
         (p_rep = fcntl(report, F_DUPFD_CLOEXEC, PARK)) < 0)
         goto fail;
     report = p_rep;
+    for (int i = 0; i < o->npass_fds; i++)
+        if ((p_pass[i] = fcntl(o->pass_fds[i], F_DUPFD_CLOEXEC, PARK)) < 0)
+            goto fail;
     if (dup2(p_null, 0) < 0 || dup2(p_out, 1) < 0 || dup2(p_err, 2) < 0 || dup2(p_rep, 3) < 0 ||
         fcntl(3, F_SETFD, FD_CLOEXEC) != 0)
         goto fail;
     report = 3;
+    for (int i = 0; i < o->npass_fds; i++) /* dup2 clears FD_CLOEXEC: these stay open */
+        if (dup2(p_pass[i], 4 + i) < 0)
+            goto fail;
     /* Descriptors other threads opened without O_CLOEXEC must not leak into the sandbox. */
-    if (close_range(4, ~0U, 0) != 0)
+    if (close_range((unsigned)(4 + o->npass_fds), ~0U, 0) != 0)
         goto fail;
     ce.step = STEP_CGROUP;
     if (o->cg && sbx_cg_join_self(o->cg) != 0)
@@ -190,16 +196,18 @@ static int wait_child(pid_t pid, int *status)
     }
 }
 
-int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_t errlen)
+int sbx_proc_start(const sbx_proc_opts *o, sbx_proc_child *c, char *errbuf, size_t errlen)
 {
-    memset(r, 0, sizeof *r);
-    size_t limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
-    capture_init(&r->out, limit);
-    capture_init(&r->err, limit);
+    c->pid = -1;
+    c->out = c->err = -1;
     int outp[2] = {-1, -1}, errp[2] = {-1, -1}, rep[2] = {-1, -1};
-    int devnull = -1, pidfd = -1, rc = -1;
+    int devnull = -1, rc = -1;
     pid_t pid = -1;
 
+    if (o->npass_fds < 0 || o->npass_fds > SBX_PASS_FDS_MAX) {
+        snprintf(errbuf, errlen, "too many descriptors to pass: %d", o->npass_fds);
+        return -1;
+    }
     devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0 || pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
         pipe2(rep, O_CLOEXEC) != 0) {
@@ -235,6 +243,34 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
                  step_name(ce.step), strerror(ce.err));
         goto out;
     }
+    c->pid = pid;
+    c->out = outp[0];
+    c->err = errp[0];
+    outp[0] = errp[0] = -1;
+    rc = 0;
+out:
+    close_fd(&outp[0]);
+    close_fd(&outp[1]);
+    close_fd(&errp[0]);
+    close_fd(&errp[1]);
+    close_fd(&rep[0]);
+    close_fd(&rep[1]);
+    close_fd(&devnull);
+    return rc;
+}
+
+int sbx_proc_collect(const sbx_proc_opts *o, sbx_proc_child *c, sbx_proc_result *r, char *errbuf,
+                     size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    size_t limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
+    capture_init(&r->out, limit);
+    capture_init(&r->err, limit);
+    int outp[2] = {c->out, -1}, errp[2] = {c->err, -1};
+    int pidfd = -1, rc = -1;
+    pid_t pid = c->pid;
+    c->out = c->err = -1;
+    c->pid = -1;
 
     bool failed = false;
     if (fcntl(outp[0], F_SETFL, O_NONBLOCK) != 0 || fcntl(errp[0], F_SETFL, O_NONBLOCK) != 0) {
@@ -357,18 +393,22 @@ int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_
         pid = -1;
     }
     rc = failed ? -1 : 0;
-out:
     close_fd(&outp[0]);
-    close_fd(&outp[1]);
     close_fd(&errp[0]);
-    close_fd(&errp[1]);
-    close_fd(&rep[0]);
-    close_fd(&rep[1]);
-    close_fd(&devnull);
     close_fd(&pidfd);
     if (rc != 0)
         sbx_proc_result_free(r);
     return rc;
+}
+
+int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_t errlen)
+{
+    sbx_proc_child c;
+    if (sbx_proc_start(o, &c, errbuf, errlen) != 0) {
+        memset(r, 0, sizeof *r);
+        return -1;
+    }
+    return sbx_proc_collect(o, &c, r, errbuf, errlen);
 }
 
 int sbx_proc_exit_code(int status)

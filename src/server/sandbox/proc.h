@@ -42,7 +42,19 @@ typedef struct {
      * kills the tree at once and marks the result cancelled. -1 or 0: none. */
     int cancel_fd;
     const sandbox_tap *tap;   /* ours: sees the output as it is read; NULL: none */
+    /* Descriptors the launcher also gets, at its fds 4, 5, ... in this order (e.g. the pipes
+     * `runsc run --pass-fd 4:3` hands on to a sandbox booted ahead). At most SBX_PASS_FDS_MAX. */
+    const int *pass_fds;
+    int npass_fds;
 } sbx_proc_opts;
+
+#define SBX_PASS_FDS_MAX 4
+
+/* A launcher started (sbx_proc_start) and not yet collected. */
+typedef struct {
+    pid_t pid;
+    int out, err; /* the read ends of its stdout and stderr */
+} sbx_proc_child;
 
 typedef struct {
     capture out;
@@ -55,6 +67,17 @@ typedef struct {
 /* Returns 0 when the program ran (any status, timeout included), -1 when it could not be
  * started (message in errbuf). The result's buffers are owned by the caller either way. */
 int sbx_proc_run(const sbx_proc_opts *o, sbx_proc_result *r, char *errbuf, size_t errlen);
+
+/* The first half of sbx_proc_run: starts the launcher (o's argv, cgroup, rlimits, pass_fds)
+ * and returns at once. The calling thread must outlive it: the launcher gets SIGKILL when
+ * that thread ends (PR_SET_PDEATHSIG). 0, or -1 with a message in errbuf. */
+int sbx_proc_start(const sbx_proc_opts *o, sbx_proc_child *c, char *errbuf, size_t errlen);
+
+/* The second half: reads its output and waits for it under o's deadline (counted from now),
+ * output budget and cancel_fd, as sbx_proc_run does; any thread may call it. Takes over c
+ * (its descriptors are closed, the launcher reaped) whatever it returns. */
+int sbx_proc_collect(const sbx_proc_opts *o, sbx_proc_child *c, sbx_proc_result *r, char *errbuf,
+                     size_t errlen);
 
 /* Exit code in shell conventions (128+N for signal N). */
 int sbx_proc_exit_code(int status);

@@ -300,6 +300,28 @@ int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errl
     return build_etc(dir, errbuf, errlen);
 }
 
+int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf, size_t errlen)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (stat(waiter_path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(errbuf, errlen, "no waiter program at %s", waiter_path);
+        return -1;
+    }
+    if (join(path, sizeof path, dir, "airlock") != 0 || (mkdir(path, 0755) != 0 && errno != EEXIST) ||
+        chmod(path, 0755) != 0) {
+        snprintf(errbuf, errlen, "cannot create %s/airlock: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (copy_file(waiter_path, dir, SBX_WAITER_PATH + 1, errbuf, errlen) != 0)
+        return -1;
+    if (join(path, sizeof path, dir, SBX_WAITER_PATH + 1) != 0 || chmod(path, 0555) != 0) {
+        snprintf(errbuf, errlen, "cannot make %s%s executable: %s", dir, SBX_WAITER_PATH, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int sbx_rootfs_append_ca(const char *dir, const char *pem_path, char *errbuf, size_t errlen)
 {
     int in = open(pem_path, O_RDONLY | O_CLOEXEC);

@@ -21,4 +21,14 @@ int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errl
 /* Appends the PEM certificates of pem_path to the root's CA bundle (test-only CAs). */
 int sbx_rootfs_append_ca(const char *dir, const char *pem_path, char *errbuf, size_t errlen);
 
+/* Where the waiter (airlock-waiter, the first process of a sandbox booted ahead) lies in the
+ * root, read-only and owned by root. */
+#define SBX_WAITER_PATH "/airlock/waiter"
+/* The longest command the waiter takes (src/waiter/waiter.c says the same); longer ones go
+ * the cold way. */
+#define SBX_WAITER_COMMAND_MAX (1 << 20)
+
+/* Copies the host's waiter binary (waiter_path) into the root at SBX_WAITER_PATH. */
+int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf, size_t errlen);
+
 #endif

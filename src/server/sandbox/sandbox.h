@@ -77,6 +77,12 @@ typedef struct {
                                      * the caller until sandbox_release */
     const sandbox_tap *tap;    /* ours: NULL = output only in the result; else kept by the
                                 * caller until sandbox_release */
+    /* Boot the sandbox now, ahead of its command (sandbox_can_boot_ahead): sandbox_prepare
+     * starts it and returns at once, and the thread that called it must outlive it (the
+     * sandbox dies with that thread). It boots with no CPU quota at a low weight, then waits
+     * frozen; its command's limits (1 CPU, a fresh memory failure count) and timeout start
+     * when sandbox_run hands the command over. false: today's sandbox, booted by its run. */
+    bool boot_ahead;
 } sandbox_opts;
 
 /* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
@@ -114,6 +120,30 @@ int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_re
 
 /* Kills whatever is left in s and removes its state; s is freed. NULL is a no-op. */
 void sandbox_release(sandbox *s);
+
+/* Whether sandboxes can boot ahead here (gVisor, with the airlock-waiter program found). */
+bool sandbox_can_boot_ahead(const sandbox_backend *b);
+
+/* A sandbox booted ahead: a descriptor that turns readable when its boot ends (either way), and
+ * the check to make then: 1 booted (now frozen, ready for sandbox_run), 0 still booting, -1 the
+ * boot failed (message in errbuf; release it). */
+int sandbox_boot_fd(const sandbox *s);
+int sandbox_boot_check(sandbox *s, char *errbuf, size_t errlen);
+
+/* A command waits for this boot now: it gets the full CPU weight instead of the low one. */
+void sandbox_boot_hurry(sandbox *s);
+
+/* Sets the per-command options of a sandbox booted ahead before its sandbox_run: the output
+ * budget, the cancel descriptor and the tap of o (the rest of o was fixed at its boot). */
+void sandbox_set_command(sandbox *s, const sandbox_opts *o);
+
+/* For a server exiting without cleanup: kills s's processes at once (thawed first: a frozen
+ * task cannot die) and leaves the rest (cgroups, state) to the next start. s stays allocated. */
+void sandbox_abandon(sandbox *s);
+
+/* After a failed sandbox_run of a sandbox booted ahead: true when the command never reached it
+ * (too long to hand over, the boot hit its memory limit), so running it cold is safe. */
+bool sandbox_retry_cold(const sandbox *s);
 
 /* sandbox_prepare, sandbox_run and sandbox_release in a row. */
 int sandbox_exec(sandbox_backend *b, const sandbox_opts *o, const char *command,

@@ -1,0 +1,370 @@
+/* Sandboxes booted ahead for sessions: a fixed table of entries, one thread that boots, watches
+ * and releases them, and the hand-over to a session's next command (see warm.h). */
+#include "domain/warm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KEY_MAX 40
+/* How long a command waits for its session's sandbox that is still booting (a boot takes
+ * ~0.3 s; a cold run would not be faster than waiting). */
+#define TAKE_WAIT_MS 20000
+/* A boot that has not finished by then is given up. */
+#define BOOT_GIVE_UP_MS 60000
+/* The thread looks around at least this often (idle releases). */
+#define TICK_MS 1000
+
+typedef enum {
+    E_FREE,
+    E_PENDING,  /* wanted, waiting for a boot slot */
+    E_STARTING, /* the thread is starting it (sandbox_prepare, outside the lock) */
+    E_BOOTING,  /* runsc started, the waiter has not said "R" yet */
+    E_READY,    /* booted, frozen, waiting for its command */
+    E_DOOMED,   /* evicted or failed: the thread releases it */
+} entry_state;
+
+typedef struct {
+    entry_state state;
+    char key[KEY_MAX];
+    char *workspace;
+    char *tenant;
+    sandbox *sb;
+    int64_t used_ms;    /* wanted, or ready: for the LRU and the idle release */
+    int64_t started_ms; /* its boot began */
+    bool doomed;        /* forgotten while starting: released once started */
+} entry;
+
+struct warm_pool {
+    sandbox_backend *b;
+    warm_settings ws;
+    pthread_mutex_t mu;
+    pthread_cond_t changed; /* an entry left E_STARTING or E_DOOMED */
+    entry *e;
+    int n;
+    int wake[2];
+    bool stopping;
+    pthread_t thread;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void wake(warm_pool *w)
+{
+    ssize_t r = write(w->wake[1], "w", 1);
+    (void)r; /* a full pipe already wakes the thread */
+}
+
+static void clear_entry(entry *e)
+{
+    free(e->workspace);
+    free(e->tenant);
+    memset(e, 0, sizeof *e);
+    e->state = E_FREE;
+}
+
+static entry *find(warm_pool *w, const char *key)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].state != E_FREE && strcmp(w->e[i].key, key) == 0)
+            return &w->e[i];
+    return NULL;
+}
+
+/* Takes e's sandbox out of the table and releases it with the lock dropped. */
+static void release_entry(warm_pool *w, entry *e)
+{
+    sandbox *sb = e->sb;
+    clear_entry(e);
+    pthread_mutex_unlock(&w->mu);
+    sandbox_release(sb);
+    pthread_mutex_lock(&w->mu);
+    pthread_cond_broadcast(&w->changed);
+}
+
+/* Starts pending boots while fewer than max_booting are under way. */
+static void start_boots(warm_pool *w)
+{
+    int booting = 0;
+    for (int i = 0; i < w->n; i++)
+        booting += w->e[i].state == E_STARTING || w->e[i].state == E_BOOTING;
+    for (int i = 0; i < w->n && booting < w->ws.max_booting && !w->stopping; i++) {
+        entry *e = &w->e[i];
+        if (e->state != E_PENDING)
+            continue;
+        e->state = E_STARTING;
+        e->started_ms = now_ms();
+        booting++;
+        char name[KEY_MAX + 4];
+        snprintf(name, sizeof name, "%s-w", e->key);
+        sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
+                          .boot_ahead = true};
+        char err[512] = "";
+        pthread_mutex_unlock(&w->mu);
+        sandbox *sb = sandbox_prepare(w->b, &o, err, sizeof err);
+        pthread_mutex_lock(&w->mu);
+        e->sb = sb;
+        if (!sb) {
+            fprintf(stderr, "airlockd: cannot boot a sandbox ahead for %s: %s\n", e->key, err);
+            clear_entry(e);
+        } else if (e->doomed || w->stopping) {
+            release_entry(w, e);
+        } else {
+            e->state = E_BOOTING;
+        }
+        pthread_cond_broadcast(&w->changed);
+    }
+}
+
+/* Booting sandboxes that finished (or gave up), doomed ones, idle ones. */
+static void look_around(warm_pool *w)
+{
+    int64_t now = now_ms();
+    for (int i = 0; i < w->n; i++) {
+        entry *e = &w->e[i];
+        if (e->state == E_BOOTING) {
+            char err[512] = "";
+            int rc = sandbox_boot_check(e->sb, err, sizeof err);
+            if (rc == 1) {
+                e->state = E_READY;
+                e->used_ms = now;
+            } else if (rc < 0 || now - e->started_ms > BOOT_GIVE_UP_MS) {
+                fprintf(stderr, "airlockd: sandbox booted ahead for %s given up: %s\n", e->key,
+                        rc < 0 ? err : "boot too slow");
+                release_entry(w, e);
+            }
+        } else if (e->state == E_DOOMED ||
+                   (e->state == E_READY && now - e->used_ms > (int64_t)w->ws.idle_seconds * 1000)) {
+            release_entry(w, e);
+        }
+    }
+}
+
+static void *warm_main(void *arg)
+{
+    warm_pool *w = arg;
+    struct pollfd *pf = calloc((size_t)w->n + 1, sizeof *pf);
+    pthread_mutex_lock(&w->mu);
+    while (!w->stopping) {
+        start_boots(w);
+        look_around(w);
+        if (w->stopping)
+            break;
+        nfds_t n = 0;
+        if (pf) {
+            pf[n++] = (struct pollfd){.fd = w->wake[0], .events = POLLIN};
+            for (int i = 0; i < w->n; i++)
+                if (w->e[i].state == E_BOOTING && sandbox_boot_fd(w->e[i].sb) >= 0)
+                    pf[n++] = (struct pollfd){.fd = sandbox_boot_fd(w->e[i].sb), .events = POLLIN};
+        }
+        pthread_mutex_unlock(&w->mu);
+        /* a descriptor a taker closed meanwhile only wakes this poll early */
+        if (poll(pf, n, pf ? TICK_MS : 50) > 0 && pf && (pf[0].revents & POLLIN)) {
+            char drain[64];
+            while (read(w->wake[0], drain, sizeof drain) > 0) {
+            }
+        }
+        pthread_mutex_lock(&w->mu);
+    }
+    /* release everything here: a sandbox dies with the thread that started it */
+    for (int i = 0; i < w->n; i++) {
+        entry *e = &w->e[i];
+        while (e->state == E_STARTING) /* not possible here (this thread starts them) */
+            pthread_cond_wait(&w->changed, &w->mu);
+        if (e->state != E_FREE)
+            release_entry(w, e);
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(pf);
+    return NULL;
+}
+
+warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, size_t errlen)
+{
+    if (errlen)
+        errbuf[0] = '\0';
+    if (ws->max_ready <= 0 || !sandbox_can_boot_ahead(b))
+        return NULL;
+    warm_pool *w = calloc(1, sizeof *w);
+    if (!w || !(w->e = calloc((size_t)ws->max_ready, sizeof *w->e))) {
+        free(w);
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    w->b = b;
+    w->ws = *ws;
+    if (w->ws.max_booting < 1)
+        w->ws.max_booting = 1;
+    w->n = ws->max_ready;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->changed, NULL);
+    if (pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        snprintf(errbuf, errlen, "cannot create a pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if (pthread_create(&w->thread, NULL, warm_main, w) != 0) {
+        snprintf(errbuf, errlen, "cannot start the warm sandbox thread");
+        close(w->wake[0]);
+        close(w->wake[1]);
+        goto fail;
+    }
+    return w;
+fail:
+    pthread_cond_destroy(&w->changed);
+    pthread_mutex_destroy(&w->mu);
+    free(w->e);
+    free(w);
+    return NULL;
+}
+
+void warm_free(warm_pool *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    pthread_mutex_unlock(&w->mu);
+    wake(w);
+    pthread_join(w->thread, NULL);
+    close(w->wake[0]);
+    close(w->wake[1]);
+    pthread_cond_destroy(&w->changed);
+    pthread_mutex_destroy(&w->mu);
+    free(w->e);
+    free(w);
+}
+
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+{
+    if (!w || strlen(key) >= KEY_MAX)
+        return;
+    pthread_mutex_lock(&w->mu);
+    entry *e = w->stopping ? NULL : find(w, key);
+    if (e || w->stopping) {
+        if (e)
+            e->used_ms = now_ms();
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    entry *lru = NULL;
+    for (int i = 0; i < w->n && !e; i++) {
+        if (w->e[i].state == E_FREE)
+            e = &w->e[i];
+        else if (w->e[i].state == E_READY && (!lru || w->e[i].used_ms < lru->used_ms))
+            lru = &w->e[i];
+    }
+    if (!e) {
+        /* full: the longest unused waiting one makes room for the next want */
+        if (lru)
+            lru->state = E_DOOMED;
+        pthread_mutex_unlock(&w->mu);
+        if (lru)
+            wake(w);
+        return;
+    }
+    e->workspace = strdup(workspace);
+    e->tenant = tenant ? strdup(tenant) : NULL;
+    if (!e->workspace || (tenant && !e->tenant)) {
+        clear_entry(e);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    snprintf(e->key, sizeof e->key, "%s", key);
+    e->state = E_PENDING;
+    e->used_ms = now_ms();
+    pthread_mutex_unlock(&w->mu);
+    wake(w);
+}
+
+/* Waits for a boot under way (the caller owns sb now); false when it failed or took too long. */
+static bool wait_booted(sandbox *sb, int cancel_fd)
+{
+    int64_t until = now_ms() + TAKE_WAIT_MS;
+    sandbox_boot_hurry(sb);
+    char err[512] = "";
+    for (;;) {
+        int rc = sandbox_boot_check(sb, err, sizeof err);
+        if (rc != 0) {
+            if (rc < 0)
+                fprintf(stderr, "airlockd: %s\n", err);
+            return rc == 1;
+        }
+        int64_t left = until - now_ms();
+        if (left <= 0)
+            return false;
+        struct pollfd pf[2] = {{.fd = sandbox_boot_fd(sb), .events = POLLIN},
+                               {.fd = cancel_fd > 0 ? cancel_fd : -1, .events = POLLRDHUP}};
+        int pr = poll(pf, 2, (int)left);
+        if (pr < 0 && errno != EINTR)
+            return false;
+        if (pr > 0 && pf[1].revents && !(pf[1].revents & POLLNVAL))
+            return false; /* the client left: the cold path notices it at once */
+    }
+}
+
+sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd)
+{
+    if (!w)
+        return NULL;
+    pthread_mutex_lock(&w->mu);
+    entry *e;
+    while ((e = find(w, key)) != NULL && e->state == E_STARTING)
+        pthread_cond_wait(&w->changed, &w->mu);
+    if (!e || e->state == E_DOOMED) {
+        pthread_mutex_unlock(&w->mu);
+        return NULL;
+    }
+    entry_state st = e->state;
+    sandbox *sb = e->sb;
+    clear_entry(e);
+    pthread_mutex_unlock(&w->mu);
+    wake(w); /* a boot slot may have freed */
+    if (st == E_PENDING)
+        return NULL; /* its boot had not begun: cold is faster than waiting for one */
+    if (st == E_BOOTING && !wait_booted(sb, cancel_fd)) {
+        sandbox_release(sb);
+        return NULL;
+    }
+    return sb;
+}
+
+void warm_forget(warm_pool *w, const char *key)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    entry *e;
+    while ((e = find(w, key)) != NULL) {
+        if (e->state == E_STARTING) {
+            e->doomed = true;
+            pthread_cond_wait(&w->changed, &w->mu);
+            continue;
+        }
+        release_entry(w, e);
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+void warm_abandon(warm_pool *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].sb && w->e[i].state != E_STARTING)
+            sandbox_abandon(w->e[i].sb);
+    pthread_mutex_unlock(&w->mu);
+}

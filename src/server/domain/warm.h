@@ -1,0 +1,48 @@
+/* Sandboxes booted ahead for sessions (ours): after each command of a session, the sandbox
+ * for its next command boots in the background and waits frozen, so the next exec only hands
+ * the command over. Each sandbox still runs exactly one command and is destroyed; only
+ * /workspace (the session's own disk) is shared with the one before.
+ *
+ * Bounded: at most max_ready sandboxes held (booting or waiting), the most recently used
+ * sessions first (a new want evicts the longest unused waiting one when full); at most
+ * max_booting boot at once; a waiting sandbox unused for idle_seconds is released. A session
+ * without one (first command, evicted, egress, still queued to boot) runs cold, as before.
+ * One thread boots them: a sandbox dies with the thread that started it. */
+#ifndef AIRLOCKD_WARM_H
+#define AIRLOCKD_WARM_H
+
+#include "sandbox/sandbox.h"
+
+typedef struct warm_pool warm_pool;
+
+typedef struct {
+    int max_ready;    /* SANDBOX_WARM_MAX; 0: no sandbox is booted ahead */
+    int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
+    int max_booting;  /* boots at once (the CPUs) */
+} warm_settings;
+
+/* NULL with a message when the thread cannot start; NULL without one (errbuf "") when
+ * max_ready is 0 or the backend cannot boot ahead: then every command runs cold. */
+warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, size_t errlen);
+
+/* Releases every sandbox held and stops the thread (no command may be running in one). */
+void warm_free(warm_pool *w);
+
+/* Boots a sandbox ahead for session key over workspace (absolute), for tenant; name prefixes
+ * its id. Does nothing when key already has one, or when full with nothing to evict. */
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant);
+
+/* key's sandbox, booted (waiting up to a few seconds for a boot under way, less if cancel_fd
+ * hangs up), now the caller's to sandbox_run and sandbox_release; NULL when there is none
+ * (run cold). */
+sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
+
+/* Releases key's sandbox, if any, and returns once it is gone (its workspace is then free to
+ * unmount). */
+void warm_forget(warm_pool *w, const char *key);
+
+/* For a server exiting without cleanup (_exit): kills the processes of every sandbox held,
+ * so that none is left frozen (the next start removes the rest). */
+void warm_abandon(warm_pool *w);
+
+#endif
