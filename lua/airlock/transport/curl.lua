@@ -86,8 +86,9 @@ end
 
 -- Hands a streamed request's body to on_chunk(chunk, status) as it arrives; wait(w) returns
 -- once w:ready() (a yield inside a task, else a blocking wait). w starts as fields (the
--- waitable's driver or notifies). Shared with the uv transport (the same core).
-function M.stream_body(req, on_chunk, wait, fields)
+-- waitable's driver or notifies). Shared with the uv transport (the same core); "_": not
+-- part of the transport interface.
+function M._stream_body(req, on_chunk, wait, fields)
   local w = setmetatable(fields, Streamed)
   w.req = req
   while true do
@@ -107,8 +108,9 @@ function M.stream_body(req, on_chunk, wait, fields)
   end
 end
 
--- The request for the core: stream = true when the body goes to request.on_chunk.
-function M.core_request(request)
+-- The request for the core: stream = true when the body goes to request.on_chunk. Shared
+-- with the uv transport; "_": not part of the transport interface.
+function M._core_request(request)
   if not request.on_chunk then return request end
   local copy = {}
   for k, v in pairs(request) do copy[k] = v end
@@ -131,8 +133,8 @@ end
 
 function M:send(request)   -- luacheck: ignore 212
   if request.on_chunk then
-    local req = core.request(M.core_request(request))
-    M.stream_body(req, request.on_chunk, curl_wait, { driver = M.driver })
+    local req = core.request(M._core_request(request))
+    M._stream_body(req, request.on_chunk, curl_wait, { driver = M.driver })
     return response(req:result())
   end
   if not tasks.can_wait() then

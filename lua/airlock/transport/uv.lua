@@ -324,9 +324,9 @@ end
 function M:send(request)   -- luacheck: ignore 212
   ensure_installed()
   local curl = require "airlock.transport.curl"
-  local req = core.request(curl.core_request(request))
+  local req = core.request(curl._core_request(request))
   if request.on_chunk then
-    curl.stream_body(req, request.on_chunk, function(w)
+    curl._stream_body(req, request.on_chunk, function(w)
       if tasks.current_task() then
         if w:ready() then return end
         waiting[w] = true
