@@ -46,6 +46,8 @@ struct http_request {
     char *raw_uri;
     const char *method;
     const char *url;
+    char log_method[12];           /* copies for the log line, which a streamed answer writes */
+                                   /* after MHD freed the connection's own strings */
     request_state state;
     bool started;                  /* headers seen: logged at the end */
     bool counted;                  /* in server->in_flight */

@@ -125,10 +125,10 @@ static void log_request(const http_request *r)
     /* the path only (never headers or the query): no key or file content ends up in logs */
     char path[256];
     size_t i = 0;
-    for (const char *p = r->url ? r->url : "?"; *p && i < sizeof path - 1; p++)
+    for (const char *p = r->raw_uri ? r->raw_uri : "?"; *p && *p != '?' && i < sizeof path - 1; p++)
         path[i++] = isprint((unsigned char)*p) ? *p : '?';
     path[i] = '\0';
-    fprintf(stderr, "airlockd: %s %s %u %.1fms\n", r->method ? r->method : "-", path, r->status, ms);
+    fprintf(stderr, "airlockd: %s %s %u %.1fms\n", r->log_method[0] ? r->log_method : "-", path, r->status, ms);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -353,6 +353,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->conn = c;
         r->url = url;
         r->method = method;
+        snprintf(r->log_method, sizeof r->log_method, "%s", method ? method : "-");
         r->slot = slot_of(c);
         return on_headers(s, r);
     case RQ_BODY:
