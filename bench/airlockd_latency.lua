@@ -12,9 +12,9 @@
 -- `true` also runs under bare runsc told its cgroup (linux.cgroupsPath, no --ignore-cgroups),
 -- as airlockd runs it so that /proc/meminfo shows the 256 MB limit: that ratio is the price.
 -- Needs root (runsc), like airlockd. No assertion anywhere: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
 local airlockd = require "support.airlockd"
-local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
 local bare_runsc = require "support.bare_runsc"
 local socket = require "socket"
 local cjson = require "cjson"
@@ -37,20 +37,15 @@ local function measure(fn)
   return { p50 = percentile(t, 50), p95 = percentile(t, 95) }
 end
 
-local function check(cond, msg)
-  if not cond then error(msg, 2) end
-end
+local check = harness.check
+local call = harness.call
 
--- One request over lua-socket; returns status and the decoded JSON body.
-local function call(server, method, path, key, body)
-  local status, raw, rbody = fuzz.request(server, method, path, key, body)
-  local ok, decoded = pcall(cjson.decode, rbody or "")
-  check(status, "no answer: " .. tostring(raw))
-  return status, ok and decoded or rbody
-end
 
+-- 16 MB workspace disks: every create makes a fully allocated image, and the runs' sessions
+-- must fit the test servers' 8 GB cap (bench/workspace_disks.lua measures the 512 MB default)
 local server = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) },
-  env = { SANDBOX_TENANT_LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000}}' } })
+  env = { SANDBOX_TENANT_LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000}}',
+          SANDBOX_WORKSPACE_QUOTA_MB = "16" } })
 local ok, err = pcall(function()
   check(airlockd.log(server):find("(isolation: gvisor)", 1, true), "airlockd is not on gVisor:\n" .. airlockd.log(server))
   local key = server.tenants.bench
@@ -58,7 +53,7 @@ local ok, err = pcall(function()
   local ids = {}
   results.create = measure(function(i)
     local status, r = call(server, "POST", "/v1/sessions", key, "{}")
-    check(status == 201, r)
+    check(status == 201, cjson.encode(r))
     ids[i] = r.session_id
   end)
   for i = 2, #ids do call(server, "DELETE", "/v1/sessions/" .. ids[i], key) end

@@ -13,7 +13,8 @@
 -- CPU-bound command) over lua-socket. Ratios are p50
 -- and p95 against the mean of the two idle phases. The machine's other load shows in every
 -- phase alike. Needs root (runsc). No assertion: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
 local airlockd = require "support.airlockd"
 local fuzz = require "support.fuzz"
 local http_client = require "support.http_client"
@@ -24,9 +25,7 @@ local cjson = require "cjson"
 local RUNS = math.max(3, tonumber(arg and arg[1]) or 15)
 local BURN_SECONDS = 60 -- each burner's own timeout (the most an exec may have); a phase ends before
 
-local function check(cond, msg)
-  if not cond then error(msg, 2) end
-end
+local check = harness.check
 
 local function percentile(sorted, p)
   return sorted[math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))]

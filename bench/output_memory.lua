@@ -10,7 +10,8 @@
 -- NUL bytes (the worst case for the JSON answer: 6 bytes per kept byte) and 1 GB of text;
 -- VmRSS is sampled every 50 ms meanwhile and VmHWM read after. Needs root (runsc). No
 -- assertion: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
 local airlockd = require "support.airlockd"
 local bare_runsc = require "support.bare_runsc"
 local fuzz = require "support.fuzz"
@@ -24,9 +25,7 @@ local COMMANDS = {
   { "1 GB of text (yes)", "yes | head -c " .. GB },
 }
 
-local function check(cond, msg)
-  if not cond then error(msg, 2) end
-end
+local check = harness.check
 
 -- An exec over one socket, sampling airlockd's VmRSS while it waits; returns the response
 -- size, the seconds it took and the highest VmRSS sampled (kB).

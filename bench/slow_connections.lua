@@ -10,7 +10,8 @@
 -- 5 s from 127.0.0.2-21, reconnecting when cut: spec/c/slow_clients.c on one epoll loop, so the
 -- attacker costs almost no CPU). Prints p50/p95 per side and the ratio of the medians. Needs
 -- root (runsc), like airlockd. No assertion: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
 local airlockd = require "support.airlockd"
 local slow_clients = require "support.slow_clients"
 local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
@@ -26,9 +27,7 @@ local function percentile(sorted, p)
   return sorted[idx]
 end
 
-local function check(cond, msg)
-  if not cond then error(msg, 2) end
-end
+local check = harness.check
 
 local server = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) },
   env = { SANDBOX_TENANT_LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000}}' } })

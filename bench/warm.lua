@@ -13,9 +13,9 @@
 -- back to back in one session, each sent when the previous answered; and the host memory of a
 -- sandbox waiting for its command (its processes' VmRSS and Pss from /proc, and its memory
 -- cgroup's charge). Needs root (runsc), like airlockd. No assertion: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
 local airlockd = require "support.airlockd"
-local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
 local bare_runsc = require "support.bare_runsc"
 local host_state = require "support.host_state"
 local proc = require "support.proc"
@@ -37,20 +37,13 @@ local function stats(t)
   return { p50 = percentile(t, 50), p95 = percentile(t, 95) }
 end
 
-local function check(cond, msg)
-  if not cond then error(msg, 2) end
-end
+local check = harness.check
+local call = harness.call
 
 local function loadavg()
   return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
 end
 
-local function call(server, method, path, key, body)
-  local status, raw, rbody = fuzz.request(server, method, path, key, body)
-  local ok, decoded = pcall(cjson.decode, rbody or "")
-  check(status, "no answer: " .. tostring(raw))
-  return status, ok and decoded or rbody
-end
 
 local function timed(fn)
   local t0 = socket.gettime()
