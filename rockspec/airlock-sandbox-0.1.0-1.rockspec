@@ -46,6 +46,7 @@ build = {
       ["airlock.errors"] = "lua/airlock/errors.lua",
       ["airlock.exchange"] = "lua/airlock/exchange.lua",
       ["airlock.exec_gate"] = "lua/airlock/exec_gate.lua",
+      ["airlock.exec_stream"] = "lua/airlock/exec_stream.lua",
       ["airlock.http"] = "lua/airlock/http.lua",
       ["airlock.http1"] = "lua/airlock/http1.lua",
       ["airlock.keys"] = "lua/airlock/keys.lua",
