@@ -1,6 +1,7 @@
 -- luacheck: max line length 140
--- A 100 MB binary file written and read back through the SDK (files:write raw bytes,
--- files:read{binary = true}) against the same round trip with curl (--data-binary / -o),
+-- A 100 MB binary file written and read back through the SDK, as Lua strings (files:write raw
+-- bytes, files:read{binary = true}) and streamed from and to local files (files:upload,
+-- files:download), against the same round trip with curl (--data-binary / -o),
 -- side by side in one run on one airlockd, best of RUNS each; plus airlockd's VmHWM growth and
 -- the SDK process's peak RSS. No assertion: it prints a table.
 --
@@ -20,17 +21,31 @@ local function status_kb(pid, field)
   return tonumber(s:match(field .. ":%s*(%d+)"))
 end
 
-local server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "300" } })
+local server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "500" } })
 local key = server.tenants.acme
 local tmp = proc.make_temp_dir()
 local src = tmp .. "/src.bin"
 assert(proc.run("head -c " .. SIZE .. " /dev/urandom > " .. q(src)))
-local f = assert(io.open(src, "rb"))
-local data = f:read("*a")
-f:close()
 
 local sbx = airlock.sandbox({ base_url = server.url, api_key = key })
 local hwm0 = status_kb(server.pid, "VmHWM")
+-- first the local files streamed both ways (files:upload / files:download), before this
+-- process holds any 100 MB string: its peak growth is the streaming's
+local stream_hwm0 = status_kb("self", "VmHWM")
+local best_files = math.huge
+for _ = 1, RUNS do
+  local t0 = socket.gettime()
+  sbx.files:upload("files.bin", src)
+  sbx.files:download("files.bin", tmp .. "/down.bin")
+  local t1 = socket.gettime()
+  assert(proc.run("cmp -s " .. q(src) .. " " .. q(tmp .. "/down.bin")), "the download differs")
+  best_files = math.min(best_files, t1 - t0)
+end
+local stream_growth = status_kb("self", "VmHWM") - stream_hwm0
+
+local f = assert(io.open(src, "rb"))
+local data = f:read("*a")
+f:close()
 local best_sdk, best_curl = math.huge, math.huge
 for _ = 1, RUNS do
   local t0 = socket.gettime()
@@ -59,5 +74,7 @@ proc.remove_tree(tmp)
 
 print(string.format("100 MB binary write+read (best of %d): SDK %.2f s, curl --data-binary/-o %.2f s, ratio %.2fx",
   RUNS, best_sdk, best_curl, best_sdk / best_curl))
+print(string.format("100 MB local file upload+download (best of %d): SDK %.2f s, ratio to curl %.2fx; "
+  .. "SDK peak RSS growth %d kB", RUNS, best_files, best_files / best_curl, stream_growth))
 print(string.format("airlockd VmHWM %d kB -> %d kB (+%d kB); SDK process peak RSS %d MB (payload 100 MB)",
   hwm0, hwm1, hwm1 - hwm0, math.floor(sdk_hwm / 1024)))

@@ -47,6 +47,7 @@ build = {
       ["airlock.exchange"] = "lua/airlock/exchange.lua",
       ["airlock.exec_gate"] = "lua/airlock/exec_gate.lua",
       ["airlock.exec_stream"] = "lua/airlock/exec_stream.lua",
+      ["airlock.file_sink"] = "lua/airlock/file_sink.lua",
       ["airlock.http"] = "lua/airlock/http.lua",
       ["airlock.http1"] = "lua/airlock/http1.lua",
       ["airlock.keys"] = "lua/airlock/keys.lua",

@@ -314,7 +314,8 @@ local NO_OPTIONS = {}
 
 -- A transport-neutral request description. opts: timeout (seconds), max_retries, query
 -- (list of {name, value}, form-encoded), raw_body (a string sent as application/octet-stream
--- instead of body), raw_response (ask for application/octet-stream; decode keeps the bytes).
+-- instead of body), raw_body_file (the same, read from that local file as it is sent),
+-- raw_response (ask for application/octet-stream; decode keeps the bytes).
 function M.build(settings, method, path, body, opts)
   opts = opts or NO_OPTIONS
   local url = settings.base_url .. path
@@ -332,7 +333,7 @@ function M.build(settings, method, path, body, opts)
   if max_retries == nil then max_retries = settings.max_retries end
   local headers = M.headers(settings)
   local encoded = body ~= nil and encode_value(body) or nil
-  if opts.raw_body then   -- the airlock extension: the file's exact bytes as the body
+  if opts.raw_body or opts.raw_body_file then   -- the airlock extension: a file's exact bytes
     headers[2] = "Content-Type: application/octet-stream"
     encoded = opts.raw_body
   end
@@ -342,6 +343,7 @@ function M.build(settings, method, path, body, opts)
     url = url,
     headers = headers,
     body = encoded,
+    body_file = opts.raw_body_file,
     max_response_bytes = opts.raw_response and M.MAX_RAW_READ or nil,
     timeout_ms = timeout_ms,
     connect_timeout_ms = connect_timeout_ms,

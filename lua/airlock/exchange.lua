@@ -78,7 +78,8 @@ end
 
 -- One call, start to finish: true, data | false, error object. opts: engine.build's, plus
 -- command = true for exec and import (they wait in the server's line).
--- opts.stream: an exec_stream decoder that gets the body as it arrives (the streaming exec).
+-- opts.stream: a decoder that gets the body as it arrives (the streaming exec's, or a
+-- download's file sink): feed(chunk, status), reset() per attempt, finish(res).
 function M.call(settings, method, path, body, opts)
   if dropped.count() > 0 then M.delete_dropped(true) end
   local request = engine.build(settings, method, path, body, opts)
@@ -89,10 +90,10 @@ function M.call(settings, method, path, body, opts)
     request.on_attempt = function() decoder:reset() end
   end
   local res, failure = M.perform(transports.resolve(settings.transport), request, gate)
-  if decoder and res then
+  if decoder then   -- also after a failure: a download's temporary file goes
     local message
     res, message = decoder:finish(res)
-    if not res then failure = { message = message } end
+    if not res and message then failure = { message = message } end
   end
   return engine.decode(settings, res, failure, opts and opts.raw_response)
 end

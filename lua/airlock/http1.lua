@@ -12,6 +12,7 @@ M.MAX_HEADER_BYTES = 65536            -- the status line and header block (like 
 M.MAX_BODY_BYTES = 64 * 1024 * 1024   -- one response body
 M.MAX_CHUNK_LINE = 4096               -- a chunk-size line with its extensions
 M.READ_SIZE = 16384
+M.PIECE_SIZE = 262144   -- a streamed fixed-length body goes to on_chunk in pieces of this
 
 local find, sub, lower, byte = string.find, string.sub, string.lower, string.byte
 local concat = table.concat
@@ -55,9 +56,10 @@ end
 -- Header names the request framing owns: the caller's are dropped (the body is framed here).
 local FRAMING = { ["content-length"] = true, ["transfer-encoding"] = true, connection = true }
 
--- M.request(method, url_parts, headers, body) → the request as a list of strings (for a
--- socket's send), or raises for a header line that could split the request.
-function M.request(method, u, headers, body)
+-- M.request(method, url_parts, headers, body [, body_len]) → the request as a list of
+-- strings (for a socket's send), or raises for a header line that could split the request.
+-- body_len without body: only the head, for a body the caller sends after it (a file's).
+function M.request(method, u, headers, body, body_len)
   local out = { method, " ", u.target, " HTTP/1.1\r\n" }
   local has_host = false
   for _, line in ipairs(headers or {}) do
@@ -74,7 +76,9 @@ function M.request(method, u, headers, body)
   if not has_host then
     out[#out + 1] = "Host: " .. u.authority .. "\r\n"
   end
-  if body ~= nil or method == "POST" or method == "PUT" or method == "PATCH" then
+  if body_len then
+    out[#out + 1] = "Content-Length: " .. string.format("%d", body_len) .. "\r\n"
+  elseif body ~= nil or method == "POST" or method == "PUT" or method == "PATCH" then
     out[#out + 1] = "Content-Length: " .. #(body or "") .. "\r\n"
   end
   out[#out + 1] = "\r\n"
@@ -294,11 +298,25 @@ function M.read_response(reader, method, max_body, on_chunk)
       n = first and tonumber(first)
     end
     if not n then return nil, "bad Content-Length \"" .. shown(cl) .. "\"" end
-    if n > limit then return nil, body_too_large(limit) end
+    if n > limit and not on_chunk then return nil, body_too_large(limit) end
     local got
-    body, err, got = s:take(n)
-    if not body then
-      return nil, io_error(err, "after " .. tostring(got) .. " of " .. n .. " body bytes")
+    if on_chunk then
+      -- handed on piece by piece: a large file read never sits in memory whole
+      local left = n
+      while left > 0 do
+        local piece
+        piece, err, got = s:take(math.min(left, M.PIECE_SIZE))
+        if not piece then
+          return nil, io_error(err, "after " .. tostring(n - left + (got or 0)) .. " of " .. n .. " body bytes")
+        end
+        left = left - #piece
+        on_chunk(piece, head.status)
+      end
+    else
+      body, err, got = s:take(n)
+      if not body then
+        return nil, io_error(err, "after " .. tostring(got) .. " of " .. n .. " body bytes")
+      end
     end
   else
     body, err = read_until_close(s, limit)

@@ -14,6 +14,7 @@ local errors = require "airlock.errors"
 local exchange = require "airlock.exchange"
 local exec_gate = require "airlock.exec_gate"
 local exec_stream = require "airlock.exec_stream"
+local file_sink = require "airlock.file_sink"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"
@@ -314,6 +315,65 @@ function Files:read(path, opts)
     errors.raise("SandboxError", "The server's read answer has no content")
   end
   return content
+end
+
+-- Raises the error Python's open() would for a local file: FileNotFoundError (no such file
+-- or directory), PermissionError, else a SandboxError naming the file and the cause.
+local function local_file_error(local_path, message)
+  if message:find("No such file", 1, true) then
+    errors.raise("FileNotFoundError", "Local file not found: " .. local_path .. " (" .. message .. ")",
+      { path = local_path })
+  end
+  local class = message:find("Permission denied", 1, true) and "PermissionError" or "SandboxError"
+  errors.raise(class, message, { path = local_path })
+end
+
+-- The size of a local file for files:upload, or raises the error a user expects of a bad path.
+local function readable_local_file(local_path)
+  engine.check_string("local_path", local_path, { non_empty = true, no_nul = true })
+  local f, err = io.open(local_path, "rb")
+  if f then
+    local _, read_err = f:read(1)   -- a directory opens on Linux but cannot be read
+    local size = not read_err and f:seek("end")
+    f:close()
+    if size then return size end
+    err = local_path .. ": " .. tostring(read_err or "cannot seek")
+  end
+  local_file_error(local_path, "Cannot read the local file " .. tostring(err))
+end
+
+-- files:upload(path, local_path): the local file's exact bytes become the sandbox file path
+-- (the raw body of files:write{binary = true}, read from disk as it is sent: the SDK's memory
+-- stays flat whatever the size). Returns the number of bytes sent.
+function Files:upload(path, local_path)
+  local sbx = self._sandbox
+  local id = started(sbx, "files:upload")
+  engine.check_path("path", path)
+  local size = readable_local_file(local_path)
+  call(sbx._settings, "POST", engine.session_path(id, "/write"), nil,
+    { query = { { "path", path } }, raw_body_file = local_path })
+  return size
+end
+
+-- files:download(path, local_path) → bytes: the sandbox file's exact bytes written to
+-- local_path as they arrive (through a temporary file beside it, renamed into place once
+-- complete: a failed download leaves nothing, and the SDK never holds the whole file).
+function Files:download(path, local_path)
+  local sbx = self._sandbox
+  local id = started(sbx, "files:download")
+  engine.check_path("path", path)
+  engine.check_string("local_path", local_path, { non_empty = true, no_nul = true })
+  local sink = file_sink.new(local_path)
+  local ok, err = exchange.call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
+    { query = { { "path", path } }, raw_response = true, stream = sink })
+  if not ok and sink.failure then local_file_error(local_path, sink.failure) end
+  if not ok then
+    if err.status == 404 and err.detail == "File '" .. path .. "' does not exist." then
+      errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
+    end
+    raise(err)
+  end
+  return sink.bytes
 end
 
 -- files:list([dir [, {limit = n}]]) → entries, truncated: each entry {name, kind = "file" |

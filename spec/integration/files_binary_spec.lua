@@ -13,6 +13,32 @@ local function all_bytes()
   return table.concat(t)
 end
 
+local function read_all(path)
+  local f = assert(io.open(path, "rb"))
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+local function write_all(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+-- Files whose name starts with prefix's (a download's temporary files included).
+local function files_like(prefix)
+  local dir, base = prefix:match("^(.*)/([^/]*)$")
+  local p = io.popen("ls -A " .. airlockd.shell_quote(dir))
+  local found = {}
+  for name in p:lines() do
+    if name:sub(1, #base) == base then found[#found + 1] = name end
+  end
+  p:close()
+  table.sort(found)
+  return found
+end
+
 describe("binary files through the SDK", function()
   local server, opts
 
@@ -46,6 +72,20 @@ describe("binary files through the SDK", function()
     local two, more = sbx.files:list("b", { limit = 2 })
     assert.are.equal(2, #two)
     assert.is_true(more)
+    -- local files streamed both ways: the exact bytes, nothing left beside the target
+    local tmp = os.tmpname()
+    write_all(tmp, data)
+    assert.are.equal(#data, sbx.files:upload("b/up.bin", tmp))
+    assert.is_true(sbx.files:read("b/up.bin", { binary = true }) == data)
+    assert.are.equal(#data, sbx.files:download("b/all.bin", tmp .. ".down"))
+    assert.is_true(read_all(tmp .. ".down") == data)
+    write_all(tmp, "")
+    assert.are.equal(0, sbx.files:upload("b/empty", tmp))
+    assert.are.equal(0, sbx.files:download("b/empty", tmp .. ".down"))
+    assert.are.equal("", read_all(tmp .. ".down"))
+    assert.are.same({ tmp:match("[^/]*$"), tmp:match("[^/]*$") .. ".down" }, files_like(tmp))
+    os.remove(tmp)
+    os.remove(tmp .. ".down")
   end
 
   it("round-trips all 256 byte values on the curl transport", function()
@@ -64,6 +104,85 @@ describe("binary files through the SDK", function()
       local back = sbx.files:read("big.bin", { binary = true })
       assert.are.equal(#data, #back)
       assert.is_true(back == data, "the 100 MB read back differs")
+    end)
+    sbx:close()
+    assert(ok, err)
+  end)
+
+  it("streams a 100 MB file from and to local disk with the SDK's memory flat", function()
+    -- a child Lua: its own peak RSS (VmHWM) is the SDK's, apart from this test runner's
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir " .. airlockd.shell_quote(dir)))
+    local src, back = dir .. "/src.bin", dir .. "/back.bin"
+    assert(os.execute("head -c 104857600 /dev/urandom > " .. airlockd.shell_quote(src)))
+    local script = [=[
+      local airlock = require "airlock"
+      local function hwm_kb()
+        for line in io.lines("/proc/self/status") do
+          local kb = line:match("^VmHWM:%s*(%d+)")
+          if kb then return tonumber(kb) end
+        end
+      end
+      local sbx = airlock.sandbox{ base_url = arg[1], api_key = arg[2] }
+      local before = hwm_kb()
+      local up = sbx.files:upload("big.bin", arg[3])
+      local down = sbx.files:download("big.bin", arg[4])
+      local after = hwm_kb()
+      sbx:close()
+      io.write(up, " ", down, " ", after - before, "\n")
+    ]=]
+    write_all(dir .. "/child.lua", script)
+    local lua = arg and arg[-1] or "lua5.4"
+    local q = airlockd.shell_quote
+    local p = io.popen(q(lua) .. " " .. q(dir .. "/child.lua") .. " " .. q(server.url) .. " " .. q(server.tenants.acme)
+      .. " " .. q(src) .. " " .. q(back) .. " 2>&1")
+    local out = p:read("*a")
+    p:close()
+    local up, down, growth = out:match("^(%d+) (%d+) (%-?%d+)\n$")
+    local same = os.execute("cmp -s " .. q(src) .. " " .. q(back))
+    os.execute("rm -rf " .. q(dir))
+    assert.truthy(up, out)
+    assert.are.equal(104857600, tonumber(up))
+    assert.are.equal(104857600, tonumber(down))
+    assert.is_true(same == true or same == 0, "the downloaded file differs")
+    -- the file is 100 MiB; the SDK's peak grows by a few of its pieces at most
+    assert.is_true(tonumber(growth) < 16 * 1024, "VmHWM grew by " .. growth .. " kB")
+  end)
+
+  it("raises clear errors for missing or unreadable files on either side, leaving no partial file", function()
+    local sbx = airlock.sandbox(opts)
+    local ok, err = pcall(function()
+      local tmp = os.tmpname()
+      local dok, derr = pcall(sbx.files.download, sbx.files, "missing.bin", tmp .. ".x")
+      assert.is_false(dok)
+      assert.are.equal("FileNotFoundError", derr.name)
+      assert.are.equal("File not found: missing.bin", derr.message)
+      local uok, uerr = pcall(sbx.files.upload, sbx.files, "x.bin", tmp .. ".absent")
+      assert.is_false(uok)
+      assert.are.equal("FileNotFoundError", uerr.name)
+      assert.truthy(uerr.message:find(tmp .. ".absent", 1, true), uerr.message)
+      local rok, rerr = pcall(sbx.files.upload, sbx.files, "x.bin", "/tmp")
+      assert.is_false(rok)
+      assert.truthy(rerr.message:find("Is a directory", 1, true), rerr.message)
+      write_all(tmp, "x")
+      sbx.files:upload("x.bin", tmp)
+      local wok, werr = pcall(sbx.files.download, sbx.files, "x.bin", "/nonexistent-airlock-dir/x.bin")
+      assert.is_false(wok)
+      assert.are.equal("FileNotFoundError", werr.name)
+      assert.truthy(werr.message:find("/nonexistent-airlock-dir/x.bin", 1, true), werr.message)
+      -- over the quota: the server's 413, and no file in the workspace
+      local huge = tmp .. ".huge"
+      assert(os.execute("truncate -s 210M " .. airlockd.shell_quote(huge)))
+      local qok, qerr = pcall(sbx.files.upload, sbx.files, "huge.bin", huge)
+      os.remove(huge)
+      assert.is_false(qok)
+      assert.are.equal(413, qerr.status)
+      local names = {}
+      for _, e in ipairs(sbx.files:list()) do names[#names + 1] = e.name end
+      assert.are.same({ "x.bin" }, names)
+      assert.are.same({ tmp:match("[^/]*$") }, files_like(tmp))
+      os.remove(tmp)
     end)
     sbx:close()
     assert(ok, err)
@@ -119,9 +238,21 @@ describe("binary files through the SDK", function()
       sbx.files:write("n/big.bin", big)
       local big_back = sbx.files:read("n/big.bin", { binary = true })
       local entries = sbx.files:list("n")
+      local tmp = os.tmpname()
+      local f = assert(io.open(tmp, "wb"))
+      f:write(big)
+      f:close()
+      local up = sbx.files:upload("n2/up.bin", tmp)
+      local down = sbx.files:download("n/big.bin", tmp .. ".down")
+      f = assert(io.open(tmp .. ".down", "rb"))
+      local down_same = f:read("*a") == big
+      f:close()
+      local up_same = sbx.files:read("n2/up.bin", { binary = true }) == big
+      os.remove(tmp)
+      os.remove(tmp .. ".down")
       sbx:close()
       return { same = back == data, big_same = big_back == big, n = #entries, kind = entries[1].kind,
-        transport = airlock.stats().transport }
+        transport = airlock.stats().transport, up = up, down = down, up_same = up_same, down_same = down_same }
     ]], 300)
     local log = nginx.stop(srv)
     nginx.assert_no_crashes(log)
@@ -131,6 +262,10 @@ describe("binary files through the SDK", function()
     assert.are.equal(2, value.n)
     assert.are.equal("file", value.kind)
     assert.are.equal("ngx", value.transport)
+    assert.are.equal(20 * 1024 * 1024, value.up)
+    assert.are.equal(20 * 1024 * 1024, value.down)
+    assert.is_true(value.up_same)
+    assert.is_true(value.down_same)
   end)
 
   it("keeps the raw HTTP answers of the JSON routes unchanged for text", function()

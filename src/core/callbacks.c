@@ -77,7 +77,19 @@ static size_t on_read(char *dst, size_t size, size_t nitems, void *ud)
   room = size * nitems;
   left = r->body_len - r->body_pos;
   if (room > left) room = left;
-  if (room) memcpy(dst, r->body + r->body_pos, room);
+  if (room && r->body_from_file) {
+    ssize_t got;
+    do
+      got = read(r->body_fd, dst, room);
+    while (got < 0 && errno == EINTR);
+    if (got <= 0) {   /* an error, or the file got shorter than its size when it was opened */
+      r->body_file_short = 1;
+      return CURL_READFUNC_ABORT;
+    }
+    room = (size_t)got;
+  } else if (room) {
+    memcpy(dst, r->body + r->body_pos, room);
+  }
   r->body_pos += room;
   return room;
 }

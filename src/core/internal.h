@@ -10,8 +10,12 @@
 #endif
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stddef.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "compat.h"
 
@@ -98,6 +102,9 @@ typedef struct request {
   char *body;
   size_t body_len;
   size_t body_pos;             /* bytes of the body handed to libcurl */
+  int body_from_file;          /* the body is read from body_fd (body_len bytes), not body */
+  int body_fd;
+  int body_file_short;         /* the file ended before body_len bytes (it changed meanwhile) */
   int replay_refused;          /* libcurl wanted to resend a body that may have arrived */
   char method[METHOD_BYTES];
   int plain;                   /* a GET with default verification: its easy handle can stay set up */

@@ -103,6 +103,8 @@ static void request_release(request *r)
   r->headers = NULL;
   free(r->body);
   r->body = NULL;
+  if (r->body_from_file) close(r->body_fd);
+  r->body_from_file = 0;
   r->state = REQ_DONE;
 }
 
@@ -116,7 +118,10 @@ static void request_finished(driver *d, request *r, CURLcode code)
   r->completed = 1;
   if (code == CURLE_OK) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->status);
   else r->status = 0;
-  if (code != CURLE_OK && r->head_overflow)
+  if (code != CURLE_OK && r->body_file_short)
+    snprintf(r->errbuf, sizeof r->errbuf, "the body file ended before its %lu bytes were sent "
+             "(it changed meanwhile)", (unsigned long)r->body_len);
+  else if (code != CURLE_OK && r->head_overflow)
     snprintf(r->errbuf, sizeof r->errbuf, "the response headers exceed %d bytes", MAX_HEADER_BYTES);
   else if (code != CURLE_OK && r->replay_refused)
     snprintf(r->errbuf, sizeof r->errbuf, "the connection closed before an answer "
@@ -132,7 +137,7 @@ static void request_finished(driver *d, request *r, CURLcode code)
 /* What core.request or core.perform was asked for, checked and converted; the strings stay
  * anchored on the Lua stack (indices 2..6) until the transfer is set up. */
 typedef struct request_spec {
-  const char *method, *url, *body, *cainfo;
+  const char *method, *url, *body, *body_file, *cainfo;
   size_t method_len, body_len, nheaders;
   long timeout_ms, connect_ms;
   int verify, hidx;
@@ -143,7 +148,7 @@ typedef struct request_spec {
  * allocated. */
 static void read_spec(lua_State *L, const char *who, request_spec *s)
 {
-  size_t i, url_len = 0;
+  size_t i, url_len = 0, n_file = 0;
   memset(s, 0, sizeof *s);
   s->verify = 1;
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -184,6 +189,12 @@ static void read_spec(lua_State *L, const char *who, request_spec *s)
       lua_pop(L, 1);
     }
   }
+  /* index 7: a path whose file is the body, read as it is sent (a large upload never sits
+   * in memory) */
+  s->body_file = opt_string_field(L, who, 1, "body_file", &n_file, 0);
+  if (s->body_file && (n_file == 0 || strlen(s->body_file) != n_file))
+    luaL_error(L, "%s: bad body_file path", who);
+  if (s->body_file && s->body) luaL_error(L, "%s: give body or body_file, not both", who);
 }
 
 /* Builds r's transfer from s and starts it (never blocking). NULL, or what failed: r then
@@ -205,6 +216,16 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
     r->body = dup_mem(s->body, s->body_len);
     if (r->body == NULL) return "out of memory";
     r->body_len = s->body_len;
+  } else if (s->body_file) {
+    struct stat st;
+    r->body_fd = open(s->body_file, O_RDONLY | O_CLOEXEC);
+    if (r->body_fd < 0) {
+      snprintf(r->errbuf, sizeof r->errbuf, "cannot open the body file: %s", strerror(errno));
+      return r->errbuf;
+    }
+    r->body_from_file = 1;
+    if (fstat(r->body_fd, &st) != 0 || !S_ISREG(st.st_mode)) return "the body file is not a regular file";
+    r->body_len = (size_t)st.st_size;
   }
   for (i = 1; i <= s->nheaders; i++) {
     struct curl_slist *nl;
@@ -214,7 +235,7 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
     if (nl == NULL) return "out of memory";
     r->headers = nl;
   }
-  if (s->body && s->body_len > 0) {
+  if ((s->body && s->body_len > 0) || s->body_file) {
     /* no "Expect: 100-continue" round trip for larger bodies */
     struct curl_slist *nl = curl_slist_append(r->headers, "Expect:");
     if (nl == NULL) return "out of memory";
@@ -258,7 +279,7 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
     curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
   } else {
     if (strcmp(r->method, "POST") != 0) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
-    if (r->body || strcmp(r->method, "POST") == 0) {
+    if (r->body || r->body_from_file || strcmp(r->method, "POST") == 0) {
       curl_easy_setopt(e, CURLOPT_POST, 1L);
       curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len);
       curl_easy_setopt(e, CURLOPT_READFUNCTION, on_read);

@@ -131,9 +131,33 @@ local function broken(err)
   return err == "closed" or err == "broken pipe" or (type(err) == "string" and err:find("reset", 1, true) ~= nil)
 end
 
+-- Sends the body file's first size bytes after the head, a piece at a time (a large upload
+-- never sits in memory): true | nil, message.
+local FILE_PIECE = 65536
+local function send_file(sock, path, size)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, "cannot open the body file: " .. tostring(err) end
+  local left = size
+  while left > 0 do
+    local piece = f:read(math.min(left, FILE_PIECE))
+    if not piece then
+      f:close()
+      return nil, "the body file ended before its " .. size .. " bytes were sent (it changed meanwhile)"
+    end
+    local ok, why = sock:send(piece)
+    if not ok then
+      f:close()
+      return nil, why
+    end
+    left = left - #piece
+  end
+  f:close()
+  return true
+end
+
 -- One exchange on one connection: response | nil, failure, stale (a pooled connection that
 -- turned out dead before the server answered: worth one more try on another).
-local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
+local function exchange_once(request, u, bytes, body_len, verify, connect_ms, deadline)
   local sock = ngx.socket.tcp()
   local total = math.max(1, math.floor(deadline - now_ms()))
   sock:settimeouts(math.min(connect_ms, total), total, total)
@@ -157,6 +181,7 @@ local function exchange_once(request, u, bytes, verify, connect_ms, deadline)
   end
   local replay = reused > 0 and REPLAYABLE[request.method]
   local sent, send_err = sock:send(bytes)
+  if sent and request.body_file then sent, send_err = send_file(sock, request.body_file, body_len) end
   if not sent then
     sock:close()
     return nil, { message = "sending the request to " .. endpoint(u) .. " failed: " .. tostring(send_err),
@@ -189,7 +214,14 @@ function M:send(request)   -- luacheck: ignore 212
   check_phase()
   local u, why = http1.parse_url(request.url)
   if not u then return nil, { message = "bad URL: " .. why, sent = false } end
-  local bytes = http1.request(request.method, u, request.headers, request.body)
+  local body_len
+  if request.body_file then
+    local f, err = io.open(request.body_file, "rb")
+    if not f then return nil, { message = "cannot open the body file: " .. tostring(err), sent = false } end
+    body_len = f:seek("end")
+    f:close()
+  end
+  local bytes = http1.request(request.method, u, request.headers, request.body, body_len)
   local timeout_ms = request.timeout_ms or 90000
   local connect_ms = request.connect_timeout_ms or timeout_ms
   local verify = request.verify
@@ -198,7 +230,7 @@ function M:send(request)   -- luacheck: ignore 212
   counters.transfers = counters.transfers + 1
   local res, failure, stale
   for _ = 0, M.STALE_RETRIES do
-    res, failure, stale = exchange_once(request, u, bytes, verify, connect_ms, deadline)
+    res, failure, stale = exchange_once(request, u, bytes, body_len, verify, connect_ms, deadline)
     if res or not stale then break end
   end
   if not res then counters.failures = counters.failures + 1 end
