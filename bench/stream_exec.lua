@@ -5,11 +5,13 @@
 --     RSS growth (VmHWM, reset before) vs the payload;
 --  2. first-piece latency of `echo a; sleep 2; echo b`: the command prints its own clock
 --     (date +%s.%N, the host's realtime clock under gVisor too) when it writes "a"; the
---     callback notes socket.gettime() when "a" arrives.
+--     callback notes socket.gettime() when "a" arrives;
+--  3. BIG_MB (default 2048) of stdout answered plain, spilled and streamed vs a bare runsc run.
 --   make bench   (or: lua5.4 bench/stream_exec.lua [runs])
 package.path = "spec/?.lua;" .. package.path
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
+local bare_runsc = require "support.bare_runsc"
 local host_state = require "support.host_state"
 local proc = require "support.proc"
 local socket = require "socket"
@@ -17,8 +19,9 @@ local cjson = require "cjson"
 
 local RUNS = math.max(3, tonumber(arg and arg[1]) or 5)
 local MB10 = "head -c 7500000 /dev/urandom | base64 -w 100" -- 10,100,000 bytes of text
+local BIG_MB = tonumber(os.getenv("BIG_MB")) or 2048
 
-local srv = airlockd.start()
+local srv = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = tostring(BIG_MB + 512) } })
 local key = srv.tenants.acme
 local sbx = airlock.sandbox({ base_url = srv.url, api_key = key })
 local self_pid = tonumber(proc.read_file("/proc/self/stat"):match("^(%d+)"))
@@ -66,5 +69,31 @@ for _ = 1, RUNS do
 end
 print(string.format("first piece of `echo a; sleep 2; echo b`: written -> on_stdout median %.1f ms, max %.1f ms (%d runs)",
   median(lat), lat[#lat], RUNS)) -- median() sorted lat
+
+-- 3. a command writing BIG_MB (2 GB by default) of text, answered plain (head + tail kept),
+-- spilled to a workspace file, and streamed to the SDK (on_stdout counting), vs a bare
+-- `runsc run ... | wc -c` of the same command: the time the writing takes.
+local BIG = string.format("yes abcdefghijklmnopqrstuvwxyz0123456789 | head -c %dM", BIG_MB)
+local bare = bare_runsc.runner(srv)
+local t0 = socket.gettime()
+local counted = tonumber(bare(BIG, "wc -c"))
+local bare_s = socket.gettime() - t0
+assert(counted == BIG_MB * 1048576, "bare runsc wrote " .. tostring(counted) .. " bytes")
+local rows = {}
+for _, mode in ipairs({ "plain", "spill", "streamed" }) do
+  local n = 0
+  local o = { timeout = 60 }
+  if mode == "spill" then o.spill = true end
+  if mode == "streamed" then o.on_stdout = function(piece) n = n + #piece end end
+  t0 = socket.gettime()
+  local res = sbx:run(BIG, o)
+  local took = socket.gettime() - t0
+  assert(res.exit_code == 0 and not res.timed_out, mode .. ": exit " .. tostring(res.exit_code) .. ", timed out "
+    .. tostring(res.timed_out))
+  assert(mode ~= "streamed" or n == BIG_MB * 1048576, "streamed " .. n .. " bytes")
+  rows[#rows + 1] = string.format("%s %.1f s (%.2fx)", mode, took, took / bare_s)
+  if mode == "spill" then sbx:run("rm -f " .. (res.stdout_file or "") .. " " .. (res.stderr_file or "") .. "; true") end
+end
+print(string.format("%d MB of stdout: bare runsc | wc -c %.1f s; %s", BIG_MB, bare_s, table.concat(rows, "; ")))
 sbx:close()
 airlockd.stop(srv)

@@ -92,7 +92,7 @@ local ok, err = pcall(function()
   local load_before = loadavg()
   local bare = bare_runsc.runner(warm, "-plain")
   local sessions = { warm = new_session(warm), cold = new_session(cold) }
-  exec(warm, sessions.warm, "true", "") -- its first command is cold; the next sandbox boots
+  exec(warm, sessions.warm, "true", "") -- the next sandbox boots
   exec(cold, sessions.cold, "true", "")
   local t = { true_warm = {}, true_cold = {}, true_bare = {}, py_warm = {}, py_cold = {}, py_bare = {},
     first_warm = {}, first_cold = {} }

@@ -52,7 +52,7 @@ describe("airlockd workspace disks", function()
   end
 
   lazy_setup(function()
-    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = tostring(QUOTA_MB) } })
+    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = tostring(QUOTA_MB), SANDBOX_WARM_NEW = "0" } })
     acme, other = server.tenants.acme, server.tenants.other
   end)
 

@@ -7,7 +7,8 @@
 -- with it (its memory failures and OOM kill are not the next one's, its timeout counts from its
 -- start, its 1-CPU quota and memory limit are set when it gets the sandbox, not while the
 -- sandbox boots), and that nothing is left behind: a session deleted or reaped while its next
--- sandbox boots, airlockd killed with -9 while holding waiting sandboxes (then restarted), and a
+-- sandbox boots, airlockd killed with -9 while holding waiting sandboxes (cleared by its guard at
+-- once, and by the next start), and a
 -- burst of 8 sessions × 10 back-to-back commands. Each test waits on the host until the
 -- session's next sandbox is waiting (its frozen freezer group) before the exec that must use
 -- it. No timing assertions. Loopback only. Lua 5.1-compatible.
@@ -70,7 +71,7 @@ describe("warm sandboxes", function()
   local a, key, root
 
   lazy_setup(function()
-    a = airlockd.start({ env = { SANDBOX_WARM_MAX = "4" } })
+    a = airlockd.start({ env = { SANDBOX_WARM_MAX = "4", SANDBOX_WARM_NEW = "0" } })
     key = a.tenants.acme
     root = host_state.cgroup_root(a.dir .. "/state")
   end)
@@ -159,7 +160,7 @@ describe("warm sandboxes", function()
   end)
 
   it("leaves nothing when a session is deleted while its next sandbox boots", function()
-    local d = airlockd.start({ env = { SANDBOX_WARM_MAX = "4" } })
+    local d = airlockd.start({ env = { SANDBOX_WARM_MAX = "4", SANDBOX_WARM_NEW = "0" } })
     local dkey = d.tenants.acme
     local droot = host_state.cgroup_root(d.dir .. "/state")
     local ok, err = pcall(function()
@@ -176,7 +177,7 @@ describe("warm sandboxes", function()
   end)
 
   it("leaves nothing when sessions are deleted or reaped while their sandbox waits", function()
-    local reaping = airlockd.start({ env = { SANDBOX_WARM_MAX = "4", SANDBOX_SESSION_TTL = "4" } })
+    local reaping = airlockd.start({ env = { SANDBOX_WARM_MAX = "4", SANDBOX_WARM_NEW = "0", SANDBOX_SESSION_TTL = "4" } })
     local rkey = reaping.tenants.acme
     local rroot = host_state.cgroup_root(reaping.dir .. "/state")
     local ok, err = pcall(function()
@@ -194,7 +195,7 @@ describe("warm sandboxes", function()
   end)
 
   it("leaves nothing of its waiting sandboxes after kill -9 and a restart", function()
-    local k = airlockd.start({ env = { SANDBOX_WARM_MAX = "4" } })
+    local k = airlockd.start({ env = { SANDBOX_WARM_MAX = "4", SANDBOX_WARM_NEW = "0" } })
     local kkey = k.tenants.acme
     local kroot = host_state.cgroup_root(k.dir .. "/state")
     local ok, err = pcall(function()
@@ -209,7 +210,7 @@ describe("warm sandboxes", function()
       os.execute("kill -9 " .. k.pid)
       assert.is_true(proc.wait_until(10, function() return not proc.alive(k.pid) end))
 
-      k = airlockd.start({ dir = k.dir, tenants = k.tenants, env = { SANDBOX_WARM_MAX = "4" } })
+      k = airlockd.start({ dir = k.dir, tenants = k.tenants, env = { SANDBOX_WARM_MAX = "4", SANDBOX_WARM_NEW = "0" } })
       for _, pid in ipairs(old) do assert.is_false(proc.alive(pid), "pid " .. pid .. " survived the restart") end
       assert_no_sandbox(k, kroot)
       assert.are.same({}, host_state.waiting_sandboxes(kroot))
@@ -223,8 +224,32 @@ describe("warm sandboxes", function()
     assert(ok, err)
   end)
 
+  it("leaves no sandbox frozen or running after kill -9, before any restart (its guard clears them)", function()
+    local k = airlockd.start({ env = { SANDBOX_WARM_MAX = "4", SANDBOX_WARM_NEW = "0" } })
+    local kroot = host_state.cgroup_root(k.dir .. "/state")
+    local ok, err = pcall(function()
+      for _ = 1, 2 do
+        local id = http_client.create(k, k.tenants.acme).json.session_id
+        assert.are.equal(0, http_client.exec(k, k.tenants.acme, id, "true").json.exit_code)
+        assert.are.equal(1, #wait_waiting(kroot, 1, id))
+      end
+      local old = host_state.pids_naming(k.dir .. "/state/runsc")
+      assert.truthy(#old >= 6, "runsc run, gofer and sandbox of each")
+      os.execute("kill -9 " .. k.pid)
+      assert.is_true(proc.wait_until(30, function()
+        for _, pid in ipairs(old) do
+          if proc.alive(pid) then return false end
+        end
+        return not host_state.cgroup_root_exists(kroot)
+      end, 0.1), "left: " .. table.concat(host_state.pids_naming(k.dir .. "/state/runsc"), " ") .. " groups "
+        .. table.concat(host_state.cgroups_under(kroot), " "))
+    end)
+    airlockd.stop(k)
+    assert(ok, err)
+  end)
+
   it("serves a burst of 8 sessions × 10 back-to-back commands without error or leak", function()
-    local b = airlockd.start({ env = { SANDBOX_WARM_MAX = "8",
+    local b = airlockd.start({ env = { SANDBOX_WARM_MAX = "8", SANDBOX_WARM_NEW = "0",
       SANDBOX_TENANT_LIMITS = '{"*": {"max_sessions": 10, "requests_per_minute": 600, "max_concurrent_exec": 8}}' } })
     local bkey = b.tenants.acme
     local broot = host_state.cgroup_root(b.dir .. "/state")

@@ -22,6 +22,7 @@
 /* sandboxes booted ahead: each waits frozen (no CPU) and holds ~17 MB of charged memory */
 #define DEFAULT_WARM_PER_CPU 4
 #define DEFAULT_WARM_IDLE_SECONDS 120
+#define DEFAULT_WARM_NEW 1
 static int failf(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
@@ -343,16 +344,18 @@ static int load_capacity(config *c, char *err, size_t errlen)
 /* Sandboxes booted ahead (ours): how many at most, and how long one may wait unused. */
 static int load_warm(config *c, char *err, size_t errlen)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN), max, idle;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), max, idle, spares;
     if (cpus < 1)
         cpus = 1;
     if (whole_number("SANDBOX_WARM_MAX", DEFAULT_WARM_PER_CPU * cpus, 0, 1024, "sandboxes", &max, err, errlen) ||
         whole_number("SANDBOX_WARM_IDLE_SECONDS", DEFAULT_WARM_IDLE_SECONDS, 1, 86400, "seconds", &idle, err,
-                     errlen))
+                     errlen) ||
+        whole_number("SANDBOX_WARM_NEW", DEFAULT_WARM_NEW, 0, 4, "sandboxes", &spares, err, errlen))
         return -1;
     c->warm_max = (int)max;
     c->warm_idle_seconds = (int)idle;
     c->warm_booting = (int)cpus;
+    c->warm_new = (int)spares;
     return 0;
 }
 

@@ -64,6 +64,7 @@ typedef struct config {
     int warm_max;               /* SANDBOX_WARM_MAX: sandboxes booted ahead at most (4 per CPU; 0: none) */
     int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */
     int warm_booting;           /* boots ahead at once (the CPUs) */
+    int warm_new;               /* SANDBOX_WARM_NEW: spares per tenant for new sessions (1; 0: none) */
 } config;
 
 /* Reads the environment into c (flags are set by the caller). Returns 0, or -1 with a

@@ -4,6 +4,7 @@
 #include "api/routes.h"
 #include "disk/pool.h"
 #include "http/http.h"
+#include "sandbox/guard.h"
 #include "store/state_dir.h"
 
 #include <errno.h>
@@ -80,6 +81,31 @@ static bool stop_serving(http_server *srv, const config *cfg)
 static void forget_warm(void *ctx, const char *session_id)
 {
     warm_forget(ctx, session_id);
+}
+
+/* Spares (domain/warm.h): their disks are the registry's, their sandboxes the warm pool's. */
+static int spare_disk_make(void *ctx, char *id, size_t id_len, char **workspace)
+{
+    app *a = ctx;
+    return a->reg ? registry_make_spare_disk(a->reg, id, id_len, workspace) : -1;
+}
+
+static void spare_disk_drop(void *ctx, const char *id)
+{
+    app *a = ctx;
+    if (a->reg)
+        registry_drop_spare_disk(a->reg, id);
+}
+
+static bool spare_adopt(void *ctx, size_t tenant, char *id, size_t id_len, char **workspace)
+{
+    app *a = ctx;
+    return warm_adopt_spare(a->warm, tenants_get(a->tenants, tenant)->name, id, id_len, workspace);
+}
+
+static void spares_drop_all(void *ctx)
+{
+    warm_drop_spares(((app *)ctx)->warm);
 }
 
 static void on_sigpipe(int sig)
@@ -183,6 +209,8 @@ static void keep_std_fds(void)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], GUARD_OPTION) == 0)
+        return sbx_guard_main(argv[2]); /* airlockd's own guard (sandbox/guard.h) */
     keep_std_fds();
     config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -270,6 +298,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: no isolation backend: %s\n", err);
         goto out;
     }
+    /* if this process is killed, the guard thaws and removes what its cgroups hold */
+    const char *cg_root = sandbox_backend_cgroup_root(a.sb);
+    if (cg_root && sbx_guard_spawn(cg_root, lock_fd, err, sizeof err) != 0)
+        fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", err);
     if (cfg.audit_path && !(a.audit = audit_open(cfg.audit_path, cfg.audit_retention_days, err, sizeof err))) {
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
@@ -307,7 +339,8 @@ int main(int argc, char **argv)
         goto out;
     }
     warm_settings ws = {.max_ready = cfg.warm_max, .idle_seconds = cfg.warm_idle_seconds,
-                        .max_booting = cfg.warm_booting};
+                        .max_booting = cfg.warm_booting, .spares = cfg.warm_new,
+                        .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &a}};
     a.warm = warm_new(a.sb, &ws, err, sizeof err);
     if (!a.warm && err[0]) {
         fprintf(stderr, "airlockd: %s\n", err);
@@ -325,6 +358,9 @@ int main(int argc, char **argv)
     registry_set_remove_hook(a.reg, egress_forget_session, a.egress);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
     registry_set_destroy_hook(a.reg, forget_warm, a.warm);
+    registry_spares sp = {.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = &a};
+    if (a.warm)
+        registry_set_spares(a.reg, &sp);
 
     if (pipe2(signal_pipe, O_CLOEXEC) != 0) {
         perror("airlockd: pipe");
@@ -365,7 +401,9 @@ int main(int argc, char **argv)
     status = 0;
     bool stopped = stop_serving(srv, &cfg);
     srv = NULL;
-    /* sessions saved and their disks unmounted (those still in use once their request ends) */
+    /* spares are no session's: their sandboxes and disks go; sessions are saved and their
+     * disks unmounted (those still in use once their request ends) */
+    warm_drop_spares(a.warm);
     registry_shutdown(a.reg);
     if (!stopped) {
         /* a handler is still inside a command or a download: freeing what it uses would be
@@ -381,8 +419,10 @@ out:
         unlink(cfg.unix_path);
     if (srv && !http_stop(srv))
         _exit(status);
-    registry_free(a.reg); /* before egress: removing sessions tells egress */
-    warm_free(a.warm);     /* after the sessions, whose removal forgets their sandboxes */
+    warm_drop_spares(a.warm); /* their disks are the registry's */
+    registry_free(a.reg);     /* before egress: removing sessions tells egress */
+    a.reg = NULL;
+    warm_free(a.warm);        /* after the sessions, whose removal forgets their sandboxes */
     disk_pool_close(disk);
     egress_close(a.egress);
     limits_free(a.lim);

@@ -142,6 +142,9 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     http_send_json(r, 201, json_pack("{s:s,s:s,s:O,s:I,s:f,s:s}", "session_id", s->id, "tenant_id", t->name,
                                      "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
                                      "created_at", s->created_at, "status", "ready"));
+    /* the tenant's next new session finds its disk made and its first sandbox booted */
+    if (json_array_size(s->egress) == 0)
+        warm_want_spare(a->warm, t->name);
     registry_release(a->reg, s);
 }
 

@@ -39,6 +39,7 @@ struct registry {
     void *on_remove_ctx;
     registry_destroy_hook on_destroy; /* set before serving, then only read */
     void *on_destroy_ctx;
+    registry_spares spares;           /* set before serving, then only read */
 };
 
 double epoch_now(void)
@@ -358,6 +359,13 @@ void registry_set_destroy_hook(registry *r, registry_destroy_hook hook, void *ct
     pthread_mutex_unlock(&r->mu);
 }
 
+void registry_set_spares(registry *r, const registry_spares *sp)
+{
+    pthread_mutex_lock(&r->mu);
+    r->spares = *sp;
+    pthread_mutex_unlock(&r->mu);
+}
+
 bool registry_removed(registry *r, const session *s)
 {
     pthread_mutex_lock(&r->mu);
@@ -435,6 +443,47 @@ static int new_id(char out[17])
     return 0;
 }
 
+int registry_make_spare_disk(registry *r, char *id, size_t id_len, char **workspace)
+{
+    char fresh[17];
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    do
+        rc = r->shut_down ? -1 : new_id(fresh);
+    while (rc == 0 && id_taken_locked(r, fresh));
+    pthread_mutex_unlock(&r->mu);
+    if (rc != 0 || id_len < sizeof fresh)
+        return -1;
+    memcpy(id, fresh, sizeof fresh);
+    return disk_create(r->disk, id, r->quota_bytes, workspace) == DISK_OK ? 0 : -1;
+}
+
+void registry_drop_spare_disk(registry *r, const char *id)
+{
+    disk_destroy(r->disk, id);
+}
+
+/* The disk of s, being created (invisible): a spare's, whose id s takes, when it has no
+ * egress (a spare has no network); else a new one, after dropping the spares when they hold
+ * the room it needs. */
+static disk_result take_disk(registry *r, session *s, char **ws)
+{
+    char id[sizeof s->id];
+    if (r->spares.adopt && json_array_size(s->egress) == 0 &&
+        r->spares.adopt(r->spares.ctx, s->tenant, id, sizeof id, ws)) {
+        pthread_mutex_lock(&r->mu);
+        memcpy(s->id, id, sizeof id);
+        pthread_mutex_unlock(&r->mu);
+        return DISK_OK;
+    }
+    disk_result dr = disk_create(r->disk, s->id, s->quota_bytes, ws);
+    if (dr == DISK_FULL && r->spares.drop_all) {
+        r->spares.drop_all(r->spares.ctx);
+        dr = disk_create(r->disk, s->id, s->quota_bytes, ws);
+    }
+    return dr;
+}
+
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
                                session **out, int *open_now)
 {
@@ -471,7 +520,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
     pthread_mutex_unlock(&r->mu);
 
     char *ws = NULL;
-    disk_result dr = disk_create(r->disk, s->id, s->quota_bytes, &ws);
+    disk_result dr = take_disk(r, s, &ws);
     pthread_mutex_lock(&r->mu);
     if (dr != DISK_OK) {
         unlink_locked(r, s);

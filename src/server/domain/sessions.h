@@ -66,6 +66,24 @@ void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx)
 typedef void (*registry_destroy_hook)(void *ctx, const char *session_id);
 void registry_set_destroy_hook(registry *r, registry_destroy_hook hook, void *ctx);
 
+/* Spares: workspaces made ahead for a tenant's next new session, each with its sandbox booted
+ * over it (domain/warm.h). adopt gives one (its id and malloc'd workspace become the new
+ * session's); drop_all deletes every unadopted one (room for a session that needs the disk
+ * space). Both are called outside the registry's lock. */
+typedef struct {
+    bool (*adopt)(void *ctx, size_t tenant, char *id, size_t id_len, char **workspace);
+    void (*drop_all)(void *ctx);
+    void *ctx;
+} registry_spares;
+void registry_set_spares(registry *r, const registry_spares *sp);
+
+/* A spare's disk: a fresh id no session has, and its new disk of the sessions' quota
+ * (*workspace malloc'd); 0 on success, else no room (or an error, logged). */
+int registry_make_spare_disk(registry *r, char *id, size_t id_len, char **workspace);
+
+/* Deletes the disk of a spare no session adopted. */
+void registry_drop_spare_disk(registry *r, const char *id);
+
 /* Whether s (which the caller holds a reference to) has left the registry meanwhile. */
 bool registry_removed(registry *r, const session *s);
 
@@ -83,7 +101,8 @@ typedef enum {
     SESSION_ERROR,     /* the workspace could not be made (logged) */
 } session_result;
 
-/* Creates a session (checked against max_sessions atomically) with its disk. egress is copied.
+/* Creates a session (checked against max_sessions atomically) with its disk: a spare's when
+ * the session has no egress and the tenant has one, else a new one. egress is copied.
  * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
  * in *out. */
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,

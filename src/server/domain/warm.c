@@ -41,6 +41,7 @@ typedef struct {
     int64_t used_ms;    /* wanted, or ready: for the LRU and the idle release */
     int64_t started_ms; /* its boot began */
     bool doomed;        /* forgotten while starting: released once started */
+    bool spare;         /* for the tenant's next new session: key and disk made when it starts */
 } entry;
 
 struct warm_pool {
@@ -79,20 +80,41 @@ static void clear_entry(entry *e)
 static entry *find(warm_pool *w, const char *key)
 {
     for (int i = 0; i < w->n; i++)
-        if (w->e[i].state != E_FREE && strcmp(w->e[i].key, key) == 0)
+        if (w->e[i].state != E_FREE && !w->e[i].spare && strcmp(w->e[i].key, key) == 0)
             return &w->e[i];
     return NULL;
 }
 
-/* Takes e's sandbox out of the table and releases it with the lock dropped. */
+/* Takes e's sandbox out of the table and releases it with the lock dropped; an unadopted
+ * spare's disk goes after its sandbox (which had it mounted). */
 static void release_entry(warm_pool *w, entry *e)
 {
     sandbox *sb = e->sb;
+    char spare_id[KEY_MAX] = "";
+    if (e->spare && e->workspace)
+        snprintf(spare_id, sizeof spare_id, "%s", e->key);
     clear_entry(e);
     pthread_mutex_unlock(&w->mu);
     sandbox_release(sb);
+    if (spare_id[0])
+        w->ws.disks.drop(w->ws.disks.ctx, spare_id);
     pthread_mutex_lock(&w->mu);
     pthread_cond_broadcast(&w->changed);
+}
+
+/* A spare's id and disk, made with the lock dropped (tens of ms); false when there is no room. */
+static bool make_spare_disk(warm_pool *w, entry *e)
+{
+    char id[KEY_MAX];
+    char *workspace = NULL;
+    pthread_mutex_unlock(&w->mu);
+    int rc = w->ws.disks.make(w->ws.disks.ctx, id, sizeof id, &workspace);
+    pthread_mutex_lock(&w->mu);
+    if (rc != 0)
+        return false;
+    snprintf(e->key, sizeof e->key, "%s", id);
+    e->workspace = workspace;
+    return true;
 }
 
 /* Starts pending boots while fewer than max_booting are under way. */
@@ -108,6 +130,11 @@ static void start_boots(warm_pool *w)
         e->state = E_STARTING;
         e->started_ms = now_ms();
         booting++;
+        if (e->spare && !make_spare_disk(w, e)) {
+            clear_entry(e); /* no disk space: new sessions start cold */
+            pthread_cond_broadcast(&w->changed);
+            continue;
+        }
         char name[KEY_MAX + 4];
         snprintf(name, sizeof name, "%s-w", e->key);
         sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
@@ -247,46 +274,120 @@ void warm_free(warm_pool *w)
     free(w);
 }
 
+/* A free entry for a new want, locked; when full, the longest unused waiting one is doomed to
+ * make room for the next want, and NULL. */
+static entry *free_entry_locked(warm_pool *w)
+{
+    entry *lru = NULL;
+    for (int i = 0; i < w->n; i++) {
+        if (w->e[i].state == E_FREE)
+            return &w->e[i];
+        if (w->e[i].state == E_READY && (!lru || w->e[i].used_ms < lru->used_ms))
+            lru = &w->e[i];
+    }
+    if (lru)
+        lru->state = E_DOOMED;
+    return NULL;
+}
+
+/* Fills a free entry as a pending want (key NULL: a spare, whose key comes with its disk). */
+static bool fill_entry(entry *e, const char *key, const char *workspace, const char *tenant)
+{
+    e->workspace = workspace ? strdup(workspace) : NULL;
+    e->tenant = tenant ? strdup(tenant) : NULL;
+    if ((workspace && !e->workspace) || (tenant && !e->tenant)) {
+        clear_entry(e);
+        return false;
+    }
+    snprintf(e->key, sizeof e->key, "%s", key ? key : "");
+    e->spare = key == NULL;
+    e->state = E_PENDING;
+    e->used_ms = now_ms();
+    return true;
+}
+
 void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant)
 {
-    if (!w || strlen(key) >= KEY_MAX)
+    if (!w || strlen(key) >= KEY_MAX || !key[0])
         return;
     pthread_mutex_lock(&w->mu);
     entry *e = w->stopping ? NULL : find(w, key);
-    if (e || w->stopping) {
-        if (e)
-            e->used_ms = now_ms();
-        pthread_mutex_unlock(&w->mu);
-        return;
-    }
-    entry *lru = NULL;
-    for (int i = 0; i < w->n && !e; i++) {
-        if (w->e[i].state == E_FREE)
-            e = &w->e[i];
-        else if (w->e[i].state == E_READY && (!lru || w->e[i].used_ms < lru->used_ms))
-            lru = &w->e[i];
-    }
-    if (!e) {
-        /* full: the longest unused waiting one makes room for the next want */
-        if (lru)
-            lru->state = E_DOOMED;
-        pthread_mutex_unlock(&w->mu);
-        if (lru)
-            wake(w);
-        return;
-    }
-    e->workspace = strdup(workspace);
-    e->tenant = tenant ? strdup(tenant) : NULL;
-    if (!e->workspace || (tenant && !e->tenant)) {
-        clear_entry(e);
-        pthread_mutex_unlock(&w->mu);
-        return;
-    }
-    snprintf(e->key, sizeof e->key, "%s", key);
-    e->state = E_PENDING;
-    e->used_ms = now_ms();
+    if (e)
+        e->used_ms = now_ms();
+    else if (!w->stopping && (e = free_entry_locked(w)) != NULL)
+        fill_entry(e, key, workspace, tenant);
     pthread_mutex_unlock(&w->mu);
     wake(w);
+}
+
+static bool same_tenant(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+void warm_want_spare(warm_pool *w, const char *tenant)
+{
+    if (!w || w->ws.spares <= 0 || !w->ws.disks.make)
+        return;
+    pthread_mutex_lock(&w->mu);
+    int have = 0;
+    int64_t now = now_ms();
+    for (int i = 0; i < w->n; i++) {
+        entry *e = &w->e[i];
+        if (e->state != E_FREE && e->state != E_DOOMED && e->spare && same_tenant(e->tenant, tenant)) {
+            e->used_ms = now;
+            have++;
+        }
+    }
+    for (; have < w->ws.spares && !w->stopping; have++) {
+        entry *e = free_entry_locked(w);
+        if (!e || !fill_entry(e, NULL, NULL, tenant))
+            break;
+    }
+    pthread_mutex_unlock(&w->mu);
+    wake(w);
+}
+
+bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len, char **workspace)
+{
+    if (!w)
+        return false;
+    bool adopted = false;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->n && !adopted; i++) {
+        entry *e = &w->e[i];
+        if (!e->spare || (e->state != E_BOOTING && e->state != E_READY) || !same_tenant(e->tenant, tenant) ||
+            strlen(e->key) >= id_len || !(*workspace = strdup(e->workspace)))
+            continue;
+        snprintf(id, id_len, "%s", e->key);
+        e->spare = false; /* the session's from now on: its disk stays with it */
+        e->used_ms = now_ms();
+        adopted = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return adopted;
+}
+
+void warm_drop_spares(warm_pool *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        entry *e = NULL;
+        for (int i = 0; i < w->n && !e; i++)
+            if (w->e[i].state != E_FREE && w->e[i].spare)
+                e = &w->e[i];
+        if (!e)
+            break;
+        if (e->state == E_STARTING) {
+            e->doomed = true;
+            pthread_cond_wait(&w->changed, &w->mu);
+            continue;
+        }
+        release_entry(w, e);
+    }
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Waits for a boot under way (the caller owns sb now); false when it failed or took too long. */

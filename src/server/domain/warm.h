@@ -13,19 +13,34 @@
 
 #include "sandbox/sandbox.h"
 
+#include <stdbool.h>
+#include <stddef.h>
+
 typedef struct warm_pool warm_pool;
+
+/* The workspace disks of spares (sandboxes booted ahead for a tenant's next new session):
+ * make gives a fresh session id (id_len bytes with its NUL) and its new, empty disk's
+ * workspace (malloc'd), 0 on success; drop deletes the disk of a spare no session adopted. */
+typedef struct {
+    int (*make)(void *ctx, char *id, size_t id_len, char **workspace);
+    void (*drop)(void *ctx, const char *id);
+    void *ctx;
+} warm_spare_disks;
 
 typedef struct {
     int max_ready;    /* SANDBOX_WARM_MAX; 0: no sandbox is booted ahead */
     int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
     int max_booting;  /* boots at once (the CPUs) */
+    int spares;       /* SANDBOX_WARM_NEW: spares per tenant (0: new sessions start cold) */
+    warm_spare_disks disks;
 } warm_settings;
 
 /* NULL with a message when the thread cannot start; NULL without one (errbuf "") when
  * max_ready is 0 or the backend cannot boot ahead: then every command runs cold. */
 warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, size_t errlen);
 
-/* Releases every sandbox held and stops the thread (no command may be running in one). */
+/* Releases every sandbox held (spares' disks deleted) and stops the thread (no command may be
+ * running in one). */
 void warm_free(warm_pool *w);
 
 /* Boots a sandbox ahead for session key over workspace (absolute), for tenant; name prefixes
@@ -36,6 +51,20 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
  * hangs up), now the caller's to sandbox_run and sandbox_release; NULL when there is none
  * (run cold). */
 sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
+
+/* Keeps settings.spares sandboxes booting or booted for tenant's next new sessions, each over
+ * a fresh disk of its own (a spare counts against max_ready like any other, and is released
+ * when idle like any other). */
+void warm_want_spare(warm_pool *w, const char *tenant);
+
+/* Adopts one of tenant's spares for a new session: its id (id_len bytes with the NUL) and
+ * workspace (malloc'd) are the session's from now on, and its sandbox is the session's first
+ * (warm_take with that id). false when tenant has none booting or booted. */
+bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len, char **workspace);
+
+/* Releases every spare and deletes its disk, returning once they are gone (room for a session
+ * that needs the disk space). */
+void warm_drop_spares(warm_pool *w);
 
 /* Releases key's sandbox, if any, and returns once it is gone (its workspace is then free to
  * unmount). */

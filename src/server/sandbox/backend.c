@@ -186,6 +186,11 @@ const char *sandbox_backend_name(const sandbox_backend *b)
     return b->ops->name;
 }
 
+const char *sandbox_backend_cgroup_root(const sandbox_backend *b)
+{
+    return b->have_cgroups ? b->cgroups.root : NULL;
+}
+
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen)
 {
     if (errlen)

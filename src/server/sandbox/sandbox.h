@@ -98,6 +98,10 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
 /* "gvisor" or "bubblewrap". */
 const char *sandbox_backend_name(const sandbox_backend *b);
 
+/* This server's cgroup root name ("airlockd-<16 hex>", the same in every hierarchy), or NULL
+ * when it runs without cgroups. */
+const char *sandbox_backend_cgroup_root(const sandbox_backend *b);
+
 /* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
  * (appended to the generated root's CA bundle). */
 int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *errbuf, size_t errlen);
