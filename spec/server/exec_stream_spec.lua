@@ -122,6 +122,23 @@ describe("streaming exec", function()
     assert.are.same(plain.json, events[#events].result)
   end)
 
+  it("escapes every byte of a data event as the plain route's JSON does", function()
+    -- every control character, quote, backslash, slash, DEL and multi-byte text, in one piece
+    local command = "printf '\\001\\002\\010\\011\\012\\014\\015\\033\\037 \"q\" \\\\ / \\177 h\\303\\251 \\342\\202\\254 end'"
+    local events, _, _, raw = stream_exec(server, key, id, command)
+    local plain = http_client.exec(server, key, id, command)
+    local want = "\1\2\8\t\n\12\r\27\31 \"q\" \\ / \127 h\195\169 \226\130\172 end"
+    assert.are.equal(want, plain.json.stdout)
+    assert.are.equal(want, joined(events, "stdout"))
+    -- the very text of the plain answer's string (Python's json.dumps: lowercase \u00xx)
+    local escaped = plain.body:match('"stdout":"(.-)","stderr"')
+    assert.truthy(escaped, plain.body)
+    local pieces = {}
+    for text in raw:gmatch('{"type":"stdout","data":"(.-)"}\n') do pieces[#pieces + 1] = text end
+    assert.are.equal(escaped, table.concat(pieces))
+    assert.truthy(escaped:find("\\u001f", 1, true), escaped)
+  end)
+
   it("ends a timed-out command with the plain route's timeout result", function()
     local events = stream_exec(server, key, id, "echo early; sleep 30", { body = { timeout_seconds = 2 } })
     local final = events[#events]

@@ -34,38 +34,102 @@ void exec_tap_event(exec_tap *t, json_t *event)
     t->last_event_ms = now_ms();
 }
 
-/* One stdout/stderr event of raw bytes (replaced like the plain result's text). */
+/* Appends text as the inside of a JSON string, escaped exactly as pyjson_dumps does (jansson
+ * with lowercase hex: quote, backslash, \b \f \n \r \t, other controls as \u00xx; UTF-8 kept
+ * as is); returns the end. out has room for 6 bytes per input byte. Runs of plain bytes are
+ * copied whole: the data events of a large output are mostly that. */
+static char *escape_json_text(char *out, const unsigned char *text, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0;
+    while (i < len) {
+        size_t run = i;
+        while (run < len && text[run] >= 0x20 && text[run] != '"' && text[run] != '\\')
+            run++;
+        memcpy(out, text + i, run - i);
+        out += run - i;
+        if (run == len)
+            break;
+        unsigned char c = text[run];
+        *out++ = '\\';
+        switch (c) {
+        case '"': *out++ = '"'; break;
+        case '\\': *out++ = '\\'; break;
+        case '\b': *out++ = 'b'; break;
+        case '\f': *out++ = 'f'; break;
+        case '\n': *out++ = 'n'; break;
+        case '\r': *out++ = 'r'; break;
+        case '\t': *out++ = 't'; break;
+        default:
+            *out++ = 'u';
+            *out++ = '0';
+            *out++ = '0';
+            *out++ = hex[c >> 4];
+            *out++ = hex[c & 15];
+        }
+        i = run + 1;
+    }
+    return out;
+}
+
+/* One stdout/stderr event of raw bytes (replaced like the plain result's text), written
+ * straight to the stream: the same line exec_tap_event would make of
+ * {"type": ..., "data": ...}, without building a JSON value for each piece. */
 static void text_event(exec_tap *t, int stream, const char *raw, size_t n)
 {
-    if (n == 0)
+    static const char tail[] = "\"}\n";
+    if (n == 0 || !t->stream)
         return;
     size_t len = 0;
     char *text = utf8_replace(raw, n, &len);
     if (!text)
         return;
-    exec_tap_event(t, json_pack("{s:s,s:o}", "type", stream == 1 ? "stdout" : "stderr", "data",
-                                json_stringn_nocheck(text, len)));
+    const char *head = stream == 1 ? "{\"type\":\"stdout\",\"data\":\"" : "{\"type\":\"stderr\",\"data\":\"";
+    size_t head_len = strlen(head);
+    char *line = len <= (SIZE_MAX - 64) / 6 ? malloc(head_len + 6 * len + sizeof tail) : NULL;
+    if (line) {
+        memcpy(line, head, head_len);
+        char *end = escape_json_text(line + head_len, (const unsigned char *)text, len);
+        memcpy(end, tail, sizeof tail - 1);
+        end += sizeof tail - 1;
+        (void)http_stream_write(t->stream, line, (size_t)(end - line));
+        t->last_event_ms = now_ms();
+    }
+    free(line);
     free(text);
+}
+
+/* Sends stream's pending bytes as one event: all of them (at the end), or all but the start
+ * of a character cut at their end (kept for the next piece). */
+static void send_pending(exec_tap *t, int stream, bool all)
+{
+    size_t len = t->pending_len[stream];
+    if (len == 0)
+        return;
+    char *p = t->pending[stream];
+    size_t keep = all ? 0 : utf8_partial_tail(p, len);
+    text_event(t, stream, p, len - keep);
+    memmove(p, p + len - keep, keep);
+    t->pending_len[stream] = keep;
 }
 
 static void stream_piece(exec_tap *t, int stream, const char *data, size_t len)
 {
-    size_t p = t->pending_len[stream];
-    char *joined = NULL;
-    if (p) { /* the cut character goes first */
-        joined = malloc(p + len);
-        if (!joined)
+    /* the other stream's bytes came first: they go first */
+    send_pending(t, 3 - stream, false);
+    size_t have = t->pending_len[stream];
+    if (have + len > t->pending_cap[stream]) {
+        size_t cap = have + len > EXEC_EVENT_BYTES ? have + len : EXEC_EVENT_BYTES;
+        char *grown = realloc(t->pending[stream], cap);
+        if (!grown)
             return;
-        memcpy(joined, t->pending[stream], p);
-        memcpy(joined + p, data, len);
-        data = joined;
-        len += p;
+        t->pending[stream] = grown;
+        t->pending_cap[stream] = cap;
     }
-    size_t keep = utf8_partial_tail(data, len);
-    text_event(t, stream, data, len - keep);
-    memcpy(t->pending[stream], data + len - keep, keep);
-    t->pending_len[stream] = keep;
-    free(joined);
+    memcpy(t->pending[stream] + have, data, len);
+    t->pending_len[stream] = have + len;
+    if (t->pending_len[stream] >= EXEC_EVENT_BYTES)
+        send_pending(t, stream, false);
 }
 
 static void spill_piece(exec_tap *t, int stream, const char *data, size_t len)
@@ -100,7 +164,11 @@ static void spill_piece(exec_tap *t, int stream, const char *data, size_t len)
 static void tap_output(void *ctx, int stream, const char *data, size_t len)
 {
     exec_tap *t = ctx;
-    if (stream == 0) {
+    if (stream == 0) { /* a tick: the runner is about to wait, what it read goes now */
+        if (t->stream) {
+            send_pending(t, 1, false);
+            send_pending(t, 2, false);
+        }
         if (t->stream && now_ms() - t->last_event_ms >= EXEC_HEARTBEAT_MS)
             exec_tap_event(t, json_pack("{s:s}", "type", "heartbeat"));
         return;
@@ -156,11 +224,8 @@ int exec_tap_spill(exec_tap *t, const char *workspace, const char *id, long long
 
 void exec_tap_flush(exec_tap *t)
 {
-    for (int i = 1; i <= 2; i++) {
-        if (t->pending_len[i])
-            text_event(t, i, (const char *)t->pending[i], t->pending_len[i]);
-        t->pending_len[i] = 0;
-    }
+    for (int i = 1; i <= 2; i++)
+        send_pending(t, i, true);
 }
 
 void exec_tap_close(exec_tap *t)
@@ -171,6 +236,9 @@ void exec_tap_close(exec_tap *t)
         t->spill_fd[i] = -1;
         free(t->spill_path[i]);
         t->spill_path[i] = NULL;
+        free(t->pending[i]);
+        t->pending[i] = NULL;
+        t->pending_len[i] = t->pending_cap[i] = 0;
     }
     free(t->spill_warning);
     t->spill_warning = NULL;

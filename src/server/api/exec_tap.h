@@ -18,6 +18,8 @@
 #define EXEC_HEARTBEAT_MS 2000
 /* Bytes of events queued for a slow client before the command is made to wait. */
 #define EXEC_STREAM_QUEUE (256u * 1024u)
+/* The most output bytes gathered into one stdout or stderr event. */
+#define EXEC_EVENT_BYTES (64u * 1024u)
 
 typedef struct {
     http_stream *stream;      /* NULL: not streamed */
@@ -25,8 +27,12 @@ typedef struct {
     char *spill_path[3];      /* as the sandbox sees them (/workspace/...) */
     char *spill_warning;      /* why a spill file stopped short, or NULL */
     unsigned long long spill_room; /* bytes the spill files may still take (the quota) */
-    unsigned char pending[3][4]; /* the start of a character cut at a piece's end */
-    size_t pending_len[3];
+    /* [1] stdout, [2] stderr: bytes read and not yet sent as an event. Pieces are gathered
+     * into events of up to EXEC_EVENT_BYTES (an event per pipe read would cost a JSON object
+     * per few KiB); what one round of reads brought goes out before the runner waits again,
+     * so nothing is held back while the command is quiet. */
+    char *pending[3];
+    size_t pending_len[3], pending_cap[3];
     int64_t last_event_ms;
     sandbox_tap tap;
 } exec_tap;
@@ -40,7 +46,7 @@ void exec_tap_init(exec_tap *t, http_stream *stream);
 int exec_tap_spill(exec_tap *t, const char *workspace, const char *id, long long quota_bytes,
                    char *errbuf, size_t errlen);
 
-/* Sends what is still pending of a cut character (as U+FFFD: the stream ended there). */
+/* Sends what is still pending, a cut character included (as U+FFFD: the stream ended there). */
 void exec_tap_flush(exec_tap *t);
 
 /* Writes one event (a JSON object, stolen) as a line of the stream. */
