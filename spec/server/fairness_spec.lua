@@ -3,7 +3,8 @@
 -- tenant's group under this server's root airlockd-<16 hex of SHA-256(realpath(state dir))>,
 -- with the run's own limits (1 CPU, 256 MB, host tasks); a tenant's cpu.shares is
 -- 1024 x CPUs / min(its running commands, CPUs), so its weight does not grow with its
--- commands; and the sandbox sees its 256 MB as /proc/meminfo's MemTotal. A host-wide
+-- commands, and while several tenants run commands each tenant's group is capped at CPUs /
+-- tenants running (one CPU at least); and the sandbox sees its 256 MB as /proc/meminfo's MemTotal. A host-wide
 -- cap (SANDBOX_MAX_RUNNING) holds however many tenants ask: a command over it waits
 -- (SANDBOX_QUEUE_SECONDS) and then gets the 503 the SDKs retry, and a freed slot goes to the
 -- tenant running fewest, then to the one served longest ago. Correctness only: the CPU share under load is measured by
@@ -57,6 +58,12 @@ describe("airlockd cgroups per tenant", function()
     local cpus = tonumber(proc.output("getconf _NPROCESSORS_ONLN"))
     assert.are.equal(tostring(math.floor(1024 * cpus / math.min(2, cpus))), read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-acme/cpu.shares"))
     assert.are.equal(tostring(1024 * cpus), read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-other/cpu.shares"))
+    -- two tenants running: each tenant's group is capped at its half of the CPUs (one at least)
+    local cap = math.max(1, math.floor(cpus / 2))
+    local want_cap = cap < cpus and tostring(cap * 100000) or "-1"
+    for _, tenant in ipairs({ "acme", "other" }) do
+      assert.are.equal(want_cap, read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-" .. tenant .. "/cpu.cfs_quota_us"))
+    end
     local runs = {}
     for _, dir in ipairs(host_state.cgroups_under(root)) do
       local tenant, run = dir:match("^/sys/fs/cgroup/cpu/" .. plain(root) .. "/t%-(%w+)/(sbx_%x+%-.*)$")
@@ -77,6 +84,10 @@ describe("airlockd cgroups per tenant", function()
     assert.are.equal(0, ja.wait(60).exit_code)
     assert.are.equal(0, ja2.wait(60).exit_code)
     assert.are.equal(0, jo.wait(60).exit_code)
+    -- no tenant runs a command: no cap on either
+    for _, tenant in ipairs({ "acme", "other" }) do
+      assert.are.equal("-1", read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-" .. tenant .. "/cpu.cfs_quota_us"))
+    end
     -- the runs' groups are gone from every hierarchy; the tenants' stay for the next run (and
     -- the groups of the sandboxes booted ahead for the sessions' next commands)
     for _, dir in ipairs(host_state.cgroups_under(root)) do

@@ -530,6 +530,45 @@ static void write_weight(const sbx_cg_tree *t, const char *group, unsigned long 
         (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", value);
 }
 
+/* Writes a CPU cap on the tenant's group: cpus whole CPUs, or none (0). */
+static void write_cap(const sbx_cg_tree *t, const char *group, unsigned cpus)
+{
+    char dir[SBX_CG_PATH_MAX], value[48];
+    if (!join(dir, sizeof dir, t->hier[t->cpu], t->root, group))
+        return;
+    if (t->v2) {
+        if (cpus)
+            snprintf(value, sizeof value, "%u 100000", cpus * 100000u);
+        else
+            snprintf(value, sizeof value, "max 100000");
+        (void)write_file(dir, "cpu.max", value);
+    } else {
+        snprintf(value, sizeof value, "%lld", cpus ? (long long)cpus * 100000 : -1LL);
+        (void)write_file(dir, "cpu.cfs_quota_us", value);
+    }
+}
+
+/* While several tenants run commands, each tenant's group is capped at its part of the CPUs
+ * (at least one: every command has one), so that one tenant's busy loops leave the CPU time
+ * another's command needs free at once, not only on average: weights alone still make a
+ * woken command wait behind the loops. Alone, a tenant has no cap. Under t->mu. */
+static void cap_tenants_locked(sbx_cg_tree *t)
+{
+    unsigned n = (unsigned)t->nactive, cpus = 0;
+    if (n > 1) {
+        cpus = t->ncpu / n;
+        if (cpus < 1)
+            cpus = 1;
+        if (cpus >= t->ncpu)
+            cpus = 0;
+    }
+    for (size_t i = 0; i < t->nactive; i++) {
+        if (t->active[i].cap_cpus != cpus)
+            write_cap(t, t->active[i].group, cpus);
+        t->active[i].cap_cpus = cpus;
+    }
+}
+
 /* Counts one more (delta 1) or one fewer (-1) running command for the tenant's group and
  * writes the weights that follow (see cgroup.h): the tenant's, and the root's, which weighs
  * against the rest of the host what min(commands, CPUs) plain processes would. */
@@ -546,6 +585,7 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
         }
         snprintf(t->active[i].group, sizeof t->active[i].group, "%s", group);
         t->active[i].runs = 0;
+        t->active[i].cap_cpus = 0; /* an idle tenant's group has no cap (see below) */
         t->nactive++;
     }
     int runs = t->active[i].runs += delta;
@@ -557,8 +597,13 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
         if (t->total_runs > 0)
             write_weight(t, NULL, unit * ((unsigned)t->total_runs < t->ncpu ? (unsigned)t->total_runs : t->ncpu));
     }
-    if (runs <= 0) /* idle: its weight matters to nobody until its next command */
+    if (runs <= 0) { /* idle: its weight matters to nobody until its next command */
+        if (t->cpu >= 0 && t->active[i].cap_cpus)
+            write_cap(t, group, 0); /* its boots ahead are not held back */
         t->active[i] = t->active[--t->nactive];
+    }
+    if (t->cpu >= 0)
+        cap_tenants_locked(t);
     pthread_mutex_unlock(&t->mu);
 }
 

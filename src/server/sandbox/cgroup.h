@@ -18,7 +18,9 @@
  * on; tenants running at least one command per CPU weigh the same. The root weighs
  * SBX_CG_TENANT_SHARES × min(commands running, CPUs) against the rest of the host: what that
  * many plain processes would (a fixed weight would shrink each command's share of a busy
- * host as more commands ran).
+ * host as more commands ran). While several tenants run commands, each tenant's group is
+ * also capped at CPUs / tenants running (at least one CPU): weights share the CPU on average,
+ * but a command woken beside another tenant's busy loops would still wait behind them.
  *
  * Everything under the root belongs to this state directory alone: startup removes what a
  * killed predecessor left there, and never touches another server's root. */
@@ -41,6 +43,7 @@
 typedef struct {
     char group[SBX_CG_NAME_MAX];
     int runs;
+    unsigned cap_cpus; /* the CPU cap written on its group (0: none) */
 } sbx_cg_active;
 
 /* The hierarchies and this server's root in each; the tenants running commands. */
