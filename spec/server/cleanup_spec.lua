@@ -84,8 +84,12 @@ describe("airlockd startup after a kill -9", function()
     local old = host_state.pids_naming(a.dir .. "/state/runsc")
     assert.truthy(#old >= 3, "runsc, its gofer and sandbox, and the planted one") -- runsc run, gofer, sandbox (+ stubs), planted
 
-    os.execute("kill -9 " .. a.pid)
-    assert.is_true(proc.wait_until(10, function() return not proc.alive(a.pid) end))
+    -- a crash that takes airlockd's guard with it (the guard alone would clear the cgroups at
+    -- once: warm_spec.lua), so that what the next start removes is all still there
+    local guards = host_state.pids_naming("--cgroup-guard\0" .. aroot)
+    assert.are.equal(1, #guards)
+    os.execute("kill -9 " .. guards[1] .. " " .. a.pid)
+    assert.is_true(proc.wait_until(10, function() return not proc.alive(a.pid) and not proc.alive(guards[1]) end))
     assert.is_nil(ajob.wait(30))
     -- what the kill left behind
     local left = table.concat(host_state.cgroups_under(aroot), "\n")
