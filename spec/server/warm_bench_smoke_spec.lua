@@ -15,7 +15,7 @@ describe("bench/warm.lua (smoke sizes)", function()
       "exec python3 print%(2%*%*16%), p50 +%d+ +%d+ +%d+ +[%d.]+",
       "create session %+ first exec true, p50 +%d+ +%d+ +%- +[%d.]+",
       "4 x exec true back to back, total +%d+ +%d+ +%d+ +[%d.]+",
-      "a sandbox waiting for its command %(1 now%): %d+ host processes, VmRSS sum [%d.]+ MB, Pss sum [%d.]+ MB, "
+      "a sandbox waiting for its command %(%d+ now%): %d+ host processes, VmRSS sum [%d.]+ MB, Pss sum [%d.]+ MB, "
         .. "memory cgroup charge [%d.]+ MB",
     }) do
       assert.is_truthy(out:find(pattern), "no line like " .. pattern .. " in:\n" .. out)
