@@ -235,8 +235,10 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
     if (nl == NULL) return "out of memory";
     r->headers = nl;
   }
-  if ((s->body && s->body_len > 0) || s->body_file) {
-    /* no "Expect: 100-continue" round trip for larger bodies */
+  if (s->body && s->body_len > 0) {
+    /* no "Expect: 100-continue" round trip for larger bodies held in memory; a body file
+     * keeps it: a server that refuses the upload (413 over a quota) answers before any
+     * byte is sent, instead of closing on a client still sending */
     struct curl_slist *nl = curl_slist_append(r->headers, "Expect:");
     if (nl == NULL) return "out of memory";
     r->headers = nl;
