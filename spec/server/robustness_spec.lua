@@ -102,13 +102,16 @@ describe("airlockd robustness", function()
       { "a negative Content-Length", function() return post("Content-Length: -5\r\n\r\n") end, 400 },
       { "a Content-Length beyond 64 bits", function() return post("Content-Length: 99999999999999999999\r\n\r\n") end, 413 },
       { "a 1 GB Content-Length", function() return post("Content-Length: 999999999\r\n\r\n") end, 413 },
+      -- (the client keeps its side open: libmicrohttpd may take a half-closed client whose
+      -- request it has not read yet as gone, and that flaked on the original server too)
       { "binary junk in the path and query", function()
-        return "GET /v1/sessions/\1\2\255/read?path=\0 HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. k .. "\r\nConnection: close\r\n\r\n" end, 404 },
+        return "GET /v1/sessions/\1\2\255/read?path=\0 HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. k .. "\r\nConnection: close\r\n\r\n" end, 404,
+        "keep open" },
       { "a binary key", function() return "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nX-API-Key: \255\254\1\r\nConnection: close\r\n\r\n" end, 401 },
     }
     for _, c in ipairs(cases) do
       it("answers " .. c[1] .. " with " .. (c[3] and tostring(c[3]) or "a closed connection") .. " and stays up", function()
-        local status, raw = fuzz.raw(server, c[2](), 10, true)
+        local status, raw = fuzz.raw(server, c[2](), 10, c[4] ~= "keep open")
         if c[3] then
           assert.are.equal(c[3], status, raw)
         else
