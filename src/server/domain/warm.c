@@ -368,18 +368,25 @@ bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len,
     return adopted;
 }
 
-void warm_drop_spares(warm_pool *w)
+/* The first spare entry (any state but free), or NULL; key unused. */
+static entry *find_spare(warm_pool *w, const char *key)
+{
+    (void)key;
+    for (int i = 0; i < w->n; i++)
+        if (w->e[i].state != E_FREE && w->e[i].spare)
+            return &w->e[i];
+    return NULL;
+}
+
+/* Releases every entry next(w, key) finds, returning once they are gone: one still starting
+ * is doomed and waited for (its thread releases it). */
+static void release_found(warm_pool *w, entry *(*next)(warm_pool *, const char *), const char *key)
 {
     if (!w)
         return;
     pthread_mutex_lock(&w->mu);
-    for (;;) {
-        entry *e = NULL;
-        for (int i = 0; i < w->n && !e; i++)
-            if (w->e[i].state != E_FREE && w->e[i].spare)
-                e = &w->e[i];
-        if (!e)
-            break;
+    entry *e;
+    while ((e = next(w, key)) != NULL) {
         if (e->state == E_STARTING) {
             e->doomed = true;
             pthread_cond_wait(&w->changed, &w->mu);
@@ -388,6 +395,11 @@ void warm_drop_spares(warm_pool *w)
         release_entry(w, e);
     }
     pthread_mutex_unlock(&w->mu);
+}
+
+void warm_drop_spares(warm_pool *w)
+{
+    release_found(w, find_spare, NULL);
 }
 
 /* Waits for a boot under way (the caller owns sb now); false when it failed or took too long. */
@@ -444,19 +456,7 @@ sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd)
 
 void warm_forget(warm_pool *w, const char *key)
 {
-    if (!w)
-        return;
-    pthread_mutex_lock(&w->mu);
-    entry *e;
-    while ((e = find(w, key)) != NULL) {
-        if (e->state == E_STARTING) {
-            e->doomed = true;
-            pthread_cond_wait(&w->changed, &w->mu);
-            continue;
-        }
-        release_entry(w, e);
-    }
-    pthread_mutex_unlock(&w->mu);
+    release_found(w, find, key);
 }
 
 void warm_abandon(warm_pool *w)
