@@ -287,6 +287,31 @@ function Files:write(path, content, opts)
     { { "path", path }, { "content", content } })
 end
 
+-- Raises the error Python's open() would for a local file: FileNotFoundError (no such file
+-- or directory), PermissionError, else a SandboxError naming the file and the cause.
+local function local_file_error(local_path, message)
+  if message:find("No such file", 1, true) then
+    errors.raise("FileNotFoundError", "Local file not found: " .. local_path .. " (" .. message .. ")",
+      { path = local_path })
+  end
+  local class = message:find("Permission denied", 1, true) and "PermissionError" or "SandboxError"
+  errors.raise(class, message, { path = local_path })
+end
+
+-- GET .../read of the exact bytes (the raw extension), to sink as they arrive when given:
+-- the bytes (or "" with a sink); raises FileNotFoundError for a missing file, the local
+-- file's error when the sink could not write.
+local function raw_read(sbx, id, path, sink)
+  local ok, data = exchange.call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
+    { query = { { "path", path } }, raw_response = true, stream = sink })
+  if ok then return data end
+  if sink and sink.failure then local_file_error(sink.path, sink.failure) end
+  if data.status == 404 and data.detail == "File '" .. path .. "' does not exist." then
+    errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
+  end
+  raise(data)
+end
+
 -- files:read(path [, {binary = true}]) → the file's text (JSON, the contract), or with
 -- binary = true its exact bytes (the airlock extension: nothing decoded or normalised).
 function Files:read(path, opts)
@@ -294,17 +319,7 @@ function Files:read(path, opts)
   local id = started(sbx, "files:read")
   engine.check_path("path", path)
   if opts ~= nil and type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
-  if opts and opts.binary then
-    local ok, bytes = exchange.call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
-      { query = { { "path", path } }, raw_response = true })
-    if not ok then
-      if bytes.status == 404 and bytes.detail == "File '" .. path .. "' does not exist." then
-        errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
-      end
-      raise(bytes)
-    end
-    return bytes
-  end
+  if opts and opts.binary then return raw_read(sbx, id, path) end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
     { query = { { "path", path } } })
   local content = data and data.content
@@ -315,17 +330,6 @@ function Files:read(path, opts)
     errors.raise("SandboxError", "The server's read answer has no content")
   end
   return content
-end
-
--- Raises the error Python's open() would for a local file: FileNotFoundError (no such file
--- or directory), PermissionError, else a SandboxError naming the file and the cause.
-local function local_file_error(local_path, message)
-  if message:find("No such file", 1, true) then
-    errors.raise("FileNotFoundError", "Local file not found: " .. local_path .. " (" .. message .. ")",
-      { path = local_path })
-  end
-  local class = message:find("Permission denied", 1, true) and "PermissionError" or "SandboxError"
-  errors.raise(class, message, { path = local_path })
 end
 
 -- The size of a local file for files:upload, or raises the error a user expects of a bad path.
@@ -364,15 +368,7 @@ function Files:download(path, local_path)
   engine.check_path("path", path)
   engine.check_string("local_path", local_path, { non_empty = true, no_nul = true })
   local sink = file_sink.new(local_path)
-  local ok, err = exchange.call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
-    { query = { { "path", path } }, raw_response = true, stream = sink })
-  if not ok and sink.failure then local_file_error(local_path, sink.failure) end
-  if not ok then
-    if err.status == 404 and err.detail == "File '" .. path .. "' does not exist." then
-      errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
-    end
-    raise(err)
-  end
+  raw_read(sbx, id, path, sink)
   return sink.bytes
 end
 
