@@ -161,7 +161,8 @@ describe("docs/api.md", function()
   end)
 
   it("documents the SDK's own variables in its Environment variables section", function()
-    local section = docs:match("\n## Environment variables\n(.-)\n## ") or docs:match("\n## Environment variables\n(.*)$")
+    local section = docs:match("\n## Environment variables\n(.-)\n## ")
+      or docs:match("\n## Environment variables\n(.*)$")
     assert.is_truthy(section)
     for _, var in ipairs({ "SANDBOX_API_URL", "SANDBOX_API_KEY", "SANDBOX_ADMIN_KEY", "SANDBOX_API_INSECURE" }) do
       assert.is_truthy(section:find("| `" .. var .. "` |", 1, true), var)
