@@ -1,8 +1,9 @@
 -- The docs stay true to the code:
 -- * docs/api.md documents every public function: of the airlock module, Sandbox, Files,
---   Result, airlock.keys and its client, airlock.http, airlock.tools, and the seam for
---   transports and hosts (the transport interface of the curl, ngx and uv transports, the
---   OpenResty host airlock.ngx, airlock.tasks and its schedulers, the C core's hooks). A
+--   Result, airlock.keys and its client, airlock.http, airlock.tools, airlock.errors,
+--   airlock.result, airlock.mcp, and the seam for transports and hosts (airlock.transport,
+--   the transport interface of the curl, ngx and uv transports, the OpenResty host
+--   airlock.ngx, airlock.tasks and its schedulers, the C core's hooks). A
 --   function counts as documented when a heading (or a table row) shows its call form, e.g.
 --   "### sbx:run(" or "| `tools.truncate(".
 -- * every SANDBOX_* and AIRLOCK_* variable airlockd reads (a string literal of that name
@@ -130,6 +131,10 @@ describe("docs/api.md", function()
     { "airlock.tasks", require("airlock.tasks"), "tasks." },
     { "schedulers", require("airlock.tasks").Scheduler, "scheduler:" },
     { "airlock.core", require("airlock.core"), "core." },
+    { "airlock.errors", require("airlock.errors"), "errors." },
+    { "airlock.result", require("airlock.result"), "result." },
+    { "airlock.mcp", require("airlock.mcp"), "mcp." },
+    { "airlock.transport", require("airlock.transport"), "transport." },
     -- the libuv transport's own functions (its interface methods are the t: ones)
     { "airlock.transport.uv", require("airlock.transport.uv"), "uv.", { send = "t:", sleep = "t:", close_idle = "t:",
       stats = "t:" } },
