@@ -12,6 +12,8 @@
 --   "Environment variables", the client's side).
 -- * every relative link of the docs points to an existing file, and a #fragment to a heading
 --   of that file (GitHub's anchors).
+-- * every `make TARGET` the docs name is a target of the Makefile, and every repository path
+--   they show in backquotes (spec/..., bench/..., scripts/..., src/..., ...) exists.
 -- * the README stays a short guide, and its quick start is examples/quickstart.lua.
 local airlock = require "airlock"
 local keys = require "airlock.keys"
@@ -264,6 +266,61 @@ describe("the docs' links", function()
         end
       end
       assert.are.same({}, broken)
+    end)
+  end
+end)
+
+-- The targets of the Makefile (lines "name:" and "name: prerequisites").
+local function make_targets()
+  local targets = {}
+  for line in (assert(read("Makefile"), "no Makefile") .. "\n"):gmatch("([^\n]*)\n") do
+    local name = line:match("^([%w_.-]+)%s*:[^=]") or line:match("^([%w_.-]+)%s*:$")
+    if name then targets[name] = true end
+  end
+  return targets
+end
+
+-- The first argument of a make command line that is neither an option nor VAR=value.
+local function make_goal(args)
+  for word in args:gmatch("%S+") do
+    if not word:match("^%-") and not word:find("=", 1, true) then return word end
+  end
+  return nil
+end
+
+local REPO_DIRS = { "spec/", "bench/", "scripts/", "examples/", "src/", "lua/", "bin/", "rockspec/", ".ci/", "docs/" }
+
+describe("the docs' make targets and paths", function()
+  local targets = make_targets()
+
+  it("found the Makefile's targets", function()
+    assert.is_true(targets.build and targets.test and targets.run or false)
+  end)
+
+  for _, path in ipairs(DOCS) do
+    it("of " .. path .. " exist", function()
+      local text = assert(read(path), path)
+      local wrong, fenced = {}, false
+      for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+        if line:match("^%s*```") then fenced = not fenced end
+        local command = fenced and line:match("^%s*make%s+(.*)$")
+        local goal = command and make_goal(command)
+        if goal and not targets[goal] then wrong[#wrong + 1] = "make " .. goal end
+        for span in line:gmatch("`([^`]+)`") do
+          goal = span:match("^make%s+(.*)$")
+          goal = goal and make_goal(goal)
+          if goal and not targets[goal] then wrong[#wrong + 1] = "make " .. goal end
+          local file = span:match("^([%w_.-]+/[%w_./-]*)$")
+          if file then
+            for _, dir in ipairs(REPO_DIRS) do
+              if file:sub(1, #dir) == dir and not read(file) and not is_dir(file) then
+                wrong[#wrong + 1] = file
+              end
+            end
+          end
+        end
+      end
+      assert.are.same({}, wrong)
     end)
   end
 end)
