@@ -113,66 +113,6 @@ static void on_sigpipe(int sig)
     (void)sig;
 }
 
-static void usage(FILE *f)
-{
-    fputs("usage: airlockd [--listen HOST:PORT] [--unix PATH] [--state-dir DIR] [--port-file FILE]\n"
-          "                [--runsc PATH] [--import-base-url URL] [--help]\n"
-          "\n"
-          "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
-          "  --unix PATH         also listen on a unix socket\n"
-          "  --state-dir DIR     sessions, workspace disks and sandbox state (default\n"
-          "                      ./airlockd-state); a new or empty directory, or one airlockd made\n"
-          "  --port-file FILE    write the bound TCP port here once listening\n"
-          "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then PATH)\n"
-          "  --import-base-url URL  where /import downloads archives (default\n"
-          "                      $AIRLOCK_IMPORT_BASE_URL, then https://github.com)\n"
-          "\n"
-          "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
-          "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
-          "SANDBOX_WORKSPACE_QUOTA_MB (512), SANDBOX_TENANT_LIMITS[_FILE], SANDBOX_EGRESS_POLICY[_FILE],\n"
-          "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
-          "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
-          "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
-          "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com),\n"
-          "Limits (README, \"Limits\"): SANDBOX_MAX_CONNECTIONS (4096), SANDBOX_MAX_CONNECTIONS_PER_CLIENT\n"
-          "(256), SANDBOX_HEADER_TIMEOUT (10 s), SANDBOX_TRANSFER_TIMEOUT (10 s) with\n"
-          "SANDBOX_MIN_TRANSFER_RATE_KB (256), SANDBOX_BODY_MEMORY_MB (256), SANDBOX_REQUEST_THREADS (8),\n"
-          "SANDBOX_COMMAND_THREADS (32), SANDBOX_REQUEST_QUEUE (256), SANDBOX_SHUTDOWN_GRACE (70 s),\n"
-          "SANDBOX_MAX_RUNNING (4 per CPU; commands at once, all tenants), SANDBOX_QUEUE_SECONDS (20),\n"
-          "SANDBOX_OUTPUT_MAX_KB (1024 per stream), SANDBOX_READ_MAX_MB (8),\n"
-          "SANDBOX_SESSION_STATE (a file, default <state dir>/sessions.json; off: sessions end with\n"
-          "the server), SANDBOX_DISK_TOTAL_MB (all workspace images together; default: the free\n"
-          "space at start), SANDBOX_DISK_RESERVE_MB (1024: host space new images leave free),\n"
-
-          "SANDBOX_EGRESS_DNS (ip[:port],...; default the host's resolver), SANDBOX_EGRESS_LOG_DIR,\n"
-          "SANDBOX_EGRESS_MAX_TUNNELS (32 per session), SANDBOX_EGRESS_MAX_TUNNELS_TOTAL (1024),\n"
-          "SANDBOX_EGRESS_IDLE_SECONDS (300).\n",
-          f);
-}
-
-static int parse_listen(const char *arg, config *c, char **host_store)
-{
-    const char *colon = strrchr(arg, ':');
-    if (!colon)
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long port = strtoul(colon + 1, &end, 10);
-    if (errno || *end || colon[1] == '\0' || port > 65535)
-        return -1;
-    size_t hl = (size_t)(colon - arg);
-    if (hl >= 2 && arg[0] == '[' && arg[hl - 1] == ']') { /* [::1]:8000 */
-        arg++;
-        hl -= 2;
-    }
-    *host_store = hl ? strndup(arg, hl) : strdup("127.0.0.1");
-    if (!*host_store)
-        return -1;
-    c->listen_host = *host_store;
-    c->port = (unsigned)port;
-    return 0;
-}
-
 static int write_port_file(const char *path, unsigned port)
 {
     /* written to a temporary name and renamed, so a reader never sees a partial number */
@@ -213,60 +153,26 @@ int main(int argc, char **argv)
         return sbx_guard_main(argv[2]); /* airlockd's own guard (sandbox/guard.h) */
     keep_std_fds();
     config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.listen_host = "127.0.0.1";
-    cfg.port = 8000;
-    cfg.state_dir = "./airlockd-state";
-    char *host_store = NULL, err[512] = "";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = NULL;
-        const char *eq = strchr(a, '=');
-        char name[32];
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name)
-            nl = sizeof name - 1;
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        bool known = strcmp(name, "--listen") == 0 || strcmp(name, "--unix") == 0 ||
-                     strcmp(name, "--state-dir") == 0 || strcmp(name, "--port-file") == 0 ||
-                     strcmp(name, "--runsc") == 0 || strcmp(name, "--import-base-url") == 0;
-        if (!known) {
-            fprintf(stderr, "airlockd: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!val || !*val) {
-            fprintf(stderr, "airlockd: %s needs a value\n", name);
-            return 2;
-        }
-        if (strcmp(name, "--listen") == 0) {
-            free(host_store);
-            host_store = NULL;
-            if (parse_listen(val, &cfg, &host_store) != 0) {
-                fprintf(stderr, "airlockd: --listen: expected HOST:PORT, got '%s'\n", val);
-                return 2;
-            }
-        } else if (strcmp(name, "--unix") == 0) {
-            cfg.unix_path = val;
-        } else if (strcmp(name, "--state-dir") == 0) {
-            cfg.state_dir = val;
-        } else if (strcmp(name, "--port-file") == 0) {
-            cfg.port_file = val;
-        } else if (strcmp(name, "--import-base-url") == 0) {
-            cfg.import_base_url = val;
-        } else {
-            cfg.runsc = val;
-        }
-    }
-    if (config_load_env(&cfg, err, sizeof err) != 0) {
+    char err[512] = "";
+    switch (config_load(&cfg, argc, argv, environ, err, sizeof err)) {
+    case CONFIG_OK:
+        break;
+    case CONFIG_HELP:
+        config_usage(stdout);
+        config_free(&cfg);
+        return 0;
+    case CONFIG_UNKNOWN_FLAG:
+        fprintf(stderr, "airlockd: %s\n", err);
+        config_usage(stderr);
+        config_free(&cfg);
+        return 2;
+    case CONFIG_BAD_FLAG:
+        fprintf(stderr, "airlockd: %s\n", err);
+        config_free(&cfg);
+        return 2;
+    case CONFIG_INVALID:
         fprintf(stderr, "airlockd: invalid configuration: %s\n", err);
         config_free(&cfg);
-        free(host_store);
         return 2;
     }
 
@@ -290,10 +196,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
-    cfg.state_dir = state;
     a.cfg = &cfg;
+    a.state_dir = state;
     atomic_init(&a.exec_seq, 1);
-    a.sb = sandbox_backend_open(state, cfg.runsc, cfg.require_gvisor, err, sizeof err);
+    a.sb = sandbox_backend_open(state, &cfg.sandbox, err, sizeof err);
     if (!a.sb) {
         fprintf(stderr, "airlockd: no isolation backend: %s\n", err);
         goto out;
@@ -437,7 +343,6 @@ out:
     config_free(&cfg);
     free(state);
     free(state_file);
-    free(host_store);
     if (lock_fd >= 0)
         close(lock_fd); /* the state directory is free for the next server */
     return status;
