@@ -48,6 +48,9 @@ AIRLOCKD   := $(BUILD)/airlockd
 # the first process of a sandbox booted ahead of its command (static: the sandbox has no loader
 # of its own); airlockd looks for it beside itself
 WAITER     := $(BUILD)/airlock-waiter
+# the first process of a session's long-lived sandbox (SANDBOX_EXEC_MODE=session): runs each
+# command in fresh namespaces; static like the waiter, found beside airlockd
+AGENT      := $(BUILD)/airlock-agent
 # the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -68,7 +71,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(RAW_CURL_RATE)
+build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(RAW_CURL_RATE)
 
 $(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
@@ -85,6 +88,10 @@ $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 $(WAITER): src/waiter/waiter.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
+
+$(AGENT): src/agent/agent.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/agent/agent.c
 
 deps:
 	./scripts/install-deps.sh
@@ -119,7 +126,7 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server src/waiter bench/raw_curl_rate.c
+	  -I src/core -I src/server src/core src/server src/waiter src/agent bench/raw_curl_rate.c
 	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua bench/hosts/*.lua)
 
 sanitize:
@@ -215,6 +222,7 @@ install: build
 	  install -D -m 644 lua/$$f $(DESTDIR)$(INST_LUADIR)/$$f || exit 1; done
 	install -m 755 $(AIRLOCKD) $(DESTDIR)$(INST_BINDIR)/airlockd
 	install -m 755 $(WAITER) $(DESTDIR)$(INST_BINDIR)/airlock-waiter
+	install -m 755 $(AGENT) $(DESTDIR)$(INST_BINDIR)/airlock-agent
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and
