@@ -13,12 +13,13 @@
  * `runsc run --pass-fd` and held on the host only by airlockd:
  *   fd 3, airlockd -> agent: 'C' u32 timeout_ms, command NUL, env entries NUL-terminated each;
  *                            'K' (no payload): kill the running command (cancel).
- *   fd 4, agent -> airlockd: 'R' ready (once, at boot); '1' / '2' stdout / stderr bytes as read;
+ *   fd 4, agent -> airlockd: the byte 'R' once booted (then closed; as airlock-waiter says it).
+ *   fd 5, agent -> airlockd: '1' / '2' stdout / stderr bytes as read;
  *                            'X' i32 exit code (shell conventions), u8 timed out (1) / killed (2).
  *                            'F' text: the command could not be started (the agent goes on).
  * Commands cannot reach the agent: it lives in the sandbox's first PID namespace (theirs are
- * children), as root (they are uid 1000 without capabilities), and fds 3 and 4 are closed in
- * every child. Static, so the sandbox needs no loader to run it. */
+ * children), as root (they are uid 1000 without capabilities), and every descriptor of the
+ * agent is close-on-exec. Static, so the sandbox needs no loader to run it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -40,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { FD_IN = 3, FD_OUT = 4 };
+enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 
 #define UID 1000
 #define GID 1000
@@ -184,7 +185,7 @@ static void child_mounts(int fail_w)
 /* Parses the request in place: its timeout, command and environment (env NULL-terminated). */
 static int parse_request(size_t len, uint32_t *timeout_ms, char **command, char *env[ENV_MAX + 1])
 {
-    if (len < 5 || request[len - 1] != '\0')
+    if (len < 5 || len > REQUEST_MAX || request[len - 1] != '\0')
         return -1;
     *timeout_ms = get_u32((unsigned char *)request);
     char *p = request + 4, *end = request + len;
@@ -218,8 +219,8 @@ static void child_drop(int fail_w)
 /* PID 1 of a new container: mounts, waits for its request, drops, execs. Never returns. */
 static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
 {
-    close(FD_IN);
-    close(FD_OUT);
+    /* fds 3 to 5 are close-on-exec, like every descriptor of the agent's but 0-2 of the
+     * command: closing them here by number could hit a pipe of this child's that reused one */
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -473,14 +474,15 @@ int main(int argc, char **argv)
     if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0)
         return 1;
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_OUT, F_SETFD, FD_CLOEXEC) != 0)
+    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0 ||
+        fcntl(FD_OUT, F_SETFD, FD_CLOEXEC) != 0)
         return 1;
     prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1};
     if (prepare(&p) != 0)
         return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
     size_t len = warm_up_request();
-    int real_out = fcntl(FD_OUT, F_DUPFD_CLOEXEC, 5);
+    int real_out = fcntl(FD_OUT, F_DUPFD_CLOEXEC, 6);
     int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (real_out < 0 || devnull < 0 || dup2(devnull, FD_OUT) < 0)
         return 1;
@@ -492,7 +494,9 @@ int main(int argc, char **argv)
     (void)fcntl(FD_OUT, F_SETFD, FD_CLOEXEC);
     if (prepare(&p) != 0)
         return 1;
-    send_frame('R', NULL, 0);
+    if (write_all(FD_READY, "R", 1) != 0)
+        return 1;
+    close(FD_READY);
     for (;;) {
         size_t n;
         char t = read_frame(&n);
