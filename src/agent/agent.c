@@ -204,7 +204,9 @@ static int parse_request(size_t len, uint32_t *timeout_ms, char **command, char 
  * no_new_privs, the command's limits. */
 static void child_drop(int fail_w)
 {
-    struct rlimit nproc = {NPROC, NPROC}, core = {0, 0};
+    /* gVisor counts a uid's tasks from their creation: this child was made as root, so it is
+     * not among uid 1000's; one less keeps the command at NPROC processes in all */
+    struct rlimit nproc = {NPROC - 1, NPROC - 1}, core = {0, 0};
     if (setrlimit(RLIMIT_NPROC, &nproc) != 0 || setrlimit(RLIMIT_CORE, &core) != 0)
         child_fail(fail_w, "setting limits");
     for (int cap = 0; cap <= 63; cap++)
