@@ -166,6 +166,12 @@ describe("red team: a session's sandbox with its agent (SANDBOX_EXEC_MODE=sessio
     assert_fresh("closed output")
   end)
 
+  it("gives a command the default signal dispositions (a writer to a closed pipe dies of SIGPIPE, silently)", function()
+    local r = exec("yes | head -c 4; s=${PIPESTATUS[0]}; echo; echo $s; grep -E '^Sig(Ign|Blk)' /proc/self/status")
+    assert.are.equal("y\ny\n\n141\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n", r.stdout)
+    assert.are.equal("", r.stderr)
+  end)
+
   it("gives a command that reads stdin end of file at once", function()
     local r = exec("read -r x; echo \"read $? [$x]\"; cat; echo cat $?", 5)
     assert.are.equal("read 1 []\ncat 0\n", r.stdout)

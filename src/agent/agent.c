@@ -223,6 +223,8 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
 {
     /* fds 3 to 5 are close-on-exec, like every descriptor of the agent's but 0-2 of the
      * command: closing them here by number could hit a pipe of this child's that reused one */
+    /* an ignored signal stays ignored across exec: the command gets SIGPIPE's default back */
+    signal(SIGPIPE, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
