@@ -169,14 +169,15 @@ local ok, err = pcall(function()
     proc.sleep(PAUSE) -- the boot of the next sandbox after the last command is its cost too
     cpu[kind] = (cpu_seconds(server) - c0) * 1000 / BACK_TO_BACK
   end
+  proc.sleep(math.max(1, PAUSE * 2)) -- its next sandbox waits now
+  -- before the parallel sessions, which would evict them (SANDBOX_WARM_MAX)
+  local idle = idle_cost(warm)
+  local idle_sess = idle_cost(sess, "%-s%-")
   local rate = {}
   for _, kind in ipairs(KINDS) do rate[kind] = parallel_rate(SERVERS[kind], SMOKE and 3 or BACK_TO_BACK) end
   b2b.bare = timed(function()
     for _ = 1, BACK_TO_BACK do check(bare("true") == "", "bare true") end
   end)
-  proc.sleep(math.max(1, PAUSE * 2)) -- its next sandbox waits now
-  local idle = idle_cost(warm)
-  local idle_sess = idle_cost(sess, "%-s%-")
   local load_after = loadavg()
 
   local s = {}
