@@ -78,7 +78,7 @@ $(CORE_SO): $(CORE_PARTS)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
 	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
 
-$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
+$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR) src/agent/frames.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
 	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
@@ -89,7 +89,7 @@ $(WAITER): src/waiter/waiter.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
 
-$(AGENT): src/agent/agent.c
+$(AGENT): src/agent/agent.c src/agent/frames.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/agent/agent.c
 

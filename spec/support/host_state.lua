@@ -72,12 +72,17 @@ function M.pids_naming(text)
 end
 
 -- How many `runsc ... run` processes use the runsc root of the server in dir (a child that
--- runsc forked and has not yet exec'd shows the same command line: not counted).
+-- runsc forked and has not yet exec'd shows the same command line: not counted). A session's
+-- own sandbox (SANDBOX_EXEC_MODE=session: its agent's frames on --pass-fd 6:5) counts while it
+-- is not frozen (running a command, or booting).
 function M.runsc_runs(server)
   local runs = {}
   for _, pid in ipairs(M.pids_naming(server.dir .. "/state/runsc")) do
     local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
-    if cmd:find("\0run\0--bundle\0", 1, true) then runs[pid] = true end
+    if cmd:find("\0run\0--bundle\0", 1, true)
+      or (cmd:find("\0run\0", 1, true) and cmd:find("\0--pass-fd\0006:5\0", 1, true) and not M.frozen(pid)) then
+      runs[pid] = true
+    end
   end
   local n = 0
   for pid in pairs(runs) do

@@ -20,6 +20,8 @@
  * Commands cannot reach the agent: it lives in the sandbox's first PID namespace (theirs are
  * children), as root (they are uid 1000 without capabilities), and every descriptor of the
  * agent is close-on-exec. Static, so the sandbox needs no loader to run it. */
+#include "frames.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -49,7 +51,7 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define REQUEST_MAX ((1u << 20) + (64u << 10)) /* the command (< 1 MiB) and its environment */
 #define ENV_MAX 64
 #define BINDS_MAX 32
-#define CHUNK (64 * 1024)
+#define CHUNK FRAME_OUTPUT_MAX
 /* Where the child builds its root, inside a tmpfs of its own mount namespace. */
 #define NEW_BASE "/tmp"
 #define NEW_ROOT NEW_BASE "/root"
@@ -76,54 +78,13 @@ typedef struct {
     int fail_r;  /* its setup error text, or end of file at its exec */
 } prepared;
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* One frame to airlockd; a failure means airlockd is gone: the sandbox ends with the agent. */
 static void send_frame(char type, const void *p, size_t n)
 {
-    unsigned char h[5];
+    unsigned char h[FRAME_HEADER];
     h[0] = (unsigned char)type;
-    put_u32(h + 1, (uint32_t)n);
-    if (write_all(FD_OUT, h, 5) != 0 || (n && write_all(FD_OUT, p, n) != 0))
+    frame_put_u32(h + 1, (uint32_t)n);
+    if (frame_write_all(FD_OUT, h, FRAME_HEADER) != 0 || (n && frame_write_all(FD_OUT, p, n) != 0))
         _exit(0);
 }
 
@@ -135,7 +96,7 @@ static void child_fail(int fail_w, const char *step)
     char msg[256];
     int n = snprintf(msg, sizeof msg, "%s: %s", step, strerror(errno));
     if (n > 0)
-        (void)write_all(fail_w, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        (void)frame_write_all(fail_w, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
     _exit(126);
 }
 
@@ -187,7 +148,7 @@ static int parse_request(size_t len, uint32_t *timeout_ms, char **command, char 
 {
     if (len < 5 || len > REQUEST_MAX || request[len - 1] != '\0')
         return -1;
-    *timeout_ms = get_u32((unsigned char *)request);
+    *timeout_ms = frame_get_u32((unsigned char *)request);
     char *p = request + 4, *end = request + len;
     *command = p;
     p += strlen(p) + 1;
@@ -233,10 +194,10 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
         child_fail(fail_w, "setting the parent death signal");
     child_mounts(fail_w);
     unsigned char h[4];
-    if (read_all(cmd_r, h, 4) != 0)
+    if (frame_read_all(cmd_r, h, 4) != 0)
         _exit(0); /* the agent is gone or never needs this child */
-    size_t len = get_u32(h);
-    if (len > REQUEST_MAX || read_all(cmd_r, request, len) != 0)
+    size_t len = frame_get_u32(h);
+    if (len > REQUEST_MAX || frame_read_all(cmd_r, request, len) != 0)
         _exit(0);
     close(cmd_r);
     uint32_t timeout_ms;
@@ -347,11 +308,11 @@ static int relay(int *fd, char t)
 /* Reads a frame header and payload from airlockd into request; its type, or 0 at end of file. */
 static char read_frame(size_t *len)
 {
-    unsigned char h[5];
-    if (read_all(FD_IN, h, 5) != 0)
+    unsigned char h[FRAME_HEADER];
+    if (frame_read_all(FD_IN, h, FRAME_HEADER) != 0)
         return 0;
-    *len = get_u32(h + 1);
-    if (*len > REQUEST_MAX || read_all(FD_IN, request, *len) != 0)
+    *len = frame_get_u32(h + 1);
+    if (*len > REQUEST_MAX || frame_read_all(FD_IN, request, *len) != 0)
         return 0;
     return (char)h[0];
 }
@@ -369,11 +330,11 @@ static int exit_code(int status)
  * the timeout or a 'K' from airlockd; then reports the exit. */
 static void run(prepared *p, size_t len, int sigfd)
 {
-    uint32_t timeout_ms = len >= 4 ? get_u32((unsigned char *)request) : 0;
+    uint32_t timeout_ms = len >= 4 ? frame_get_u32((unsigned char *)request) : 0;
     unsigned char h[4];
-    put_u32(h, (uint32_t)len);
+    frame_put_u32(h, (uint32_t)len);
     /* a child that died in its set-up is told nothing: its fail pipe has the reason */
-    if (write_all(p->cmd_w, h, 4) != 0 || write_all(p->cmd_w, request, len) != 0)
+    if (frame_write_all(p->cmd_w, h, 4) != 0 || frame_write_all(p->cmd_w, request, len) != 0)
         errno = EPIPE;
     close_fd(&p->cmd_w);
     int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 15000);
@@ -441,7 +402,7 @@ static void run(prepared *p, size_t len, int sigfd)
         return;
     }
     unsigned char x[5];
-    put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
+    frame_put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
     x[4] = (unsigned char)killed;
     send_frame('X', x, 5);
 }
@@ -451,14 +412,14 @@ static void run(prepared *p, size_t len, int sigfd)
 static void usage_exit(void)
 {
     static const char msg[] = "usage: airlock-agent [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
-    (void)write_all(2, msg, sizeof msg - 1);
+    (void)frame_write_all(2, msg, sizeof msg - 1);
     _exit(2);
 }
 
 /* A request for `true` with no environment, as the warm-up (gVisor's first exec is the slow one). */
 static size_t warm_up_request(void)
 {
-    put_u32((unsigned char *)request, 15000);
+    frame_put_u32((unsigned char *)request, 15000);
     memcpy(request + 4, "true", 5);
     return 9;
 }
@@ -498,7 +459,7 @@ int main(int argc, char **argv)
     (void)fcntl(FD_OUT, F_SETFD, FD_CLOEXEC);
     if (prepare(&p) != 0)
         return 1;
-    if (write_all(FD_READY, "R", 1) != 0)
+    if (frame_write_all(FD_READY, "R", 1) != 0)
         return 1;
     close(FD_READY);
     for (;;) {

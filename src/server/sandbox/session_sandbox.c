@@ -6,6 +6,7 @@
 #include "sandbox/session_sandbox.h"
 
 #include "sandbox/internal.h"
+#include "../../agent/frames.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,8 +20,6 @@
 
 /* After the command's own timeout, how long the agent gets to say it killed it. */
 #define AGENT_GRACE_MS 5000
-/* A frame's payload at most (the agent sends output in 64 KiB pieces). */
-#define FRAME_MAX (64u * 1024u)
 #define TICK_MS 1000
 
 const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
@@ -47,47 +46,6 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* The 'C' frame: timeout, command, the sandbox's environment. NULL when out of memory or
  * too long for the agent. */
 static unsigned char *request_frame(const sandbox *s, const char *command, int timeout_seconds, size_t *len)
@@ -104,8 +62,8 @@ static unsigned char *request_frame(const sandbox *s, const char *command, int t
     if (!f)
         return NULL;
     f[0] = 'C';
-    put_u32(f + 1, (uint32_t)payload);
-    put_u32(f + 5, (uint32_t)timeout_seconds * 1000u);
+    frame_put_u32(f + 1, (uint32_t)payload);
+    frame_put_u32(f + 5, (uint32_t)timeout_seconds * 1000u);
     unsigned char *p = f + 9;
     memcpy(p, command, clen + 1);
     p += clen + 1;
@@ -130,14 +88,14 @@ typedef struct {
 /* Reads one frame from the agent and takes it in. */
 static void take_frame(sandbox *s, agent_run *a, char *errbuf, size_t errlen)
 {
-    unsigned char h[5];
-    static _Thread_local char payload[FRAME_MAX];
-    if (read_all(s->events_r, h, 5) != 0) {
+    unsigned char h[FRAME_HEADER];
+    static _Thread_local char payload[FRAME_OUTPUT_MAX];
+    if (frame_read_all(s->events_r, h, FRAME_HEADER) != 0) {
         a->gone = true;
         return;
     }
-    uint32_t n = get_u32(h + 1);
-    if (n > FRAME_MAX || read_all(s->events_r, payload, n) != 0) {
+    uint32_t n = frame_get_u32(h + 1);
+    if (n > FRAME_OUTPUT_MAX || frame_read_all(s->events_r, payload, n) != 0) {
         a->gone = true;
         return;
     }
@@ -155,7 +113,7 @@ static void take_frame(sandbox *s, agent_run *a, char *errbuf, size_t errlen)
     case 'X':
         if (n >= 5) {
             a->ended = true;
-            a->code = (int)get_u32((unsigned char *)payload);
+            a->code = (int)frame_get_u32((unsigned char *)payload);
             a->r.timed_out = payload[4] == 1;
             a->r.cancelled = payload[4] == 2;
         } else {
@@ -240,7 +198,7 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
             static const unsigned char k[5] = {'K', 0, 0, 0, 0};
             asked_kill = true;
             a->r.cancelled = true;
-            if (write_all(s->cmd_w, k, sizeof k) != 0)
+            if (frame_write_all(s->cmd_w, k, sizeof k) != 0)
                 a->gone = true;
         }
         if (i_ev >= 0 && pf[i_ev].revents)
@@ -276,7 +234,7 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     memset(&a, 0, sizeof a);
     capture_init(&a.r.out, s->output_limit);
     capture_init(&a.r.err, s->output_limit);
-    if (write_all(s->cmd_w, frame, len) != 0)
+    if (frame_write_all(s->cmd_w, frame, len) != 0)
         a.gone = true;
     free(frame);
     if (!a.gone)
