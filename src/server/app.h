@@ -8,7 +8,6 @@
 #include "domain/sessions.h"
 #include "domain/slots.h"
 #include "domain/tenants.h"
-#include "domain/session_boxes.h"
 #include "domain/warm.h"
 #include "egress/egress.h"
 #include "sandbox/sandbox.h"
@@ -30,7 +29,6 @@ typedef struct app {
     keystore *keys;        /* SANDBOX_KEYSTORE, or NULL */
     egress_service *egress; /* the egress proxy and the sessions' egress state */
     warm_pool *warm;       /* sandboxes booted ahead for sessions; NULL: every command cold */
-    session_boxes *boxes;  /* SANDBOX_EXEC_MODE=session: each session's own sandbox; NULL: off */
 } app;
 
 #endif

@@ -85,10 +85,10 @@ static void want_next(app *a, session *s, const char *tenant)
 static int run_in_session(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
                           sandbox_result *res, char *errbuf, size_t errlen)
 {
-    int rc = session_boxes_run(a->boxes, s->id, so, command, timeout, false, res, errbuf, errlen);
+    int rc = warm_session_run(a->warm, s->id, so, command, timeout, false, res, errbuf, errlen);
     if (rc != 1)
         return rc;
-    sandbox *ready = a->warm ? warm_take(a->warm, s->id, so->cancel_fd) : NULL;
+    sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);
     if (ready) {
         sandbox_set_command(ready, so);
         rc = sandbox_run(ready, command, timeout, res, errbuf, errlen);
@@ -97,7 +97,7 @@ static int run_in_session(app *a, session *s, const sandbox_opts *so, const char
         if (!retry)
             return rc;
     }
-    rc = session_boxes_run(a->boxes, s->id, so, command, timeout, true, res, errbuf, errlen);
+    rc = warm_session_run(a->warm, s->id, so, command, timeout, true, res, errbuf, errlen);
     if (rc != 1)
         return rc;
     return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
@@ -110,7 +110,7 @@ static int run_in_session(app *a, session *s, const sandbox_opts *so, const char
 static int run_command(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
                        sandbox_result *res, char *errbuf, size_t errlen)
 {
-    if (a->boxes && !so->network)
+    if (warm_sessions(a->warm) && !so->network)
         return run_in_session(a, s, so, command, timeout, res, errbuf, errlen);
     if (so->network || !a->warm)
         return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);

@@ -145,7 +145,7 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     /* the tenant's next new session finds its disk made and its first sandbox booted */
     if (json_array_size(s->egress) == 0) {
         warm_want_spare(a->warm, t->name);
-        session_boxes_want(a->boxes, s->id, s->workspace, t->name); /* SANDBOX_EXEC_MODE=session */
+        warm_want_session(a->warm, s->id, s->workspace, t->name); /* SANDBOX_EXEC_MODE=session */
     }
     registry_release(a->reg, s);
 }

@@ -117,9 +117,7 @@ static void spares_drop_all(void *ctx)
 
 static void forget_warm(void *ctx, const char *session_id)
 {
-    app *a = ctx;
-    warm_forget(a->warm, session_id);
-    session_boxes_forget(a->boxes, session_id);
+    warm_forget(ctx, session_id);
 }
 
 /* Sandboxes booted ahead; none (NULL without an error) when the backend cannot. */
@@ -128,22 +126,17 @@ static int open_warm_pool(server *s)
     const config *c = s->cfg;
     warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
                         .max_booting = c->warm_booting, .spares = c->warm_new,
+                        .sessions = c->sandbox.session_mode,
                         .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a}};
     s->err[0] = '\0';
     s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
     if (!s->a.warm && s->err[0])
         return -1;
-    if (!c->sandbox.session_mode)
-        return 0;
-    /* SANDBOX_EXEC_MODE=session: a sandbox per session, within the same bounds */
-    session_boxes_settings bs = {.max = c->warm_max, .idle_seconds = c->warm_idle_seconds,
-                                 .max_booting = c->warm_booting};
-    s->a.boxes = session_boxes_new(s->a.sb, &bs, s->err, sizeof s->err);
-    if (!s->a.boxes && s->err[0])
-        return -1;
-    fprintf(stderr, "airlockd: commands run %s\n",
-            s->a.boxes ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
-                       : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor and airlock-agent");
+    if (c->sandbox.session_mode)
+        fprintf(stderr, "airlockd: commands run %s\n",
+                warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
+                                         : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor, "
+                                           "airlock-agent and SANDBOX_WARM_MAX > 0");
     return 0;
 }
 
@@ -165,7 +158,7 @@ static int open_sessions(server *s)
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
     registry_set_remove_hook(a->reg, egress_forget_session, a->egress);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
-    registry_set_destroy_hook(a->reg, forget_warm, a);
+    registry_set_destroy_hook(a->reg, forget_warm, a->warm);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
     if (a->warm)
         registry_set_spares(a->reg, &s->spares);
@@ -271,7 +264,6 @@ void server_abandon(server *s, int status)
      * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
     fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
     warm_abandon(s->a.warm); /* frozen, they would outlive this process */
-    session_boxes_abandon(s->a.boxes);
     if (s->cfg->port_file)
         unlink(s->cfg->port_file);
     _exit(status);
@@ -288,7 +280,6 @@ void server_close(server *s, int status)
     registry_free(a->reg);     /* before egress: removing sessions tells egress */
     a->reg = NULL;
     warm_free(a->warm);        /* after the sessions, whose removal forgets their sandboxes */
-    session_boxes_free(a->boxes);
     disk_pool_close(s->disk);
     egress_close(a->egress);
     limits_free(a->lim);
