@@ -25,6 +25,7 @@ local queue = {}        -- items {id, settings, attempts, due, lease}; lease: in
 local incoming = {}     -- appended by finalizers only; moved into queue before any walk
 local counters = { overflow = 0, failed = 0, given_up = 0, deleted = 0 }
 local waker             -- a host's: waker(seconds) asks for a delete_dropped that much later
+local tracker           -- a host's: creating(settings), opened(state), closed(state), holding(item)
 local next_check = 0    -- no item of queue is due or out of its lease before this time
 
 local function size()
@@ -65,7 +66,14 @@ function M.hold(id, settings)
   item.lease = M.clock() + M.LEASE_SECONDS
   queue[#queue + 1] = item
   next_check = math.min(next_check, item.lease)
+  if tracker and tracker.holding then tracker.holding(item) end
   return item
+end
+
+-- The DELETE of a held item will never report (its caller was killed): due at once.
+function M.release(item)
+  if item.lease == nil then return end
+  item.lease, item.due, next_check = nil, 0, 0
 end
 
 -- A due time far ahead of now means the clock went back: due at once.
@@ -151,13 +159,13 @@ local function sentinel(on_collect)
   return setmetatable({}, { __gc = on_collect })
 end
 
-local tracker   -- a host's: creating(settings), opened(state), closed(state)
 
 -- dropped_sessions.set_tracker(t): t.opened(state) is called for every session a handle
 -- starts owning, t.closed(state) when it is closed; state = {id =, settings =}, its id set to
 -- nil once the session is closed or queued; t.creating(settings) (optional) before a
 -- session is created, returning a function called (with the new state, or nil on failure)
--- once the create is over. nil: no tracker.
+-- once the create is over; t.holding(item) (optional) when a DELETE is about to be sent by
+-- the code running now (hold). nil: no tracker.
 function M.set_tracker(t)
   tracker = t
 end

@@ -59,12 +59,13 @@ end
 
 -- Sends the DELETE of one queued session (dropped_sessions item) and reports to the queue:
 -- true | false, error object, whether it stays queued (false: left to the server's idle
--- TTL). opts: engine.build's (default: a short timeout, one retry).
+-- TTL). opts: engine.build's (default: a short timeout and no retry: the queue's backoff is
+-- the retry, so a due DELETE never sleeps inside the caller's next call).
 function M.delete_item(item, opts)
   local s = item.settings
   local ok, res, failure = tasks.pcall(function()
     local request = engine.build(s, "DELETE", engine.session_path(item.id), nil,
-      opts or { timeout = math.min(s.timeout, 10), max_retries = 1 })
+      opts or { timeout = math.min(s.timeout, 10), max_retries = 0 })
     return M.perform(transports.resolve(s.transport), request)
   end)
   local deleted, err

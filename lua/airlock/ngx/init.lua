@@ -34,7 +34,7 @@ local CTX_KEY = "airlock"
 -- so after a collection the scope is gone).
 local open_sessions = setmetatable({}, { __mode = "k" })
 local scope_of = setmetatable({}, { __mode = "kv" })
-local counters = { scopes = 0, cleanups = 0, deleted = 0, aborts = 0 }
+local counters = { scopes = 0, cleanups = 0, deleted = 0, aborts = 0, creating = 0 }
 local sweeper_started = false
 
 local function phase()
@@ -56,7 +56,8 @@ function M.scope(create)
   local scope = ctx[CTX_KEY]
   if scope == nil and create ~= false then
     counters.scopes = counters.scopes + 1
-    scope = { scheduler = scheduler.new(phase()), sessions = {}, creating = 0 }
+    scope = { scheduler = scheduler.new(phase()), sessions = {}, creating = 0,
+              held = setmetatable({}, { __mode = "k" }) }
     ctx[CTX_KEY] = scope
   end
   return scope
@@ -88,6 +89,21 @@ local function delete_now(items)
   if #items == 0 then return 0 end
   counters.deleted = counters.deleted + #items
   return require("airlock.exchange").delete_sessions(items, true)
+end
+
+-- dropped_sessions' waker: a failed DELETE is due again in `seconds`; one timer at a time,
+-- the earliest asked for (the worker's sweep is the backstop when none can be had).
+local retry_at
+local function wake_queue(seconds)
+  local at = ngx.now() + seconds
+  if retry_at and retry_at <= at then return end
+  local ok = ngx.timer.at(seconds, function()
+    retry_at = nil
+    require("airlock.exchange").delete_dropped(true)
+    local wait = dropped.next_wait()
+    if wait then wake_queue(math.max(wait, 0.1)) end
+  end)
+  if ok then retry_at = at end
 end
 
 -- Waits (at most CREATE_WAIT_SECONDS) until the scope's creates in flight are over: a session
@@ -130,6 +146,17 @@ function M.finish()
   local scope = ngx.ctx[CTX_KEY]
   if not scope then return 0 end
   ngx.ctx[CTX_KEY] = nil
+  -- creates and closes the request's end cut short never report: their sessions are due now
+  counters.creating = counters.creating - scope.creating
+  scope.creating = 0
+  local cut = false
+  for item in pairs(scope.held) do
+    if item.lease then
+      dropped.release(item)
+      cut = true
+    end
+  end
+  if cut then wake_queue(0) end
   local items = end_scope(scope)
   if #items == 0 then return 0 end
   counters.cleanups = counters.cleanups + 1
@@ -217,14 +244,21 @@ function tracker.creating()
   if not scope then return nil end
   hook_abort(scope)   -- before the create: a client leaving during it is noticed
   scope.creating = scope.creating + 1
+  counters.creating = counters.creating + 1
   return function(state)
     scope.creating = scope.creating - 1
+    counters.creating = counters.creating - 1
     if scope.created then scope.created:post(1) end
     -- the abort's deletes are done already (its wait ran out): this one goes at once
     if state and state.id and scope.aborted and not scope.abort_waiting then
       delete_later(take_sessions(scope))
     end
   end
+end
+
+function tracker.holding(item)
+  local scope = M.scope(false)
+  if scope then scope.held[item] = true end
 end
 
 function tracker.opened(state)
@@ -243,21 +277,6 @@ function tracker.closed(state)
   if scope then scope.sessions[state] = nil end
 end
 
--- dropped_sessions' waker: a failed DELETE is due again in `seconds`; one timer at a time,
--- the earliest asked for (the worker's sweep is the backstop when none can be had).
-local retry_at
-local function wake_queue(seconds)
-  local at = ngx.now() + seconds
-  if retry_at and retry_at <= at then return end
-  local ok = ngx.timer.at(seconds, function()
-    retry_at = nil
-    require("airlock.exchange").delete_dropped(true)
-    local wait = dropped.next_wait()
-    if wait then wake_queue(math.max(wait, 0.1)) end
-  end)
-  if ok then retry_at = at end
-end
-
 local installed = false
 
 -- Sets the host up (the transport does it when it loads; idempotent; nothing outside nginx):
@@ -274,11 +293,12 @@ function M.install()
   dropped.set_waker(wake_queue)
 end
 
--- airlock.ngx.stats() → counters of this worker: open_sessions, scopes (requests and timers
--- that used the SDK), cleanups (requests whose sessions finish() deleted), aborts, deleted.
+-- airlock.ngx.stats() → counters of this worker: open_sessions, creating (creates in
+-- flight), scopes (requests and timers that used the SDK), cleanups (requests whose sessions
+-- finish() deleted), aborts, deleted.
 function M.stats()
-  return { open_sessions = count_open(), scopes = counters.scopes, cleanups = counters.cleanups,
-           aborts = counters.aborts, deleted = counters.deleted }
+  return { open_sessions = count_open(), creating = counters.creating, scopes = counters.scopes,
+           cleanups = counters.cleanups, aborts = counters.aborts, deleted = counters.deleted }
 end
 
 return M
