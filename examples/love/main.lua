@@ -50,6 +50,7 @@ local function describe(ok, result)
 end
 
 function love.load()
+  if not love.window then print("headless: no window, results on stdout") end
   for i, c in ipairs(COMMANDS) do
     jobs[i] = { label = c[1], command = c[2] }
     start(jobs[i])

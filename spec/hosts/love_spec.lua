@@ -77,6 +77,8 @@ describe("examples/love", function()
       local run = common.run_bounded(display .. " love " .. q(common.top() .. "/examples/love"), 90, run_env)
       proc.remove_tree(run_env.XDG_DATA_HOME)
       assert.are.equal(0, run.code, run.stdout .. run.stderr)
+      -- no window (nor graphics, audio, input) module was loaded
+      assert.matches("^headless: no window, results on stdout\n", run.stdout)
       local seen, last = arrivals(run.stdout)
       assert.are.equal("exit 0  hello from Linux", seen.shell and seen.shell.text, run.stdout)
       assert.are.equal("exit 3  oops", seen.fails and seen.fails.text)
