@@ -87,11 +87,14 @@ end
 
 -- dropped_sessions.take([all]) → items whose DELETE is due (all: every one not in flight),
 -- each leased to the caller, who reports with done / failed.
+local NONE = setmetatable({}, { __newindex = function() error("read-only", 2) end })
+
 function M.take(all)
+  if not all and #incoming == 0 and #queue == 0 then return NONE end   -- every SDK call asks
   local now, taken = M.clock(), {}
-  -- every SDK call asks: when nothing can be due yet, the queue is not walked
+  -- when nothing can be due yet, the queue is not walked
   local quiet = now < next_check and next_check - now <= 2 * (M.MAX_BACKOFF + M.LEASE_SECONDS)
-  if not all and #incoming == 0 and (#queue == 0 or quiet) then return taken end
+  if not all and #incoming == 0 and quiet then return NONE end
   settle()
   local soonest = math.huge
   for i = 1, #queue do
