@@ -6,8 +6,8 @@
 --   * a close() is about to send its DELETE (hold: in flight, a lease), or a host ends a
 --     request with sessions open;
 -- and a DELETE that fails puts it back with a later due time (1, 2, 4 ... s, at most
--- MAX_BACKOFF), until MAX_ATTEMPTS failed DELETEs (then the server's idle TTL reaps it,
--- counted as given_up). A DELETE whose caller never comes back (an nginx request killed in
+-- MAX_BACKOFF), until MAX_ATTEMPTS failed DELETEs (about 8.5 minutes; then the server's idle
+-- TTL reaps it, counted as given_up). A DELETE whose caller never comes back (an nginx request killed in
 -- the middle of it) does not lose the session: its lease runs out and it is due again.
 -- The next SDK call, poll or drain sends the due DELETEs (exchange.lua); a host may also be
 -- woken to do it (set_waker). Pure Lua: __gc on a table (5.2+) or a newproxy (5.1, LuaJIT).
@@ -122,6 +122,7 @@ end
 -- The item's session is gone (deleted, or the server answered 404).
 function M.done(item)
   remove(item)
+  item.lease = nil
   counters.deleted = counters.deleted + 1
 end
 

@@ -208,7 +208,7 @@ local function sweep(premature)
   while true do
     collectgarbage()   -- forget the scopes of requests that are over
     delete_now(take_open(orphaned))
-    exchange.delete_dropped(true)
+    exchange.delete_dropped(true, true)   -- the last chance: whatever their backoff
     if count_open() == 0 or waited >= M.EXIT_GRACE_SECONDS then break end
     ngx.sleep(0.25)
     waited = waited + 0.25
