@@ -3,6 +3,7 @@
  * budget, the handler on a worker pool while the connection is suspended, the response),
  * deadlines handed to the connection table, one log line per request, the orderly stop. */
 #include "http/internal.h"
+#include "http/strict.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -110,6 +111,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
         return NULL;
     r->server = cls;
     r->raw_uri = strdup(uri ? uri : "");
+    r->uri_at = uri; /* where MHD holds it: the version follows its end (see raw_nul_in_target) */
+    r->uri_len = uri ? strlen(uri) : 0;
     atomic_init(&r->stopping, false);
     atomic_init(&r->stream, NULL);
     atomic_init(&r->holders, 1);
@@ -338,11 +341,28 @@ static enum MHD_Result on_complete(http_server *s, http_request *r)
     return MHD_YES;
 }
 
+/* MHD ends the request target at a raw NUL byte: the version it parsed then does not follow
+ * the target's end in its buffer (the space before it became the target's terminator). */
+static bool raw_nul_in_target(const http_request *r, const char *version)
+{
+    return r->uri_at && version && version != r->uri_at + r->uri_len + 1;
+}
+
+/* Framing a proxy may read differently is refused before the application sees it. */
+static bool refused_as_framing(http_request *r, const char *version)
+{
+    const char *detail = NULL;
+    unsigned status = http_strict_check(r->conn, r->raw_uri ? r->raw_uri : "", raw_nul_in_target(r, version), &detail);
+    if (!status)
+        return false;
+    http_strict_refuse(r, status, detail);
+    return true;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     http_server *s = cls;
     http_request *r = *con_cls;
     if (!r)
@@ -355,6 +375,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->method = method;
         snprintf(r->log_method, sizeof r->log_method, "%s", method ? method : "-");
         r->slot = slot_of(c);
+        if (refused_as_framing(r, version))
+            return queue_kept(r);
         return on_headers(s, r);
     case RQ_BODY:
         if (*upload_size)
@@ -391,6 +413,7 @@ static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const str
     MHD_OPTION_CONNECTION_TIMEOUT, idle_s,                                                       \
     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,                               \
     MHD_OPTION_LISTEN_BACKLOG_SIZE, LISTEN_BACKLOG,                                              \
+    MHD_OPTION_STRICT_FOR_CLIENT, 1,                                                             \
     MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)s,                                      \
     MHD_OPTION_URI_LOG_CALLBACK, on_uri, (void *)s,                                              \
     MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)s,                                        \
