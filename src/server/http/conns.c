@@ -1,7 +1,9 @@
-/* The connection table and its sweeper: one mutex, a free list, a tally per client address.
- * A connection past its deadline is shut down (SO_LINGER 0 first when a response is being
- * sent, so unsent bytes are dropped instead of lingering as an orphan socket); MHD then sees
- * the end, closes it and frees its slot through conns_close. */
+/* The connection table and its sweeper: one mutex, a free list, a tally per client address,
+ * and per lane a doubly linked queue (slot indices) of the connections owing headers, in the
+ * order they started to owe them. A connection past its deadline, or evicted, is shut down
+ * (SO_LINGER 0 first when a response is being sent, so unsent bytes are dropped instead of
+ * lingering as an orphan socket); MHD then sees the end, closes it and frees its slot
+ * through conns_close. */
 #include "http/conns.h"
 
 #include <errno.h>
@@ -22,7 +24,7 @@ int64_t conns_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-bool conns_init(conn_table *t, size_t cap, unsigned per_client, unsigned header_timeout_s)
+bool conns_init(conn_table *t, size_t cap, unsigned per_client, unsigned evict_at, unsigned header_timeout_s)
 {
     memset(t, 0, sizeof *t);
     t->slots = calloc(cap, sizeof *t->slots);
@@ -33,6 +35,9 @@ bool conns_init(conn_table *t, size_t cap, unsigned per_client, unsigned header_
     }
     t->cap = cap;
     t->per_client = per_client;
+    t->evict_at = evict_at;
+    for (int l = 0; l < CONN_LANES; l++)
+        t->lanes[l].head = t->lanes[l].tail = -1;
     t->header_ms = (int64_t)header_timeout_s * 1000;
     t->free_head = -1;
     for (size_t i = cap; i-- > 0;) {
@@ -61,6 +66,63 @@ static bool address_key(const struct sockaddr *sa, unsigned char key[TALLY_KEY])
     return false;
 }
 
+/* ---- the queue of connections owing headers (under t->mu) ---- */
+
+static void wait_push(conn_table *t, conn_slot *s)
+{
+    conn_lane *l = &t->lanes[s->lane];
+    int i = (int)(s - t->slots);
+    s->wait_prev = l->tail;
+    s->wait_next = -1;
+    if (l->tail >= 0)
+        t->slots[l->tail].wait_next = i;
+    else
+        l->head = i;
+    l->tail = i;
+    s->waiting = true;
+}
+
+static void wait_drop(conn_table *t, conn_slot *s)
+{
+    if (!s->waiting)
+        return;
+    conn_lane *l = &t->lanes[s->lane];
+    if (s->wait_prev >= 0)
+        t->slots[s->wait_prev].wait_next = s->wait_next;
+    else
+        l->head = s->wait_next;
+    if (s->wait_next >= 0)
+        t->slots[s->wait_next].wait_prev = s->wait_prev;
+    else
+        l->tail = s->wait_prev;
+    s->waiting = false;
+}
+
+static void cut(conn_table *t, conn_slot *s)
+{
+    if (s->phase == PHASE_RESPOND) {
+        struct linger lg = {1, 0};
+        if (setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0 && errno != EBADF)
+            perror("airlockd: http: SO_LINGER");
+    }
+    if (shutdown(s->fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
+        perror("airlockd: http: shutdown");
+    s->cut = true;
+    wait_drop(t, s);
+    atomic_fetch_add(s->phase == PHASE_HEADERS ? &t->cut_headers
+                     : s->phase == PHASE_BODY  ? &t->cut_body
+                                               : &t->cut_response, 1);
+}
+
+/* The lane is near its cap: the connection that has owed its headers longest goes. */
+static void evict_oldest(conn_table *t, conn_lane *l)
+{
+    if (l->head < 0)
+        return;
+    cut(t, &t->slots[l->head]);
+    atomic_fetch_add(&t->evicted, 1);
+}
+
 conn_slot *conns_open(conn_table *t, int fd, const struct sockaddr *sa)
 {
     unsigned char key[TALLY_KEY];
@@ -85,6 +147,11 @@ conn_slot *conns_open(conn_table *t, int fd, const struct sockaddr *sa)
     s->cut = false;
     s->deadline_ms = now + (s->over_cap && t->header_ms > OVER_CAP_HEADER_MS ? OVER_CAP_HEADER_MS : t->header_ms);
     memcpy(s->addr, key, TALLY_KEY);
+    s->lane = counted ? CONN_TCP : CONN_LOCAL;
+    conn_lane *l = &t->lanes[s->lane];
+    if (++l->open > t->evict_at)
+        evict_oldest(t, l);
+    wait_push(t, s);
     pthread_mutex_unlock(&t->mu);
     return s;
 }
@@ -94,6 +161,8 @@ void conns_close(conn_table *t, conn_slot *s)
     pthread_mutex_lock(&t->mu);
     if (s->counted)
         tally_sub(&t->clients, s->addr, 1);
+    wait_drop(t, s);
+    t->lanes[s->lane].open--;
     s->phase = PHASE_FREE;
     s->fd = -1;
     s->counted = false;
@@ -107,6 +176,10 @@ void conns_set(conn_table *t, conn_slot *s, conn_phase phase, int64_t deadline_m
     if (!s)
         return;
     pthread_mutex_lock(&t->mu);
+    /* owing headers again (kept alive): to the back of the queue */
+    wait_drop(t, s);
+    if (phase == PHASE_HEADERS && !s->cut)
+        wait_push(t, s);
     s->phase = phase;
     s->deadline_ms = deadline_ms;
     pthread_mutex_unlock(&t->mu);
@@ -119,21 +192,6 @@ void conns_cut_all(conn_table *t)
         if (t->slots[i].phase != PHASE_FREE)
             t->slots[i].deadline_ms = 0;
     pthread_mutex_unlock(&t->mu);
-}
-
-static void cut(conn_table *t, conn_slot *s)
-{
-    if (s->phase == PHASE_RESPOND) {
-        struct linger lg = {1, 0};
-        if (setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0 && errno != EBADF)
-            perror("airlockd: http: SO_LINGER");
-    }
-    if (shutdown(s->fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
-        perror("airlockd: http: shutdown");
-    s->cut = true;
-    atomic_fetch_add(s->phase == PHASE_HEADERS ? &t->cut_headers
-                     : s->phase == PHASE_BODY  ? &t->cut_body
-                                               : &t->cut_response, 1);
 }
 
 static void *sweeper_main(void *arg)

@@ -352,7 +352,8 @@ static bool raw_nul_in_target(const http_request *r, const char *version)
 static bool refused_as_framing(http_request *r, const char *version)
 {
     const char *detail = NULL;
-    unsigned status = http_strict_check(r->conn, r->raw_uri ? r->raw_uri : "", raw_nul_in_target(r, version), &detail);
+    unsigned status =
+        http_strict_check(r->conn, version, r->raw_uri ? r->raw_uri : "", raw_nul_in_target(r, version), &detail);
     if (!status)
         return false;
     http_strict_refuse(r, status, detail);
@@ -413,7 +414,6 @@ static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const str
     MHD_OPTION_CONNECTION_TIMEOUT, idle_s,                                                       \
     MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,                               \
     MHD_OPTION_LISTEN_BACKLOG_SIZE, LISTEN_BACKLOG,                                              \
-    MHD_OPTION_STRICT_FOR_CLIENT, 1,                                                             \
     MHD_OPTION_NOTIFY_CONNECTION, on_connection, (void *)s,                                      \
     MHD_OPTION_URI_LOG_CALLBACK, on_uri, (void *)s,                                              \
     MHD_OPTION_NOTIFY_COMPLETED, on_completed, (void *)s,                                        \
@@ -440,6 +440,16 @@ static unsigned fit_connections(unsigned wanted, unsigned daemons)
         return wanted;
     rlim_t room = rl.rlim_cur > 2 * FD_RESERVE ? (rl.rlim_cur - FD_RESERVE) / daemons : FD_RESERVE / daemons;
     return room < wanted ? (unsigned)room : wanted;
+}
+
+/* The open connections of a listening socket from which each newcomer evicts the oldest one
+ * still owing its headers: a 16th below the daemon's cap (at least 2, at most 256 below),
+ * so MHD stays under its own cap and keeps accepting while evicted sockets close. */
+static unsigned evict_at(unsigned conn_limit)
+{
+    unsigned room = conn_limit / 16;
+    room = room < 2 ? 2 : room > 256 ? 256 : room;
+    return conn_limit > room ? conn_limit - room : 1;
 }
 
 static int listen_unix(const char *path, char *err, size_t errlen)
@@ -498,7 +508,7 @@ http_server *http_start(const http_options *o, char *err, size_t errlen)
     size_t slots = (size_t)s->conn_limit * daemons + 16;
     /* one owner per request in flight at most, one request per connection */
     size_t share = s->lim.body_memory / 4 > HTTP_MAX_BODY + 1 ? s->lim.body_memory / 4 : HTTP_MAX_BODY + 1;
-    if (!conns_init(&s->conns, slots, s->lim.max_per_client, s->lim.header_timeout_s) ||
+    if (!conns_init(&s->conns, slots, s->lim.max_per_client, evict_at(s->conn_limit), s->lim.header_timeout_s) ||
         !budget_init(&s->budget, s->lim.body_memory, share, slots) ||
         !(s->quick = pool_new(s->lim.quick_threads, s->lim.queue, run_job)) ||
         !(s->slow = pool_new(s->lim.long_threads, s->lim.queue, run_job)) || !conns_start(&s->conns)) {

@@ -3,10 +3,10 @@
  * request-smuggling primitive). Refused: a second Content-Length (equal or not), Content-
  * Length with Transfer-Encoding, a Transfer-Encoding other than one "chunked" (501), a header
  * name that is not a token, a header folded over two lines (obs-fold) or holding a bare CR,
- * and a NUL in the path, raw or as %00 (MHD would end the path there). The refusal closes the
- * connection, so nothing after it is read as a next request. MHD itself (with
- * MHD_OPTION_STRICT_FOR_CLIENT 1) refuses an HTTP/1.1 request without Host and a
- * Content-Length that is not a plain number, and ends a header value at a raw NUL. */
+ * a raw NUL or a space in the target and %00 in its path (MHD would end the path there), and
+ * an HTTP/1.1 request without exactly one Host. The refusal closes the connection, so nothing
+ * after it is read as a next request. MHD itself refuses a Content-Length that is not a plain
+ * number, and ends a header value at a raw NUL. */
 #include "http/strict.h"
 
 #include <stdint.h>
@@ -15,7 +15,7 @@
 #include <strings.h>
 
 typedef struct {
-    unsigned content_length, transfer_encoding;
+    unsigned content_length, transfer_encoding, host;
     bool te_chunked;   /* the (one) Transfer-Encoding is exactly "chunked" */
     bool bad_name;     /* a header name with a character outside RFC 9110's token */
     bool nul;          /* a NUL inside a header name or value */
@@ -48,6 +48,8 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
     if (value && ((uintptr_t)value <= (uintptr_t)key + key_size || memchr(value, '\r', value_size) ||
                   memchr(value, '\n', value_size)))
         h->folded = true;
+    if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+        h->host++;
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
         h->content_length++;
     if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
@@ -67,12 +69,30 @@ static bool path_has_escaped_nul(const char *raw_uri)
     return false;
 }
 
-unsigned http_strict_check(struct MHD_Connection *c, const char *raw_uri, bool raw_nul, const char **detail)
+/* MHD takes the request line's last space as the target's end, so "GET /a b HTTP/1.1" has
+ * the target "/a b", where another parser may stop at the first. */
+static bool target_has_space(const char *raw_uri)
+{
+    return strpbrk(raw_uri, " \t") != NULL;
+}
+
+unsigned http_strict_check(struct MHD_Connection *c, const char *version, const char *raw_uri, bool raw_nul,
+                           const char **detail)
 {
     header_scan h = {0};
     MHD_get_connection_values_n(c, MHD_HEADER_KIND, scan_header, &h);
     if (raw_nul || path_has_escaped_nul(raw_uri)) {
-        *detail = "Invalid request target: a NUL byte in the path";
+        *detail = "Invalid request target: a NUL byte";
+        return 400;
+    }
+    if (target_has_space(raw_uri)) {
+        *detail = "Invalid request target: a space";
+        return 400;
+    }
+    /* RFC 9112 3.2: exactly one Host in HTTP/1.1 (MHD's own check, MHD_OPTION_STRICT_FOR_CLIENT,
+     * answers with its header block sent twice in 0.9.75) */
+    if (h.host > 1 || (h.host == 0 && version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0)) {
+        *detail = "Invalid request: HTTP/1.1 needs exactly one Host header";
         return 400;
     }
     if (h.bad_name || h.nul || h.folded) {

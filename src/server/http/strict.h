@@ -7,9 +7,11 @@
 
 #include <stdbool.h>
 
-/* 0 when the request may go on; else its status (400, 501) with a constant detail. raw_uri:
- * the request target as sent (before decoding); raw_nul: it held a raw NUL byte. */
-unsigned http_strict_check(struct MHD_Connection *c, const char *raw_uri, bool raw_nul, const char **detail);
+/* 0 when the request may go on; else its status (400, 501) with a constant detail. version:
+ * the request line's; raw_uri: the request target as sent (before decoding); raw_nul: it
+ * held a raw NUL byte. */
+unsigned http_strict_check(struct MHD_Connection *c, const char *version, const char *raw_uri, bool raw_nul,
+                           const char **detail);
 
 /* Keeps the refusal {"detail": detail} with Connection: close, so MHD closes the connection
  * after it and reads nothing more from it. */
