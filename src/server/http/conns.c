@@ -1,6 +1,6 @@
 /* The connection table and its sweeper: one mutex, a free list, a tally per client address,
- * and per lane a doubly linked queue (slot indices) of the connections owing headers, in the
- * order they started to owe them. A connection past its deadline, or evicted, is shut down
+ * and per lane two doubly linked queues (slot indices) of the connections owing headers, in
+ * the order they entered them. A connection past its deadline, or evicted, is shut down
  * (SO_LINGER 0 first when a response is being sent, so unsent bytes are dropped instead of
  * lingering as an orphan socket); MHD then sees the end, closes it and frees its slot
  * through conns_close. */
@@ -14,6 +14,8 @@
 #include <time.h>
 
 #define SWEEP_MS 200
+/* Evictions are logged at most once a minute (with the count so far). */
+#define EVICT_LOG_MS 60000
 /* A connection over its address's cap only waits for its headers to get a 503. */
 #define OVER_CAP_HEADER_MS 2000
 
@@ -37,11 +39,13 @@ bool conns_init(conn_table *t, size_t cap, unsigned per_client, unsigned evict_a
     t->per_client = per_client;
     t->evict_at = evict_at;
     for (int l = 0; l < CONN_LANES; l++)
-        t->lanes[l].head = t->lanes[l].tail = -1;
+        for (int q = 0; q < WAIT_QUEUES; q++)
+            t->lanes[l].head[q] = t->lanes[l].tail[q] = -1;
     t->header_ms = (int64_t)header_timeout_s * 1000;
     t->free_head = -1;
     for (size_t i = cap; i-- > 0;) {
         t->slots[i].fd = -1;
+        t->slots[i].queue = -1;
         t->slots[i].next_free = t->free_head;
         t->free_head = (int)i;
     }
@@ -68,34 +72,34 @@ static bool address_key(const struct sockaddr *sa, unsigned char key[TALLY_KEY])
 
 /* ---- the queue of connections owing headers (under t->mu) ---- */
 
-static void wait_push(conn_table *t, conn_slot *s)
+static void wait_push(conn_table *t, conn_slot *s, int queue)
 {
     conn_lane *l = &t->lanes[s->lane];
     int i = (int)(s - t->slots);
-    s->wait_prev = l->tail;
+    s->queue = queue;
+    s->wait_prev = l->tail[queue];
     s->wait_next = -1;
-    if (l->tail >= 0)
-        t->slots[l->tail].wait_next = i;
+    if (l->tail[queue] >= 0)
+        t->slots[l->tail[queue]].wait_next = i;
     else
-        l->head = i;
-    l->tail = i;
-    s->waiting = true;
+        l->head[queue] = i;
+    l->tail[queue] = i;
 }
 
 static void wait_drop(conn_table *t, conn_slot *s)
 {
-    if (!s->waiting)
+    if (s->queue < 0)
         return;
     conn_lane *l = &t->lanes[s->lane];
     if (s->wait_prev >= 0)
         t->slots[s->wait_prev].wait_next = s->wait_next;
     else
-        l->head = s->wait_next;
+        l->head[s->queue] = s->wait_next;
     if (s->wait_next >= 0)
         t->slots[s->wait_next].wait_prev = s->wait_prev;
     else
-        l->tail = s->wait_prev;
-    s->waiting = false;
+        l->tail[s->queue] = s->wait_prev;
+    s->queue = -1;
 }
 
 static void cut(conn_table *t, conn_slot *s)
@@ -114,13 +118,21 @@ static void cut(conn_table *t, conn_slot *s)
                                                : &t->cut_response, 1);
 }
 
-/* The lane is near its cap: the connection that has owed its headers longest goes. */
-static void evict_oldest(conn_table *t, conn_lane *l)
+/* The lane is near its cap: the oldest silent connection goes, else the oldest talking one. */
+static void evict_oldest(conn_table *t, conn_lane *l, int64_t now)
 {
-    if (l->head < 0)
+    int i = l->head[WAIT_SILENT] >= 0 ? l->head[WAIT_SILENT] : l->head[WAIT_TALKING];
+    if (i < 0)
         return;
-    cut(t, &t->slots[l->head]);
-    atomic_fetch_add(&t->evicted, 1);
+    cut(t, &t->slots[i]);
+    unsigned long n = atomic_fetch_add(&t->evicted, 1) + 1;
+    if (now - t->evict_said_ms >= EVICT_LOG_MS || n == 1) {
+        t->evict_said_ms = now;
+        fprintf(stderr,
+                "airlockd: http: %u connections open on a listening socket: closing the oldest owing their "
+                "request headers (%lu so far)\n",
+                l->open, n);
+    }
 }
 
 conn_slot *conns_open(conn_table *t, int fd, const struct sockaddr *sa)
@@ -150,8 +162,8 @@ conn_slot *conns_open(conn_table *t, int fd, const struct sockaddr *sa)
     s->lane = counted ? CONN_TCP : CONN_LOCAL;
     conn_lane *l = &t->lanes[s->lane];
     if (++l->open > t->evict_at)
-        evict_oldest(t, l);
-    wait_push(t, s);
+        evict_oldest(t, l, now);
+    wait_push(t, s, WAIT_SILENT);
     pthread_mutex_unlock(&t->mu);
     return s;
 }
@@ -171,15 +183,27 @@ void conns_close(conn_table *t, conn_slot *s)
     pthread_mutex_unlock(&t->mu);
 }
 
+void conns_talking(conn_table *t, conn_slot *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&t->mu);
+    if (s->queue == WAIT_SILENT) {
+        wait_drop(t, s);
+        wait_push(t, s, WAIT_TALKING);
+    }
+    pthread_mutex_unlock(&t->mu);
+}
+
 void conns_set(conn_table *t, conn_slot *s, conn_phase phase, int64_t deadline_ms)
 {
     if (!s)
         return;
     pthread_mutex_lock(&t->mu);
-    /* owing headers again (kept alive): to the back of the queue */
+    /* owing headers again (kept alive): to the back of the silent queue */
     wait_drop(t, s);
     if (phase == PHASE_HEADERS && !s->cut)
-        wait_push(t, s);
+        wait_push(t, s, WAIT_SILENT);
     s->phase = phase;
     s->deadline_ms = deadline_ms;
     pthread_mutex_unlock(&t->mu);

@@ -33,17 +33,22 @@ typedef struct conn_slot {
     unsigned char addr[TALLY_KEY];
     int next_free;
     int lane;                     /* its listening socket's: CONN_TCP or CONN_LOCAL */
-    int wait_prev, wait_next;     /* in its lane's queue of connections owing headers */
-    bool waiting;
+    int queue;                    /* owing headers: WAIT_SILENT or WAIT_TALKING; else -1 */
+    int wait_prev, wait_next;     /* in that queue of its lane */
 } conn_slot;
 
 /* Connections are counted per kind of listening socket: TCP (IPv4/IPv6 peers) and local
  * (the unix socket), each with its own cap. */
 enum { CONN_TCP, CONN_LOCAL, CONN_LANES };
 
+/* The connections owing headers, in two queues, oldest first: silent ones (nothing of their
+ * next request yet: new or kept alive between requests) go before talking ones (a request
+ * line in, its headers not complete). */
+enum { WAIT_SILENT, WAIT_TALKING, WAIT_QUEUES };
+
 typedef struct {
     unsigned open;                /* connections open, cut ones included until MHD closes them */
-    int head, tail;               /* the queue of connections owing headers, oldest first */
+    int head[WAIT_QUEUES], tail[WAIT_QUEUES];
 } conn_lane;
 
 typedef struct {
@@ -56,6 +61,7 @@ typedef struct {
     unsigned per_client;
     unsigned evict_at;            /* per lane: from this many open, a newcomer evicts the oldest */
     conn_lane lanes[CONN_LANES];
+    int64_t evict_said_ms;        /* the last log line about evictions */
     int64_t header_ms;
     pthread_t sweeper;
     bool sweeping, stop;
@@ -75,13 +81,16 @@ void conns_free(conn_table *t);
 
 /* A new connection (fd, peer address sa or NULL): its slot, in the header phase; NULL when
  * the table is full. Addresses other than IPv4/IPv6 (unix sockets) are not counted per
- * address and go in the local lane. When its lane holds evict_at connections or more, the
- * one that has waited longest for its request headers (never connected, idle between
- * requests, or trickling them) is cut: under a flood the accept queue keeps moving and a
- * client that sends its request at once is served before it would be evicted. */
+ * address and go in the local lane. When its lane holds more than evict_at connections, one
+ * owing its request headers is cut: the oldest silent one (new or idle between requests),
+ * else the oldest talking one (trickling its headers). Under a flood the accept queue keeps
+ * moving, and a client that sends its request at once is served: it talks, and new silent
+ * connections go first. */
 conn_slot *conns_open(conn_table *t, int fd, const struct sockaddr *sa);
 /* The connection is closing (MHD has not closed the fd yet): the slot is free again. */
 void conns_close(conn_table *t, conn_slot *s);
+/* s's request line is in (its headers may still trickle): it is evicted after silent ones. */
+void conns_talking(conn_table *t, conn_slot *s);
 /* Moves s to phase with an absolute deadline (ignored for PHASE_HANDLER). */
 void conns_set(conn_table *t, conn_slot *s, conn_phase phase, int64_t deadline_ms);
 /* Shutting down: every connection not running a handler is cut at the next sweep. */

@@ -105,7 +105,8 @@ static conn_slot *slot_of(struct MHD_Connection *c)
 
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 {
-    (void)c;
+    http_server *s = cls;
+    conns_talking(&s->conns, slot_of(c)); /* evicted after silent connections */
     http_request *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
