@@ -15,17 +15,15 @@ local function exchange(server, bytes)
   c:settimeout(20)
   assert(c:connect("127.0.0.1", server.port))
   assert(c:send(bytes))
-  local chunks, closed = {}, false
+  local chunks = {}
   while true do
     local data, err, partial = c:receive(8192)
     chunks[#chunks + 1] = data or partial
     if not data then
-      closed = err == "closed"
-      break
+      c:close()
+      return table.concat(chunks), err == "closed"
     end
   end
-  c:close()
-  return table.concat(chunks), closed
 end
 
 -- The status of every response in raw, in order.
