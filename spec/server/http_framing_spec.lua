@@ -100,4 +100,23 @@ describe("airlockd's strict HTTP framing", function()
     assert.is_true(closed)
     assert.truthy(raw:find('"sessions"', 1, true), raw)
   end)
+
+  it("answers a request whose line and 28 KB of headers arrive over many packets", function()
+    -- the raw-NUL and obs-fold checks read where libmicrohttpd keeps the parsed line and
+    -- headers: a buffer grown while headers trickle in must not look like either
+    local c = socket.tcp()
+    c:settimeout(20)
+    assert(c:connect("127.0.0.1", server.port))
+    assert(c:send("GET /healthz?a=b%20c HTTP/1.1\r\n"))
+    socket.sleep(0.1) -- not a synchronisation: only makes separate packets likely
+    assert(c:send("Host: x\r\n"))
+    for i = 1, 28 do
+      socket.sleep(0.01)
+      assert(c:send("X-Pad-" .. i .. ": " .. string.rep("p", 1000) .. "\r\n"))
+    end
+    assert(c:send("Connection: close\r\n\r\n"))
+    local raw = c:receive("*a")
+    c:close()
+    assert.are.same({ 200 }, statuses(raw or ""), raw)
+  end)
 end)
