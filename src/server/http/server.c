@@ -24,7 +24,10 @@
 #define FD_RESERVE 256
 /* Headers, the request line and MHD's own buffers per connection: larger headers get 431. */
 #define CONNECTION_MEMORY (32u * 1024u)
-#define LISTEN_BACKLOG 1024u
+/* The listen queue (the kernel clamps it to net.core.somaxconn, 4096 by default): deep enough
+ * that a flood of reconnecting clients at the cap rarely fills it, so a newcomer's SYN is
+ * queued and accepted (eviction keeps accepting) instead of dropped and retried a second later. */
+#define LISTEN_BACKLOG 4096u
 /* A chunked body's first buffer; it doubles as the body grows (each step from the budget). */
 #define CHUNKED_FIRST (64u * 1024u)
 /* MHD logs every peer that hangs up: under a flood, say so once instead of a line each. */
