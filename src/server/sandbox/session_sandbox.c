@@ -81,7 +81,8 @@ typedef struct {
     sbx_proc_result r;
     bool ended;     /* 'X' came */
     int code;
-    bool failed;    /* 'F' came: errbuf says why */
+    bool failed;    /* out of memory: errbuf says so */
+    bool not_started; /* 'F' came: the command never ran (errbuf says why) */
     bool gone;      /* end of file or a broken frame: the sandbox died */
 } agent_run;
 
@@ -122,7 +123,7 @@ static void take_frame(sandbox *s, agent_run *a, char *errbuf, size_t errlen)
         break;
     case 'F':
         snprintf(errbuf, errlen, "the sandbox could not start the command: %.*s", (int)(n > 300 ? 300 : n), payload);
-        a->failed = true;
+        a->not_started = true;
         break;
     default:
         a->gone = true;
@@ -162,7 +163,7 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
     int64_t give_up = now_ms() + (int64_t)timeout_seconds * 1000 + AGENT_GRACE_MS;
     bool asked_kill = false;
     const sandbox_tap *tap = s->tap;
-    while (!a->ended && !a->failed && !a->gone) {
+    while (!a->ended && !a->failed && !a->not_started && !a->gone) {
         if (tap)
             tap->output(tap->ctx, 0, NULL, 0);
         int64_t now = now_ms();
@@ -254,6 +255,12 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     if (a.failed) {
         sbx_proc_result_free(&a.r);
         return -1;
+    }
+    if (a.not_started) { /* its next command gets a new sandbox; this one runs another way */
+        fprintf(stderr, "airlockd: %s; the command runs in a sandbox of its own\n", errbuf);
+        kill_sandbox(s);
+        sbx_proc_result_free(&a.r);
+        return 1;
     }
     /* as on the per-command path: a SIGKILL at the memory limit is the memory */
     bool oom_killed = oom || (a.code == 137 && limit_hit);

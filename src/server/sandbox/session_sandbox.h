@@ -14,9 +14,9 @@
 
 /* Runs `/bin/bash -c command` through s's agent with o's per-command options (output budget,
  * cancel descriptor, tap; the rest of o was fixed at its boot) and a wall clock of
- * timeout_seconds (1..86400). 0 when the command ran (whatever its end), 1 when it was not
- * handed over (too long for the agent: run it in a sandbox of its own), -1 when it failed
- * (message in errbuf). Afterwards sandbox_session_usable says whether s takes another one. */
+ * timeout_seconds (1..86400). 0 when the command ran (whatever its end), 1 when it did not
+ * start there (too long for the agent, or the agent could not make its container: run it in
+ * a sandbox of its own), -1 when it failed (message in errbuf). Afterwards sandbox_session_usable says whether s takes another one. */
 int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, int timeout_seconds,
                         sandbox_result *out, char *errbuf, size_t errlen);
 
