@@ -242,6 +242,7 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
         collect(s, timeout_seconds, &a, errbuf, errlen);
     bool oom = false, limit_hit = false;
     sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
+    sbx_cg_end_command(&s->cg);
     if (a.gone || oom) { /* a host OOM kill takes the whole sentry down */
         kill_sandbox(s);
         if (!oom && !a.r.cancelled && !a.r.timed_out) {
