@@ -149,7 +149,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
               spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
               spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua \
-              spec/server/http_framing_spec.lua spec/server/connection_flood_spec.lua
+              spec/server/http_framing_spec.lua spec/server/connection_flood_spec.lua \
+              spec/server/agent_redteam_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
