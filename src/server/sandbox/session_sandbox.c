@@ -160,7 +160,8 @@ static void kill_sandbox(sandbox *s)
 /* Reads the agent's frames until the command ends, its deadline passes or the sandbox dies. */
 static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf, size_t errlen)
 {
-    int64_t give_up = now_ms() + (int64_t)timeout_seconds * 1000 + AGENT_GRACE_MS;
+    int64_t deadline = now_ms() + (int64_t)timeout_seconds * 1000;
+    int64_t give_up = deadline + AGENT_GRACE_MS;
     bool asked_kill = false;
     const sandbox_tap *tap = s->tap;
     while (!a->ended && !a->failed && !a->not_started && !a->gone) {
@@ -176,7 +177,9 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
         struct pollfd pf[3];
         nfds_t n = 0;
         int i_ev = -1, i_cancel = -1;
-        bool tap_full = tap && tap->full(tap->ctx);
+        /* past the deadline the frames are read whatever the tap says (a timed-out result has
+         * no output): an agent blocked on a full pipe gets to kill the command at once */
+        bool tap_full = tap && now < deadline && tap->full(tap->ctx);
         if (tap_full && tap->room_fd >= 0)
             pf[n++] = (struct pollfd){.fd = tap->room_fd, .events = POLLIN};
         if (!tap_full) {
