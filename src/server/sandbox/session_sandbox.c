@@ -86,8 +86,8 @@ typedef struct {
     bool gone;      /* end of file or a broken frame: the sandbox died */
 } agent_run;
 
-/* Reads one frame from the agent and takes it in. */
-static void take_frame(sandbox *s, agent_run *a, char *errbuf, size_t errlen)
+/* Reads one frame from the agent and takes it in (its output to the tap too, with to_tap). */
+static void take_frame(sandbox *s, agent_run *a, bool to_tap, char *errbuf, size_t errlen)
 {
     unsigned char h[FRAME_HEADER];
     static _Thread_local char payload[FRAME_OUTPUT_MAX];
@@ -100,7 +100,7 @@ static void take_frame(sandbox *s, agent_run *a, char *errbuf, size_t errlen)
         a->gone = true;
         return;
     }
-    const sandbox_tap *tap = s->tap;
+    const sandbox_tap *tap = to_tap ? s->tap : NULL;
     switch (h[0]) {
     case '1':
     case '2':
@@ -206,7 +206,7 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
                 a->gone = true;
         }
         if (i_ev >= 0 && pf[i_ev].revents)
-            take_frame(s, a, errbuf, errlen);
+            take_frame(s, a, now < deadline, errbuf, errlen);
     }
 }
 
