@@ -4,9 +4,11 @@
 
 #include "fs/walk.h"
 #include "sandbox/leftovers.h"
+#include "sandbox/programs.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,28 +32,17 @@ static int mkdir_mode(const char *path, mode_t mode, char *errbuf, size_t errlen
     return 0;
 }
 
-/* Finds an executable: an explicit path, else each directory of path (PATH). */
-static char *find_program(const char *explicit_path, const char *path, const char *name)
+/* Something the open has to say: kept for after the isolation line (sandbox_backend_notes). */
+static void note(sandbox_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(sandbox_backend *b, const char *fmt, ...)
 {
-    if (explicit_path && *explicit_path) {
-        if (access(explicit_path, X_OK) != 0)
-            return NULL;
-        return realpath(explicit_path, NULL);
-    }
-    if (!path || !*path)
-        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    char *copy = strdup(path);
-    if (!copy)
-        return NULL;
-    char *found = NULL, *save = NULL;
-    for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
-        char *cand = sbx_path_join(*dir ? dir : ".", name);
-        if (cand && access(cand, X_OK) == 0)
-            found = realpath(cand, NULL);
-        free(cand);
-    }
-    free(copy);
-    return found;
+    size_t used = strlen(b->notes);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = used < sizeof b->notes ? vsnprintf(b->notes + used, sizeof b->notes - used, fmt, ap) : -1;
+    va_end(ap);
+    if (n > 0 && used + (size_t)n + 1 < sizeof b->notes)
+        strcat(b->notes, "\n");
 }
 
 /* The waiter (airlock-waiter) into the root: AIRLOCK_WAITER (env), else beside airlockd's own
@@ -62,19 +53,15 @@ static void add_waiter(sandbox_backend *b, const char *env)
     if (env && *env) {
         path = strdup(env);
     } else {
-        char *self = realpath("/proc/self/exe", NULL);
-        char *slash = self ? strrchr(self, '/') : NULL;
-        if (slash) {
-            *slash = '\0';
-            path = sbx_path_join(self, "airlock-waiter");
-        }
+        char *self = sbx_self_dir();
+        path = self ? sbx_path_join(self, "airlock-waiter") : NULL;
         free(self);
     }
     char why[512] = "out of memory";
     if (path && sbx_rootfs_add_waiter(b->rootfs_dir, path, why, sizeof why) == 0)
         b->have_waiter = true;
     else
-        fprintf(stderr, "airlockd: sandboxes boot with their command (no warm sandboxes): %s\n", why);
+        note(b, "airlockd: sandboxes boot with their command (no warm sandboxes): %s", why);
     free(path);
 }
 
@@ -97,6 +84,16 @@ static void make_id(const char *name, char *id, size_t idlen)
     clean[n] = '\0';
     unsigned k = atomic_fetch_add(&run_counter, 1u);
     snprintf(id, idlen, "%s-%x-%x", clean, (unsigned)getpid() & 0xffffffffu, k);
+}
+
+const char *sandbox_backend_summary(const sandbox_backend *b)
+{
+    return b->summary;
+}
+
+const char *sandbox_backend_notes(const sandbox_backend *b)
+{
+    return b->notes;
 }
 
 const char *sandbox_backend_name(const sandbox_backend *b)
@@ -342,6 +339,54 @@ static char *runsc_root_in_tmp(const char *state_dir, char *errbuf, size_t errle
     return strdup(name);
 }
 
+#define WEAKER "bubblewrap, the weaker sandbox: commands share the host kernel"
+
+/* bubblewrap, proven by a probe; why_not_gvisor: what made it the choice. */
+static int open_bwrap(sandbox_backend *b, const sandbox_settings *set, const char *state_dir,
+                      const char *why_not_gvisor, char *errbuf, size_t errlen)
+{
+    b->bwrap = sbx_find_program(NULL, set->search_path, "bwrap");
+    if (!b->bwrap) {
+        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap (bwrap) not found", why_not_gvisor);
+        return -1;
+    }
+    b->ops = &sandbox_bwrap_ops;
+    char why[512] = "";
+    if (probe_backend(b, state_dir, why, sizeof why) != 0) {
+        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap: %s", why_not_gvisor, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The isolation the settings ask for: bubblewrap when asked for; else gVisor (runsc found as
+ * sandbox/programs.h says, proven by a probe), falling back to bubblewrap only with
+ * SANDBOX_ISOLATION=auto (or SANDBOX_REQUIRE_GVISOR=0). */
+static int choose_isolation(sandbox_backend *b, const sandbox_settings *set, const char *state_dir, char *errbuf,
+                            size_t errlen)
+{
+    const char *by = set->isolation_by;
+    if (set->isolation == SANDBOX_ISOLATION_BUBBLEWRAP) {
+        snprintf(b->summary, sizeof b->summary, WEAKER " (asked for by %s)", by ? by : "the settings");
+        return open_bwrap(b, set, state_dir, "bubblewrap asked for", errbuf, errlen);
+    }
+    char why[512] = "";
+    if ((b->runsc = sbx_find_runsc(set, why, sizeof why))) {
+        b->ops = &sandbox_gvisor_ops;
+        if (probe_backend(b, state_dir, why, sizeof why) == 0) {
+            snprintf(b->summary, sizeof b->summary, "gvisor (runsc %s)", b->runsc);
+            return 0;
+        }
+    }
+    if (set->isolation == SANDBOX_ISOLATION_GVISOR) {
+        snprintf(errbuf, errlen, "gVisor is required (%s) but does not work: %s; refusing the weaker bubblewrap fallback",
+                 by ? by : "the default; SANDBOX_ISOLATION=bubblewrap runs on bubblewrap instead", why);
+        return -1;
+    }
+    snprintf(b->summary, sizeof b->summary, WEAKER " (%s: gVisor unavailable: %s)", by ? by : "auto", why);
+    return open_bwrap(b, set, state_dir, why, errbuf, errlen);
+}
+
 sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_settings *set, char *errbuf,
                                       size_t errlen)
 {
@@ -391,8 +436,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
     b->have_cgroups = true;
     int stray = sbx_kill_runsc_leftovers(b->runsc_root);
     if (stray > 0)
-        fprintf(stderr, "airlockd: killed %d process(es) of runsc containers left under %s\n", stray,
-                b->runsc_root);
+        note(b, "airlockd: killed %d process(es) of runsc containers left under %s", stray, b->runsc_root);
     if (fs_rmtree(b->runsc_root) != 0 || mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));
@@ -407,38 +451,10 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
         goto fail;
     }
 
-    const char *want = set->runsc;
-    b->runsc = find_program(want, set->search_path, "runsc");
-    char why[512] = "";
-    if (!b->runsc) {
-        snprintf(why, sizeof why, "runsc not found (%s)",
-                 want && *want ? want : "not on PATH; set AIRLOCK_RUNSC");
-    } else {
-        b->ops = &sandbox_gvisor_ops;
-        if (probe_backend(b, state_dir, why, sizeof why) == 0)
-            return b;
-    }
-    if (set->require_gvisor) {
-        snprintf(errbuf, errlen,
-                 "gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: %s; "
-                 "refusing the weaker bubblewrap fallback", why);
-        goto fail;
-    }
-    b->bwrap = find_program(NULL, set->search_path, "bwrap");
-    if (!b->bwrap) {
-        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap (bwrap) not found", why);
-        goto fail;
-    }
-    b->ops = &sandbox_bwrap_ops;
-    char bwhy[512] = "";
-    if (probe_backend(b, state_dir, bwhy, sizeof bwhy) != 0) {
-        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap: %s", why, bwhy);
-        goto fail;
-    }
-    fprintf(stderr, "airlockd: gVisor unavailable (%s); using the weaker bubblewrap sandbox\n",
-            why);
-    return b;
+    if (choose_isolation(b, set, state_dir, errbuf, errlen) == 0)
+        return b;
 fail:
+    fputs(b->notes, stderr); /* the error comes next */
     sandbox_backend_close(b);
     return NULL;
 }
