@@ -237,6 +237,8 @@ out:
     return rc;
 }
 
+static int positive_number(const char *var, double def, double *out, char *err, size_t errlen);
+
 /* "sqlite:<path>" → the path; NULL when unset; -1 on a bad value. */
 static int sqlite_var(const char *var, char **out, char *err, size_t errlen)
 {
@@ -248,6 +250,33 @@ static int sqlite_var(const char *var, char **out, char *err, size_t errlen)
         return failf(err, errlen, "%s: expected sqlite:<path> (the only backend airlockd has), got '%s'", var, s);
     *out = strdup(s + 7);
     return *out ? 0 : failf(err, errlen, "out of memory");
+}
+
+/* The fleet's database URL (it holds a password: read from the environment or a file, never
+ * shown) and the grace of a silent node. The --database flag, when given, was set first. */
+static int load_fleet(config *c, char *err, size_t errlen)
+{
+    const char *url = getenv("SANDBOX_DATABASE_URL"), *file = getenv("SANDBOX_DATABASE_URL_FILE");
+    if (!c->database_url && url && *url && !(c->database_url = strdup(url)))
+        return failf(err, errlen, "out of memory");
+    if (!c->database_url && file && *file) {
+        FILE *f = fopen(file, "r");
+        char buf[4096];
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        if (!f || n == 0)
+            return failf(err, errlen, "SANDBOX_DATABASE_URL_FILE: cannot read %s", file);
+        buf[n] = '\0';
+        c->database_url = trim_dup(buf, n);
+        memset(buf, 0, sizeof buf);
+        if (!c->database_url)
+            return failf(err, errlen, "out of memory");
+    }
+    c->fleet_lost_after = 120;
+    if (c->database_url && positive_number("SANDBOX_FLEET_LOST_AFTER", 120, &c->fleet_lost_after, err, errlen))
+        return -1;
+    return 0;
 }
 
 static int load_stores(config *c, char *err, size_t errlen)
@@ -275,9 +304,9 @@ static int load_stores(config *c, char *err, size_t errlen)
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)admin[i] > 0x7E || (unsigned char)admin[i] < 0x21)
             return failf(err, errlen, "SANDBOX_ADMIN_KEY: must be printable ASCII without spaces");
-    if (!c->keystore_path)
+    if (!c->keystore_path && !c->database_url)
         return failf(err, errlen, "SANDBOX_ADMIN_KEY: the admin API manages self-service keys; "
-                                  "set SANDBOX_KEYSTORE=sqlite:<path> too");
+                                  "set SANDBOX_KEYSTORE=sqlite:<path> (or a fleet's --database) too");
     for (size_t i = 0; i < c->nkeys; i++)
         if (strcmp(c->keys[i].key, admin) == 0)
             return failf(err, errlen, "SANDBOX_ADMIN_KEY: must differ from every tenant key");
@@ -442,9 +471,9 @@ int config_load_env(config *c, char *err, size_t errlen)
         return -1;
     if (key && *key && add_key(c, "default", key, "SANDBOX_API_KEY", err, errlen))
         return -1;
-    if (load_stores(c, err, errlen))
+    if (load_fleet(c, err, errlen) || load_stores(c, err, errlen))
         return -1;
-    if (c->nkeys == 0 && !c->keystore_path)
+    if (c->nkeys == 0 && !c->keystore_path && !c->database_url)
         return failf(err, errlen, "SANDBOX_API_KEYS / SANDBOX_API_KEY: no API key configured; "
                                   "set SANDBOX_API_KEYS=tenant:key[,tenant:key], SANDBOX_API_KEY "
                                   "or SANDBOX_KEYSTORE");
@@ -502,6 +531,11 @@ void config_free(config *c)
     json_decref(c->egress_json);
     free(c->keystore_path);
     free(c->audit_path);
+    if (c->database_url) {
+        memset(c->database_url, 0, strlen(c->database_url));
+        free(c->database_url);
+        c->database_url = NULL;
+    }
     if (c->admin_key) {
         memset(c->admin_key, 0, c->admin_key_len);
         free(c->admin_key);

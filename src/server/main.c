@@ -3,8 +3,10 @@
 
 #include "api/routes.h"
 #include "disk/pool.h"
+#include "fleet/wire.h"
 #include "http/http.h"
 #include "sandbox/guard.h"
+#include "store/pg_schema.h"
 #include "store/state_dir.h"
 
 #include <errno.h>
@@ -108,6 +110,39 @@ static void spares_drop_all(void *ctx)
     warm_drop_spares(((app *)ctx)->warm);
 }
 
+/* Each heartbeat: the sessions' last uses go to the fleet's registry; the load is their count. */
+static int fleet_beat(void *ctx)
+{
+    app *a = ctx;
+    char(*ids)[17] = NULL;
+    double *times = NULL;
+    size_t n = registry_times(a->reg, &ids, &times);
+    fleet_session_touch(a->fleet, n, ids, times);
+    free(ids);
+    free(times);
+    return (int)n;
+}
+
+/* Joins the fleet of cfg->database_url: the schema migrated, the node registered, the
+ * registry's and the limits' shared store wired. 0, or -1 with a message in err. */
+static int join_fleet(app *a, config *cfg, registry_shared *rs, char *err, size_t errlen)
+{
+    if (!(a->db = pg_open(cfg->database_url, 8, err, errlen)) || pg_schema_migrate(a->db, err, errlen) != 0)
+        return -1;
+    char host[256] = "", url[300];
+    if (!cfg->node_id && gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "node");
+    snprintf(url, sizeof url, "http://%s:%u", cfg->listen_host, cfg->port);
+    fleet_opts fo = {.node_id = cfg->node_id ? cfg->node_id : host, .advertise = cfg->advertise ? cfg->advertise : url,
+                     .lost_after = cfg->fleet_lost_after};
+    if (!(a->fleet = fleet_open(a->db, &fo, err, errlen)))
+        return -1;
+    limits_shared ls;
+    fleet_wire(a->fleet, rs, &ls);
+    limits_set_shared(a->lim, &ls);
+    return 0;
+}
+
 static void on_sigpipe(int sig)
 {
     (void)sig;
@@ -126,6 +161,11 @@ static void usage(FILE *f)
           "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then PATH)\n"
           "  --import-base-url URL  where /import downloads archives (default\n"
           "                      $AIRLOCK_IMPORT_BASE_URL, then https://github.com)\n"
+          "  --database URL      join a fleet whose shared state is in this PostgreSQL database\n"
+          "                      (prefer SANDBOX_DATABASE_URL or SANDBOX_DATABASE_URL_FILE: a\n"
+          "                      password on the command line is visible to other users)\n"
+          "  --node-id ID        this node's name in the fleet (default: the host name)\n"
+          "  --advertise URL     how the router reaches this node (default: the listen address)\n"
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
@@ -233,7 +273,9 @@ int main(int argc, char **argv)
         }
         bool known = strcmp(name, "--listen") == 0 || strcmp(name, "--unix") == 0 ||
                      strcmp(name, "--state-dir") == 0 || strcmp(name, "--port-file") == 0 ||
-                     strcmp(name, "--runsc") == 0 || strcmp(name, "--import-base-url") == 0;
+                     strcmp(name, "--runsc") == 0 || strcmp(name, "--import-base-url") == 0 ||
+                     strcmp(name, "--database") == 0 || strcmp(name, "--node-id") == 0 ||
+                     strcmp(name, "--advertise") == 0;
         if (!known) {
             fprintf(stderr, "airlockd: unknown option '%s'\n", a);
             usage(stderr);
@@ -259,6 +301,15 @@ int main(int argc, char **argv)
             cfg.port_file = val;
         } else if (strcmp(name, "--import-base-url") == 0) {
             cfg.import_base_url = val;
+        } else if (strcmp(name, "--database") == 0) {
+            free(cfg.database_url);
+            cfg.database_url = strdup(val);
+            /* the URL may hold a password: blanked in our command line (ps) once copied */
+            memset((char *)val, '*', strlen(val));
+        } else if (strcmp(name, "--node-id") == 0) {
+            cfg.node_id = val;
+        } else if (strcmp(name, "--advertise") == 0) {
+            cfg.advertise = val;
         } else {
             cfg.runsc = val;
         }
@@ -346,10 +397,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
     }
+    registry_shared rs;
+    if (cfg.database_url && join_fleet(&a, &cfg, &rs, err, sizeof err) != 0) {
+        fprintf(stderr, "airlockd: fleet: %s\n", err);
+        goto out;
+    }
     /* after the sandbox backend removed the predecessor's sandboxes, which held workspaces */
     registry_opts ro = {.state_dir = state, .ttl = cfg.session_ttl, .quota_bytes = cfg.quota_bytes,
                         .state_file = cfg.session_state_off ? NULL : cfg.session_state ? cfg.session_state : state_file,
-                        .tenants = a.tenants, .disk = disk};
+                        .tenants = a.tenants, .disk = disk, .id_slot = a.fleet ? fleet_slot(a.fleet) : 0,
+                        .shared = a.fleet ? &rs : NULL};
     if (!(a.reg = registry_new(&ro, err, sizeof err))) {
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;
@@ -386,6 +443,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "airlockd: cannot start the session reaper\n");
         goto out;
     }
+    if (a.fleet) {
+        char url[300];
+        snprintf(url, sizeof url, "http://%s:%u", cfg.listen_host, http_port(srv));
+        if ((!cfg.advertise && fleet_set_url(a.fleet, url) != 0) || fleet_start(a.fleet, fleet_beat, &a) != 0) {
+            fprintf(stderr, "airlockd: fleet: cannot advertise this node\n");
+            goto out;
+        }
+    }
     if (cfg.port_file && write_port_file(cfg.port_file, http_port(srv)) != 0) {
         fprintf(stderr, "airlockd: --port-file %s: %s\n", cfg.port_file, strerror(errno));
         goto out;
@@ -404,6 +469,7 @@ int main(int argc, char **argv)
     /* spares are no session's: their sandboxes and disks go; sessions are saved and their
      * disks unmounted (those still in use once their request ends) */
     warm_drop_spares(a.warm);
+    fleet_stop(a.fleet); /* no heartbeat reads the registry any more */
     registry_shutdown(a.reg);
     if (!stopped) {
         /* a handler is still inside a command or a download: freeing what it uses would be
@@ -420,6 +486,7 @@ out:
     if (srv && !http_stop(srv))
         _exit(status);
     warm_drop_spares(a.warm); /* their disks are the registry's */
+    fleet_stop(a.fleet);
     registry_free(a.reg);     /* before egress: removing sessions tells egress */
     a.reg = NULL;
     warm_free(a.warm);        /* after the sessions, whose removal forgets their sandboxes */
@@ -430,6 +497,8 @@ out:
     tenants_free(a.tenants);
     audit_close(a.audit);
     keystore_close(a.keys);
+    fleet_close(a.fleet);     /* after the registry, which releases sessions in it */
+    pg_close(a.db);
     if (a.sb)
         sandbox_backend_close(a.sb);
     if (cfg.port_file && status == 0)

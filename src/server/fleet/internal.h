@@ -1,0 +1,24 @@
+/* The fleet handle's fields, shared by fleet/nodes.c, registry.c and counters.c. */
+#ifndef AIRLOCKD_FLEET_INTERNAL_H
+#define AIRLOCKD_FLEET_INTERNAL_H
+
+#include "fleet/fleet.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct fleet {
+    pg_pool *db;
+    char *id, *url;
+    int slot;
+    double lost_after;
+    atomic_bool accepting;   /* active, as of the last heartbeat that reached the database */
+    fleet_load_fn load;
+    void *load_ctx;
+    pthread_t beater;
+    bool beating, stopping, locks_ready;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+};
+
+#endif
