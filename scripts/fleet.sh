@@ -10,6 +10,8 @@
 #   scripts/fleet.sh router DIR           writes HAProxy's configuration again from the nodes
 #                                         table and reloads it (after a node joined or left)
 #   scripts/fleet.sh start-node DIR ID    starts node ID again on its state directory
+#   scripts/fleet.sh db-stop DIR / db-start DIR
+#                                         stops / starts the fleet's PostgreSQL (outage tests)
 #   scripts/fleet.sh exec [--nodes N] -- CMD...
 #                                         a fresh fleet in a temporary DIR, CMD run with
 #                                         SANDBOX_API_URL (the router) and SANDBOX_API_KEY set,
@@ -67,6 +69,16 @@ wait_gone() { # pid seconds
   return 1
 }
 
+# Starts the cluster of DIR/pg on the port in DIR/pg/port.
+pg_start() {
+  local dir=$1
+  # a test cluster: durability traded for speed on a shared machine (docs/fleet.md)
+  as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 30 start \
+    -o "-c listen_addresses=127.0.0.1 -c port=$(cat "$dir/pg/port") -c unix_socket_directories=$dir/pg/sock \
+        -c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+        -c shared_buffers=32MB" > /dev/null
+}
+
 start_postgres() {
   local dir=$1 port password
   mkdir -p "$dir/pg"
@@ -90,13 +102,7 @@ start_postgres() {
   for tries in 1 2 3; do
     port=$(free_port)
     echo "$port" > "$dir/pg/port"
-    # a test cluster: durability traded for speed on a shared machine (docs/fleet.md)
-    if as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 30 start \
-      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$dir/pg/sock \
-          -c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-          -c shared_buffers=32MB" > /dev/null; then
-      break
-    fi
+    pg_start "$dir" && break
     [ "$tries" -eq 3 ] && { cat "$dir/pg/postgres.log" >&2; die "PostgreSQL did not start"; }
   done
   printf '127.0.0.1:%s:*:airlock:%s\n' "$port" "$password" > "$dir/pg/pgpass"
@@ -107,11 +113,13 @@ start_postgres() {
 }
 
 start_node() { # dir id index
-  local dir=$1 id=$2 i=$3 nd="$dir/nodes/$2"
+  local dir=$1 id=$2 i=$3 nd="$dir/nodes/$2" port=0
   mkdir -p "$nd"
+  # a node started again keeps its address, so the router's configuration stays right
+  [ -s "$nd/port" ] && port=$(cat "$nd/port")
   rm -f "$nd/port"
   SANDBOX_DATABASE_URL_FILE="$dir/database.url" SANDBOX_FLEET_LOST_AFTER=$FLEET_LOST_AFTER \
-    setsid "$AIRLOCKD" --listen "127.0.0.$((i + 1)):0" --state-dir "$nd/state" --port-file "$nd/port" \
+    setsid "$AIRLOCKD" --listen "127.0.0.$((i + 1)):$port" --state-dir "$nd/state" --port-file "$nd/port" \
     --node-id "$id" < /dev/null >> "$nd/log" 2>&1 &
   echo $! > "$nd/pid"
   echo "127.0.0.$((i + 1))" > "$nd/host"
@@ -270,6 +278,25 @@ stop_nodes() {
   done
 }
 
+# What a killed node left on the host under DIR/nodes (workspace mounts, loop devices): a node
+# that runs again takes it over; `down` releases it, deepest mount first.
+release_host_objects() {
+  local prefix="$1/nodes/" mp dev back i
+  for i in 1 2 3 4; do
+    local left=0
+    while read -r mp; do
+      umount -l "$mp" 2>/dev/null || true
+      left=1
+    done < <(awk -v p="$prefix" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+    for dev in /sys/block/loop*; do
+      back=$(cat "$dev/loop/backing_file" 2>/dev/null || true)
+      case "$back" in "$prefix"*) losetup -d "/dev/${dev##*/}" 2>/dev/null || true; left=1 ;; esac
+    done
+    [ "$left" -eq 0 ] && return 0
+    sleep 0.1
+  done
+}
+
 stop_router() {
   local hd="$1/haproxy" pid
   pid=$(cat "$hd/haproxy.pid" 2>/dev/null || true)
@@ -292,6 +319,7 @@ cmd_down() {
   dir=$(cd "$dir" && pwd)
   stop_router "$dir"
   stop_nodes "$dir"
+  release_host_objects "$dir"
   stop_postgres "$dir"
 }
 
@@ -353,7 +381,7 @@ cmd_exec() {
 }
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -374,6 +402,12 @@ case "$cmd" in
   down) [ $# -eq 1 ] || usage; cmd_down "$1" ;;
   router) [ $# -eq 1 ] || usage; cmd_router "$1" ;;
   start-node) [ $# -eq 2 ] || usage; cmd_start_node "$1" "$2" ;;
+  db-stop) [ $# -eq 1 ] || usage; stop_postgres "$(cd "$1" && pwd)" ;;
+  db-start)
+    [ $# -eq 1 ] || usage
+    d=$(cd "$1" && pwd)
+    pg_start "$d" || die "PostgreSQL did not start"
+    write_fleet_json "$d" ;;
   exec)
     nodes=3
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do

@@ -123,6 +123,14 @@ static int fleet_beat(void *ctx)
     return (int)n;
 }
 
+/* A session the fleet declared lost while this node was away goes (its files with it). */
+static void fleet_lost(void *ctx, const char *session_id)
+{
+    app *a = ctx;
+    if (registry_forget(a->reg, session_id))
+        fprintf(stderr, "airlockd: session %s was declared lost while this node was away; removed\n", session_id);
+}
+
 /* Joins the fleet of cfg->database_url: the schema migrated, the node registered, the
  * registry's and the limits' shared store wired. 0, or -1 with a message in err. */
 static int join_fleet(app *a, config *cfg, registry_shared *rs, char *err, size_t errlen)
@@ -140,6 +148,14 @@ static int join_fleet(app *a, config *cfg, registry_shared *rs, char *err, size_
     limits_shared ls;
     fleet_wire(a->fleet, rs, &ls);
     limits_set_shared(a->lim, &ls);
+    /* the fleet's keys are in its database (a SANDBOX_KEYSTORE file would be this node's alone) */
+    if (cfg->keystore_path)
+        fprintf(stderr, "airlockd: fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database\n");
+    keystore_close(a->keys);
+    if (!(a->keys = keystore_open_pg(a->db))) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     return 0;
 }
 
@@ -446,7 +462,7 @@ int main(int argc, char **argv)
     if (a.fleet) {
         char url[300];
         snprintf(url, sizeof url, "http://%s:%u", cfg.listen_host, http_port(srv));
-        if ((!cfg.advertise && fleet_set_url(a.fleet, url) != 0) || fleet_start(a.fleet, fleet_beat, &a) != 0) {
+        if ((!cfg.advertise && fleet_set_url(a.fleet, url) != 0) || fleet_start(a.fleet, fleet_beat, fleet_lost, &a) != 0) {
             fprintf(stderr, "airlockd: fleet: cannot advertise this node\n");
             goto out;
         }

@@ -32,19 +32,23 @@ void api_fleet_accepting(app *a, http_request *r, const api_call *c)
 
 bool fleet_answer_elsewhere(app *a, http_request *r, const char *id, size_t tenant)
 {
-    if (!a->fleet || fleet_slot_of(id) == fleet_slot(a->fleet))
-        return false; /* this node's own: its registry's answer stands */
+    if (!a->fleet || fleet_slot_of(id) < 0)
+        return false;
+    bool own = fleet_slot_of(id) == fleet_slot(a->fleet);
     char node[128] = "", msg[400], retry[16];
     int grace = (int)fleet_lost_after(a->fleet);
-    switch (fleet_session_where(a->fleet, id, tenants_get(a->tenants, tenant)->name, node, sizeof node)) {
-    case FLEET_WHERE_NONE:
+    fleet_where w = fleet_session_where(a->fleet, id, tenants_get(a->tenants, tenant)->name, node, sizeof node);
+    /* an id of this node's that it does not hold: gone (404), or lost while it was away (410) */
+    if (w == FLEET_WHERE_NONE || (own && w != FLEET_WHERE_LOST))
         return false;
+    switch (w) {
     case FLEET_WHERE_FORBIDDEN:
         http_send_detail(r, 403, "Forbidden: Access denied to this session");
         return true;
     case FLEET_WHERE_WAIT:
-        snprintf(msg, sizeof msg, "Session %s lives on node '%s', which is not answering; retry shortly "
-                                  "(it is declared lost after %d s without a heartbeat).", id, node, grace);
+        snprintf(msg, sizeof msg, "Session %s lives on node '%s', which this request could not reach; retry "
+                                  "shortly (a node silent for %d s is declared lost with its sessions).", id, node,
+                 grace);
         snprintf(retry, sizeof retry, "%d", 2);
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", msg), "retry-after", retry);
         return true;

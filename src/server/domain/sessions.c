@@ -607,6 +607,19 @@ session_result registry_delete(registry *r, const char *id, size_t tenant)
     return rc;
 }
 
+bool registry_forget(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    session *s = find_locked(r, id);
+    bool destroy = s && unlink_locked(r, s);
+    pthread_mutex_unlock(&r->mu);
+    if (s)
+        save(r);
+    if (destroy)
+        session_destroy(r, s);
+    return s != NULL;
+}
+
 session_info *registry_list(registry *r, size_t tenant, size_t *n)
 {
     *n = 0;

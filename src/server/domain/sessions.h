@@ -132,6 +132,10 @@ void registry_release(registry *r, session *s);
  * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
 session_result registry_delete(registry *r, const char *id, size_t tenant);
 
+/* Removes session id whoever its tenant (a fleet declared it lost while this node was away):
+ * true when it was here. */
+bool registry_forget(registry *r, const char *id);
+
 /* What a session list shows of one session. */
 typedef struct {
     char id[17];

@@ -20,13 +20,17 @@ typedef struct {
     int capacity;          /* sessions it takes at most (0: no cap of its own) */
 } fleet_opts;
 
-/* What this node reports with each heartbeat. */
+/* What this node reports with each heartbeat (it may call fleet_session_touch). */
 typedef int (*fleet_load_fn)(void *ctx);
+/* Told, at start and after the node was declared dead, each of its sessions the fleet
+ * declared lost meanwhile: the node must drop it (its slot was freed, its id answers 410). */
+typedef void (*fleet_lost_fn)(void *ctx, const char *session_id);
 
 /* Registers the node (its slot assigned on its first start). NULL with a message in err. */
 fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen);
-/* Starts the heartbeat thread; load(ctx) is the number of sessions it holds. */
-int fleet_start(fleet *f, fleet_load_fn load, void *ctx);
+/* Drops the sessions declared lost (lost), then starts the heartbeat thread; load(ctx) is
+ * the number of sessions it holds. */
+int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx);
 /* The advertised URL once the listening port is known; 0 or -1. */
 int fleet_set_url(fleet *f, const char *url);
 /* Stops the heartbeat (NULL: nothing); fleet_close then frees. */

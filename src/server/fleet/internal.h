@@ -14,6 +14,7 @@ struct fleet {
     double lost_after;
     atomic_bool accepting;   /* active, as of the last heartbeat that reached the database */
     fleet_load_fn load;
+    fleet_lost_fn lost;
     void *load_ctx;
     pthread_t beater;
     bool beating, stopping, locks_ready;

@@ -39,6 +39,16 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     return f;
 }
 
+/* This node's sessions the fleet declared lost: dropped here too. */
+static void drop_lost(fleet *f)
+{
+    const char *p[] = {f->id};
+    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'lost'", 1, p);
+    for (int i = 0; res && f->lost && i < PQntuples(res); i++)
+        f->lost(f->load_ctx, PQgetvalue(res, i, 0));
+    PQclear(res);
+}
+
 static void beat(fleet *f)
 {
     int load = f->load ? f->load(f->load_ctx) : 0;
@@ -54,6 +64,7 @@ static void beat(fleet *f)
         const char *rp[] = {f->id, f->url, "0"};
         free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
         fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
+        drop_lost(f);
     }
     atomic_store(&f->accepting, active);
     free(state);
@@ -77,10 +88,12 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-int fleet_start(fleet *f, fleet_load_fn load, void *ctx)
+int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx)
 {
     f->load = load;
+    f->lost = lost;
     f->load_ctx = ctx;
+    drop_lost(f);
     if (pthread_create(&f->beater, NULL, heartbeat_main, f) != 0)
         return -1;
     f->beating = true;

@@ -38,7 +38,8 @@ void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, doub
 void fleet_session_release(fleet *f, const char *id)
 {
     const char *p[] = {id, f->id};
-    PQclear(pg_query(f->db, "DELETE FROM sessions WHERE id = $1 AND node = $2", 2, p));
+    /* a lost session's row stays: its id answers 410 until the row is pruned */
+    PQclear(pg_query(f->db, "DELETE FROM sessions WHERE id = $1 AND node = $2 AND state = 'active'", 2, p));
 }
 
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times)
