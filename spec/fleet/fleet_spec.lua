@@ -200,6 +200,36 @@ describe("a 3-node fleet", function()
     end
   end)
 
+  -- the audit entries of command, from any node (polled: each node ships its outbox every second)
+  local function audited(command)
+    local n = 0
+    local res = http.request(f.router, "GET", "/v1/audit?limit=500", { key = KEY })
+    assert.are.equal(200, res.status, res.body)
+    for _, e in ipairs(res.json.entries) do if e.command == command then n = n + 1 end end
+    return n
+  end
+
+  it("keeps one audit log of every node's commands", function()
+    local by_slot = nodes()
+    local on = {}
+    for i = 1, 6 do
+      local s = http.create(f.router, KEY).json.session_id
+      on[by_slot[s:sub(5, 6)].id] = true
+      assert.are.equal(200, http.exec(f.router, KEY, s, "echo audited " .. i).status)
+      http.delete(f.router, KEY, s)
+    end
+    for _, n in ipairs(f.info.nodes) do assert.is_true(on[n.id], n.id) end
+    for i = 1, 6 do
+      assert.is_true(proc.wait_until(10, function() return audited("echo audited " .. i) == 1 end), i)
+    end
+    -- the same answer from every node
+    for _, n in ipairs(f.info.nodes) do
+      local res = http.request({ url = n.url }, "GET", "/v1/audit?limit=2", { key = KEY })
+      assert.are.equal(2, #res.json.entries)
+      assert.is_string(res.json.next)
+    end
+  end)
+
   it("runs the Lua SDK's quick start through the router", function()
     local root = proc.repo_root()
     local cmd = string.format("cd %s && SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s examples/quickstart.lua 2>&1",
@@ -221,6 +251,10 @@ describe("a 3-node fleet", function()
     assert.is_true(ok, out)
     fleet.reload(f)
     assert.is_true(proc.wait_until(20, function() return http.create(f.router, KEY).status == 201 end))
+    -- the command run during the outage reaches the audit log once, with what follows it
+    assert.are.equal(200, http.exec(f.router, KEY, s, "echo after the outage").status)
+    assert.is_true(proc.wait_until(10, function() return audited("echo after the outage") == 1 end))
+    assert.are.equal(1, audited("echo still here"))
     local list = http.request(f.router, "GET", "/v1/sessions", { key = KEY })
     for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
   end)

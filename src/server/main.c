@@ -120,6 +120,7 @@ static int fleet_beat(void *ctx)
     fleet_session_touch(a->fleet, n, ids, times);
     free(ids);
     free(times);
+    fleet_audit_ship(a->fleet, a->audit);
     return (int)n;
 }
 
@@ -369,6 +370,12 @@ int main(int argc, char **argv)
     const char *cg_root = sandbox_backend_cgroup_root(a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, lock_fd, err, sizeof err) != 0)
         fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", err);
+    /* a fleet node always keeps an audit outbox of its own (shipped to the database) */
+    if (cfg.database_url && !cfg.audit_path && asprintf(&cfg.audit_path, "%s/audit.db", state) < 0) {
+        cfg.audit_path = NULL;
+        fprintf(stderr, "airlockd: out of memory\n");
+        goto out;
+    }
     if (cfg.audit_path && !(a.audit = audit_open(cfg.audit_path, cfg.audit_retention_days, err, sizeof err))) {
         fprintf(stderr, "airlockd: %s\n", err);
         goto out;

@@ -5,6 +5,7 @@
 #ifndef AIRLOCKD_FLEET_H
 #define AIRLOCKD_FLEET_H
 
+#include "store/audit.h"
 #include "store/pg.h"
 
 #include <jansson.h>
@@ -87,5 +88,13 @@ int fleet_command_begin(fleet *f, const char *tenant, int max);
 void fleet_command_end(fleet *f, const char *tenant);
 /* The tenant's commands running on every node, or -1. */
 long fleet_commands_running(fleet *f, const char *tenant);
+
+/* ---- the audit log (fleet/audit.c) ---- */
+
+/* Ships what is new in this node's audit outbox to the database (each heartbeat). */
+void fleet_audit_ship(fleet *f, audit_store *store);
+/* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
+int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
+                      json_t **entries, char **next);
 
 #endif

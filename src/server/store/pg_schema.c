@@ -146,6 +146,26 @@ static const char *const MIGRATIONS[] = {
     "  UPDATE api_keys SET revoked_at = airlock_now() WHERE key_id = p_id AND revoked_at IS NULL;"
     "  RETURN 0;"
     " END $$;",
+    /* 2: the audit log of every node, shipped from each node's outbox (written once: a row's
+     * key is its node's) */
+    "CREATE TABLE audit ("
+    " tenant_id text NOT NULL,"
+    " node text NOT NULL,"
+    " sk text COLLATE \"C\" NOT NULL," /* compared byte by byte, as the cursor is */
+    " ts_us bigint NOT NULL,"
+    " session_id text,"
+    " actor text,"
+    " kind text,"
+    " command text,"
+    " truncated boolean NOT NULL,"
+    " exit_code integer,"
+    " duration_s double precision,"
+    " timed_out boolean NOT NULL,"
+    " oom_killed boolean NOT NULL,"
+    " detail text,"
+    " PRIMARY KEY (tenant_id, node, sk));"
+    "CREATE INDEX audit_tenant_sk ON audit (tenant_id, sk DESC);"
+    "CREATE INDEX audit_ts ON audit (ts_us);",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
