@@ -259,6 +259,39 @@ describe("a 3-node fleet", function()
     for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
   end)
 
+  it("drains a node: it takes no new session, and is drained once its sessions end", function()
+    local by_slot = nodes()
+    local kept
+    repeat -- a session on node2 that outlives the drain
+      local s = http.create(f.router, KEY).json.session_id
+      if by_slot[s:sub(5, 6)].id == "node2" then kept = s else http.delete(f.router, KEY, s) end
+    until kept
+    local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
+    assert.are.equal(200, res.status, res.body)
+    assert.are.equal("draining", res.json.state)
+    assert.are.equal(404, http.request(f.router, "POST", "/v1/admin/nodes/nope/drain", { key = ADMIN }).status)
+    assert.is_true(proc.wait_until(5, function()
+      return http.request({ url = f.nodes.node2.url }, "GET", "/v1/fleet/accepting").status == 503
+    end))
+    -- a create the draining node refuses is retried by HAProxy on another node
+    local made = {}
+    for i = 1, 6 do
+      local c = http.create(f.router, KEY)
+      assert.are.equal(201, c.status, c.body)
+      assert.are_not.equal("node2", by_slot[c.json.session_id:sub(5, 6)].id)
+      made[i] = c.json.session_id
+    end
+    assert.are.equal(503, http.create({ url = f.nodes.node2.url }, KEY).status)
+    -- its session keeps working until it ends; then the node is drained
+    assert.are.equal(200, http.exec(f.router, KEY, kept, "true").status)
+    assert.are.equal(200, http.delete(f.router, KEY, kept).status)
+    assert.is_true(proc.wait_until(5, function()
+      local _, b = nodes()
+      return b.node2.state == "drained"
+    end))
+    for _, s in ipairs(made) do http.delete(f.router, KEY, s) end
+  end)
+
   it("answers 503 naming a killed node's sessions, then 410 lost, freeing the tenant's slots", function()
     local by_slot, by_id = nodes()
     local victim = by_id.node3

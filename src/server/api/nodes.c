@@ -19,6 +19,21 @@ void api_admin_nodes(app *a, http_request *r, const api_call *c)
                               "retry-after", "2");
 }
 
+void api_admin_node_drain(app *a, http_request *r, const api_call *c)
+{
+    json_t *row = NULL;
+    int rc = a->fleet ? fleet_drain(a->fleet, c->param, &row) : 1;
+    if (!a->fleet)
+        http_send_detail(r, 404, "This server is not part of a fleet (no --database).");
+    else if (rc == 0)
+        http_send_json(r, 200, row);
+    else if (rc == 1)
+        send_detail_with(r, 404, "No node '%s'.", c->param);
+    else
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The fleet's database cannot be reached."),
+                              "retry-after", "2");
+}
+
 void api_fleet_accepting(app *a, http_request *r, const api_call *c)
 {
     (void)c;

@@ -120,6 +120,12 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         return;
     }
     json_decref(refused);
+    if (a->fleet && !fleet_accepting(a->fleet)) { /* draining, or no database: another node takes it */
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "This node takes no new sessions now "
+                                                "(draining, or its database cannot be reached); retry shortly."),
+                              "retry-after", "2");
+        return;
+    }
     session *s = NULL;
     int open_now = 0;
     session_result rc = registry_create(a->reg, c->tenant, t->max_sessions, expanded, &s, &open_now);

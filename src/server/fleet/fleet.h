@@ -51,6 +51,11 @@ bool fleet_accepting(fleet *f);
  * heartbeat; NULL when the database cannot be read. */
 json_t *fleet_nodes(fleet *f);
 
+/* POST /v1/admin/nodes/{id}/drain: the node takes no new session from now on (it becomes
+ * `drained` once its sessions have ended; starting it again makes it active). The node's row
+ * after the change in *row; 0, 1 no such node, -1 unreachable. */
+int fleet_drain(fleet *f, const char *node_id, json_t **row);
+
 /* ---- sessions (fleet/registry.c) ---- */
 
 /* A new session id of tenant against max: 0 registered, 1 refused with *open_now (the

@@ -199,3 +199,18 @@ json_t *fleet_nodes(fleet *f)
     PQclear(res);
     return arr;
 }
+
+int fleet_drain(fleet *f, const char *node_id, json_t **row)
+{
+    *row = NULL;
+    const char *p[] = {node_id};
+    PGresult *res = pg_query(f->db, "UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END"
+                                    " WHERE id = $1 RETURNING id, state", 1, p);
+    if (!res)
+        return -1;
+    int rc = PQntuples(res) == 1 ? 0 : 1;
+    if (rc == 0)
+        *row = json_pack("{s:s,s:s}", "id", PQgetvalue(res, 0, 0), "state", PQgetvalue(res, 0, 1));
+    PQclear(res);
+    return rc;
+}

@@ -78,6 +78,10 @@ static const char *const MIGRATIONS[] = {
     "CREATE FUNCTION airlock_node_heartbeat(p_id text, p_load integer, p_grace double precision) RETURNS text"
     " LANGUAGE plpgsql AS $$ DECLARE st text; BEGIN"
     "  UPDATE nodes SET heartbeat = now(), load = p_load WHERE id = p_id RETURNING state INTO st;"
+    /* a draining node whose sessions have all ended is drained */
+    "  UPDATE nodes SET state = 'drained' WHERE id = p_id AND state = 'draining' AND NOT EXISTS"
+    "   (SELECT 1 FROM sessions WHERE node = p_id AND state = 'active') RETURNING state INTO st;"
+    "  IF st IS NULL THEN SELECT state INTO st FROM nodes WHERE id = p_id; END IF;"
     "  WITH dead AS (UPDATE nodes SET state = 'dead' WHERE state <> 'dead'"
     "                 AND heartbeat < now() - make_interval(secs => p_grace) RETURNING id),"
     "   lost AS (UPDATE sessions SET state = 'lost', lost_at = now()"
