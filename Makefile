@@ -193,6 +193,9 @@ valgrind-test: build
 #   sandboxes booted ahead, and under a bare `runsc run`; the host memory of a waiting sandbox.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
+# fleet: a 3-node fleet (scripts/fleet.sh): router overhead (exec true, a small read) via HAProxy
+#   vs straight to the node, the spread of creates, exact max_sessions under 300 parallel creates,
+#   what creates see after kill -9 of a node.
 # stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 bench: build luajit-core
@@ -212,6 +215,7 @@ bench: build luajit-core
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua
+	$(LUA) bench/fleet.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -9,6 +9,7 @@ local cjson = require "cjson"
 local socket = require "socket"
 local fleet = require "support.fleet"
 local stats = require "stats"
+local harness = require "harness"
 
 local CREATES = tonumber(os.getenv("FLEET_BENCH_CREATES") or "60")
 local PARALLEL = tonumber(os.getenv("FLEET_BENCH_PARALLEL") or "300")
@@ -18,9 +19,7 @@ local KEY = "bench-key-" .. string.rep("a", 24)
 local LIMITED = "bench-limited-" .. string.rep("b", 20)
 local ADMIN = "bench-admin-" .. string.rep("c", 30)
 
-local function check(cond, msg)
-  if not cond then error(msg, 2) end
-end
+local check, timed = harness.check, harness.timed
 
 -- One request on a new connection (as a client without keep-alive): status, decoded body.
 local function call(url, method, path, key, body)
@@ -40,12 +39,6 @@ local function call(url, method, path, key, body)
   local status = tonumber((raw or ""):match("^HTTP/1%.%d (%d+)"))
   local ok, decoded = pcall(cjson.decode, (raw or ""):match("\r\n\r\n(.*)$") or "")
   return status, ok and decoded or nil
-end
-
-local function timed(fn)
-  local t0 = socket.gettime()
-  fn()
-  return (socket.gettime() - t0) * 1000
 end
 
 local f = fleet.up{ nodes = 3, env = {

@@ -44,12 +44,7 @@ local function loadavg()
   return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
 end
 
-
-local function timed(fn)
-  local t0 = socket.gettime()
-  fn()
-  return (socket.gettime() - t0) * 1000
-end
+local timed = harness.timed
 
 local LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000,"max_concurrent_exec":8}}'
 local warm = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) }, env = { SANDBOX_TENANT_LIMITS = LIMITS } })

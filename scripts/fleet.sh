@@ -160,6 +160,7 @@ global
 defaults
     mode http
     timeout connect 2s
+    timeout check 1s
     timeout client 120s
     timeout server 120s
     timeout http-request 10s
@@ -356,6 +357,7 @@ cmd_router() {
   pid=$(cat "$dir/haproxy/haproxy.pid")
   # a soft reload: the old process finishes its connections, the new one takes the listener
   "$HAPROXY" -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" -sf "$pid"
+  write_fleet_json "$dir"
 }
 
 cmd_start_node() {

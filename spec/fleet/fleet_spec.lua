@@ -343,6 +343,53 @@ describe("a 3-node fleet", function()
     for _, s in ipairs(created) do http.delete(f.router, KEY, s) end
   end)
 
+  it("keeps every route when the router is reloaded", function()
+    local ids = {}
+    for i = 1, 4 do
+      ids[i] = http.create(f.router, KEY).json.session_id
+      assert.are.equal(200, http.write(f.router, KEY, ids[i], "keep.txt", "kept " .. i).status)
+    end
+    local before = f.info.haproxy.pid
+    local ok, out = fleet.sh(f.env, { "router", f.dir })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.are_not.equal(before, f.info.haproxy.pid)
+    assert.is_true(proc.wait_until(10, function() return not proc.alive(before) end))
+    for i, id in ipairs(ids) do
+      assert.are.equal("kept " .. i, http.read(f.router, KEY, id, "keep.txt").json.content)
+      assert.are.equal(200, http.delete(f.router, KEY, id).status)
+    end
+  end)
+
+  it("declares a stopped (SIGSTOP) node's sessions lost, and the node drops them on SIGCONT", function()
+    local by_slot = nodes()
+    local s
+    repeat
+      s = http.create(f.router, KEY).json.session_id
+      if by_slot[s:sub(5, 6)].id ~= "node1" then http.delete(f.router, KEY, s); s = nil end
+    until s
+    local pid = f.nodes.node1.pid
+    assert.is_true(proc.succeeded(os.execute("kill -STOP " .. pid)))
+    local ok, err = pcall(function()
+      -- a request may hang on the stopped node until HAProxy's checks take it out: short tries
+      local answer
+      assert.is_true(proc.wait_until(LOST_AFTER + 20, function()
+        local tried, res = pcall(http.request, f.router, "GET", "/v1/sessions/" .. s .. "/read?path=x",
+          { key = KEY, max_time = 3 })
+        answer = tried and res or answer
+        return tried and res.status == 410
+      end), answer and answer.body)
+      assert.matches("lost with its node 'node1'", answer.json.detail, 1, true)
+    end)
+    os.execute("kill -CONT " .. pid)
+    assert.is_true(ok, err)
+    assert.is_true(proc.wait_until(10, function()
+      local _, b = nodes()
+      return b.node1.state == "active"
+    end))
+    assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
+  end)
+
   it("leaves nothing running after down", function()
     local pids = fleet.pids(f)
     fleet.down(f)

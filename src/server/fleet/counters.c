@@ -49,9 +49,5 @@ void fleet_command_end(fleet *f, const char *tenant)
 
 long fleet_commands_running(fleet *f, const char *tenant)
 {
-    const char *p[] = {tenant};
-    char *v = pg_value(f->db, "SELECT count(*) FROM commands WHERE tenant = $1", 1, p);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
+    return fleet_count(f, "SELECT count(*) FROM commands WHERE tenant = $1", tenant);
 }

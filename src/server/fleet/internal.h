@@ -22,4 +22,7 @@ struct fleet {
     pthread_cond_t cond;
 };
 
+/* The number a statement counts for tenant ($1), or -1 when the database cannot be read. */
+long fleet_count(fleet *f, const char *sql, const char *tenant);
+
 #endif

@@ -214,3 +214,12 @@ int fleet_drain(fleet *f, const char *node_id, json_t **row)
     PQclear(res);
     return rc;
 }
+
+long fleet_count(fleet *f, const char *sql, const char *tenant)
+{
+    const char *p[] = {tenant};
+    char *v = pg_value(f->db, sql, 1, p);
+    long n = v ? atol(v) : -1;
+    free(v);
+    return n;
+}

@@ -108,9 +108,5 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
 
 long fleet_session_count(fleet *f, const char *tenant)
 {
-    const char *p[] = {tenant};
-    char *v = pg_value(f->db, "SELECT count(*) FROM sessions WHERE tenant = $1 AND state = 'active'", 1, p);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
+    return fleet_count(f, "SELECT count(*) FROM sessions WHERE tenant = $1 AND state = 'active'", tenant);
 }

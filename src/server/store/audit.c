@@ -202,24 +202,31 @@ static json_t *column_text(sqlite3_stmt *st, int i)
     return v;
 }
 
+/* The fields of an entry from session_id on, at column first (then actor, kind, command,
+ * truncated, exit_code, duration_s, timed_out, oom_killed, detail). */
+static void set_fields(json_t *o, sqlite3_stmt *st, int first)
+{
+    json_object_set_new(o, "session_id", column_text(st, first));
+    json_object_set_new(o, "actor", column_text(st, first + 1));
+    json_object_set_new(o, "kind", column_text(st, first + 2));
+    json_object_set_new(o, "command", column_text(st, first + 3));
+    json_object_set_new(o, "truncated", json_boolean(sqlite3_column_int(st, first + 4)));
+    json_object_set_new(o, "exit_code", sqlite3_column_type(st, first + 5) == SQLITE_NULL
+                                            ? json_null()
+                                            : json_integer(sqlite3_column_int64(st, first + 5)));
+    json_object_set_new(o, "duration_s", sqlite3_column_type(st, first + 6) == SQLITE_NULL
+                                             ? json_null()
+                                             : json_real(sqlite3_column_double(st, first + 6)));
+    json_object_set_new(o, "timed_out", json_boolean(sqlite3_column_int(st, first + 7)));
+    json_object_set_new(o, "oom_killed", json_boolean(sqlite3_column_int(st, first + 8)));
+    json_object_set_new(o, "detail", column_text(st, first + 9));
+}
+
 static json_t *row_entry(sqlite3_stmt *st)
 {
     json_t *o = json_object();
     json_object_set_new(o, "ts", json_real((double)sqlite3_column_int64(st, 1) / 1e6));
-    json_object_set_new(o, "session_id", column_text(st, 2));
-    json_object_set_new(o, "actor", column_text(st, 3));
-    json_object_set_new(o, "kind", column_text(st, 4));
-    json_object_set_new(o, "command", column_text(st, 5));
-    json_object_set_new(o, "truncated", json_boolean(sqlite3_column_int(st, 6)));
-    json_object_set_new(o, "exit_code", sqlite3_column_type(st, 7) == SQLITE_NULL
-                                            ? json_null()
-                                            : json_integer(sqlite3_column_int64(st, 7)));
-    json_object_set_new(o, "duration_s", sqlite3_column_type(st, 8) == SQLITE_NULL
-                                             ? json_null()
-                                             : json_real(sqlite3_column_double(st, 8)));
-    json_object_set_new(o, "timed_out", json_boolean(sqlite3_column_int(st, 9)));
-    json_object_set_new(o, "oom_killed", json_boolean(sqlite3_column_int(st, 10)));
-    json_object_set_new(o, "detail", column_text(st, 11));
+    set_fields(o, st, 2);
     return o;
 }
 
@@ -303,20 +310,7 @@ int audit_outbox_read(audit_store *s, int limit, json_t **rows)
             json_object_set_new(o, "tenant_id", column_text(st, 0));
             json_object_set_new(o, "sk", column_text(st, 1));
             json_object_set_new(o, "ts_us", json_integer(sqlite3_column_int64(st, 2)));
-            json_object_set_new(o, "session_id", column_text(st, 3));
-            json_object_set_new(o, "actor", column_text(st, 4));
-            json_object_set_new(o, "kind", column_text(st, 5));
-            json_object_set_new(o, "command", column_text(st, 6));
-            json_object_set_new(o, "truncated", json_boolean(sqlite3_column_int(st, 7)));
-            json_object_set_new(o, "exit_code", sqlite3_column_type(st, 8) == SQLITE_NULL
-                                                    ? json_null()
-                                                    : json_integer(sqlite3_column_int64(st, 8)));
-            json_object_set_new(o, "duration_s", sqlite3_column_type(st, 9) == SQLITE_NULL
-                                                     ? json_null()
-                                                     : json_real(sqlite3_column_double(st, 9)));
-            json_object_set_new(o, "timed_out", json_boolean(sqlite3_column_int(st, 10)));
-            json_object_set_new(o, "oom_killed", json_boolean(sqlite3_column_int(st, 11)));
-            json_object_set_new(o, "detail", column_text(st, 12));
+            set_fields(o, st, 3);
             json_array_append_new(arr, o);
         }
         if (rc == SQLITE_DONE)

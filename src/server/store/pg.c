@@ -10,6 +10,9 @@
 #include <time.h>
 
 #define MAX_CONNS 16
+/* after a failed connection, statements fail at once for this long instead of each waiting
+ * for its own connection attempt (up to the connect timeout while the database is away) */
+#define RETRY_AFTER_MS 1000
 
 struct pg_pool {
     pthread_mutex_t mu;
@@ -21,7 +24,15 @@ struct pg_pool {
     unsigned n;
     atomic_bool reachable;
     atomic_llong last_log;       /* seconds: errors are logged at most once a second */
+    atomic_llong down_until_ms;  /* monotonic: no new connection attempt before */
 };
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
 
 /* libpq's connection options: the URL expanded, a short connect timeout, our name. */
 static PGconn *connect_url(const char *url)
@@ -153,6 +164,9 @@ static void give(pg_pool *p, unsigned i)
 /* The slot's connection, (re)connected; NULL when the database cannot be reached. */
 static PGconn *conn_of(pg_pool *p, unsigned i)
 {
+    bool usable = p->conns[i] && PQstatus(p->conns[i]) == CONNECTION_OK;
+    if (!usable && mono_ms() < atomic_load(&p->down_until_ms))
+        return NULL;
     if (!p->conns[i])
         p->conns[i] = connect_url(p->url);
     else if (PQstatus(p->conns[i]) != CONNECTION_OK)
@@ -160,6 +174,7 @@ static PGconn *conn_of(pg_pool *p, unsigned i)
     if (PQstatus(p->conns[i]) != CONNECTION_OK) {
         log_error(p, "cannot connect", PQerrorMessage(p->conns[i]));
         atomic_store(&p->reachable, false);
+        atomic_store(&p->down_until_ms, mono_ms() + RETRY_AFTER_MS);
         return NULL;
     }
     return p->conns[i];
