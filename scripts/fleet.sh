@@ -371,14 +371,16 @@ cmd_start_node() {
   write_fleet_json "$dir"
 }
 
+exec_dir=
 cmd_exec() {
   local n=$1; shift
-  local dir key
-  dir=$(mktemp -d)
+  local key
+  exec_dir=$(mktemp -d)
   key=${SANDBOX_API_KEY:-alk_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
-  trap 'cmd_down "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
-  SANDBOX_API_KEYS=${SANDBOX_API_KEYS:-demo:$key} cmd_up "$dir" "$n"
-  SANDBOX_API_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$dir/fleet.json") \
+  # the fleet goes down however CMD ends (exec_dir is global: the trap runs after this returns)
+  trap 'cmd_down "$exec_dir" >/dev/null 2>&1; rm -rf "$exec_dir"' EXIT
+  SANDBOX_API_KEYS=${SANDBOX_API_KEYS:-demo:$key} cmd_up "$exec_dir" "$n"
+  SANDBOX_API_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$exec_dir/fleet.json") \
     SANDBOX_API_KEY=$key LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;;" LUA_CPATH="$top/build/?.so;;" "$@"
 }
 
