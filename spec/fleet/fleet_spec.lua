@@ -390,6 +390,25 @@ describe("a 3-node fleet", function()
     assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
   end)
 
+  it("declares lost at once the sessions a node comes back without (its state wiped)", function()
+    local by_slot = nodes()
+    local s
+    repeat
+      s = http.create(f.router, KEY).json.session_id
+      if by_slot[s:sub(5, 6)].id ~= "node1" then http.delete(f.router, KEY, s); s = nil end
+    until s
+    local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
+    local pid = f.nodes.node1.pid
+    assert.is_true(proc.succeeded(os.execute("kill -9 " .. pid)))
+    assert.is_true(proc.wait_until(5, function() return not proc.alive(pid) end))
+    os.remove(f.dir .. "/nodes/node1/state/sessions.json")
+    local ok, out = fleet.sh(f.env, { "start-node", f.dir, "node1" })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
+    assert.are.equal(open_before - 1, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+  end)
+
   it("leaves nothing running after down", function()
     local pids = fleet.pids(f)
     fleet.down(f)

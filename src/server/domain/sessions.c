@@ -607,6 +607,14 @@ session_result registry_delete(registry *r, const char *id, size_t tenant)
     return rc;
 }
 
+bool registry_has(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    bool found = id_taken_locked(r, id); /* being created or parked counts */
+    pthread_mutex_unlock(&r->mu);
+    return found;
+}
+
 bool registry_forget(registry *r, const char *id)
 {
     pthread_mutex_lock(&r->mu);

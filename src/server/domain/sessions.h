@@ -132,6 +132,9 @@ void registry_release(registry *r, session *s);
  * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
 session_result registry_delete(registry *r, const char *id, size_t tenant);
 
+/* Whether session id is here (ready, being created, or kept for a later start). */
+bool registry_has(registry *r, const char *id);
+
 /* Removes session id whoever its tenant (a fleet declared it lost while this node was away):
  * true when it was here. */
 bool registry_forget(registry *r, const char *id);

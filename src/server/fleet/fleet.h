@@ -66,6 +66,10 @@ int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max,
 void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at);
 /* The session is gone for good (deleted, expired, its disk failed). */
 void fleet_session_release(fleet *f, const char *id);
+/* At start: this node's sessions the database lists as active but the node no longer holds
+ * (its state was lost, e.g. a wiped state directory) are declared lost, so they free their
+ * tenant's slots and answer 410. held(ctx, id) says whether the node holds id. */
+void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx);
 /* Last-use times of this node's sessions (ids[i] at times[i]). */
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times);
 

@@ -42,6 +42,22 @@ void fleet_session_release(fleet *f, const char *id)
     PQclear(pg_query(f->db, "DELETE FROM sessions WHERE id = $1 AND node = $2 AND state = 'active'", 2, p));
 }
 
+void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx)
+{
+    const char *p[] = {f->id};
+    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'", 1, p);
+    for (int i = 0; res && i < PQntuples(res); i++) {
+        const char *id = PQgetvalue(res, i, 0);
+        if (held(ctx, id))
+            continue;
+        const char *q[] = {id, f->id};
+        PQclear(pg_query(f->db, "UPDATE sessions SET state = 'lost', lost_at = now() WHERE id = $1 AND node = $2"
+                                " AND state = 'active'", 2, q));
+        fprintf(stderr, "airlockd: session %s is not on this node any more: declared lost\n", id);
+    }
+    PQclear(res);
+}
+
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times)
 {
     if (n == 0)

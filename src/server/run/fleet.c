@@ -33,6 +33,11 @@ static void lost(void *ctx, const char *session_id)
         fprintf(stderr, "airlockd: session %s was declared lost while this node was away; removed\n", session_id);
 }
 
+static bool held(void *ctx, const char *id)
+{
+    return registry_has(ctx, id);
+}
+
 int server_join_fleet(server *s)
 {
     const config *c = s->cfg;
@@ -71,6 +76,8 @@ int server_start_fleet(server *s)
         return 0;
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
+    /* the sessions are restored by now: what the database still gives this node beyond them is lost */
+    fleet_session_reconcile(a->fleet, held, a->reg);
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat, lost, a) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
         return -1;
