@@ -19,7 +19,6 @@ local airlockd = require "support.airlockd"
 local bare_runsc = require "support.bare_runsc"
 local host_state = require "support.host_state"
 local proc = require "support.proc"
-local socket = require "socket"
 local cjson = require "cjson"
 
 local SMOKE = os.getenv("BENCH_SMOKE") == "1"

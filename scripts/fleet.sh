@@ -87,6 +87,8 @@ start_postgres() {
       useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$PG_USER"
     chmod o+x "$dir" # PostgreSQL reaches DIR/pg through DIR; nothing else of DIR is readable
     chown "$PG_USER" "$dir/pg"
+    runuser -u "$PG_USER" -- test -w "$dir/pg" ||
+      die "$PG_USER cannot reach $dir/pg (a parent directory of $dir is closed to other users)"
   fi
   chmod 700 "$dir/pg"
   password=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -336,8 +338,9 @@ cmd_up() {
     die "$dir holds a fleet already (scripts/fleet.sh down $dir first)"
   fi
   rm -rf "$dir/pg" "$dir/nodes" "$dir/haproxy" "$dir/fleet.json"
-  # a failed start leaves nothing running
-  trap 'cmd_down "$dir" >/dev/null 2>&1 || true' ERR
+  # a failed start (a failing command or die) leaves nothing running
+  up_dir=$dir
+  trap 'cmd_down "$up_dir" >/dev/null 2>&1 || true' EXIT
   start_postgres "$dir"
   for ((i = 1; i <= n; i++)); do
     start_node "$dir" "node$i" "$i"
@@ -346,7 +349,7 @@ cmd_up() {
   for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; done
   start_router "$dir"
   write_fleet_json "$dir"
-  trap - ERR
+  trap - EXIT
   echo "fleet.sh: $n nodes up; router $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$dir/fleet.json")"
 }
 
@@ -372,14 +375,15 @@ cmd_start_node() {
 }
 
 exec_dir=
+up_dir=
 cmd_exec() {
   local n=$1; shift
   local key
   exec_dir=$(mktemp -d)
   key=${SANDBOX_API_KEY:-alk_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+  SANDBOX_API_KEYS=${SANDBOX_API_KEYS:-demo:$key} cmd_up "$exec_dir" "$n"
   # the fleet goes down however CMD ends (exec_dir is global: the trap runs after this returns)
   trap 'cmd_down "$exec_dir" >/dev/null 2>&1; rm -rf "$exec_dir"' EXIT
-  SANDBOX_API_KEYS=${SANDBOX_API_KEYS:-demo:$key} cmd_up "$exec_dir" "$n"
   SANDBOX_API_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$exec_dir/fleet.json") \
     SANDBOX_API_KEY=$key LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;;" LUA_CPATH="$top/build/?.so;;" "$@"
 }

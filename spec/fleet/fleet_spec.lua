@@ -23,7 +23,7 @@ describe("a 3-node fleet", function()
       SANDBOX_API_KEYS = "main:" .. KEY .. ",limited:" .. LIMITED .. ",rated:" .. RATED .. ",busy:" .. BUSY,
       SANDBOX_ADMIN_KEY = ADMIN,
       SANDBOX_TENANT_LIMITS = cjson.encode{
-        main = { max_sessions = 100 }, limited = { max_sessions = 10 },
+        main = { max_sessions = 100, requests_per_minute = 100000 }, limited = { max_sessions = 10 },
         rated = { requests_per_minute = 10 }, busy = { max_concurrent_exec = 2, max_sessions = 20 } },
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
     } }
@@ -42,6 +42,19 @@ describe("a 3-node fleet", function()
       by_id[n.id] = n
     end
     return by_slot, by_id, res.json.nodes
+  end
+
+  -- A new session of KEY's tenant on node_id (creates elsewhere are deleted again).
+  local function create_on(node_id)
+    local by_slot = nodes()
+    for _ = 1, 100 do
+      local res = http.create(f.router, KEY)
+      assert.are.equal(201, res.status, res.body)
+      local s = res.json.session_id
+      if by_slot[s:sub(5, 6)].id == node_id then return s end
+      assert.are.equal(200, http.delete(f.router, KEY, s).status)
+    end
+    error("no create landed on " .. node_id)
   end
 
   it("writes fleet.json with the router, the database, PostgreSQL, HAProxy and each node", function()
@@ -261,11 +274,7 @@ describe("a 3-node fleet", function()
 
   it("drains a node: it takes no new session, and is drained once its sessions end", function()
     local by_slot = nodes()
-    local kept
-    repeat -- a session on node2 that outlives the drain
-      local s = http.create(f.router, KEY).json.session_id
-      if by_slot[s:sub(5, 6)].id == "node2" then kept = s else http.delete(f.router, KEY, s) end
-    until kept
+    local kept = create_on("node2") -- a session that outlives the drain
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
     assert.are.equal("draining", res.json.state)
@@ -293,13 +302,9 @@ describe("a 3-node fleet", function()
   end)
 
   it("answers 503 naming a killed node's sessions, then 410 lost, freeing the tenant's slots", function()
-    local by_slot, by_id = nodes()
+    local _, by_id = nodes()
     local victim = by_id.node3
-    local mine = {}
-    while #mine < 2 do
-      local s = http.create(f.router, KEY).json.session_id
-      if by_slot[s:sub(5, 6)].id == "node3" then mine[#mine + 1] = s else http.delete(f.router, KEY, s) end
-    end
+    local mine = { create_on("node3"), create_on("node3") }
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. f.nodes.node3.pid)))
     assert.is_true(proc.wait_until(5, function() return not proc.alive(f.nodes.node3.pid) end))
@@ -362,12 +367,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("declares a stopped (SIGSTOP) node's sessions lost, and the node drops them on SIGCONT", function()
-    local by_slot = nodes()
-    local s
-    repeat
-      s = http.create(f.router, KEY).json.session_id
-      if by_slot[s:sub(5, 6)].id ~= "node1" then http.delete(f.router, KEY, s); s = nil end
-    until s
+    local s = create_on("node1")
     local pid = f.nodes.node1.pid
     assert.is_true(proc.succeeded(os.execute("kill -STOP " .. pid)))
     local ok, err = pcall(function()
@@ -391,12 +391,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("declares lost at once the sessions a node comes back without (its state wiped)", function()
-    local by_slot = nodes()
-    local s
-    repeat
-      s = http.create(f.router, KEY).json.session_id
-      if by_slot[s:sub(5, 6)].id ~= "node1" then http.delete(f.router, KEY, s); s = nil end
-    until s
+    local s = create_on("node1")
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     local pid = f.nodes.node1.pid
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. pid)))

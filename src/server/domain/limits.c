@@ -57,6 +57,15 @@ void limits_set_shared(limits *l, const limits_shared *s)
     l->sh = *s;
 }
 
+/* A tenant's limit as this node holds it alone: all of it on one machine, its share of a
+ * fleet's while the fleet's database cannot be reached. */
+static double local_share(const limits *l, int limit)
+{
+    int n = l->sh.nodes ? l->sh.nodes(l->sh.ctx) : 1;
+    double share = n > 1 ? (double)limit / n : limit;
+    return share < 1 ? 1 : share;
+}
+
 bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_after)
 {
     if (l->sh.take_token) {
@@ -65,7 +74,7 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
         if (rc >= 0)
             return rc == 1;
     }
-    double cap = tenants_get(l->tenants, tenant)->requests_per_minute, rate = cap / 60.0;
+    double cap = local_share(l, tenants_get(l->tenants, tenant)->requests_per_minute), rate = cap / 60.0;
     pthread_mutex_lock(&l->mu);
     tenant_state *s = &l->t[tenant];
     double now = mono_now();
@@ -105,7 +114,7 @@ bool limits_exec_begin(limits *l, size_t tenant)
         }
     }
     pthread_mutex_lock(&l->mu);
-    bool ok = l->t[tenant].running < tenants_get(l->tenants, tenant)->max_concurrent_exec;
+    bool ok = l->t[tenant].running < (int)local_share(l, tenants_get(l->tenants, tenant)->max_concurrent_exec);
     if (ok)
         l->t[tenant].running++;
     pthread_mutex_unlock(&l->mu);

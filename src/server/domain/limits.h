@@ -17,6 +17,9 @@ typedef struct {
     int (*exec_begin)(void *ctx, const char *tenant, int max);
     void (*exec_end)(void *ctx, const char *tenant);
     long (*running)(void *ctx, const char *tenant); /* -1 unreachable */
+    /* how many nodes share the limits (≥ 1): while the database is unreachable, this node
+     * holds each tenant to its share, the limit divided by this (at least 1) */
+    int (*nodes)(void *ctx);
     void *ctx;
 } limits_shared;
 

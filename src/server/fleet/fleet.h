@@ -46,6 +46,8 @@ int fleet_slot_of(const char *session_id);
 /* Whether the node takes new sessions: it is active and its last heartbeat reached the
  * database. */
 bool fleet_accepting(fleet *f);
+/* How many nodes were not dead at the last heartbeat that reached the database (≥ 1). */
+int fleet_live_nodes(fleet *f);
 
 /* GET /v1/admin/nodes: every node with its state, sessions, commands running and last
  * heartbeat; NULL when the database cannot be read. */

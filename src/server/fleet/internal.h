@@ -13,6 +13,7 @@ struct fleet {
     int slot;
     double lost_after;
     atomic_bool accepting;   /* active, as of the last heartbeat that reached the database */
+    atomic_int live_nodes;   /* nodes not dead, as of the last heartbeat that reached it */
     fleet_load_fn load;
     fleet_lost_fn lost;
     void *load_ctx;
@@ -22,7 +23,8 @@ struct fleet {
     pthread_cond_t cond;
 };
 
-/* The number a statement counts for tenant ($1), or -1 when the database cannot be read. */
+/* The number a statement counts for its one parameter ($1), or -1 when the database cannot
+ * be read. */
 long fleet_count(fleet *f, const char *sql, const char *tenant);
 
 #endif

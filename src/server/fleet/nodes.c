@@ -67,6 +67,9 @@ static void beat(fleet *f)
         drop_lost(f);
     }
     atomic_store(&f->accepting, active);
+    long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
+    if (live > 0)
+        atomic_store(&f->live_nodes, (int)live);
     free(state);
 }
 
@@ -157,6 +160,12 @@ const char *fleet_node_id(const fleet *f)
 double fleet_lost_after(const fleet *f)
 {
     return f->lost_after;
+}
+
+int fleet_live_nodes(fleet *f)
+{
+    int n = atomic_load(&f->live_nodes);
+    return n > 0 ? n : 1;
 }
 
 bool fleet_accepting(fleet *f)

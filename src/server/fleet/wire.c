@@ -38,9 +38,14 @@ static long running(void *ctx, const char *tenant)
     return fleet_commands_running(ctx, tenant);
 }
 
+static int nodes(void *ctx)
+{
+    return fleet_live_nodes(ctx);
+}
+
 void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls)
 {
     *rs = (registry_shared){.reserve = reserve, .ready = ready, .release = release, .ctx = f};
     *ls = (limits_shared){.take_token = take_token, .exec_begin = exec_begin, .exec_end = exec_end,
-                          .running = running, .ctx = f};
+                          .running = running, .nodes = nodes, .ctx = f};
 }
