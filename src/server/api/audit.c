@@ -25,6 +25,11 @@ void api_audit(app *a, http_request *r, const api_call *c)
                                           &next)
                       : audit_query(a->audit, name, before, before_len, (int)limit, &entries, &next);
     free(before);
+    if (rc != 0 && a->fleet) {
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The fleet's database cannot be reached."),
+                              "retry-after", "2");
+        return;
+    }
     if (rc != 0) {
         http_send_500(r);
         return;

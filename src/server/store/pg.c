@@ -185,6 +185,12 @@ PGresult *pg_query(pg_pool *p, const char *sql, int nparams, const char *const *
     unsigned i = take(p);
     PGconn *c = conn_of(p, i);
     PGresult *res = c ? PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0) : NULL;
+    if (c && PQstatus(c) == CONNECTION_BAD) {
+        /* a connection the database closed (it restarted): one more try on a new one */
+        PQclear(res);
+        c = conn_of(p, i);
+        res = c ? PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0) : NULL;
+    }
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (c && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
         log_error(p, "statement failed", PQerrorMessage(c));
