@@ -41,7 +41,10 @@ end
 -- started) when it did not come up.
 function M.up(opts)
   local dir = proc.make_temp_dir()
-  local env = { SANDBOX_WARM_NEW = "0" }
+  -- small workspace disks (each is a fully allocated image) under a cap per node, no spares,
+  -- and never this machine's resolver for egress: the machine is shared (as support.airlockd)
+  local env = { SANDBOX_WARM_NEW = "0", SANDBOX_WORKSPACE_QUOTA_MB = "16", SANDBOX_DISK_TOTAL_MB = "2048",
+                SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local ok, out = fleet_sh(env, { "up", dir, "--nodes", tostring(opts.nodes or 3) })
   local f = { dir = dir, env = env }
