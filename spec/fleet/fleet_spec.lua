@@ -89,6 +89,25 @@ describe("a 3-node fleet", function()
     end
   end)
 
+  it("never shows a database password when it cannot connect, from the variable or the flag", function()
+    local bin = proc.shell_quote(os.getenv("AIRLOCKD_BIN") or (proc.repo_root() .. "/build/airlockd"))
+    local dir = proc.make_temp_dir()
+    local wrong = f.info.database:gsub("^(postgresql://[^:]+:)[^@]+@", "%1not-the-Secret-pw@")
+    for _, how in ipairs({
+      { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote(wrong), args = "" },
+      { env = "", args = "--database " .. proc.shell_quote(wrong) },
+      { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote("postgresql://u:not-the-Secret-pw@127.0.0.1:1/x"), args = "" },
+    }) do
+      local rc, out = proc.run_capture(string.format(
+        "SANDBOX_API_KEY=k-%s %s timeout 60 %s --listen 127.0.0.1:0 --state-dir %s %s",
+        string.rep("z", 20), how.env, bin, proc.shell_quote(dir .. "/state"), how.args))
+      assert.are_not.equal(0, rc)
+      assert.matches("database", out)
+      assert.is_nil(out:find("not-the-Secret-pw", 1, true), out)
+    end
+    proc.remove_tree(dir)
+  end)
+
   it("lists every node with its state, sessions, commands and heartbeat (admin key only)", function()
     local _, by_id, list = nodes()
     assert.are.equal(3, #list)

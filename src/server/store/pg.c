@@ -52,7 +52,10 @@ void pg_redact(const pg_pool *p, const char *msg, char *out, size_t outlen)
             s += pl;
             continue;
         }
-        out[o++] = *s == '\n' ? ' ' : *s;
+        /* one line: libpq's "\n\t" between its sentences becomes one space */
+        bool blank = *s == '\n' || *s == '\t';
+        if (!blank || (o > 0 && out[o - 1] != ' '))
+            out[o++] = blank ? ' ' : *s;
         s++;
     }
     while (o && out[o - 1] == ' ')
