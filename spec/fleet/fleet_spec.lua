@@ -93,10 +93,11 @@ describe("a 3-node fleet", function()
     local bin = proc.shell_quote(os.getenv("AIRLOCKD_BIN") or (proc.repo_root() .. "/build/airlockd"))
     local dir = proc.make_temp_dir()
     local wrong = f.info.database:gsub("^(postgresql://[^:]+:)[^@]+@", "%1not-the-Secret-pw@")
+    local nowhere = "postgresql://u:not-the-Secret-pw@127.0.0.1:1/x"
     for _, how in ipairs({
       { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote(wrong), args = "" },
       { env = "", args = "--database " .. proc.shell_quote(wrong) },
-      { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote("postgresql://u:not-the-Secret-pw@127.0.0.1:1/x"), args = "" },
+      { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote(nowhere), args = "" },
     }) do
       local rc, out = proc.run_capture(string.format(
         "SANDBOX_API_KEY=k-%s %s timeout 60 %s --listen 127.0.0.1:0 --state-dir %s %s",
