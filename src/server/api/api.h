@@ -54,6 +54,10 @@ bool limit_query(http_request *r, long long *limit);
 /* The caller's session c->param, touched and referenced (registry_release it);
  * NULL when a 404/403 was sent. */
 session *acquire_session(app *a, http_request *r, const api_call *c);
+/* The 429 of a tenant at its concurrent-command limit (exec, import): the reference's text
+ * "Too many commands running at once: N allowed. Wait for one to finish." and, ours, the same
+ * N in the header X-Airlock-Exec-Limit, so clients need not read it from the sentence. */
+void api_send_exec_limit(http_request *r, int allowed);
 /* Sends {"detail": fmt with arg} with arg made valid UTF-8 (fmt has one %s). */
 void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg);
 

@@ -146,10 +146,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         return;
     }
     if (!limits_exec_begin(a->lim, tenant)) {
-        char text[128];
-        snprintf(text, sizeof text, "Too many commands running at once: %d allowed. Wait for one to finish.",
-                 t->max_concurrent_exec);
-        http_send_detail(r, 429, text);
+        api_send_exec_limit(r, t->max_concurrent_exec);
         return;
     }
     int fd = temp_file(a->state_dir);
