@@ -181,10 +181,12 @@ frontend api
     default_backend any
 
 backend create
-    # a create a node refuses (503: draining, full, no database) is retried on another node
+    # a create a node refuses (503: draining, full, no database) or never received (its port
+    # closed) is retried on another node; never one that may have run (no empty-response or
+    # response-timeout retries: a session could be made twice)
     balance roundrobin
     option http-buffer-request
-    retry-on 503 conn-failure empty-response response-timeout
+    retry-on 503 conn-failure
     retries 3
     option redispatch 1
     option httpchk GET /v1/fleet/accepting
@@ -196,9 +198,10 @@ EOF
     cat <<EOF
 
 backend any
-    # tenant-level requests: any live node answers from PostgreSQL
+    # tenant-level requests: any live node answers from PostgreSQL (retried only when the
+    # connection was refused: POST /v1/keys must not run twice)
     balance roundrobin
-    retry-on conn-failure empty-response
+    retry-on conn-failure
     option redispatch 1
     option httpchk GET /healthz
     default-server inter 500ms fall 2 rise 2
