@@ -277,7 +277,9 @@ int main(int argc, char **argv)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    umask(022);
+    /* everything airlockd creates is private (0600 files, 0700 directories) unless it gives
+     * a mode on purpose; sandboxed commands get the usual 022 back (sandbox/proc.c) */
+    umask(077);
 
     int status = 1, lock_fd = -1;
     char *state = NULL, *state_file = NULL;

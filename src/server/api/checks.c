@@ -78,3 +78,12 @@ void send_detail_with(http_request *r, unsigned status, const char *fmt, const c
     free(msg);
     free(clean);
 }
+
+void send_not_saved(http_request *r, unsigned status, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s could not be saved: the server's storage is full or failing. Nothing was changed; "
+                              "try again later.",
+             what);
+    http_send_detail(r, status, msg);
+}

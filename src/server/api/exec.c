@@ -127,6 +127,11 @@ void api_exec(app *a, http_request *r, const api_call *c)
     session *s = acquire_session(a, r, c);
     if (!s)
         return;
+    if (!audit_writable(a->audit)) { /* no command runs unaudited */
+        registry_release(a->reg, s);
+        send_not_saved(r, 507, "The command's audit record");
+        return;
+    }
     const tenant_cfg *t = tenants_get(a->tenants, tenant);
     if (!limits_exec_begin(a->lim, tenant)) {
         char msg[128];
@@ -202,7 +207,7 @@ void api_exec(app *a, http_request *r, const api_call *c)
         audit_entry ce = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
                           .command = command, .has_duration = true, .duration_s = duration_s,
                           .detail = CANCEL_DETAIL};
-        audit_record(a->audit, &ce);
+        (void)audit_record(a->audit, &ce); /* nobody reads the answer (or it is a 503) */
         sandbox_result_free(&res);
         registry_release(a->reg, s);
         send_failure(r, &tap, 503, "The command was stopped before it finished.");
@@ -247,14 +252,19 @@ void api_exec(app *a, http_request *r, const api_call *c)
                       .command = command, .has_exit_code = true, .exit_code = exit_code,
                       .has_duration = true, .duration_s = duration_s,
                       .timed_out = timed_out, .oom_killed = oom, .detail = NULL};
-    audit_record(a->audit, &ae);
+    bool audited = audit_record(a->audit, &ae) == 0;
     sandbox_result_free(&res);
     registry_release(a->reg, s);
     size_t output_len = 0;
-    char *output = out && err ? exec_format_output(out, out_len, err, err_len, warnings, nw, exit_code,
-                                                   timed_out, &output_len)
-                              : NULL;
-    if (!output) {
+    char *output = out && err && audited ? exec_format_output(out, out_len, err, err_len, warnings, nw, exit_code,
+                                                              timed_out, &output_len)
+                                         : NULL;
+    if (!audited) { /* never acknowledged without its record */
+        char msg[200];
+        snprintf(msg, sizeof msg, "The command ran (exit code %d) but its audit record could not be saved: the "
+                                  "server's storage is full or failing.", exit_code);
+        send_failure(r, &tap, 507, msg);
+    } else if (!output) {
         send_failure(r, &tap, 500, NULL);
     } else {
         json_t *w = json_array();

@@ -30,6 +30,19 @@ typedef enum {
 quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
                                     size_t len, long long quota_bytes, char **msg);
 
+/* Where a write's bytes come from: len of them, written to fd by write (0, or -1 with errno;
+ * a short write is an error). */
+typedef struct {
+    size_t len;
+    int (*write)(void *ctx, int fd);
+    void *ctx;
+} quota_source;
+
+/* quota_write_file with the bytes from src. The file and its directory entry are synced
+ * before QUOTA_WRITTEN (fail closed: a write the disk could not keep is not acknowledged). */
+quota_write_result quota_write_from(const char *ws, const char *rel, const char *path_as_sent, const quota_source *src,
+                                    long long quota_bytes, char **msg);
+
 /* The 413 text of a write that does not fit (malloc'd; projected: the workspace's usage with
  * the write done). */
 char *quota_exceeded_text(const char *path_as_sent, long long projected, long long quota_bytes);

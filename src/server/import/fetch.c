@@ -18,7 +18,9 @@ typedef struct {
     CURL *h;
     int fd;
     long long written, max;
+    long long seen;  /* too_big: the size it announced, or at least what came */
     bool too_big, io_error;
+    int write_errno; /* io_error: why (ENOSPC: the workspace filled meanwhile) */
     int cancel_fd;  /* > 0: the client's socket; a hang-up on it stops the download */
     bool cancelled;
 } sink;
@@ -55,11 +57,13 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud)
     curl_off_t announced = -1;
     if (curl_easy_getinfo(k->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK &&
         announced > k->max) {
-        k->too_big = true;
+        k->too_big = true; /* refused before a byte of it is written */
+        k->seen = (long long)announced;
         return 0;
     }
     if (k->written + (long long)len > k->max) {
-        k->too_big = true;
+        k->too_big = true; /* grew past what it may take: stopped, nothing more written */
+        k->seen = k->written + (long long)len;
         return 0;
     }
     size_t done = 0;
@@ -69,6 +73,7 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud)
             if (errno == EINTR)
                 continue;
             k->io_error = true;
+            k->write_errno = errno;
             return 0;
         }
         done += (size_t)w;
@@ -129,8 +134,8 @@ static bool is_default_base(const char *base)
     return n == strlen("https://github.com") && strncasecmp(base, "https://github.com", n) == 0;
 }
 
-import_result import_fetch(const config *cfg, const import_spec *spec, int cancel_fd, int fd, long long *bytes,
-                           char **msg)
+import_result import_fetch(const config *cfg, const import_spec *spec, int cancel_fd, int fd, long long max,
+                           long long *bytes, char **msg)
 {
     *bytes = 0;
     *msg = NULL;
@@ -154,7 +159,7 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int cance
         return IMPORT_FAILED;
     }
     char errbuf[CURL_ERROR_SIZE];
-    sink k = {.h = h, .fd = fd, .max = (long long)cfg->import_max_mb * 1048576, .cancel_fd = cancel_fd};
+    sink k = {.h = h, .fd = fd, .max = max, .cancel_fd = cancel_fd};
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -179,15 +184,18 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int cance
         CURLcode rc = curl_easy_perform(h);
         long code = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+        if (k.io_error && (k.write_errno == ENOSPC || k.write_errno == EDQUOT)) {
+            status = IMPORT_TOO_LARGE; /* the workspace filled meanwhile */
+            *bytes = k.written;
+            break;
+        }
         if (k.io_error || k.cancelled) {
             status = IMPORT_FAILED;
             break;
         }
         if (k.too_big) {
             status = IMPORT_TOO_LARGE;
-            if (asprintf(msg, "%s/%s is larger than the %d MB import limit.", spec->owner, spec->name,
-                         cfg->import_max_mb) < 0)
-                *msg = NULL, status = IMPORT_FAILED;
+            *bytes = k.seen;
             break;
         }
         if (rc != CURLE_OK) {

@@ -130,6 +130,21 @@ static json_t *record_json(const session_record *r)
                      "disk_quota_bytes", (json_int_t)r->quota_bytes);
 }
 
+/* The rename is durable once the directory holding path is synced. */
+static int sync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    free(dir);
+    errno = e;
+    return rc;
+}
+
 int session_state_save(const char *path, const char *state_dir, const session_record *v, size_t n, char *err,
                        size_t errlen)
 {
@@ -164,8 +179,8 @@ int session_state_save(const char *path, const char *state_dir, const session_re
             off += (size_t)w;
         }
         /* flushed before the rename, so a crash leaves the old file or the new one, whole */
-        bool ok = off == len && write(fd, "\n", 1) == 1 && fdatasync(fd) == 0;
-        if (close(fd) == 0 && ok && rename(tmp, path) == 0)
+        bool ok = off == len && write(fd, "\n", 1) == 1 && fchmod(fd, 0600) == 0 && fdatasync(fd) == 0;
+        if (close(fd) == 0 && ok && rename(tmp, path) == 0 && sync_parent(path) == 0)
             rc = 0;
     }
     if (rc != 0) {
