@@ -148,10 +148,11 @@ static size_t value_end(const char *s, size_t n, size_t i)
 static bool key_is(const char *s, size_t n, const char *name)
 {
     char buf[16];
-    size_t bytes, chars, pos = 0;
+    size_t bytes, chars, pos = 0, got = 0, k;
     if (n > 64 || !jstr_measure(s, n, &bytes, &chars) || bytes != strlen(name))
         return false;
-    size_t got = jstr_decode(s, n, &pos, buf, sizeof buf);
+    while ((k = jstr_decode(s, n, &pos, buf + got, sizeof buf - got)) > 0)
+        got += k;
     return got == bytes && memcmp(buf, name, bytes) == 0;
 }
 
@@ -202,12 +203,14 @@ bool api_parse_write_body(http_request *r, json_t **out, api_write_body *w)
             http_send_500(r); /* a lone surrogate: Python cannot encode it (jansson refused it too) */
             return false;
         }
-        size_t pos = 0;
-        if (!(w->path = malloc(path_bytes + 1))) {
+        size_t pos = 0, got;
+        if (!(w->path = malloc(path_bytes + JSTR_DECODE_MIN))) {
             http_send_500(r);
             return false;
         }
-        w->path_len = path_bytes ? jstr_decode(w->path_raw, w->path_raw_len, &pos, w->path, path_bytes + 1) : 0;
+        while ((got = jstr_decode(w->path_raw, w->path_raw_len, &pos, w->path + w->path_len,
+                                  path_bytes + JSTR_DECODE_MIN - w->path_len)) > 0)
+            w->path_len += got;
         w->path[w->path_len] = '\0';
         w->set = true;
         return true;
