@@ -9,6 +9,7 @@
 -- Loopback only. Lua 5.1-compatible (no <close>).
 local airlockd = require "support.airlockd"
 local archive_server = require "support.archive_server"
+local c_unit = require "support.c_unit"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
 
@@ -245,6 +246,66 @@ describe("airlockd storage", function()
       unmount_state(dir)
       archive_server.stop(archives)
       proc.remove_tree(root)
+      assert(ok, err)
+    end)
+  end)
+
+  describe("a JSON file write without a tree", function()
+    it("decodes every escape in pieces (text/jstr, ASan/UBSan)", function()
+      local out, ok = c_unit.run({ "spec/c/jstr_units_test.c", "src/server/text/jstr.c" },
+        "-fsanitize=address,undefined -fno-sanitize-recover=undefined")
+      assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+      assert.is_true(ok, out)
+    end)
+
+    it("answers every body shape as the reference does", function()
+      local server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "5", SANDBOX_WARM_NEW = "0" } })
+      local ok, err = pcall(function()
+        local key = server.tenants.acme
+        local id = create(server, key)
+        local ws = workspace(server, id)
+        local function post(body)
+          return http_client.request(server, "POST", "/v1/sessions/" .. id .. "/write", { key = key, body = body })
+        end
+        local function file(name) return proc.read_file(ws .. "/" .. name) end
+        -- escaped keys, escaped slashes, the last of duplicate keys, unknown fields of any kind
+        local r = post('{"\\u0070ath":"d\\/e.txt","x":[1,{"y":"}"}],"content":"first","content":"se\\u0063ond","z":NaN}')
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal('{"status":"success","message":"Successfully wrote 6 characters to d/e.txt"}', r.body)
+        assert.are.equal("second", file("d/e.txt"))
+        -- characters as Python counts them: a surrogate pair is one
+        r = post('{"path":"p.txt","content":"\\ud83d\\ude00\\u00e9\\n"}')
+        assert.are.equal("Successfully wrote 3 characters to p.txt", r.json.message)
+        assert.are.equal("\240\159\152\128\195\169\n", file("p.txt"))
+        -- an escape right at the decoder's 64 KiB piece boundary
+        r = post('{"path":"b.txt","content":"' .. string.rep("a", 65535) .. '\\u00e9\\"end"}')
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal(string.rep("a", 65535) .. "\195\169\"end", file("b.txt"))
+        -- a lone surrogate cannot be written (500, as before)
+        r = post('{"path":"s.txt","content":"\\ud800"}')
+        assert.are.equal(500, r.status)
+        assert.are.equal("Internal Server Error", r.body)
+        -- other shapes: the validation errors quote the input
+        r = post('{"path":"a.txt","content":5}')
+        assert.are.equal(422, r.status)
+        assert.are.same({ type = "string_type", loc = { "body", "content" }, msg = "Input should be a valid string", input = 5 },
+          r.json.detail[1])
+        r = post('{"path":"a.txt","content":"x","path":null}')
+        assert.are.equal(422, r.status)
+        assert.are.same({ "body", "path" }, r.json.detail[1].loc)
+        r = post('{"content":"x"}')
+        assert.are.equal(422, r.status)
+        assert.are.same({ type = "missing", loc = { "body", "path" }, msg = "Field required", input = { content = "x" } },
+          r.json.detail[1])
+        r = post('["path","content"]')
+        assert.are.equal(422, r.status)
+        -- the quota check counts decoded bytes: 2 bytes each, over 5 MB
+        r = post('{"path":"q.txt","content":"' .. string.rep("\\u00e9", 3 * MB) .. '"}')
+        assert.are.equal(413, r.status, r.body)
+        assert.are.equal("Writing q.txt would use 6.0 MB of the workspace's 5 MB disk quota. Delete files first.", r.json.detail)
+        assert.is_nil(file("q.txt"))
+      end)
+      airlockd.stop(server)
       assert(ok, err)
     end)
   end)
