@@ -6,10 +6,10 @@
 #include "disk/loop.h"
 #include "disk/mounts.h"
 #include "fs/walk.h"
+#include "util/sync.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,15 +76,6 @@ fail:
         free(p);
     }
     return NULL;
-}
-
-static int sync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
-    if (fd >= 0)
-        close(fd);
-    return rc;
 }
 
 static long long host_free(const disk_pool *p)

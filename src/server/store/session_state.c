@@ -1,6 +1,8 @@
 /* Session state as one JSON document: {"airlockd_sessions": 1, "state_dir": ..., "sessions": [...]}. */
 #include "store/session_state.h"
 
+#include "util/sync.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -128,21 +130,6 @@ static json_t *record_json(const session_record *r)
     return json_pack("{s:s,s:s,s:O,s:f,s:f,s:I}", "session_id", r->id, "tenant_id", r->tenant, "egress",
                      r->egress, "created_at", r->created_at, "last_accessed_at", r->last_accessed_at,
                      "disk_quota_bytes", (json_int_t)r->quota_bytes);
-}
-
-/* The rename is durable once the directory holding path is synced. */
-static int sync_parent(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    int rc = fd >= 0 && fsync(fd) == 0 ? 0 : -1;
-    int e = errno;
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    errno = e;
-    return rc;
 }
 
 int session_state_save(const char *path, const char *state_dir, const session_record *v, size_t n, char *err,
