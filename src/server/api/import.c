@@ -137,18 +137,17 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         return;
     }
     /* The download goes to the session's own disk, so it is counted and reserved before a
-     * byte is written: at most the import limit and the workspace's free quota, whichever is
-     * less; more is refused (announced) or stopped (grown) with the 413. */
-    long long import_max = (long long)a->cfg->import_max_mb * 1048576;
+     * byte is written: it may take the workspace's free quota; an archive past that (or past
+     * the import limit) is refused (announced) or stopped (grown) with the 413. */
     long long free_bytes = quota_free(s->workspace, s->quota_bytes);
-    long long max = free_bytes < import_max ? free_bytes : import_max;
     int fd = import_archive_file(s->workspace);
     if (fd < 0)
         fprintf(stderr, "airlockd: import into %s: cannot make the download file: %s\n", s->id, strerror(errno));
     long long bytes = 0, files = 0;
-    import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, max, &bytes, &msg);
+    import_result rc =
+        fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, free_bytes, &bytes, &msg);
     if (rc == IMPORT_TOO_LARGE) {
-        int n = max == import_max && bytes > import_max
+        int n = bytes > (long long)a->cfg->import_max_mb * 1048576
                     ? asprintf(&msg, "%s/%s is larger than the %d MB import limit.", spec->owner, spec->name,
                                a->cfg->import_max_mb)
                     : asprintf(&msg, "The archive (%.1f MB) doesn't fit in the workspace's free disk space (%.1f MB).",
