@@ -102,6 +102,9 @@ void api_files_write(app *a, http_request *r, const api_call *c)
         http_send_500(r);
     } else if (wr == QUOTA_EXCEEDED) {
         http_send_detail(r, 413, quota_msg);
+    } else if (wr == QUOTA_IO) {
+        send_detail_with(r, 507, "Writing %s failed: the workspace's disk could not store it (I/O error). "
+                                 "Nothing was saved under that name.", path);
     } else {
         char *msg = NULL;
         if (asprintf(&msg, "Successfully wrote %zu characters to %s", chars, path) >= 0) {

@@ -121,7 +121,7 @@ quota_write_result quota_write_from(const char *ws, const char *rel, const char 
     if (known)
         path_remove_file(ws, rel, &written);
     if (err != ENOSPC && err != EDQUOT)
-        return QUOTA_FAILED;
+        return QUOTA_IO;
     /* the usage now, with the partial file (and so the replaced content) gone */
     long long now = quota_usage(ws);
     projected = (now >= 0 ? now : used - replaced) + (long long)len;

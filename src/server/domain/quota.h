@@ -19,6 +19,8 @@ typedef enum {
     QUOTA_WRITTEN = 0,
     QUOTA_EXCEEDED, /* *msg is the 413 text; nothing was left behind */
     QUOTA_FAILED,   /* not written (500) */
+    QUOTA_IO,       /* the disk failed to store it (an I/O error writing or syncing): the
+                     * partial file is removed, never acknowledged (507) */
 } quota_write_result;
 
 /* Writes data to ws/rel (rel as path_resolve gave it; parents made as needed), whole, or not
