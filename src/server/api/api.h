@@ -71,6 +71,9 @@ bool limit_query(http_request *r, long long *limit);
 /* The caller's session c->param, touched and referenced (registry_release it);
  * NULL when a 404/403 was sent. */
 session *acquire_session(app *a, http_request *r, const api_call *c);
+/* acquire_session for a route that records an audit entry: fails closed (507 "<what> could
+ * not be saved: ...") while the audit log cannot be written, before anything runs. */
+session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what);
 /* Sends {"detail": fmt with arg} with arg made valid UTF-8 (fmt has one %s). */
 void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg);
 /* Fail closed on storage: a change that could not be made durable is refused, never

@@ -87,3 +87,14 @@ void send_not_saved(http_request *r, unsigned status, const char *what)
              what);
     http_send_detail(r, status, msg);
 }
+
+session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what)
+{
+    session *s = acquire_session(a, r, c);
+    if (s && !audit_writable(a->audit)) {
+        registry_release(a->reg, s);
+        send_not_saved(r, 507, what);
+        return NULL;
+    }
+    return s;
+}

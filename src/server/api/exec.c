@@ -124,14 +124,9 @@ void api_exec(app *a, http_request *r, const api_call *c)
     if (send_if_invalid(r, errs))
         return;
     streamed = streamed || accepts_ndjson(r);
-    session *s = acquire_session(a, r, c);
+    session *s = acquire_audited_session(a, r, c, "The command's audit record"); /* no command runs unaudited */
     if (!s)
         return;
-    if (!audit_writable(a->audit)) { /* no command runs unaudited */
-        registry_release(a->reg, s);
-        send_not_saved(r, 507, "The command's audit record");
-        return;
-    }
     const tenant_cfg *t = tenants_get(a->tenants, tenant);
     if (!limits_exec_begin(a->lim, tenant)) {
         char msg[128];

@@ -224,14 +224,9 @@ void api_import(app *a, http_request *r, const api_call *c)
     }
     if (send_if_invalid(r, errs))
         return;
-    session *s = acquire_session(a, r, c);
+    session *s = acquire_audited_session(a, r, c, "The import's audit record"); /* nothing is imported unaudited */
     if (!s)
         return;
-    if (!audit_writable(a->audit)) { /* nothing is imported unaudited */
-        registry_release(a->reg, s);
-        send_not_saved(r, 507, "The import's audit record");
-        return;
-    }
     double started = mono_s();
     char *command = command_text(repo, ref, path), *msg = NULL;
     size_t msg_len = 0;

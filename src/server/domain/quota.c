@@ -2,6 +2,7 @@
 #include "domain/quota.h"
 
 #include "domain/paths.h"
+#include "util/sync.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -69,17 +70,10 @@ static int write_all(int fd, const char *p, size_t n)
 }
 
 /* The written file's directory entry is durable once its directory is synced. */
-static int sync_parent(const char *ws, const char *rel)
+static int sync_entry(const char *ws, const char *rel)
 {
     const char *last;
-    int dfd = path_open_parent(ws, rel, false, &last);
-    if (dfd < 0)
-        return -1;
-    int rc = fsync(dfd);
-    int e = errno;
-    close(dfd);
-    errno = e;
-    return rc;
+    return sync_close(path_open_parent(ws, rel, false, &last));
 }
 
 quota_write_result quota_write_from(const char *ws, const char *rel, const char *path_as_sent, const quota_source *src,
@@ -113,7 +107,7 @@ quota_write_result quota_write_from(const char *ws, const char *rel, const char 
     int err = src->write(src->ctx, fd) == 0 && fdatasync(fd) == 0 ? 0 : errno;
     if (close(fd) != 0 && !err && errno != EINTR)
         err = errno;
-    if (!err && sync_parent(ws, rel) != 0)
+    if (!err && sync_entry(ws, rel) != 0)
         err = errno;
     if (!err)
         return QUOTA_WRITTEN;

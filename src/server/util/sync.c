@@ -7,9 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-int sync_dir(const char *dir)
+int sync_close(int fd)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     int rc = fsync(fd);
@@ -17,6 +16,11 @@ int sync_dir(const char *dir)
     close(fd);
     errno = e;
     return rc;
+}
+
+int sync_dir(const char *dir)
+{
+    return sync_close(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
 }
 
 int sync_parent(const char *path)

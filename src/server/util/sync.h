@@ -2,6 +2,10 @@
 #ifndef AIRLOCKD_UTIL_SYNC_H
 #define AIRLOCKD_UTIL_SYNC_H
 
+/* fsync of fd (a directory opened by the caller; -1 passes through), then close: 0, or -1
+ * with errno. */
+int sync_close(int fd);
+
 /* fsync of the directory dir: 0, or -1 with errno. */
 int sync_dir(const char *dir);
 
