@@ -50,7 +50,7 @@ describe("airlockd storage", function()
           os.remove(outs[i])
         end
         local peak = proc_status_kb(server.pid, "VmHWM")
-        io.stderr:write(string.format("\n[storage_spec] four 64 MiB JSON writes: VmRSS %d kB before, VmHWM %d kB\n", base, peak))
+        io.stderr:write(string.format("\n[storage_memory_spec] four 64 MiB JSON writes: VmRSS %d kB before, VmHWM %d kB\n", base, peak))
         -- the documented budget for bodies (256 MiB) plus a small constant
         assert.truthy(peak - base <= 256 * 1024 + 48 * 1024, "peak " .. peak .. " kB from " .. base .. " kB")
         local after
@@ -59,7 +59,7 @@ describe("airlockd storage", function()
           return after - base <= 32 * 1024
         end)
         assert.truthy(after - base <= 32 * 1024, "resident after: " .. after .. " kB from " .. base .. " kB")
-        io.stderr:write(string.format("[storage_spec] VmRSS %d kB after\n", after))
+        io.stderr:write(string.format("[storage_memory_spec] VmRSS %d kB after\n", after))
         -- the file holds the decoded content, and the answer counts Python's characters
         local size = tonumber(proc.output("stat -c %s " .. q(server.dir .. "/state/workspaces/" .. ids[1] .. "/w" .. "/big.txt")):match("%d+"))
         local per = #"abc\n\xc3\xa9\"xyz "
