@@ -90,3 +90,23 @@ void api_send_exec_limit(http_request *r, int allowed)
     snprintf(n, sizeof n, "%d", allowed);
     http_send_json_header(r, 429, json_pack("{s:s}", "detail", text), "X-Airlock-Exec-Limit", n);
 }
+
+void send_not_saved(http_request *r, unsigned status, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s could not be saved: the server's storage is full or failing. Nothing was changed; "
+                              "try again later.",
+             what);
+    http_send_detail(r, status, msg);
+}
+
+session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what)
+{
+    session *s = acquire_session(a, r, c);
+    if (s && !audit_writable(a->audit)) {
+        registry_release(a->reg, s);
+        send_not_saved(r, 507, what);
+        return NULL;
+    }
+    return s;
+}

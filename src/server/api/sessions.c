@@ -148,6 +148,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                               "retry-after", "2");
         return;
     }
+    if (rc == SESSION_STORAGE) { /* nothing was created: 503 like the contract's capacity answer */
+        send_not_saved(r, 503, "The new session");
+        return;
+    }
     if (rc != SESSION_OK) {
         http_send_500(r);
         return;
