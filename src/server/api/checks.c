@@ -2,6 +2,7 @@
  * the optional ?limit= query, the session lookup with its 404/403 replies, and the 429 of the
  * concurrent-command limit. */
 #include "api/api.h"
+#include "api/handlers.h"
 
 #include "text/utf8.h"
 
@@ -61,6 +62,8 @@ session *acquire_session(app *a, http_request *r, const api_call *c)
     /* every session route counts as activity, so the idle reaper spares it */
     session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
     /* the same strings on every session route */
+    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
+        return NULL;
     if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found or expired");
     else if (rc != SESSION_OK)

@@ -42,6 +42,9 @@ static const api_route ROUTES[] = {
     {"GET",    "/v1/admin/keys",              API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_list},
     {"POST",   "/v1/admin/keys",              API_ADMIN,  true,  FIELDS,    QUICK, api_admin_keys_create},
     {"DELETE", "/v1/admin/keys/{}",           API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_revoke},
+    {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
+    {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
+    {"GET",    "/v1/fleet/accepting",         API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_fleet_accepting},
 };
 
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])

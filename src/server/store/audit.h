@@ -52,4 +52,11 @@ bool audit_writable(audit_store *store);
 int audit_query(audit_store *store, const char *tenant, const char *before, size_t before_len,
                 int limit, json_t **entries, char **next);
 
+/* A fleet node's store is also its outbox (fleet/audit.c ships it to the database): up to
+ * limit rows recorded after the shipped mark, oldest first, as objects with the columns of
+ * the table ("tenant_id", "sk", "ts_us", ...), in *rows; 0 or -1. */
+int audit_outbox_read(audit_store *store, int limit, json_t **rows);
+/* Everything up to sort key sk has reached the database. */
+int audit_outbox_mark(audit_store *store, const char *sk);
+
 #endif
