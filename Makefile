@@ -28,6 +28,9 @@ MNL_CFLAGS    ?= $(shell $(PKG_CONFIG) --cflags libmnl)
 MNL_LIBS      ?= $(shell $(PKG_CONFIG) --libs libmnl)
 CARES_CFLAGS  ?= $(shell $(PKG_CONFIG) --cflags libcares)
 CARES_LIBS    ?= $(shell $(PKG_CONFIG) --libs libcares)
+# the fleet's shared state (--database): PostgreSQL's client library
+PQ_CFLAGS     ?= $(shell $(PKG_CONFIG) --cflags libpq)
+PQ_LIBS       ?= $(shell $(PKG_CONFIG) --libs libpq)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -66,7 +69,7 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 export AIRLOCKD_BIN := $(CURDIR)/$(AIRLOCKD)
 export AIRLOCK_RUNSC := $(RUNSC)
 
-.PHONY: all build deps run test luajit-core compat-builds lint sanitize asan-test valgrind-test \
+.PHONY: all build deps run fleet test luajit-core compat-builds lint sanitize asan-test valgrind-test \
         bench install dist clean
 
 all: build
@@ -81,8 +84,8 @@ $(CORE_SO): $(CORE_PARTS)
 $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR) src/agent/frames.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
-	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) -lm \
+	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS) -o $@ $(SERVER_SRC) \
+	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) $(PQ_LIBS) -lm \
 	  -pthread $(SANITIZE)
 
 $(WAITER): src/waiter/waiter.c
@@ -100,6 +103,12 @@ deps:
 run: deps
 	$(MAKE) build
 	./scripts/with-airlockd.sh $(LUA) examples/quickstart.lua
+
+# make fleet: the quick start through the router of a fresh 3-node fleet on this machine
+# (scripts/fleet.sh: a private PostgreSQL, HAProxy, airlockd on 127.0.0.2-4), then all stopped.
+fleet: deps
+	$(MAKE) build
+	./scripts/fleet.sh exec --nodes 3 -- $(LUA) examples/quickstart.lua
 
 # make test: the same preparation, then the whole suite under Lua 5.4 and LuaJIT.
 test: deps
@@ -145,7 +154,7 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
               spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua spec/server/warm_spec.lua \
-              spec/server/warm_spares_spec.lua \
+              spec/server/warm_spares_spec.lua spec/server/storage_spec.lua \
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
               spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
               spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua \
@@ -193,6 +202,9 @@ valgrind-test: build
 #   sandboxes booted ahead, and under a bare `runsc run`; the host memory of a waiting sandbox.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
+# fleet: a 3-node fleet (scripts/fleet.sh): router overhead (exec true, a small read) via HAProxy
+#   vs straight to the node, the spread of creates, exact max_sessions under 300 parallel creates,
+#   what creates see after kill -9 of a node.
 # stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 bench: build luajit-core
@@ -212,6 +224,7 @@ bench: build luajit-core
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua
+	$(LUA) bench/fleet.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -32,6 +32,8 @@ run_suite() {
 }
 
 run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua54 spec/server
+# a real fleet on loopback (scripts/fleet.sh: PostgreSQL, HAProxy, 3 nodes), once
+run_suite lua5.4 "$top/build/?.so" spec/fleet
 if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
   run_suite luajit "$top/build/luajit/?.so" spec/unit spec/integration
 fi

@@ -132,7 +132,7 @@ typedef struct {
 typedef struct {
     unsigned status;
     const char *detail;
-    char text[128];
+    char text[200];
     int exec_limit;
     json_t *result;
 } exec_answer;
@@ -323,7 +323,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
         /* the client hung up (nobody reads this answer) or the server is stopping (503) */
         fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
         ae.detail = CANCEL_DETAIL;
-        audit_record(a->audit, &ae);
+        (void)audit_record(a->audit, &ae); /* nobody reads the answer (or it is a 503) */
         answer_error(ans, 503, "The command was stopped before it finished.");
         return;
     }
@@ -333,9 +333,13 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
     ae.exit_code = o.exit_code;
     ae.timed_out = o.timed_out;
     ae.oom_killed = o.oom;
-    audit_record(a->audit, &ae);
-    if (!(ans->result = result_json(q, tap, &o)))
+    if (audit_record(a->audit, &ae) != 0) { /* never acknowledged without its record */
+        snprintf(ans->text, sizeof ans->text, "The command ran (exit code %d) but its audit record could not be "
+                                              "saved: the server's storage is full or failing.", o.exit_code);
+        answer_error(ans, 507, ans->text);
+    } else if (!(ans->result = result_json(q, tap, &o))) {
         answer_error(ans, 500, NULL);
+    }
     free_output(&o);
 }
 
@@ -392,7 +396,7 @@ void api_exec(app *a, http_request *r, const api_call *c)
     exec_request q;
     if (!read_request(a, r, c->body, &q))
         return;
-    session *s = acquire_session(a, r, c);
+    session *s = acquire_audited_session(a, r, c, "The command's audit record"); /* no command runs unaudited */
     if (!s)
         return;
     exec_tap tap;

@@ -8,7 +8,7 @@ void config_usage(FILE *f)
 {
     fputs("usage: airlockd [--listen HOST:PORT] [--unix PATH] [--state-dir DIR] [--port-file FILE]\n"
           "                [--runsc PATH] [--isolation gvisor|bubblewrap|auto] [--import-base-url URL]\n"
-          "                [--help]\n"
+          "                [--database URL] [--node-id ID] [--advertise URL] [--help]\n"
           "\n"
           "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
           "  --unix PATH         also listen on a unix socket\n"
@@ -22,6 +22,11 @@ void config_usage(FILE *f)
           "                      default $SANDBOX_ISOLATION\n"
           "  --import-base-url URL  where /import downloads archives (default\n"
           "                      $AIRLOCK_IMPORT_BASE_URL, then https://github.com)\n"
+          "  --database URL      join a fleet whose shared state is in this PostgreSQL database\n"
+          "                      (docs/fleet.md; prefer SANDBOX_DATABASE_URL or\n"
+          "                      SANDBOX_DATABASE_URL_FILE: it holds a password)\n"
+          "  --node-id ID        this node's name in the fleet (default: the host name)\n"
+          "  --advertise URL     how the router reaches this node (default: the listen address)\n"
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
@@ -41,12 +46,14 @@ void config_usage(FILE *f)
           "space at start), SANDBOX_DISK_RESERVE_MB (1024: host space new images leave free),\n"
           "SANDBOX_EGRESS_DNS (ip[:port],...; default the host's resolver), SANDBOX_EGRESS_LOG_DIR,\n"
           "SANDBOX_EGRESS_MAX_TUNNELS (32 per session), SANDBOX_EGRESS_MAX_TUNNELS_TOTAL (1024),\n"
-          "SANDBOX_EGRESS_IDLE_SECONDS (300).\n",
+          "SANDBOX_EGRESS_IDLE_SECONDS (300). A fleet: SANDBOX_DATABASE_URL or SANDBOX_DATABASE_URL_FILE,\n"
+          "SANDBOX_FLEET_LOST_AFTER (120 s).\n",
           f);
 }
 
-static const char *const flags_with_value[] = {"--listen", "--unix",      "--state-dir",      "--port-file",
-                                               "--runsc",  "--isolation", "--import-base-url"};
+static const char *const flags_with_value[] = {"--listen",    "--unix",      "--state-dir",      "--port-file",
+                                               "--runsc",     "--isolation", "--import-base-url", "--database",
+                                               "--node-id",   "--advertise"};
 
 static bool known_flag(const char *name)
 {
@@ -63,6 +70,22 @@ static int set_flag(config *c, const char *name, const char *val, config_err err
         free(c->listen_host);
         c->listen_host = NULL;
         return config_host_port(err, "--listen", val, &c->listen_host, &c->port);
+    }
+    if (strcmp(name, "--database") == 0) {
+        free(c->database_url);
+        if (!(c->database_url = strdup(val)))
+            return config_fail(err, name, NULL, "out of memory");
+        /* it may hold a password: blanked in our command line (ps) once copied */
+        memset((char *)val, '*', strlen(val));
+        return 0;
+    }
+    if (strcmp(name, "--node-id") == 0) {
+        c->node_id = val;
+        return 0;
+    }
+    if (strcmp(name, "--advertise") == 0) {
+        c->advertise = val;
+        return config_http_url(err, name, val);
     }
     const char **slot = strcmp(name, "--unix") == 0        ? &c->unix_path
                         : strcmp(name, "--state-dir") == 0 ? &c->state_dir

@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The settings holding keys: their text never appears in an error or a log. */
-static const char *const secrets[] = {"SANDBOX_API_KEYS", "SANDBOX_API_KEY", "SANDBOX_ADMIN_KEY"};
+/* The settings holding keys (or a fleet's database password): their text never appears in
+ * an error or a log. */
+static const char *const secrets[] = {"SANDBOX_API_KEYS", "SANDBOX_API_KEY", "SANDBOX_ADMIN_KEY",
+                                      "SANDBOX_DATABASE_URL", "SANDBOX_DATABASE_URL_FILE", "--database"};
 
 bool config_is_secret(const char *name)
 {

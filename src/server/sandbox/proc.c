@@ -13,6 +13,7 @@
 #include <string.h>
 #include <grp.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -98,6 +99,7 @@ static void child_exec(const sbx_proc_opts *o, int devnull, int out_w, int err_w
     for (int sig = 1; sig < NSIG; sig++)
         (void)sigaction(sig, &dfl, NULL);
     sigemptyset(&none);
+    umask(022); /* the server's own 077 is not the sandboxed commands' */
     /* Own process group (a kill handle without a cgroup), but not setsid(): a new session
      * is a new scheduler autogroup, which measurably slows runsc's start (0.3 -> 0.45 s). */
     if (sigprocmask(SIG_SETMASK, &none, NULL) != 0 || setpgid(0, 0) != 0)
