@@ -51,6 +51,9 @@ AIRLOCKD   := $(BUILD)/airlockd
 # the first process of a sandbox booted ahead of its command (static: the sandbox has no loader
 # of its own); airlockd looks for it beside itself
 WAITER     := $(BUILD)/airlock-waiter
+# the first process of a session's long-lived sandbox (SANDBOX_EXEC_MODE=session): runs each
+# command in fresh namespaces; static like the waiter, found beside airlockd
+AGENT      := $(BUILD)/airlock-agent
 # the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -71,14 +74,14 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(RAW_CURL_RATE)
+build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(RAW_CURL_RATE)
 
 $(CORE_SO): $(CORE_PARTS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
 	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
 
-$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
+$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR) src/agent/frames.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
 	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS) -o $@ $(SERVER_SRC) \
@@ -88,6 +91,10 @@ $(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
 $(WAITER): src/waiter/waiter.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
+
+$(AGENT): src/agent/agent.c src/agent/frames.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/agent/agent.c
 
 deps:
 	./scripts/install-deps.sh
@@ -128,7 +135,7 @@ compat-builds:
 
 lint: deps
 	cppcheck --std=c11 --enable=warning,portability --error-exitcode=1 --inline-suppr --quiet \
-	  -I src/core -I src/server src/core src/server src/waiter bench/raw_curl_rate.c
+	  -I src/core -I src/server src/core src/server src/waiter src/agent bench/raw_curl_rate.c
 	luacheck --no-color -q lua spec examples bin/airlock-mcp $(wildcard bench/*.lua bench/hosts/*.lua)
 
 sanitize:
@@ -151,7 +158,8 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
               spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
               spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua \
-              spec/server/http_framing_spec.lua spec/server/connection_flood_spec.lua
+              spec/server/http_framing_spec.lua spec/server/connection_flood_spec.lua \
+              spec/server/agent_redteam_spec.lua
 asan-test: sanitize
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
 	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
@@ -229,6 +237,7 @@ install: build
 	  install -D -m 644 lua/$$f $(DESTDIR)$(INST_LUADIR)/$$f || exit 1; done
 	install -m 755 $(AIRLOCKD) $(DESTDIR)$(INST_BINDIR)/airlockd
 	install -m 755 $(WAITER) $(DESTDIR)$(INST_BINDIR)/airlock-waiter
+	install -m 755 $(AGENT) $(DESTDIR)$(INST_BINDIR)/airlock-agent
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and

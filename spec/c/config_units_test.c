@@ -212,6 +212,16 @@ static void test_load_errors(void)
     CHECK(load(&c, gvisor, 1, argv) == CONFIG_INVALID);
     CHECK(strcmp(msg, "SANDBOX_REQUIRE_GVISOR: must be 1 (refuse to run without gVisor) or 0, got 'yes'") == 0);
     config_free(&c);
+    char *mode[] = {"SANDBOX_API_KEY=k", "SANDBOX_EXEC_MODE=sessions", NULL};
+    CHECK(load(&c, mode, 1, argv) == CONFIG_INVALID);
+    CHECK(strcmp(msg, "SANDBOX_EXEC_MODE: must be session or command, got 'sessions'") == 0);
+    config_free(&c);
+    char *session[] = {"SANDBOX_API_KEY=k", "SANDBOX_EXEC_MODE=session", NULL};
+    CHECK(load(&c, session, 1, argv) == CONFIG_OK && c.sandbox.session_mode);
+    config_free(&c);
+    char *command[] = {"SANDBOX_API_KEY=k", "SANDBOX_EXEC_MODE=command", NULL};
+    CHECK(load(&c, command, 1, argv) == CONFIG_OK && !c.sandbox.session_mode);
+    config_free(&c);
     char *tunnels[] = {"SANDBOX_API_KEY=k", "SANDBOX_EGRESS_IDLE_SECONDS=5s", NULL};
     CHECK(load(&c, tunnels, 1, argv) == CONFIG_INVALID);
     CHECK(strcmp(msg, "SANDBOX_EGRESS_IDLE_SECONDS: must be a whole number of seconds from 1 to 86400, got '5s'") == 0);

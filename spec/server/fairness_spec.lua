@@ -89,9 +89,11 @@ describe("airlockd cgroups per tenant", function()
       assert.are.equal("-1", read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-" .. tenant .. "/cpu.cfs_quota_us"))
     end
     -- the runs' groups are gone from every hierarchy; the tenants' stay for the next run (and
-    -- the groups of the sandboxes booted ahead for the sessions' next commands)
+    -- the groups of the sandboxes booted ahead for the sessions' next commands, and with
+    -- SANDBOX_EXEC_MODE=session those of the sessions' own sandboxes)
     for _, dir in ipairs(host_state.cgroups_under(root)) do
-      assert.is_true(dir:find("/sbx_", 1, true) == nil or dir:find("-w-", 1, true) ~= nil, dir)
+      assert.is_true(dir:find("/sbx_", 1, true) == nil or dir:find("-w-", 1, true) ~= nil
+        or dir:find("-s-", 1, true) ~= nil, dir)
     end
   end)
 

@@ -72,12 +72,18 @@ function M.pids_naming(text)
 end
 
 -- How many `runsc ... run` processes use the runsc root of the server in dir (a child that
--- runsc forked and has not yet exec'd shows the same command line: not counted).
+-- runsc forked and has not yet exec'd shows the same command line: not counted). A session's
+-- own sandbox (SANDBOX_EXEC_MODE=session: its agent's frames on --pass-fd 6:5) counts while it
+-- runs a command: neither frozen (idle) nor without a CPU quota (booting).
 function M.runsc_runs(server)
   local runs = {}
   for _, pid in ipairs(M.pids_naming(server.dir .. "/state/runsc")) do
     local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
-    if cmd:find("\0run\0--bundle\0", 1, true) then runs[pid] = true end
+    if cmd:find("\0run\0--bundle\0", 1, true)
+      or (cmd:find("\0run\0", 1, true) and cmd:find("\0--pass-fd\0006:5\0", 1, true) and not M.frozen(pid)
+        and M.cpu_quota(pid) ~= "-1") then
+      runs[pid] = true
+    end
   end
   local n = 0
   for pid in pairs(runs) do
@@ -95,6 +101,16 @@ function M.waiting_sandboxes(root)
   local list = {}
   for line in out:gmatch("[^\n]+") do list[#list + 1] = line end
   return list
+end
+
+-- The CPU quota (cpu.cfs_quota_us) of process pid's cpu group, nil when unknown.
+function M.cpu_quota(pid)
+  for controllers, path in (proc.read_file("/proc/" .. pid .. "/cgroup") or ""):gmatch("%d+:([^:\n]*):([^\n]*)") do
+    if ("," .. controllers .. ","):find(",cpu,", 1, true) then
+      return M.cgroup_value("/sys/fs/cgroup/cpu" .. path, "cpu.cfs_quota_us")
+    end
+  end
+  return nil
 end
 
 -- Whether process pid is frozen: in a freezer group (a sandbox booted ahead waiting for its

@@ -65,6 +65,31 @@ static void want_next(app *a, session *s, const char *tenant)
         warm_want(a->warm, s->id, s->workspace, tenant);
 }
 
+/* SANDBOX_EXEC_MODE=session: in the session's own sandbox when it is ready; else (its boot
+ * still under way, as after a create) in a sandbox booted ahead for it if there is one (a
+ * spare's); else in the session's once booted; else (busy with a parallel command of the
+ * session, none to be had) in a sandbox of its own, booted now. */
+static int run_in_session(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
+                          sandbox_result *res, char *errbuf, size_t errlen)
+{
+    int rc = warm_session_run(a->warm, s->id, so, command, timeout, false, res, errbuf, errlen);
+    if (rc != 1)
+        return rc;
+    sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);
+    if (ready) {
+        sandbox_set_command(ready, so);
+        rc = sandbox_run(ready, command, timeout, res, errbuf, errlen);
+        bool retry = rc != 0 && sandbox_retry_cold(ready);
+        sandbox_release(ready);
+        if (!retry)
+            return rc;
+    }
+    rc = warm_session_run(a->warm, s->id, so, command, timeout, true, res, errbuf, errlen);
+    if (rc != 1)
+        return rc;
+    return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
+}
+
 /* Runs the command in the session's sandbox booted ahead when it has one, and boots the next
  * one beside it (at a low CPU weight: a command is short next to a boot, and yields nothing);
  * else runs it cold first and boots the next one after, so that a cold command does not share
@@ -72,6 +97,8 @@ static void want_next(app *a, session *s, const char *tenant)
 static int run_command(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
                        sandbox_result *res, char *errbuf, size_t errlen)
 {
+    if (warm_sessions(a->warm) && !so->network)
+        return run_in_session(a, s, so, command, timeout, res, errbuf, errlen);
     if (so->network || !a->warm)
         return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
     sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);

@@ -170,6 +170,12 @@ int config_load_sandbox(config *c, const config_src *src)
     if (!s->runsc)
         s->runsc = config_var(src, "AIRLOCK_RUNSC");
     s->waiter = config_var(src, "AIRLOCK_WAITER");
+    s->agent = config_var(src, "AIRLOCK_AGENT");
     s->search_path = config_var(src, "PATH");
+    /* ours: where a command runs (docs/server.md "What a command runs in") */
+    const char *mode = config_var(src, "SANDBOX_EXEC_MODE");
+    if (mode && strcmp(mode, "session") != 0 && strcmp(mode, "command") != 0)
+        return config_fail(src->err, "SANDBOX_EXEC_MODE", mode, "must be session or command");
+    s->session_mode = mode && strcmp(mode, "session") == 0;
     return load_isolation(c, src);
 }

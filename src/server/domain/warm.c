@@ -1,6 +1,6 @@
 /* Sandboxes booted ahead for sessions: a fixed table of entries, one thread that boots, watches
  * and releases them, and the hand-over to a session's next command (see warm.h). */
-#include "domain/warm.h"
+#include "domain/warm_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,56 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define KEY_MAX 40
-/* How long a command waits for its session's sandbox that is still booting (a boot takes
- * ~0.3 s; a cold run would not be faster than waiting). */
-#define TAKE_WAIT_MS 20000
-/* A boot that has not finished by then is given up. */
-#define BOOT_GIVE_UP_MS 60000
-/* The thread looks around at least this often (idle releases). */
-#define TICK_MS 1000
-
-typedef enum {
-    E_FREE,
-    E_PENDING,  /* wanted, waiting for a boot slot */
-    E_STARTING, /* the thread is starting it (sandbox_prepare, outside the lock) */
-    E_BOOTING,  /* runsc started, the waiter has not said "R" yet */
-    E_READY,    /* booted, frozen, waiting for its command */
-    E_DOOMED,   /* evicted or failed: the thread releases it */
-} entry_state;
-
-typedef struct {
-    entry_state state;
-    char key[KEY_MAX];
-    char *workspace;
-    char *tenant;
-    sandbox *sb;
-    int64_t used_ms;    /* wanted, or ready: for the LRU and the idle release */
-    int64_t started_ms; /* its boot began */
-    bool doomed;        /* forgotten while starting: released once started */
-    bool spare;         /* for the tenant's next new session: key and disk made when it starts */
-} entry;
-
-struct warm_pool {
-    sandbox_backend *b;
-    warm_settings ws;
-    pthread_mutex_t mu;
-    pthread_cond_t changed; /* an entry left E_STARTING or E_DOOMED */
-    entry *e;
-    int n;
-    int wake[2];
-    bool stopping;
-    pthread_t thread;
-};
-
-static int64_t now_ms(void)
+int64_t warm_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void wake(warm_pool *w)
+void warm_wake(warm_pool *w)
 {
     ssize_t r = write(w->wake[1], "w", 1);
     (void)r; /* a full pipe already wakes the thread */
@@ -77,28 +35,53 @@ static void clear_entry(entry *e)
     e->state = E_FREE;
 }
 
-static entry *find(warm_pool *w, const char *key)
+entry *warm_find_kind(warm_pool *w, const char *key, bool session)
 {
     for (int i = 0; i < w->n; i++)
-        if (w->e[i].state != E_FREE && !w->e[i].spare && strcmp(w->e[i].key, key) == 0)
+        if (w->e[i].state != E_FREE && !w->e[i].spare && w->e[i].session == session &&
+            strcmp(w->e[i].key, key) == 0)
             return &w->e[i];
     return NULL;
 }
 
+/* key's sandbox booted ahead for one command. */
+static entry *find(warm_pool *w, const char *key)
+{
+    return warm_find_kind(w, key, false);
+}
+
+/* Any entry of key's (for its session's end). */
+static entry *find_any(warm_pool *w, const char *key)
+{
+    entry *e = warm_find_kind(w, key, false);
+    return e ? e : warm_find_kind(w, key, true);
+}
+
 /* Takes e's sandbox out of the table and releases it with the lock dropped; an unadopted
- * spare's disk goes after its sandbox (which had it mounted). */
+ * spare's disk goes after its sandbox (which had it mounted); a session's own sandbox that
+ * died is wanted again for its next command. */
 static void release_entry(warm_pool *w, entry *e)
 {
     sandbox *sb = e->sb;
     char spare_id[KEY_MAX] = "";
     if (e->spare && e->workspace)
         snprintf(spare_id, sizeof spare_id, "%s", e->key);
+    entry again = {0};
+    if (e->reboot && !e->doomed && !w->stopping) { /* keeps its key, workspace and tenant */
+        again = *e;
+        e->workspace = e->tenant = NULL;
+    }
     clear_entry(e);
     pthread_mutex_unlock(&w->mu);
     sandbox_release(sb);
     if (spare_id[0])
         w->ws.disks.drop(w->ws.disks.ctx, spare_id);
     pthread_mutex_lock(&w->mu);
+    entry *n = again.workspace && !warm_find_kind(w, again.key, true) ? warm_free_entry_locked(w) : NULL;
+    if (n && warm_fill_entry(n, again.key, again.workspace, again.tenant))
+        n->session = true;
+    free(again.workspace);
+    free(again.tenant);
     pthread_cond_broadcast(&w->changed);
 }
 
@@ -128,7 +111,7 @@ static void start_boots(warm_pool *w)
         if (e->state != E_PENDING)
             continue;
         e->state = E_STARTING;
-        e->started_ms = now_ms();
+        e->started_ms = warm_now_ms();
         booting++;
         if (e->spare && !make_spare_disk(w, e)) {
             clear_entry(e); /* no disk space: new sessions start cold */
@@ -136,9 +119,9 @@ static void start_boots(warm_pool *w)
             continue;
         }
         char name[KEY_MAX + 4];
-        snprintf(name, sizeof name, "%s-w", e->key);
+        snprintf(name, sizeof name, "%s-%s", e->key, e->session ? "s" : "w");
         sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
-                          .boot_ahead = true};
+                          .boot_ahead = true, .agent = e->session};
         char err[512] = "";
         pthread_mutex_unlock(&w->mu);
         sandbox *sb = sandbox_prepare(w->b, &o, err, sizeof err);
@@ -159,7 +142,7 @@ static void start_boots(warm_pool *w)
 /* Booting sandboxes that finished (or gave up), doomed ones, idle ones. */
 static void look_around(warm_pool *w)
 {
-    int64_t now = now_ms();
+    int64_t now = warm_now_ms();
     for (int i = 0; i < w->n; i++) {
         entry *e = &w->e[i];
         if (e->state == E_BOOTING) {
@@ -168,6 +151,7 @@ static void look_around(warm_pool *w)
             if (rc == 1) {
                 e->state = E_READY;
                 e->used_ms = now;
+                pthread_cond_broadcast(&w->changed); /* a command may wait for a session's own */
             } else if (rc < 0 || now - e->started_ms > BOOT_GIVE_UP_MS) {
                 fprintf(stderr, "airlockd: sandbox booted ahead for %s given up: %s\n", e->key,
                         rc < 0 ? err : "boot too slow");
@@ -209,7 +193,7 @@ static void *warm_main(void *arg)
     /* release everything here: a sandbox dies with the thread that started it */
     for (int i = 0; i < w->n; i++) {
         entry *e = &w->e[i];
-        while (e->state == E_STARTING) /* not possible here (this thread starts them) */
+        while (e->state == E_STARTING || e->state == E_LENT) /* none: no command runs by now */
             pthread_cond_wait(&w->changed, &w->mu);
         if (e->state != E_FREE)
             release_entry(w, e);
@@ -225,6 +209,7 @@ warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, s
         errbuf[0] = '\0';
     if (ws->max_ready <= 0 || !sandbox_can_boot_ahead(b))
         return NULL;
+    bool sessions = ws->sessions && sandbox_can_host_session(b);
     warm_pool *w = calloc(1, sizeof *w);
     if (!w || !(w->e = calloc((size_t)ws->max_ready, sizeof *w->e))) {
         free(w);
@@ -233,6 +218,7 @@ warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, s
     }
     w->b = b;
     w->ws = *ws;
+    w->ws.sessions = sessions;
     if (w->ws.max_booting < 1)
         w->ws.max_booting = 1;
     w->n = ws->max_ready;
@@ -264,7 +250,7 @@ void warm_free(warm_pool *w)
     pthread_mutex_lock(&w->mu);
     w->stopping = true;
     pthread_mutex_unlock(&w->mu);
-    wake(w);
+    warm_wake(w);
     pthread_join(w->thread, NULL);
     close(w->wake[0]);
     close(w->wake[1]);
@@ -276,7 +262,7 @@ void warm_free(warm_pool *w)
 
 /* A free entry for a new want, locked; when full, the longest unused waiting one is doomed to
  * make room for the next want, and NULL. */
-static entry *free_entry_locked(warm_pool *w)
+entry *warm_free_entry_locked(warm_pool *w)
 {
     entry *lru = NULL;
     for (int i = 0; i < w->n; i++) {
@@ -291,7 +277,7 @@ static entry *free_entry_locked(warm_pool *w)
 }
 
 /* Fills a free entry as a pending want (key NULL: a spare, whose key comes with its disk). */
-static bool fill_entry(entry *e, const char *key, const char *workspace, const char *tenant)
+bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant)
 {
     e->workspace = workspace ? strdup(workspace) : NULL;
     e->tenant = tenant ? strdup(tenant) : NULL;
@@ -302,7 +288,7 @@ static bool fill_entry(entry *e, const char *key, const char *workspace, const c
     snprintf(e->key, sizeof e->key, "%s", key ? key : "");
     e->spare = key == NULL;
     e->state = E_PENDING;
-    e->used_ms = now_ms();
+    e->used_ms = warm_now_ms();
     return true;
 }
 
@@ -313,11 +299,11 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
     pthread_mutex_lock(&w->mu);
     entry *e = w->stopping ? NULL : find(w, key);
     if (e)
-        e->used_ms = now_ms();
-    else if (!w->stopping && (e = free_entry_locked(w)) != NULL)
-        fill_entry(e, key, workspace, tenant);
+        e->used_ms = warm_now_ms();
+    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL)
+        warm_fill_entry(e, key, workspace, tenant);
     pthread_mutex_unlock(&w->mu);
-    wake(w);
+    warm_wake(w);
 }
 
 static bool same_tenant(const char *a, const char *b)
@@ -331,7 +317,7 @@ void warm_want_spare(warm_pool *w, const char *tenant)
         return;
     pthread_mutex_lock(&w->mu);
     int have = 0;
-    int64_t now = now_ms();
+    int64_t now = warm_now_ms();
     for (int i = 0; i < w->n; i++) {
         entry *e = &w->e[i];
         if (e->state != E_FREE && e->state != E_DOOMED && e->spare && same_tenant(e->tenant, tenant)) {
@@ -340,12 +326,12 @@ void warm_want_spare(warm_pool *w, const char *tenant)
         }
     }
     for (; have < w->ws.spares && !w->stopping; have++) {
-        entry *e = free_entry_locked(w);
-        if (!e || !fill_entry(e, NULL, NULL, tenant))
+        entry *e = warm_free_entry_locked(w);
+        if (!e || !warm_fill_entry(e, NULL, NULL, tenant))
             break;
     }
     pthread_mutex_unlock(&w->mu);
-    wake(w);
+    warm_wake(w);
 }
 
 bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len, char **workspace)
@@ -361,7 +347,7 @@ bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len,
             continue;
         snprintf(id, id_len, "%s", e->key);
         e->spare = false; /* the session's from now on: its disk stays with it */
-        e->used_ms = now_ms();
+        e->used_ms = warm_now_ms();
         adopted = true;
     }
     pthread_mutex_unlock(&w->mu);
@@ -379,7 +365,7 @@ static entry *find_spare(warm_pool *w, const char *key)
 }
 
 /* Releases every entry next(w, key) finds, returning once they are gone: one still starting
- * is doomed and waited for (its thread releases it). */
+ * or running a command is doomed and waited for (its thread, or its command, gives it back). */
 static void release_found(warm_pool *w, entry *(*next)(warm_pool *, const char *), const char *key)
 {
     if (!w)
@@ -387,7 +373,7 @@ static void release_found(warm_pool *w, entry *(*next)(warm_pool *, const char *
     pthread_mutex_lock(&w->mu);
     entry *e;
     while ((e = next(w, key)) != NULL) {
-        if (e->state == E_STARTING) {
+        if (e->state == E_STARTING || e->state == E_LENT) {
             e->doomed = true;
             pthread_cond_wait(&w->changed, &w->mu);
             continue;
@@ -405,7 +391,7 @@ void warm_drop_spares(warm_pool *w)
 /* Waits for a boot under way (the caller owns sb now); false when it failed or took too long. */
 static bool wait_booted(sandbox *sb, int cancel_fd)
 {
-    int64_t until = now_ms() + TAKE_WAIT_MS;
+    int64_t until = warm_now_ms() + TAKE_WAIT_MS;
     sandbox_boot_hurry(sb);
     char err[512] = "";
     for (;;) {
@@ -415,7 +401,7 @@ static bool wait_booted(sandbox *sb, int cancel_fd)
                 fprintf(stderr, "airlockd: %s\n", err);
             return rc == 1;
         }
-        int64_t left = until - now_ms();
+        int64_t left = until - warm_now_ms();
         if (left <= 0)
             return false;
         struct pollfd pf[2] = {{.fd = sandbox_boot_fd(sb), .events = POLLIN},
@@ -444,7 +430,7 @@ sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd)
     sandbox *sb = e->sb;
     clear_entry(e);
     pthread_mutex_unlock(&w->mu);
-    wake(w); /* a boot slot may have freed */
+    warm_wake(w); /* a boot slot may have freed */
     if (st == E_PENDING)
         return NULL; /* its boot had not begun: cold is faster than waiting for one */
     if (st == E_BOOTING && !wait_booted(sb, cancel_fd)) {
@@ -456,7 +442,7 @@ sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd)
 
 void warm_forget(warm_pool *w, const char *key)
 {
-    release_found(w, find, key);
+    release_found(w, find_any, key);
 }
 
 void warm_abandon(warm_pool *w)

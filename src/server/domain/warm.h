@@ -7,7 +7,15 @@
  * sessions first (a new want evicts the longest unused waiting one when full); at most
  * max_booting boot at once; a waiting sandbox unused for idle_seconds is released. A session
  * without one (first command, evicted, egress, still queued to boot) runs cold, as before.
- * One thread boots them: a sandbox dies with the thread that started it. */
+ * One thread boots them: a sandbox dies with the thread that started it.
+ *
+ * Ours, SANDBOX_EXEC_MODE=session (warm_session.c): the same table also holds each session's
+ * own long-lived sandbox, whose agent runs every command of the session in a fresh container
+ * (sandbox/session_sandbox.h). It boots when the session is made, waits frozen between
+ * commands, is lent to one command at a time and given back, counts against max_ready like
+ * any other (the longest idle one is released for a new want), is released after idle_seconds
+ * without a command and with the session (warm_forget); one that died (memory limit) is
+ * released and its session's next one boots, the workspace untouched. */
 #ifndef AIRLOCKD_WARM_H
 #define AIRLOCKD_WARM_H
 
@@ -32,6 +40,7 @@ typedef struct {
     int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
     int max_booting;  /* boots at once (the CPUs) */
     int spares;       /* SANDBOX_WARM_NEW: spares per tenant (0: new sessions start cold) */
+    bool sessions;    /* SANDBOX_EXEC_MODE=session: sessions get a sandbox of their own */
     warm_spare_disks disks;
 } warm_settings;
 
@@ -69,6 +78,20 @@ void warm_drop_spares(warm_pool *w);
 /* Releases key's sandbox, if any, and returns once it is gone (its workspace is then free to
  * unmount). */
 void warm_forget(warm_pool *w, const char *key);
+
+/* Whether sessions get a sandbox of their own (settings.sessions, and the backend can: gVisor
+ * with the agent). */
+bool warm_sessions(const warm_pool *w);
+
+/* Boots key's own sandbox (over workspace, for tenant) unless it has one. */
+void warm_want_session(warm_pool *w, const char *key, const char *workspace, const char *tenant);
+
+/* Runs command in key's own sandbox (booting it first when it has none; with wait, waiting for
+ * a boot under way) with o's per-command options. 0 ran, -1 failed (errbuf), 1 not run there:
+ * run it another way (the session's is busy with a parallel command or still booting, none
+ * could be had, or it cannot take this command). Sessions with a network always get 1. */
+int warm_session_run(warm_pool *w, const char *key, const sandbox_opts *o, const char *command,
+                     int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen);
 
 /* For a server exiting without cleanup (_exit): kills the processes of every sandbox held,
  * so that none is left frozen (the next start removes the rest). */

@@ -138,10 +138,18 @@ static int open_warm_pool(server *s)
     const config *c = s->cfg;
     warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
                         .max_booting = c->warm_booting, .spares = c->warm_new,
+                        .sessions = c->sandbox.session_mode,
                         .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a}};
     s->err[0] = '\0';
     s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
-    return !s->a.warm && s->err[0] ? -1 : 0;
+    if (!s->a.warm && s->err[0])
+        return -1;
+    if (c->sandbox.session_mode)
+        fprintf(stderr, "airlockd: commands run %s\n",
+                warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
+                                         : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor, "
+                                           "airlock-agent and SANDBOX_WARM_MAX > 0");
+    return 0;
 }
 
 /* The sessions (after the sandbox backend removed the predecessor's sandboxes, which held

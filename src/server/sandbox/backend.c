@@ -45,24 +45,39 @@ static void note(sandbox_backend *b, const char *fmt, ...)
         strcat(b->notes, "\n");
 }
 
-/* The waiter (airlock-waiter) into the root: AIRLOCK_WAITER (env), else beside airlockd's own
- * executable. Without it every sandbox boots with its command (said once). */
-static void add_waiter(sandbox_backend *b, const char *env)
+/* One of our static programs into the root at in_root: env (its variable), else name beside
+ * airlockd's own executable. 0, or -1 with the reason in why. */
+static int add_program(sandbox_backend *b, const char *env, const char *name, const char *in_root,
+                       char *why, size_t whylen)
 {
     char *path = NULL;
     if (env && *env) {
         path = strdup(env);
     } else {
         char *self = sbx_self_dir();
-        path = self ? sbx_path_join(self, "airlock-waiter") : NULL;
+        path = self ? sbx_path_join(self, name) : NULL;
         free(self);
     }
-    char why[512] = "out of memory";
-    if (path && sbx_rootfs_add_waiter(b->rootfs_dir, path, why, sizeof why) == 0)
+    snprintf(why, whylen, "out of memory");
+    int rc = path ? sbx_rootfs_add_program(b->rootfs_dir, path, in_root, why, whylen) : -1;
+    free(path);
+    return rc;
+}
+
+/* The waiter (airlock-waiter): without it every sandbox boots with its command (said once).
+ * The agent (airlock-agent): without it sessions get no sandbox of their own (said once when
+ * SANDBOX_EXEC_MODE=session asks for them). */
+static void add_programs(sandbox_backend *b, const sandbox_settings *set)
+{
+    char why[512];
+    if (add_program(b, set->waiter, "airlock-waiter", SBX_WAITER_PATH, why, sizeof why) == 0)
         b->have_waiter = true;
     else
         note(b, "airlockd: sandboxes boot with their command (no warm sandboxes): %s", why);
-    free(path);
+    if (add_program(b, set->agent, "airlock-agent", SBX_AGENT_PATH, why, sizeof why) == 0)
+        b->have_agent = true;
+    else if (set->session_mode)
+        note(b, "airlockd: commands run one sandbox each (no agent for SANDBOX_EXEC_MODE=session): %s", why);
 }
 
 /* Container ids: name (restricted to [A-Za-z0-9_.-], truncated) plus pid and a counter, so
@@ -130,7 +145,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
-    s->cmd_w = s->ready_r = -1;
+    s->cmd_w = s->ready_r = s->events_r = -1;
     s->child.pid = -1;
     s->child.out = s->child.err = -1;
     if (o->boot_ahead) {
@@ -140,6 +155,12 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
             return NULL;
         }
         s->ahead = true;
+        if (o->agent && !sandbox_can_host_session(b)) {
+            snprintf(errbuf, errlen, "sessions cannot have a sandbox of their own here (no agent)");
+            sandbox_release(s);
+            return NULL;
+        }
+        s->agent = o->agent;
     }
     if (b->ops->prepare(s, errbuf, errlen) != 0) {
         sandbox_release(s);
@@ -184,9 +205,16 @@ void sandbox_release(sandbox *s)
 {
     if (!s)
         return;
+    if (s->events_r >= 0)
+        close(s->events_r);
     s->b->ops->release(s);
     free(s->workspace_dir);
     free(s);
+}
+
+bool sandbox_can_host_session(const sandbox_backend *b)
+{
+    return b->have_agent && sandbox_can_boot_ahead(b);
 }
 
 bool sandbox_can_boot_ahead(const sandbox_backend *b)
@@ -444,7 +472,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
     }
     if (sbx_rootfs_build(b->rootfs_dir, &b->rootfs, errbuf, errlen) != 0)
         goto fail;
-    add_waiter(b, set->waiter);
+    add_programs(b, set);
     if (fs_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));

@@ -779,6 +779,26 @@ int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
     return 0;
 }
 
+int sbx_cg_next_command(sbx_cgroup *cg)
+{
+    if (sbx_cg_freeze(cg, false) != 0)
+        return -1;
+    if (cg->tree && !cg->tree->v2 && cg->dirs[0][0] && write_file(cg->dirs[0], "memory.failcnt", "0") != 0)
+        return -1;
+    if (cg->tree && !cg->counted) {
+        tenant_runs(cg->tree, cg->group, 1);
+        cg->counted = true;
+    }
+    return 0;
+}
+
+void sbx_cg_end_command(sbx_cgroup *cg)
+{
+    if (cg->counted)
+        tenant_runs(cg->tree, cg->group, -1);
+    cg->counted = false;
+}
+
 int sbx_cg_kill_all_except(const sbx_cgroup *cg, pid_t spare)
 {
     (void)sbx_cg_freeze(cg, false); /* frozen tasks cannot die */

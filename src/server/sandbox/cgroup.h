@@ -125,6 +125,15 @@ void sbx_cg_hurry(const sbx_cgroup *cg);
  * cgroup.freeze): an idle sandbox burns no CPU. 0, or an errno value. */
 int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen);
 
+/* A later command of a session's long-lived sandbox (after sbx_cg_begin_command for its
+ * first): thaws it, forgets the memory failure count of the commands before (cgroup v1;
+ * v2's cannot be reset) and counts a running command of its tenant again. 0, or -1. */
+int sbx_cg_next_command(sbx_cgroup *cg);
+
+/* A command of a session's long-lived sandbox ended: its tenant has one running command fewer
+ * (the sandbox, idle now, does not weigh in the tenant's CPU share). */
+void sbx_cg_end_command(sbx_cgroup *cg);
+
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);
 

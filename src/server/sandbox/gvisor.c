@@ -110,17 +110,20 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
     sandbox_backend *b = s->b;
     const char *env[SBX_ENV_ALL_MAX];
     sbx_env_with_network(s, env);
+    const char *agent_argv[SBX_AGENT_ARGV_MAX];
+    char bind_dirs[SBX_ROOTFS_MAX_BINDS][64];
     sbx_spec spec = {
         .rootfs_dir = b->rootfs_dir, .rootfs = &b->rootfs, .workspace_dir = s->workspace_dir,
         .command = command, .env = env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
         .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
         .netns_path = s->network ? s->network->netns_path : NULL,
         .waiter = command ? NULL : SBX_WAITER_PATH,
+        .agent_argv = s->agent ? sbx_agent_argv(&b->rootfs, agent_argv, bind_dirs) : NULL,
     };
     return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
 }
 
-#define RUNSC_ARGV_MAX 20
+#define RUNSC_ARGV_MAX 22
 
 /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
  * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's
@@ -140,6 +143,10 @@ static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
         argv[n++] = "4:3";
         argv[n++] = "--pass-fd";
         argv[n++] = "5:4";
+    }
+    if (s->agent) { /* its frames back */
+        argv[n++] = "--pass-fd";
+        argv[n++] = "6:5";
     }
     argv[n++] = "--bundle";
     argv[n++] = s->bundle;
@@ -204,30 +211,36 @@ static void close_fd(int *fd)
  * the boot goes on after this returns: gvisor_boot_check tells when it is done. */
 static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
 {
-    int cmd[2] = {-1, -1}, ready[2] = {-1, -1};
+    int cmd[2] = {-1, -1}, ready[2] = {-1, -1}, events[2] = {-1, -1};
     if (write_spec(s, NULL, errbuf, errlen) != 0)
         return -1;
-    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0) {
+    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0 ||
+        (s->agent && pipe2(events, O_CLOEXEC) != 0)) {
         snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
         close_fd(&cmd[0]);
         close_fd(&cmd[1]);
+        close_fd(&ready[0]);
+        close_fd(&ready[1]);
         return -1;
     }
     const char *argv[RUNSC_ARGV_MAX];
     runsc_run_argv(s, argv);
-    int pass[2] = {cmd[0], ready[1]};
-    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .pass_fds = pass, .npass_fds = 2,
-                       .pre_exec = s->network ? hide_proc_sys_net : NULL};
+    int pass[3] = {cmd[0], ready[1], events[1]};
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .pass_fds = pass,
+                       .npass_fds = s->agent ? 3 : 2, .pre_exec = s->network ? hide_proc_sys_net : NULL};
     int rc = sbx_proc_start(&o, &s->child, errbuf, errlen);
     close_fd(&cmd[0]);
     close_fd(&ready[1]);
+    close_fd(&events[1]);
     if (rc != 0) {
         close_fd(&cmd[1]);
         close_fd(&ready[0]);
+        close_fd(&events[0]);
         return -1;
     }
     s->cmd_w = cmd[1];
     s->ready_r = ready[0];
+    s->events_r = events[0];
     return 0;
 }
 

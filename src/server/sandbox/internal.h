@@ -33,6 +33,7 @@ extern const sandbox_ops sandbox_bwrap_ops;
 
 struct sandbox_backend {
     bool have_waiter;   /* SBX_WAITER_PATH is in the root: sandboxes can boot ahead */
+    bool have_agent;    /* SBX_AGENT_PATH is in the root: sessions can have a sandbox of their own */
     const sandbox_ops *ops;
     char *rootfs_dir;   /* generated read-only root */
     char *bundles_dir;  /* one OCI bundle per gVisor sandbox */
@@ -66,11 +67,21 @@ struct sandbox {
     int ready_r;          /* the waiter's "R" once booted; -1 when none */
     bool booted;          /* "R" arrived (and the sandbox was frozen) */
     bool sent;            /* the command was handed over: no cold retry any more */
+    /* A session's long-lived sandbox (sandbox_opts.agent): cmd_w carries requests to the
+     * agent, events_r its frames back (sandbox/session_sandbox.c). */
+    bool agent;
+    int events_r;
 };
 
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until
  * its command), 0 while it boots, -1 when the boot failed (message in errbuf). */
 int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
+
+/* The agent's argv (sandbox_opts.agent): SBX_AGENT_PATH and the sandbox's bind mounts to place
+ * again in each command's root; dirs holds the bind paths. Returns argv (NULL-terminated). */
+#define SBX_AGENT_ARGV_MAX (1 + 8 + 2 * SBX_ROOTFS_MAX_BINDS + 1)
+const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
+                            char dirs[SBX_ROOTFS_MAX_BINDS][64]);
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
 extern const char *const sandbox_env[];

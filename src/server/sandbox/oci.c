@@ -79,16 +79,28 @@ static json_t *string_array(const char *const *list)
     return a;
 }
 
+/* The agent's capabilities (bounding, effective, permitted; none inheritable or ambient). */
+static json_t *agent_caps(void)
+{
+    static const char *const names[] = {"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP",
+                                        "CAP_KILL", NULL};
+    json_t *c = json_pack("{s:o, s:o, s:o, s:[], s:[]}", "bounding", string_array(names), "effective",
+                          string_array(names), "permitted", string_array(names), "inheritable", "ambient");
+    return c;
+}
+
 int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size_t errlen)
 {
     const char *args[] = {"/bin/bash", "-c", s->command, NULL};
     const char *waiter_args[] = {s->waiter, NULL};
-    json_t *argv = string_array(s->waiter ? waiter_args : args);
+    json_t *argv = string_array(s->agent_argv ? s->agent_argv : s->waiter ? waiter_args : args);
     json_t *env = string_array(s->env);
     json_t *mnt = mounts(s);
-    /* Every capability set empty: the command keeps no privilege at all. */
-    json_t *caps = json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective",
-                             "inheritable", "permitted", "ambient");
+    /* Every capability set empty: the command keeps no privilege at all. The agent keeps
+     * what making namespaces and mounts, and dropping to the command's uid, take. */
+    json_t *caps = s->agent_argv ? agent_caps()
+                                 : json_pack("{s:[], s:[], s:[], s:[], s:[]}", "bounding", "effective",
+                                             "inheritable", "permitted", "ambient");
     json_t *rlimits = json_pack(
         "[{s:s, s:I, s:I}, {s:s, s:I, s:I}, {s:s, s:I, s:I}]",
         "type", "RLIMIT_NPROC", "hard", (json_int_t)s->nproc, "soft", (json_int_t)s->nproc,
@@ -118,7 +130,8 @@ int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size
         "ociVersion", "1.0.2",
         "process",
             "terminal", 0,
-            "user", "uid", (json_int_t)s->uid, "gid", (json_int_t)s->gid,
+            "user", "uid", (json_int_t)(s->agent_argv ? 0 : s->uid),
+                    "gid", (json_int_t)(s->agent_argv ? 0 : s->gid),
             "args", argv,
             "env", env,
             "cwd", "/workspace",

@@ -20,6 +20,10 @@ typedef struct {
     /* Booted ahead of its command: the process is this path in the root (the waiter, which
      * execs bash -c with the command it is handed later); command is then unused. NULL: bash. */
     const char *waiter;
+    /* A session's long-lived sandbox: the process is this argv (the agent and its mounts),
+     * run as root with the capabilities it needs to make each command's namespaces (the
+     * commands themselves get none: the agent drops them); waiter and uid are then unused. */
+    const char *const *agent_argv;
 } sbx_spec;
 
 /* Writes bundle_dir/config.json. */

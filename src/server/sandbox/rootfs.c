@@ -302,10 +302,16 @@ int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errl
 
 int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf, size_t errlen)
 {
+    return sbx_rootfs_add_program(dir, waiter_path, SBX_WAITER_PATH, errbuf, errlen);
+}
+
+int sbx_rootfs_add_program(const char *dir, const char *host_path, const char *in_root, char *errbuf,
+                           size_t errlen)
+{
     char path[PATH_MAX];
     struct stat st;
-    if (stat(waiter_path, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(errbuf, errlen, "no waiter program at %s", waiter_path);
+    if (stat(host_path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(errbuf, errlen, "no program at %s", host_path);
         return -1;
     }
     if (join(path, sizeof path, dir, "airlock") != 0 || (mkdir(path, 0755) != 0 && errno != EEXIST) ||
@@ -313,10 +319,10 @@ int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf
         snprintf(errbuf, errlen, "cannot create %s/airlock: %s", dir, strerror(errno));
         return -1;
     }
-    if (copy_file(waiter_path, dir, SBX_WAITER_PATH + 1, errbuf, errlen) != 0)
+    if (copy_file(host_path, dir, in_root + 1, errbuf, errlen) != 0)
         return -1;
-    if (join(path, sizeof path, dir, SBX_WAITER_PATH + 1) != 0 || chmod(path, 0555) != 0) {
-        snprintf(errbuf, errlen, "cannot make %s%s executable: %s", dir, SBX_WAITER_PATH, strerror(errno));
+    if (join(path, sizeof path, dir, in_root + 1) != 0 || chmod(path, 0555) != 0) {
+        snprintf(errbuf, errlen, "cannot make %s%s executable: %s", dir, in_root, strerror(errno));
         return -1;
     }
     return 0;

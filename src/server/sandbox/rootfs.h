@@ -31,4 +31,12 @@ int sbx_rootfs_append_ca(const char *dir, const char *pem_path, char *errbuf, si
 /* Copies the host's waiter binary (waiter_path) into the root at SBX_WAITER_PATH. */
 int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf, size_t errlen);
 
+/* Where the agent (airlock-agent, the first process of a session's long-lived sandbox) lies. */
+#define SBX_AGENT_PATH "/airlock/agent"
+
+/* Copies the host's program host_path into the root at in_root ("/airlock/NAME"), read-only
+ * and owned by root. */
+int sbx_rootfs_add_program(const char *dir, const char *host_path, const char *in_root, char *errbuf,
+                           size_t errlen);
+
 #endif

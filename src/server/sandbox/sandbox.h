@@ -83,6 +83,10 @@ typedef struct {
      * frozen; its command's limits (1 CPU, a fresh memory failure count) and timeout start
      * when sandbox_run hands the command over. false: today's sandbox, booted by its run. */
     bool boot_ahead;
+    /* Ours (SANDBOX_EXEC_MODE=session; with boot_ahead): a session's long-lived sandbox whose
+     * first process is the agent (src/agent/agent.c); its commands run through
+     * sandbox/session_sandbox.h, each in fresh namespaces, never through sandbox_run. */
+    bool agent;
 } sandbox_opts;
 
 /* The isolation a server may run on (--isolation, SANDBOX_ISOLATION). */
@@ -97,6 +101,8 @@ typedef enum {
 typedef struct {
     const char *runsc;       /* --runsc, else AIRLOCK_RUNSC; NULL: the search (sandbox/programs.h) */
     const char *waiter;      /* AIRLOCK_WAITER; NULL: airlock-waiter beside airlockd */
+    const char *agent;       /* AIRLOCK_AGENT; NULL: airlock-agent beside airlockd */
+    bool session_mode;       /* SANDBOX_EXEC_MODE=session: say so when the agent is missing */
     const char *search_path; /* PATH, for runsc and bwrap; NULL: the standard directories */
     sandbox_isolation isolation;
     const char *isolation_by; /* the setting that chose it ("SANDBOX_ISOLATION=auto"); NULL: the default */
@@ -151,6 +157,10 @@ int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_re
 
 /* Kills whatever is left in s and removes its state; s is freed. NULL is a no-op. */
 void sandbox_release(sandbox *s);
+
+/* Whether sessions can have a long-lived sandbox of their own (sandbox_opts.agent) here:
+ * gVisor, with the airlock-agent and airlock-waiter programs found. */
+bool sandbox_can_host_session(const sandbox_backend *b);
 
 /* Whether sandboxes can boot ahead here (gVisor, with the airlock-waiter program found). */
 bool sandbox_can_boot_ahead(const sandbox_backend *b);

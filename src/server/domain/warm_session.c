@@ -1,0 +1,103 @@
+/* A session's own sandbox in the warm table (SANDBOX_EXEC_MODE=session, see warm.h): wanted
+ * when the session is made, lent to one command at a time and given back. */
+#include "domain/warm_internal.h"
+
+#include "sandbox/session_sandbox.h"
+
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+/* How long a command waits for its session's sandbox to boot before it runs another way. */
+#define SESSION_WAIT_MS 20000
+/* A waiting command looks at its client this often. */
+#define WAIT_SLICE_MS 50
+
+bool warm_sessions(const warm_pool *w)
+{
+    return w && w->ws.sessions;
+}
+
+/* key's own entry, a pending want made when it has none; NULL when the table has no room. */
+static entry *want_locked(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+{
+    entry *e = warm_find_kind(w, key, true);
+    if (!e && !w->stopping && (e = warm_free_entry_locked(w)) != NULL) {
+        if (warm_fill_entry(e, key, workspace, tenant))
+            e->session = true;
+        else
+            e = NULL;
+    }
+    warm_wake(w);
+    return e;
+}
+
+void warm_want_session(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+{
+    if (!warm_sessions(w) || strlen(key) >= KEY_MAX || !key[0])
+        return;
+    pthread_mutex_lock(&w->mu);
+    (void)want_locked(w, key, workspace, tenant);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static bool client_gone(int fd)
+{
+    if (fd <= 0)
+        return false;
+    struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+    return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
+}
+
+/* key's own entry once it is ready, now lent to the caller; with wait, a boot under way is
+ * waited for. NULL when there is none to be had. Locked. */
+static entry *lend(warm_pool *w, const char *key, const sandbox_opts *o, bool wait)
+{
+    int64_t until = warm_now_ms() + (wait ? SESSION_WAIT_MS : 0);
+    entry *e = want_locked(w, key, o->workspace_dir, o->tenant);
+    while (e && (e->state == E_PENDING || e->state == E_STARTING || e->state == E_BOOTING)) {
+        if (e->state == E_BOOTING)
+            sandbox_boot_hurry(e->sb);
+        if (warm_now_ms() >= until || client_gone(o->cancel_fd) || w->stopping)
+            return NULL;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&w->changed, &w->mu, &ts);
+        e = warm_find_kind(w, key, true);
+    }
+    if (!e || e->state != E_READY)
+        return NULL;
+    e->state = E_LENT;
+    return e;
+}
+
+int warm_session_run(warm_pool *w, const char *key, const sandbox_opts *o, const char *command,
+                     int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen)
+{
+    if (!warm_sessions(w) || o->network || strlen(key) >= KEY_MAX || !key[0])
+        return 1;
+    pthread_mutex_lock(&w->mu);
+    entry *e = w->stopping ? NULL : lend(w, key, o, wait);
+    pthread_mutex_unlock(&w->mu);
+    if (!e)
+        return 1;
+    /* a lent entry is never released nor reused: e stays this sandbox's */
+    int rc = sandbox_session_run(e->sb, o, command, timeout_seconds, out, errbuf, errlen);
+    pthread_mutex_lock(&w->mu);
+    e->used_ms = warm_now_ms();
+    if (sandbox_session_usable(e->sb) && !e->doomed) {
+        e->state = E_READY;
+    } else {
+        e->reboot = true; /* unless its session ended (doomed) */
+        e->state = E_DOOMED;
+        warm_wake(w);
+    }
+    pthread_cond_broadcast(&w->changed);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}

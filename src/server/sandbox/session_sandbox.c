@@ -1,0 +1,281 @@
+/* Commands through a session sandbox's agent (see session_sandbox.h): the request frame on
+ * the agent's command pipe, then its frames back (output, exit) read under a deadline, the
+ * output budget, the tap and the client's cancel; the sandbox thawed for the command and
+ * frozen again after it. The agent enforces the timeout itself (it kills the command's PID
+ * namespace); a sandbox whose agent does not answer by the timeout plus a grace is killed. */
+#include "sandbox/session_sandbox.h"
+
+#include "sandbox/internal.h"
+#include "../../agent/frames.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* After the command's own timeout, how long the agent gets to say it killed it. */
+#define AGENT_GRACE_MS 5000
+#define TICK_MS 1000
+
+const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
+                            char dirs[SBX_ROOTFS_MAX_BINDS][64])
+{
+    static const char *const fixed[] = {"-r", "/usr", "-w", "/workspace", "-d", "/dev", "-r", "/sys"};
+    size_t n = 0;
+    argv[n++] = SBX_AGENT_PATH;
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        argv[n++] = fixed[i];
+    for (size_t i = 0; i < r->nbinds && i < SBX_ROOTFS_MAX_BINDS; i++) {
+        snprintf(dirs[i], sizeof dirs[i], "/%s", r->binds[i]);
+        argv[n++] = "-r";
+        argv[n++] = dirs[i];
+    }
+    argv[n] = NULL;
+    return argv;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The 'C' frame: timeout, command, the sandbox's environment. NULL when out of memory or
+ * too long for the agent. */
+static unsigned char *request_frame(const sandbox *s, const char *command, int timeout_seconds, size_t *len)
+{
+    const char *env[SBX_ENV_ALL_MAX];
+    sbx_env_with_network(s, env);
+    size_t clen = strlen(command);
+    if (clen >= SBX_WAITER_COMMAND_MAX)
+        return NULL;
+    size_t payload = 4 + clen + 1;
+    for (size_t i = 0; env[i]; i++)
+        payload += strlen(env[i]) + 1;
+    unsigned char *f = malloc(5 + payload);
+    if (!f)
+        return NULL;
+    f[0] = 'C';
+    frame_put_u32(f + 1, (uint32_t)payload);
+    frame_put_u32(f + 5, (uint32_t)timeout_seconds * 1000u);
+    unsigned char *p = f + 9;
+    memcpy(p, command, clen + 1);
+    p += clen + 1;
+    for (size_t i = 0; env[i]; i++) {
+        size_t l = strlen(env[i]) + 1;
+        memcpy(p, env[i], l);
+        p += l;
+    }
+    *len = 5 + payload;
+    return f;
+}
+
+/* What the frames said. */
+typedef struct {
+    sbx_proc_result r;
+    bool ended;     /* 'X' came */
+    int code;
+    bool failed;    /* out of memory: errbuf says so */
+    bool not_started; /* 'F' came: the command never ran (errbuf says why) */
+    bool gone;      /* end of file or a broken frame: the sandbox died */
+} agent_run;
+
+/* Reads one frame from the agent and takes it in (its output to the tap too, with to_tap). */
+static void take_frame(sandbox *s, agent_run *a, bool to_tap, char *errbuf, size_t errlen)
+{
+    unsigned char h[FRAME_HEADER];
+    static _Thread_local char payload[FRAME_OUTPUT_MAX];
+    if (frame_read_all(s->events_r, h, FRAME_HEADER) != 0) {
+        a->gone = true;
+        return;
+    }
+    uint32_t n = frame_get_u32(h + 1);
+    if (n > FRAME_OUTPUT_MAX || frame_read_all(s->events_r, payload, n) != 0) {
+        a->gone = true;
+        return;
+    }
+    const sandbox_tap *tap = to_tap ? s->tap : NULL;
+    switch (h[0]) {
+    case '1':
+    case '2':
+        if (capture_feed(h[0] == '1' ? &a->r.out : &a->r.err, payload, n) != 0) {
+            snprintf(errbuf, errlen, "out of memory");
+            a->failed = true;
+        } else if (tap) {
+            tap->output(tap->ctx, h[0] - '0', payload, n);
+        }
+        break;
+    case 'X':
+        if (n >= 5) {
+            a->ended = true;
+            a->code = (int)frame_get_u32((unsigned char *)payload);
+            a->r.timed_out = payload[4] == 1;
+            a->r.cancelled = payload[4] == 2;
+        } else {
+            a->gone = true;
+        }
+        break;
+    case 'F':
+        snprintf(errbuf, errlen, "the sandbox could not start the command: %.*s", (int)(n > 300 ? 300 : n), payload);
+        a->not_started = true;
+        break;
+    default:
+        a->gone = true;
+        break;
+    }
+}
+
+/* Thaws s for its command: the first one also gets the command's limits (sbx_cg_begin_command). */
+static int begin(sandbox *s, char *errbuf, size_t errlen)
+{
+    if (!s->sent) {
+        sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT, .cpu_percent = 100};
+        if (sbx_cg_begin_command(&s->cg, &lim) != 0) {
+            snprintf(errbuf, errlen, "sandbox %s hit its memory limit while booting", s->id);
+            return -1;
+        }
+        s->sent = true;
+        return 0;
+    }
+    if (sbx_cg_next_command(&s->cg) != 0) {
+        snprintf(errbuf, errlen, "cannot thaw sandbox %s", s->id);
+        return -1;
+    }
+    return 0;
+}
+
+/* Kills the sandbox for good (a command that outlived its timeout, a broken agent). */
+static void kill_sandbox(sandbox *s)
+{
+    s->ran = true; /* unusable from now on */
+    (void)sbx_cg_kill_all_except(&s->cg, s->child.pid);
+}
+
+/* Reads the agent's frames until the command ends, its deadline passes or the sandbox dies. */
+static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf, size_t errlen)
+{
+    int64_t deadline = now_ms() + (int64_t)timeout_seconds * 1000;
+    int64_t give_up = deadline + AGENT_GRACE_MS;
+    bool asked_kill = false;
+    const sandbox_tap *tap = s->tap;
+    while (!a->ended && !a->failed && !a->not_started && !a->gone) {
+        if (tap)
+            tap->output(tap->ctx, 0, NULL, 0);
+        int64_t now = now_ms();
+        if (now >= give_up) {
+            kill_sandbox(s);
+            a->r.timed_out = !a->r.cancelled;
+            a->code = -1;
+            return;
+        }
+        struct pollfd pf[3];
+        nfds_t n = 0;
+        int i_ev = -1, i_cancel = -1;
+        /* past the deadline the frames are read whatever the tap says (a timed-out result has
+         * no output): an agent blocked on a full pipe gets to kill the command at once */
+        bool tap_full = tap && now < deadline && tap->full(tap->ctx);
+        if (tap_full && tap->room_fd >= 0)
+            pf[n++] = (struct pollfd){.fd = tap->room_fd, .events = POLLIN};
+        if (!tap_full) {
+            pf[n] = (struct pollfd){.fd = s->events_r, .events = POLLIN};
+            i_ev = (int)n++;
+        }
+        if (s->cancel_fd > 0 && !asked_kill) {
+            pf[n] = (struct pollfd){.fd = s->cancel_fd, .events = POLLRDHUP};
+            i_cancel = (int)n++;
+        }
+        int wait = (int)(give_up - now < TICK_MS ? give_up - now : TICK_MS);
+        if (tap && tap->tick_ms > 0 && wait > tap->tick_ms)
+            wait = tap->tick_ms;
+        if (poll(pf, n, wait) < 0 && errno != EINTR) {
+            kill_sandbox(s);
+            a->gone = true;
+            return;
+        }
+        if (i_cancel >= 0 && (pf[i_cancel].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) {
+            static const unsigned char k[5] = {'K', 0, 0, 0, 0};
+            asked_kill = true;
+            a->r.cancelled = true;
+            if (frame_write_all(s->cmd_w, k, sizeof k) != 0)
+                a->gone = true;
+        }
+        if (i_ev >= 0 && pf[i_ev].revents)
+            take_frame(s, a, now < deadline, errbuf, errlen);
+    }
+}
+
+int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, int timeout_seconds,
+                        sandbox_result *out, char *errbuf, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (errlen)
+        errbuf[0] = '\0';
+    if (!sandbox_session_usable(s)) {
+        snprintf(errbuf, errlen, "sandbox %s cannot take a command", s->id);
+        return -1;
+    }
+    if (timeout_seconds < 1)
+        timeout_seconds = 1;
+    if (timeout_seconds > 86400)
+        timeout_seconds = 86400;
+    size_t len;
+    unsigned char *frame = request_frame(s, command ? command : "", timeout_seconds, &len);
+    if (!frame)
+        return 1;
+    sandbox_set_command(s, o);
+    if (begin(s, errbuf, errlen) != 0) {
+        free(frame);
+        kill_sandbox(s);
+        return 1;
+    }
+    agent_run a;
+    memset(&a, 0, sizeof a);
+    capture_init(&a.r.out, s->output_limit);
+    capture_init(&a.r.err, s->output_limit);
+    if (frame_write_all(s->cmd_w, frame, len) != 0)
+        a.gone = true;
+    free(frame);
+    if (!a.gone)
+        collect(s, timeout_seconds, &a, errbuf, errlen);
+    bool oom = false, limit_hit = false;
+    sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
+    sbx_cg_end_command(&s->cg);
+    if (a.gone || oom) { /* a host OOM kill takes the whole sentry down */
+        kill_sandbox(s);
+        if (!oom && !a.r.cancelled && !a.r.timed_out) {
+            sbx_proc_result_free(&a.r);
+            snprintf(errbuf, errlen, "the session's sandbox %s died", s->id);
+            return -1;
+        }
+    } else if (sbx_cg_freeze(&s->cg, true) != 0) {
+        kill_sandbox(s); /* never leave it running idle */
+    }
+    if (a.failed) {
+        sbx_proc_result_free(&a.r);
+        return -1;
+    }
+    if (a.not_started) { /* its next command gets a new sandbox; this one runs another way */
+        fprintf(stderr, "airlockd: %s; the command runs in a sandbox of its own\n", errbuf);
+        kill_sandbox(s);
+        sbx_proc_result_free(&a.r);
+        return 1;
+    }
+    /* as on the per-command path: a SIGKILL at the memory limit is the memory */
+    bool oom_killed = oom || (a.code == 137 && limit_hit);
+    if (sbx_finish_result(out, &a.r, oom_killed ? 137 : a.code, oom_killed) != 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+bool sandbox_session_usable(const sandbox *s)
+{
+    return s->agent && s->booted && !s->ran && s->cmd_w >= 0 && s->events_r >= 0;
+}
