@@ -9,12 +9,17 @@
  * timeout, or a cancel, kills it) the kernel kills everything else in its namespace; the agent
  * reads the command's pipes to their end, reports the exit, and prepares the next child at once.
  *
+ * Commands of a session may run at once (AGENT_SLOTS, each in its own container): each runs in
+ * a worker process of the agent's (forked, with its container child, before its command comes)
+ * that relays that command's pipes and reports its exit on the command's own channel.
+ *
  * Protocol (frames: 1 type byte, 4 bytes little-endian length, payload), on fds passed by
  * `runsc run --pass-fd` and held on the host only by airlockd:
- *   fd 3, airlockd -> agent: 'C' u32 timeout_ms, command NUL, env entries NUL-terminated each;
- *                            'K' (no payload): kill the running command (cancel).
+ *   fd 3, airlockd -> agent: 'C' u8 slot, u32 timeout_ms, command NUL, env entries NUL-terminated
+ *                            each; 'K' u8 slot: kill the command running in that slot (cancel).
  *   fd 4, agent -> airlockd: the byte 'R' once booted (then closed; as airlock-waiter says it).
- *   fd 5, agent -> airlockd: '1' / '2' stdout / stderr bytes as read;
+ *   fd 5 + slot, agent -> airlockd, for the command of that slot (0 .. AGENT_SLOTS - 1):
+ *                            '1' / '2' stdout / stderr bytes as read;
  *                            'X' i32 exit code (shell conventions), u8 timed out (1) / killed (2).
  *                            'F' text: the command could not be started (the agent goes on).
  * Commands cannot reach the agent: it lives in the sandbox's first PID namespace (theirs are
@@ -44,6 +49,8 @@
 #include <unistd.h>
 
 enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
+/* A worker's slot for the warm-up command, whose frames go nowhere. */
+#define SLOT_NONE 255
 
 #define UID 1000
 #define GID 1000
@@ -78,13 +85,16 @@ typedef struct {
     int fail_r;  /* its setup error text, or end of file at its exec */
 } prepared;
 
+/* Where this process's frames go: the channel of the command's slot. */
+static int out_fd = FD_OUT;
+
 /* One frame to airlockd; a failure means airlockd is gone: the sandbox ends with the agent. */
 static void send_frame(char type, const void *p, size_t n)
 {
     unsigned char h[FRAME_HEADER];
     h[0] = (unsigned char)type;
     frame_put_u32(h + 1, (uint32_t)n);
-    if (frame_write_all(FD_OUT, h, FRAME_HEADER) != 0 || (n && frame_write_all(FD_OUT, p, n) != 0))
+    if (frame_write_all(out_fd, h, FRAME_HEADER) != 0 || (n && frame_write_all(out_fd, p, n) != 0))
         _exit(0);
 }
 
@@ -327,7 +337,7 @@ static int exit_code(int status)
 }
 
 /* Hands the request (already in request[0..len)) to p and relays its output until it ends,
- * the timeout or a 'K' from airlockd; then reports the exit. */
+ * the timeout or a SIGUSR1 (the agent's cancel, from airlockd's 'K'); then reports the exit. */
 static void run(prepared *p, size_t len, int sigfd)
 {
     uint32_t timeout_ms = len >= 4 ? frame_get_u32((unsigned char *)request) : 0;
@@ -343,10 +353,9 @@ static void run(prepared *p, size_t len, int sigfd)
     char fail[256];
     size_t fail_len = 0;
     while (p->out_r >= 0 || p->err_r >= 0 || !exited || p->fail_r >= 0) {
-        struct pollfd pf[5] = {
+        struct pollfd pf[4] = {
             {.fd = p->out_r, .events = POLLIN}, {.fd = p->err_r, .events = POLLIN},
-            {.fd = sigfd, .events = POLLIN}, {.fd = killed ? -1 : FD_IN, .events = POLLIN},
-            {.fd = p->fail_r, .events = POLLIN},
+            {.fd = sigfd, .events = POLLIN}, {.fd = p->fail_r, .events = POLLIN},
         };
         int64_t now = now_ms();
         int64_t until = exited ? drain_until : deadline;
@@ -358,32 +367,26 @@ static void run(prepared *p, size_t len, int sigfd)
             deadline = now + 60000;
             continue;
         }
-        if (poll(pf, 5, (int)(until - now)) < 0 && errno != EINTR)
+        if (poll(pf, 4, (int)(until - now)) < 0 && errno != EINTR)
             _exit(1);
         if (pf[0].revents)
             relay(&p->out_r, '1');
         if (pf[1].revents)
             relay(&p->err_r, '2');
-        if (pf[4].revents) {
+        if (pf[3].revents) {
             ssize_t r = read(p->fail_r, fail + fail_len, sizeof fail - 1 - fail_len);
             if (r > 0)
                 fail_len += (size_t)r;
             else if (r == 0 || errno != EINTR)
                 close_fd(&p->fail_r);
         }
-        if (pf[3].revents) {
-            size_t n;
-            char t = read_frame(&n);
-            if (t == 0)
-                _exit(0); /* airlockd is gone */
-            if (t == 'K') {
-                kill(p->pid, SIGKILL);
-                killed = 2;
-            }
-        }
         if (pf[2].revents) {
             struct signalfd_siginfo si;
             while (read(sigfd, &si, sizeof si) > 0) {
+                if (si.ssi_signo == SIGUSR1 && !killed && !exited) {
+                    kill(p->pid, SIGKILL);
+                    killed = 2;
+                }
             }
             int st;
             if (!exited && waitpid(p->pid, &st, WNOHANG) == p->pid) {
@@ -409,6 +412,101 @@ static void run(prepared *p, size_t len, int sigfd)
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* A request for `true` with no environment, as the warm-up (gVisor's first exec is the slow one). */
+static size_t warm_up_request(void)
+{
+    frame_put_u32((unsigned char *)request, 15000);
+    memcpy(request + 4, "true", 5);
+    return 9;
+}
+
+/* ---- workers: one per command, forked with its container child ahead of the command ------ */
+
+typedef struct {
+    pid_t pid;
+    int req_w; /* u8 slot, u32 length, the request */
+} worker;
+
+/* A worker's life: prepares its container child, waits for its command, runs it, ends. */
+static void worker_main(int req_r)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        _exit(1);
+    close(FD_IN);
+    close(FD_READY);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGUSR1); /* blocked already (inherited): a cancel waits for the command */
+    int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1};
+    if (sigfd < 0 || prepare(&p) != 0)
+        _exit(1);
+    unsigned char h[5];
+    if (frame_read_all(req_r, h, 5) != 0) {
+        discard(&p); /* the agent is gone or never needs this worker */
+        _exit(0);
+    }
+    size_t len = frame_get_u32(h + 1);
+    if (len > REQUEST_MAX || frame_read_all(req_r, request, len) != 0) {
+        discard(&p);
+        _exit(0);
+    }
+    close(req_r);
+    if (h[0] == SLOT_NONE) {
+        out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (out_fd < 0)
+            _exit(1);
+    } else {
+        out_fd = FD_OUT + h[0];
+    }
+    run(&p, len, sigfd);
+    _exit(0);
+}
+
+/* Forks the next worker; 0, or -1. */
+static int start_worker(worker *w)
+{
+    int req[2];
+    if (pipe2(req, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(req[1]);
+        worker_main(req[0]);
+    }
+    close(req[0]);
+    if (pid < 0) {
+        close(req[1]);
+        return -1;
+    }
+    *w = (worker){.pid = pid, .req_w = req[1]};
+    return 0;
+}
+
+/* Hands a request (slot, then request[0..len)) to w, which runs it from now on; 0, or -1. */
+static int hand_over(worker *w, unsigned slot, size_t len)
+{
+    unsigned char h[5] = {(unsigned char)slot};
+    frame_put_u32(h + 1, (uint32_t)len);
+    int rc = frame_write_all(w->req_w, h, 5) == 0 && frame_write_all(w->req_w, request, len) == 0 ? 0 : -1;
+    close_fd(&w->req_w);
+    return rc;
+}
+
+/* Reaps ended workers; a slot whose worker ended is free of it. */
+static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS])
+{
+    struct signalfd_siginfo si;
+    while (read(sigfd, &si, sizeof si) > 0) {
+    }
+    pid_t pid;
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        for (int i = 0; i < AGENT_SLOTS; i++)
+            if (slot_pid[i] == pid)
+                slot_pid[i] = 0;
+}
+
 static void usage_exit(void)
 {
     static const char msg[] = "usage: airlock-agent [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
@@ -416,12 +514,24 @@ static void usage_exit(void)
     _exit(2);
 }
 
-/* A request for `true` with no environment, as the warm-up (gVisor's first exec is the slow one). */
-static size_t warm_up_request(void)
+/* A 'C' from airlockd (in request[0..n)): its slot's command goes to the worker ready for it. */
+static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
 {
-    frame_put_u32((unsigned char *)request, 15000);
-    memcpy(request + 4, "true", 5);
-    return 9;
+    if (n < 1 || request[0] >= AGENT_SLOTS)
+        return; /* airlockd never sends one: nowhere to answer */
+    unsigned slot = (unsigned char)request[0];
+    memmove(request, request + 1, n - 1);
+    if (next->pid <= 0 && start_worker(next) != 0) {
+        static const char msg[] = "cannot prepare a container";
+        out_fd = FD_OUT + (int)slot;
+        send_frame('F', msg, sizeof msg - 1);
+        out_fd = FD_OUT;
+        return;
+    }
+    slot_pid[slot] = next->pid;
+    (void)hand_over(next, slot, n - 1); /* a worker that died says so with its fail pipe... or */
+    next->pid = -1;                     /* its slot's channel stays silent: see airlockd's grace */
+    (void)start_worker(next);           /* the next command's, ahead of it */
 }
 
 int main(int argc, char **argv)
@@ -436,48 +546,47 @@ int main(int argc, char **argv)
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
-    if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0)
+    sigset_t blocked = chld;
+    sigaddset(&blocked, SIGUSR1);
+    if (sigprocmask(SIG_BLOCK, &blocked, NULL) != 0)
         return 1;
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0 ||
-        fcntl(FD_OUT, F_SETFD, FD_CLOEXEC) != 0)
+    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0)
         return 1;
-    prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1};
-    if (prepare(&p) != 0)
-        return 1;
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        if (fcntl(FD_OUT + i, F_SETFD, FD_CLOEXEC) != 0)
+            return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
-    size_t len = warm_up_request();
-    int real_out = fcntl(FD_OUT, F_DUPFD_CLOEXEC, 6);
-    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (real_out < 0 || devnull < 0 || dup2(devnull, FD_OUT) < 0)
+    worker next = {.pid = -1, .req_w = -1};
+    if (start_worker(&next) != 0 || hand_over(&next, SLOT_NONE, warm_up_request()) != 0)
         return 1;
-    run(&p, len, sigfd);
-    if (dup2(real_out, FD_OUT) < 0)
+    while (waitpid(next.pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    if (start_worker(&next) != 0)
         return 1;
-    close(real_out);
-    close(devnull);
-    (void)fcntl(FD_OUT, F_SETFD, FD_CLOEXEC);
-    if (prepare(&p) != 0)
+    /* closed, but its number kept taken: a worker closes FD_READY, which must never be a pipe
+     * of its own */
+    int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (frame_write_all(FD_READY, "R", 1) != 0 || nul < 0 || dup3(nul, FD_READY, O_CLOEXEC) < 0)
         return 1;
-    if (frame_write_all(FD_READY, "R", 1) != 0)
-        return 1;
-    close(FD_READY);
+    close(nul);
+    pid_t slot_pid[AGENT_SLOTS] = {0};
     for (;;) {
+        struct pollfd pf[2] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            return 1;
+        if (pf[1].revents)
+            reap(sigfd, slot_pid);
+        if (!pf[0].revents)
+            continue;
         size_t n;
         char t = read_frame(&n);
         if (t == 0)
-            break;
-        if (t != 'C')
-            continue; /* a 'K' that came after its command ended */
-        if (p.pid < 0 && prepare(&p) != 0) {
-            static const char msg[] = "cannot prepare a container";
-            send_frame('F', msg, sizeof msg - 1);
-            continue;
-        }
-        run(&p, n, sigfd);
-        if (prepare(&p) != 0)
-            p.pid = -1;
+            break; /* airlockd is gone: every worker and container dies with the agent */
+        if (t == 'C')
+            command(&next, slot_pid, n);
+        else if (t == 'K' && n >= 1 && (unsigned char)request[0] < AGENT_SLOTS && slot_pid[(unsigned char)request[0]] > 0)
+            kill(slot_pid[(unsigned char)request[0]], SIGUSR1);
     }
-    discard(&p);
     return 0;
 }

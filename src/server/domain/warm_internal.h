@@ -25,7 +25,7 @@ typedef enum {
     E_BOOTING,  /* runsc started, the waiter has not said "R" yet */
     E_READY,    /* booted, frozen, waiting for its command */
     E_DOOMED,   /* evicted or failed: the thread releases it */
-    E_LENT,     /* a session's own sandbox running a command (warm_session.c); never released */
+    E_LENT,     /* a session's own sandbox running commands (warm_session.c); never released */
 } entry_state;
 
 typedef struct {
@@ -39,8 +39,10 @@ typedef struct {
     bool doomed;        /* forgotten while starting: released once started */
     bool spare;         /* for the tenant's next new session: key and disk made when it starts */
     /* SANDBOX_EXEC_MODE=session (warm_session.c): the session's own long-lived sandbox, whose
-     * agent runs each of its commands; lent to a command and given back, never taken. */
+     * agent runs each of its commands; lent to commands (several at once) and given back,
+     * never taken. */
     bool session;
+    int borrowers;      /* E_LENT: the commands it is lent to */
     bool reboot;        /* a session's sandbox that died: once released, its next boots */
 } entry;
 

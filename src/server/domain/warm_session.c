@@ -1,8 +1,10 @@
 /* A session's own sandbox in the warm table (SANDBOX_EXEC_MODE=session, see warm.h): wanted
- * when the session is made, lent to one command at a time and given back. */
+ * when the session is made, lent to its commands (up to AGENT_SLOTS at once, each in its own
+ * container there) and given back. */
 #include "domain/warm_internal.h"
 
 #include "sandbox/session_sandbox.h"
+#include "../../agent/frames.h"
 
 #include <poll.h>
 #include <string.h>
@@ -49,8 +51,9 @@ static bool client_gone(int fd)
     return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
 }
 
-/* key's own entry once it is ready, now lent to the caller; with wait, a boot under way is
- * waited for. NULL when there is none to be had. Locked. */
+/* key's own entry once it is ready, now lent to the caller (too when lent to other commands
+ * with a slot to spare); with wait, a boot under way is waited for. NULL when there is none
+ * to be had. Locked. */
 static entry *lend(warm_pool *w, const char *key, const sandbox_opts *o, bool wait)
 {
     int64_t until = warm_now_ms() + (wait ? SESSION_WAIT_MS : 0);
@@ -70,9 +73,14 @@ static entry *lend(warm_pool *w, const char *key, const sandbox_opts *o, bool wa
         (void)pthread_cond_timedwait(&w->changed, &w->mu, &ts);
         e = warm_find_kind(w, key, true);
     }
+    if (e && e->state == E_LENT && e->borrowers < AGENT_SLOTS && !e->doomed) {
+        e->borrowers++;
+        return e;
+    }
     if (!e || e->state != E_READY)
         return NULL;
     e->state = E_LENT;
+    e->borrowers = 1;
     return e;
 }
 
@@ -90,7 +98,9 @@ int warm_session_run(warm_pool *w, const char *key, const sandbox_opts *o, const
     int rc = sandbox_session_run(e->sb, o, command, timeout_seconds, out, errbuf, errlen);
     pthread_mutex_lock(&w->mu);
     e->used_ms = warm_now_ms();
-    if (sandbox_session_usable(e->sb) && !e->doomed) {
+    if (--e->borrowers > 0) {
+        /* the last command out decides */
+    } else if (sandbox_session_usable(e->sb) && !e->doomed) {
         e->state = E_READY;
     } else {
         e->reboot = true; /* unless its session ended (doomed) */
