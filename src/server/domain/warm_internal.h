@@ -43,6 +43,9 @@ typedef struct {
      * never taken. */
     bool session;
     int borrowers;      /* E_LENT: the commands it is lent to */
+    json_t *egress;     /* its session's egress rules (NULL: none): its sandbox's network */
+    double created_at;  /* its session's (for the egress pass) */
+    void *net;          /* that network (warm_session_network's handle) while its sandbox lives */
     bool reboot;        /* a session's sandbox that died: once released, its next boots */
 } entry;
 
@@ -65,12 +68,15 @@ void warm_wake(warm_pool *w);
 
 /* key's entry of that kind (a session's own sandbox, or one booted ahead for one command),
  * spares aside; NULL when none. Locked. */
-entry *warm_find_kind(warm_pool *w, const char *key, bool session);
+entry *warm_find_kind(warm_pool *w, const char *key, bool own_sandbox);
 
 /* A free entry, locked; when full, the longest unused waiting one is doomed and NULL. */
 entry *warm_free_entry_locked(warm_pool *w);
 
 /* Fills a free entry as a pending want (key NULL: a spare); false when out of memory. */
 bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant);
+
+/* Frees what e holds (not its sandbox nor its network) and makes it E_FREE. */
+void warm_clear_entry(entry *e);
 
 #endif
