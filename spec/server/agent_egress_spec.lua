@@ -9,18 +9,8 @@ local egress = require "support.egress"
 local host_state = require "support.host_state"
 local proc = require "support.proc"
 
--- The container ids of session sid's own sandbox ("<sid>-s-<pid>-<n>"), sorted.
 local function session_sandboxes(server, sid)
-  local ids = {}
-  for _, pid in ipairs(host_state.pids_naming(server.dir .. "/state/runsc")) do
-    local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
-    local id = cmd:match("\0(" .. sid:gsub("%p", "%%%0") .. "%-s%-[%x]+%-[%x]+)\0?$")
-    if id then ids[id] = true end
-  end
-  local list = {}
-  for id in pairs(ids) do list[#list + 1] = id end
-  table.sort(list)
-  return list
+  return host_state.sandbox_ids(server, sid .. "-s-")
 end
 
 describe("egress through a session's own sandbox (SANDBOX_EXEC_MODE=session)", function()

@@ -8,20 +8,8 @@ local http_client = require "support.http_client"
 local host_state = require "support.host_state"
 local proc = require "support.proc"
 
--- The container ids of the gVisor sandboxes (any kind) whose id starts with sid, sorted.
 local function sandboxes_of(server, sid)
-  local ids = {}
-  for _, pid in ipairs(host_state.pids_naming(server.dir .. "/state/runsc")) do
-    local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
-    if cmd:find("\0run\0", 1, true) then
-      local id = cmd:match("\0(" .. sid:gsub("%p", "%%%0") .. "[^%z]*)%z?$")
-      if id then ids[id] = true end
-    end
-  end
-  local list = {}
-  for id in pairs(ids) do list[#list + 1] = id end
-  table.sort(list)
-  return list
+  return host_state.sandbox_ids(server, sid)
 end
 
 describe("a session's parallel commands in its own sandbox (SANDBOX_EXEC_MODE=session)", function()
