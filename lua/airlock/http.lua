@@ -17,8 +17,8 @@
 local cjson = require "cjson"
 local cjson_safe = require "cjson.safe"
 local errors = require "airlock.errors"
-local engine = require "airlock.engine"
-local exchange = require "airlock.exchange"
+local engine = require "airlock.internal.engine"
+local exchange = require "airlock.internal.exchange"
 local transports = require "airlock.transport"
 
 local M = {}

@@ -9,12 +9,12 @@
 -- request goes through exchange.lua (engine + retry policy) to a transport (libcurl, or
 -- OpenResty cosockets, ...): nothing here touches the C core.
 local dropped = require "airlock.dropped_sessions"
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local errors = require "airlock.errors"
-local exchange = require "airlock.exchange"
-local exec_gate = require "airlock.exec_gate"
-local exec_stream = require "airlock.exec_stream"
-local file_sink = require "airlock.file_sink"
+local exchange = require "airlock.internal.exchange"
+local exec_gate = require "airlock.internal.exec_gate"
+local exec_stream = require "airlock.internal.exec_stream"
+local file_sink = require "airlock.internal.file_sink"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"

@@ -2,15 +2,15 @@
 -- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
 -- sandbox per process created on the first tool call and deleted when the client
 -- disconnects. The tools, their checks and texts come from the agent catalogue
--- (airlock.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
+-- (airlock.internal.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
 --
 --   local mcp = require "airlock.mcp"
 --   local settings = assert(mcp.settings_from_env(os.getenv, arg))
 --   mcp.serve(settings, io.stdin, io.stdout)
 local cjson = require "cjson"
 local cjson_safe = require "cjson.safe"
-local catalogue = require "airlock.agent.catalogue"
-local agent_text = require "airlock.agent.text"
+local catalogue = require "airlock.internal.agent.catalogue"
+local agent_text = require "airlock.internal.agent.text"
 local tasks = require "airlock.tasks"
 
 local M = {}

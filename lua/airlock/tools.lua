@@ -7,11 +7,11 @@
 --   local text = tools.handle_tool_call(sbx, call.name, call.arguments)
 --
 -- Names, parameters, schemas and result texts match the reference Python SDK
--- (airlock_sandbox.tools); they live in the agent catalogue (airlock.agent.catalogue), shared
+-- (airlock_sandbox.tools); they live in the agent catalogue (airlock.internal.agent.catalogue), shared
 -- with the MCP server. Runs on Lua 5.1/LuaJIT through 5.4, also inside airlock.spawn tasks.
 local cjson_safe = require "cjson.safe"
-local catalogue = require "airlock.agent.catalogue"
-local text = require "airlock.agent.text"
+local catalogue = require "airlock.internal.agent.catalogue"
+local text = require "airlock.internal.agent.text"
 local tasks = require "airlock.tasks"
 
 local M = {}

@@ -191,7 +191,7 @@ describe("the cosocket transport in nginx", function()
   it("reads chunked answers and bounds header and body sizes", function()
     local out = ngx_eval.eval(srv, [[
       local http = require "airlock.http"
-      local http1 = require "airlock.http1"
+      local http1 = require "airlock.internal.http1"
       local own = "http://127.0.0.1:" .. ngx.var.server_port
       local status, data, headers = http.request{ url = own .. "/chunked" }
       local out = { status = status, parts = #data.parts, te = headers["transfer-encoding"] }

@@ -1,9 +1,9 @@
 -- exchange.lua on a scripted transport (no network): the one retry policy applied between
 -- tries (the transport only sleeps), failures that are never retried, and the client-side
 -- line for commands against a fake server that has fewer places than the host has commands.
-local engine = require "airlock.engine"
-local exchange = require "airlock.exchange"
-local exec_gate = require "airlock.exec_gate"
+local engine = require "airlock.internal.engine"
+local exchange = require "airlock.internal.exchange"
+local exec_gate = require "airlock.internal.exec_gate"
 local tasks = require "airlock.tasks"
 local fake = require "support.fake_transport"
 

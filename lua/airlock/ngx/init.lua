@@ -14,7 +14,7 @@
 --     which that same timer also empties every minute.
 -- The transport (airlock.transport.ngx) installs this host when it loads.
 local dropped = require "airlock.dropped_sessions"
-local exec_gate = require "airlock.exec_gate"
+local exec_gate = require "airlock.internal.exec_gate"
 local scheduler = require "airlock.ngx.scheduler"
 local tasks = require "airlock.tasks"
 
@@ -84,7 +84,7 @@ end
 local function delete_now(items)
   if #items == 0 then return 0 end
   counters.deleted = counters.deleted + #items
-  return require("airlock.exchange").delete_sessions(items, true)
+  return require("airlock.internal.exchange").delete_sessions(items, true)
 end
 
 -- airlock.ngx.abort() → n: deletes now the sessions the current request opened and did not
@@ -150,7 +150,7 @@ end
 -- stop or reload runs it early, "premature"): at once the sessions of requests that are over,
 -- and those of requests still running once they had EXIT_GRACE_SECONDS to close them.
 local function sweep(premature)
-  local exchange = require "airlock.exchange"
+  local exchange = require "airlock.internal.exchange"
   if not premature then
     exchange.delete_dropped(true)
     return

@@ -3,7 +3,7 @@
 -- stepping the core itself (a blocking call). sleep() is a timer the same way. The C core
 -- never yields; this module does.
 local core = require "airlock.core"
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local tasks = require "airlock.tasks"
 
 -- the core walks decoded answers faster than Lua does

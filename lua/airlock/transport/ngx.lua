@@ -1,4 +1,4 @@
--- The OpenResty transport: HTTP/1.1 (airlock.http1) over nginx cosockets. Each send takes a
+-- The OpenResty transport: HTTP/1.1 (airlock.internal.http1) over nginx cosockets. Each send takes a
 -- connection from a keep-alive pool (keyed by scheme, host, port and TLS settings, so plain
 -- and TLS, or two hosts, never share one), does the TLS handshake with verification on a new
 -- one, writes the request, reads the answer and gives the connection back to the pool (or
@@ -8,7 +8,7 @@
 -- filters) send raises an error naming the phase and the way out (ngx.timer.at).
 -- Loading it installs the OpenResty host (airlock.ngx): a scheduler per request or timer,
 -- the request's sessions deleted when it ends.
-local http1 = require "airlock.http1"
+local http1 = require "airlock.internal.http1"
 local tasks = require "airlock.tasks"
 local errors = require "airlock.errors"
 local host = require "airlock.ngx"

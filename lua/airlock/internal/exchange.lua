@@ -2,8 +2,8 @@
 -- engine's retry policy decides whether and when to send it again (the transport only
 -- sleeps), the engine decodes the answer. Commands (exec, import) first take a place in
 -- their server's line (exec_gate.lua). Also the DELETEs of dropped sessions.
-local engine = require "airlock.engine"
-local exec_gate = require "airlock.exec_gate"
+local engine = require "airlock.internal.engine"
+local exec_gate = require "airlock.internal.exec_gate"
 local dropped = require "airlock.dropped_sessions"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"

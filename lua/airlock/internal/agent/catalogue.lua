@@ -6,9 +6,9 @@
 --   "mcp"  the local MCP server (airlock.mcp): those three plus six more, with the reference
 --          MCP server's titles, descriptions, defaults and texts (airlock-sandbox-mcp)
 local cjson_safe = require "cjson.safe"
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local tasks = require "airlock.tasks"
-local text = require "airlock.agent.text"
+local text = require "airlock.internal.agent.text"
 
 local M = {}
 
