@@ -183,6 +183,7 @@ function Sandbox:run(command, opts)
   if o.spill ~= nil then body[#body + 1] = { "spill", o.spill } end
   local data = call(s, "POST", engine.session_path(id, "/exec"), body,
     { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
+      output_limit_bytes = o.output_limit_bytes,
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
   return result.from_response(data)
 end
@@ -468,16 +469,24 @@ function M.drain()
   return exchange.delete_dropped(true)
 end
 
--- airlock.stats() → counters: requests, retries, requeued, commands running/waiting in the
--- client-side line, dropped sessions waiting, tasks, and the automatic transport's own.
-function M.stats()
+-- The transport stats() reports: a Sandbox's (its transport option), a transport choice
+-- (name or object), else the automatic one.
+local function stats_transport(choice)
+  if getmetatable(choice) == Sandbox then choice = choice._settings.transport end
+  return transports.resolve(engine.check_transport(choice))
+end
+
+-- airlock.stats([sbx | transport]) → counters: requests, retries, requeued, commands
+-- running/waiting in the client-side line, dropped sessions waiting, tasks, and the
+-- transport's own (the one configured for sbx, the one named, else the automatic one).
+function M.stats(choice)
+  local t = stats_transport(choice)
   local s = exchange.stats()
   local gate = exec_gate.stats()
   s.commands_running, s.commands_waiting, s.commands_queued = gate.running, gate.waiting, gate.queued
   s.server_full = gate.refusals
   s.dropped_waiting, s.dropped_overflow = dropped.count(), dropped.overflow()
   s.tasks = tasks.current():running()
-  local t = transports.auto()
   s.transport = t.name
   if t.stats then
     for k, v in pairs(t:stats()) do s[k] = v end

@@ -689,6 +689,7 @@ describe("airlockd exec", function()
     assert.are.equal(429, r.status)
     assert.is_nil(r.headers["retry-after"])
     assert.are.equal('{"detail":"Too many commands running at once: 1 allowed. Wait for one to finish."}', r.body)
+    assert.are.equal("1", r.headers["x-airlock-exec-limit"])   -- the limit for programs (the SDK's line)
     assert.are.equal(200, exec("true").status) -- other tenants are unaffected
     for _ = 1, 100 do
       if (read_file(done) or ""):find("exit_code", 1, true) then break end

@@ -47,6 +47,55 @@ local function now_ms()
   return ngx.now() * 1000
 end
 
+---------------------------------------------------------------- verify = "ca.pem"
+
+-- lua-nginx-module verifies every connection against the one CA file that
+-- `lua_ssl_trusted_certificate` names (sslhandshake takes no CA), and gives Lua no way to read
+-- that directive: the host says which file it is, and verify = "<file>" is honoured only when
+-- it is that file (the same bytes). Any other file raises at the call, never a silent
+-- difference from the curl transport.
+local trusted = { path = nil, bytes = nil }
+local ca_bytes = {}   -- path → contents, read once per worker
+
+local function read_ca(path)
+  local bytes = ca_bytes[path]
+  if bytes == nil then
+    local f = io.open(path, "rb")
+    bytes = f and f:read("*a") or false
+    if f then f:close() end
+    ca_bytes[path] = bytes
+  end
+  return bytes
+end
+
+-- t.set_trusted_certificate(path): the CA file `lua_ssl_trusted_certificate` names in this
+-- nginx (nil: none declared). Raises when the file cannot be read.
+function M.set_trusted_certificate(path)
+  if path == nil then
+    trusted.path, trusted.bytes = nil, nil
+    return
+  end
+  local bytes = type(path) == "string" and read_ca(path)
+  if not bytes then
+    error(errors.new("ValidationError", "airlock.transport.ngx.set_trusted_certificate: cannot read the CA "
+      .. "file " .. tostring(path)), 2)
+  end
+  trusted.path, trusted.bytes = path, bytes
+end
+
+local function check_ca_file(verify)
+  if type(verify) ~= "string" then return end
+  local bytes = read_ca(verify)
+  if bytes and trusted.bytes and bytes == trusted.bytes then return end
+  error(errors.new("ValidationError", "verify = \"" .. verify .. "\" cannot be honoured in nginx: "
+    .. "lua-nginx-module verifies every connection against the CA file of `lua_ssl_trusted_certificate` "
+    .. "only, and " .. (trusted.path and ("that is " .. trusted.path .. ", another file")
+      or "the SDK was not told which file that is")
+    .. ". Point `lua_ssl_trusted_certificate` at " .. verify .. " in the http block and declare it once "
+    .. "(init_by_lua*): require(\"airlock.transport.ngx\").set_trusted_certificate(\"" .. verify
+    .. "\"); or use verify = true"), 0)
+end
+
 -- The address to connect to: IP literals as they are, localhost without a resolver, other
 -- names through nginx's `resolver`.
 local function address(u)
@@ -84,9 +133,8 @@ local function tls_message(err, u, verify)
   if err:match("^%d+: ") then  -- an OpenSSL verify error: "20: unable to get local issuer certificate"
     if type(verify) == "string" then
       return message .. "; in nginx the server certificate is verified against the CA file of "
-        .. "`lua_ssl_trusted_certificate` (lua-nginx-module has no per-connection CA): point it at "
-        .. verify .. " in the http block (and raise `lua_ssl_verify_depth` for a chain with "
-        .. "intermediates)"
+        .. "`lua_ssl_trusted_certificate`: check that it names " .. verify .. " (and raise "
+        .. "`lua_ssl_verify_depth` for a chain with intermediates)"
     end
     return message .. "; nginx verifies against `lua_ssl_trusted_certificate` only (no system "
       .. "default): set it in the http block, e.g. `lua_ssl_trusted_certificate "
@@ -188,8 +236,8 @@ local function exchange_once(request, u, bytes, body_len, verify, connect_ms, de
                   sent = true }, replay and broken(send_err)
   end
   -- a streamed answer's callback that raises ends the connection (the server stops the command)
-  local read_ok, res, why, nothing = tasks.pcall(http1.read_response, reader(sock, deadline), request.method,
-    request.max_response_bytes, request.on_chunk)
+  local read_ok, res, why, nothing, too_large = tasks.pcall(http1.read_response, reader(sock, deadline),
+    request.method, request.max_response_bytes, request.on_chunk)
   if not read_ok then
     sock:close()
     error(res, 0)
@@ -202,7 +250,7 @@ local function exchange_once(request, u, bytes, body_len, verify, connect_ms, de
     elseif reused > 0 and nothing and not replay then
       why = why .. " (the " .. request.method .. " was not sent again: it may have run)"
     end
-    return nil, { message = why, sent = true }, replay and nothing and not timed_out
+    return nil, { message = why, sent = true, too_large = too_large }, replay and nothing and not timed_out
   end
   if not (res.keepalive and sock:setkeepalive(M.KEEPALIVE_IDLE_MS, M.POOL_SIZE)) then sock:close() end
   return { status = res.status, reason = res.reason, headers = res.headers, body = res.body }
@@ -214,6 +262,7 @@ function M:send(request)   -- luacheck: ignore 212
   check_phase()
   local u, why = http1.parse_url(request.url)
   if not u then return nil, { message = "bad URL: " .. why, sent = false } end
+  if u.tls then check_ca_file(request.verify) end
   local body_len
   if request.body_file then
     local f, err = io.open(request.body_file, "rb")

@@ -346,11 +346,7 @@ function M:send(request)   -- luacheck: ignore 212
   else
     block_until(function() return req:done() end)
   end
-  local r = req:result()
-  if r.status then
-    return { status = r.status, reason = r.reason, headers = r.headers, body = r.body }
-  end
-  return nil, { message = r.error, sent = r.sent, tls = r.tls, code = r.code }
+  return curl._response(req:result())
 end
 
 -- t:sleep(seconds): a uv timer inside a task; outside, transfers keep advancing meanwhile.

@@ -129,10 +129,11 @@ void api_exec(app *a, http_request *r, const api_call *c)
         return;
     const tenant_cfg *t = tenants_get(a->tenants, tenant);
     if (!limits_exec_begin(a->lim, tenant)) {
-        char msg[128];
+        char msg[128], limit[16];
         snprintf(msg, sizeof msg, "Too many commands running at once: %d allowed. Wait for one to finish.",
                  t->max_concurrent_exec);
-        http_send_detail(r, 429, msg);
+        snprintf(limit, sizeof limit, "%d", t->max_concurrent_exec);   /* the SDK reads the number here */
+        http_send_json_header(r, 429, json_pack("{s:s}", "detail", msg), "x-airlock-exec-limit", limit);
         registry_release(a->reg, s);
         return;
     }

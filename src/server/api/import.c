@@ -146,10 +146,11 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         return;
     }
     if (!limits_exec_begin(a->lim, tenant)) {
-        char text[128];
+        char text[128], limit[16];
         snprintf(text, sizeof text, "Too many commands running at once: %d allowed. Wait for one to finish.",
                  t->max_concurrent_exec);
-        http_send_detail(r, 429, text);
+        snprintf(limit, sizeof limit, "%d", t->max_concurrent_exec);   /* the SDK reads the number here */
+        http_send_json_header(r, 429, json_pack("{s:s}", "detail", text), "x-airlock-exec-limit", limit);
         return;
     }
     int fd = temp_file(a->cfg->state_dir);
