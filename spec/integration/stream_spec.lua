@@ -9,6 +9,7 @@
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
+local luv = require "luv"
 
 -- Collects the callbacks' pieces in arrival order as "out:<text>" / "err:<text>".
 local function recorder()
@@ -134,7 +135,6 @@ describe("sbx:run with on_stdout / on_stderr", function()
   end)
 
   describe("on the libuv transport", function()
-    local luv = require "luv"
     it("calls back inside a task on the loop and returns the Result", function()
       local uvt = require "airlock.transport.uv"
       uvt.install(luv, { default = false })

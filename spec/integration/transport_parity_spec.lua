@@ -8,6 +8,7 @@ local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
 local tlsproxy = require "support.tlsproxy"
 local parity = require "support.parity"
+local luv = require "luv"   -- loaded with the file, as the other specs that use it do
 
 describe("transport parity", function()
   local srv, bad, proxy
@@ -48,7 +49,6 @@ describe("transport parity", function()
   end)
 
   it("the uv transport gives the same", function()
-    local luv = require "luv"
     local uvt = require "airlock.transport.uv"
     uvt.install(luv, { default = false })
     local ok, out = pcall(run, "uv")

@@ -7,9 +7,9 @@
 -- and 5.1 (luv is installed by scripts/install-deps.sh: without it every test fails).
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
+local luv = require "luv"
 
 describe("the libuv transport on luv", function()
-  local luv = require "luv"
   local airlock = require "airlock"
   local uvt = require "airlock.transport.uv"
 
