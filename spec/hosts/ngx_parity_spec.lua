@@ -9,22 +9,17 @@ local tlsproxy = require "support.tlsproxy"
 local nginx = require "support.hosts.nginx"
 local ngx_eval = require "support.hosts.nginx_eval"
 local parity = require "support.parity"
-local proc = require "support.proc"
 
 describe("transport parity: the cosocket transport in nginx", function()
-  local server, bad, proxy, srv, dir, other_ca
+  local server, bad, proxy, srv
 
   setup(function()
     server = airlockd.start()
     bad = badserver.start()
     proxy = tlsproxy.start(server.port)
-    dir = proc.make_temp_dir()
-    other_ca = dir .. "/other-ca.pem"
-    assert(proc.run(string.format("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=another CA' "
-      .. "-keyout %s -out %s >/dev/null 2>&1", proc.shell_quote(dir .. "/other-ca.key"), proc.shell_quote(other_ca))))
     srv = nginx.start({
       env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = server.tenants.acme, BAD_URL = bad.url,
-              TLS_URL = proxy.localhost_url, CA = proxy.ca, OTHER_CA = other_ca },
+              TLS_URL = proxy.localhost_url, CA = proxy.ca, OTHER_CA = proxy.other_ca },
       http = "lua_ssl_trusted_certificate " .. proxy.ca .. ";",
       server = ngx_eval.LOCATION,
     })
@@ -34,7 +29,6 @@ describe("transport parity: the cosocket transport in nginx", function()
     if proxy then tlsproxy.stop(proxy) end
     if bad then badserver.stop(bad) end
     if server then airlockd.stop(server) end
-    if dir then proc.remove_tree(dir) end
   end)
 
   it("refuses verify = a CA file nginx was not declared to trust, at the call", function()

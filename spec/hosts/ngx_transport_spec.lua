@@ -290,20 +290,16 @@ describe("the cosocket transport in phases without cosockets", function()
 end)
 
 describe("the cosocket transport over TLS", function()
-  local server, proxy, other_ca, dir
+  local server, proxy, other_ca
 
   setup(function()
     server = airlockd.start()
     proxy = tlsproxy.start(server.port)
-    dir = proc.make_temp_dir()
-    other_ca = dir .. "/other-ca.pem"
-    assert(proc.run(string.format("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=another CA' "
-      .. "-keyout %s -out %s >/dev/null 2>&1", proc.shell_quote(dir .. "/other-ca.key"), proc.shell_quote(other_ca))))
+    other_ca = proxy.other_ca
   end)
   teardown(function()
     if proxy then tlsproxy.stop(proxy) end
     if server then airlockd.stop(server) end
-    if dir then proc.remove_tree(dir) end
   end)
 
   -- Runs fn(srv) in an nginx whose http block has `directives`.

@@ -85,21 +85,26 @@ local function exact_text(v)
   end
 end
 
--- A copy of v with each such number replaced by a unique mark (marks[text] = its exact
--- text), or v itself when it holds none. Depth is bounded by cjson's own nesting limit.
-local function mark_numbers(v, marks, depth)
+local function mark(marks, exact)
+  marks.n = marks.n + 1
+  local text = "\1airlock-json-" .. marks.n .. "\1"
+  marks[cjson.encode(text)] = exact
+  return text
+end
+
+-- A copy of v with each such number, and each empty marked array, replaced by a unique mark
+-- (marks[text] = what to write instead), or v itself when it holds none. Depth is bounded by
+-- cjson's own nesting limit.
+local function mark_exact(v, marks, depth)
   if type(v) == "number" then
     local exact = exact_text(v)
-    if not exact then return v end
-    marks.n = marks.n + 1
-    local mark = "\1airlock-number-" .. marks.n .. "\1"
-    marks[cjson.encode(mark)] = exact
-    return mark
+    return exact and mark(marks, exact) or v
   end
   if type(v) ~= "table" or depth > 1000 then return v end
+  if next(v) == nil and getmetatable(v) == ARRAY then return mark(marks, "[]") end
   local copy
   for k, x in pairs(v) do
-    local y = mark_numbers(x, marks, depth + 1)
+    local y = mark_exact(x, marks, depth + 1)
     if y ~= x then
       copy = copy or {}
       copy[k] = y
@@ -113,10 +118,11 @@ local function mark_numbers(v, marks, depth)
 end
 
 -- json.encode(value) → text | nil, message: any Lua value cjson encodes, with numbers
--- written exactly (an MCP id of 10^15 stays 1000000000000000, not 1e+15).
+-- written exactly (an MCP id of 10^15 stays 1000000000000000, not 1e+15) and marked arrays
+-- as arrays even when empty.
 function M.encode(v)
   local marks = { n = 0 }
-  local ok, text = pcall(cjson.encode, mark_numbers(v, marks, 0))
+  local ok, text = pcall(cjson.encode, mark_exact(v, marks, 0))
   if not ok then return nil, tostring(text) end
   if marks.n > 0 then
     marks.n = nil
