@@ -27,7 +27,8 @@ describe("airlock.http.request", function()
     assert.equal(cjson.null, data.choices[1].message.content)
     -- integers stay integers (lua-cjson decodes every number as a float; 5.3+ tells them apart)
     assert.equal("15", tostring(data.usage.total_tokens))
-    if math.type then assert.equal("integer", math.type(data.choices[1].index)) end
+    local math_type = rawget(math, "type")   -- Lua 5.3+
+    if math_type then assert.equal("integer", math_type(data.choices[1].index)) end
 
     local reqs = fake_llm.requests(llm)
     assert.equal(1, #reqs)

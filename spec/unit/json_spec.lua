@@ -2,7 +2,8 @@
 -- written exactly, integers decoded as integers (Lua 5.3+), null kept or dropped.
 local json = require "airlock.internal.json"
 
-local function is_integer(v) return not math.type or math.type(v) == "integer" end
+local math_type = rawget(math, "type")   -- Lua 5.3+
+local function is_integer(v) return not math_type or math_type(v) == "integer" end
 
 describe("airlock.internal.json", function()
   it("writes marked arrays as [] even when empty, and request pairs in order", function()

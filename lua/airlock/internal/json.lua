@@ -126,9 +126,9 @@ function M.encode(v)
   if not ok then return nil, tostring(text) end
   if marks.n > 0 then
     marks.n = nil
-    for mark, digits in pairs(marks) do
-      local s, e = text:find(mark, 1, true)
-      text = text:sub(1, s - 1) .. digits .. text:sub(e + 1)
+    for marked, exact in pairs(marks) do
+      local s, e = text:find(marked, 1, true)
+      text = text:sub(1, s - 1) .. exact .. text:sub(e + 1)
     end
   end
   return text
