@@ -20,6 +20,7 @@ local exchange = require "airlock.internal.exchange"
 local json = require "airlock.internal.json"
 local request_mod = require "airlock.internal.request"
 local retry = require "airlock.internal.retry"
+local settings = require "airlock.internal.settings"
 local version = require "airlock.internal.version"
 local transports = require "airlock.transport"
 
@@ -142,13 +143,14 @@ function M.request(opts)
   if not seen["accept"] then lines[#lines + 1] = "Accept: application/json" end
   if not seen["user-agent"] then lines[#lines + 1] = "User-Agent: " .. M.USER_AGENT end
 
+  local timeout_ms, connect_timeout_ms = settings.timeouts_ms(o, o.timeout)
   local res, failure = exchange.perform(transports.resolve(o.transport), {
     method = o.method,
     url = url,
     headers = lines,
     body = body,
-    timeout_ms = math.floor(o.timeout * 1000 + 0.5),
-    connect_timeout_ms = math.floor(o.connect_timeout * 1000 + 0.5),
+    timeout_ms = timeout_ms,
+    connect_timeout_ms = connect_timeout_ms,
     max_retries = o.max_retries,
     verify = o.verify,
     max_response_bytes = request_mod.MAX_RESPONSE_BYTES,
