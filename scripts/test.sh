@@ -37,7 +37,7 @@ if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
 fi
 if [ -f build/lua51/airlock/core.so ] && command -v lua5.1 >/dev/null; then
   run_suite lua5.1 "$top/build/lua51/?.so" spec/unit \
-    spec/integration/{sdk,leaks,tools,agents,mcp,exec_queue,driver_hooks,uv_transport,examples,keys,http,stream,files_binary}_spec.lua
+    spec/integration/{sdk,leaks,close_queue,tools,agents,mcp,exec_queue,driver_hooks,uv_transport,examples,keys,http,stream,files_binary}_spec.lua
 fi
 run_suite lua5.4 "$top/build/?.so" spec/hosts
 
