@@ -325,9 +325,10 @@ describe("the cosocket transport over TLS", function()
     with_nginx("", function(srv)
       local ok, err = health(srv, "TLS_URL", "nil")
       assert.is_false(ok)
-      assert.is_true(contains(err, "TLS handshake with localhost:" .. proxy.port
-        .. " failed: 20: unable to get local issuer certificate; nginx verifies against "
-        .. "`lua_ssl_trusted_certificate` only"), err)
+      -- OpenSSL's reason ("20: unable to get local issuer certificate"), or, when
+      -- lua-nginx-module reported the refused handshake as done, the transport's own words
+      assert.is_true(contains(err, "TLS handshake with localhost:" .. proxy.port .. " failed: "), err)
+      assert.is_true(contains(err, "nginx verifies against `lua_ssl_trusted_certificate` only"), err)
       -- a TLS failure is the same on every try: not retried
       assert.are.same({ retries = 0, requests = 1 }, ngx_eval.eval(srv,
         "local s = require('airlock').stats() return { retries = s.retries, requests = s.requests }"))
@@ -341,7 +342,8 @@ describe("the cosocket transport over TLS", function()
       assert.are.same({ true, "healthy" }, { health(srv, "TLS_URL", "os.getenv('CA')") })
       local ok, err = health(srv, "WRONG_URL", "true")
       assert.is_false(ok)
-      assert.is_true(contains(err, "certificate host mismatch; the certificate is not for localhost"), err)
+      assert.is_true(contains(err, "certificate host mismatch; the certificate is not for localhost")
+        or contains(err, "the certificate may not be for localhost"), err)
       ok, err = health(srv, "IP_URL", "true")
       assert.is_false(ok)
       assert.is_true(contains(err, "nginx matches certificates against host names only"), err)

@@ -118,11 +118,17 @@ local function connect_message(err, u)
   return "cannot connect to " .. endpoint(u) .. ": " .. tostring(err)
 end
 
+-- The reason when lua-nginx-module reported a handshake as done although its certificate
+-- check failed (see exchange_once): nginx's error log has OpenSSL's words.
+local UNREPORTED = "the server's certificate was refused (nginx's error log says why: "
+  .. "\"lua ssl certificate verify error\")"
+
 local function tls_message(err, u, verify)
   err = tostring(err)
   local message = "TLS handshake with " .. endpoint(u) .. " failed: " .. err
   if verify == false then return message end
-  if err:find("host mismatch", 1, true) then
+  local unknown = err == UNREPORTED   -- a wrong CA, or a certificate for another name
+  if err:find("host mismatch", 1, true) or (unknown and http1.is_ip(u.host)) then
     if http1.is_ip(u.host) then
       return message .. "; nginx matches certificates against host names only (never an IP "
         .. "address): put the name the certificate is for in the URL (e.g. https://localhost:"
@@ -130,7 +136,8 @@ local function tls_message(err, u, verify)
     end
     return message .. "; the certificate is not for " .. u.host
   end
-  if err:match("^%d+: ") then  -- an OpenSSL verify error: "20: unable to get local issuer certificate"
+  if unknown then message = message .. "; the certificate may not be for " .. u.host end
+  if unknown or err:match("^%d+: ") then  -- an OpenSSL verify error: "20: unable to get local issuer certificate"
     if type(verify) == "string" then
       return message .. "; in nginx the server certificate is verified against the CA file of "
         .. "`lua_ssl_trusted_certificate`: check that it names " .. verify .. " (and raise "
@@ -229,6 +236,13 @@ local function exchange_once(request, u, bytes, body_len, verify, connect_ms, de
   end
   local replay = reused > 0 and REPLAYABLE[request.method]
   local sent, send_err = sock:send(bytes)
+  if not sent and reused == 0 and u.tls and verify ~= false and broken(send_err) then
+    -- lua-nginx-module 0.10.23 may report a handshake that completed asynchronously as done
+    -- although the certificate check failed (it logs "lua ssl certificate verify error") and
+    -- closes the connection: the first write fails. That is the TLS failure, never retried.
+    sock:close()
+    return nil, { message = tls_message(UNREPORTED, u, verify), sent = false, tls = true }
+  end
   if sent and request.body_file then sent, send_err = send_file(sock, request.body_file, body_len) end
   if not sent then
     sock:close()
