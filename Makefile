@@ -138,7 +138,7 @@ ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver
               spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
               spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
               spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua spec/server/warm_spec.lua \
-              spec/server/warm_spares_spec.lua \
+              spec/server/warm_spares_spec.lua spec/server/storage_spec.lua \
               spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
               spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
               spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua \

@@ -135,6 +135,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 503, "All sandbox workspaces are in use; try again shortly.");
         return;
     }
+    if (rc == SESSION_STORAGE) { /* nothing was created: 503 like the contract's capacity answer */
+        send_not_saved(r, 503, "The new session");
+        return;
+    }
     if (rc != SESSION_OK) {
         http_send_500(r);
         return;

@@ -57,13 +57,16 @@ typedef struct config {
     size_t output_limit;        /* SANDBOX_OUTPUT_MAX_KB (1024) in bytes: kept of each output stream */
     size_t read_limit;          /* SANDBOX_READ_MAX_MB (8) in bytes: the largest file /read returns */
     egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
-    sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, SANDBOX_REQUIRE_GVISOR */
+    sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, --isolation /
+                                 * SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR */
     /* flags */
     char *listen_host;          /* --listen (allocated; default 127.0.0.1) */
     unsigned port;
     const char *unix_path;
     const char *state_dir;      /* --state-dir as given (main claims it: app.state_dir is its real path) */
     const char *port_file;
+    const char *isolation_flag; /* --isolation as given (wins over SANDBOX_ISOLATION) */
+    char isolation_by[64];      /* which setting chose the isolation (sandbox.isolation_by) */
     const char *import_base_url; /* --import-base-url, else $AIRLOCK_IMPORT_BASE_URL, else https://github.com */
     int warm_max;               /* SANDBOX_WARM_MAX: sandboxes booted ahead at most (4 per CPU; 0: none) */
     int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */

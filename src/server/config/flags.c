@@ -7,21 +7,26 @@
 void config_usage(FILE *f)
 {
     fputs("usage: airlockd [--listen HOST:PORT] [--unix PATH] [--state-dir DIR] [--port-file FILE]\n"
-          "                [--runsc PATH] [--import-base-url URL] [--help]\n"
+          "                [--runsc PATH] [--isolation gvisor|bubblewrap|auto] [--import-base-url URL]\n"
+          "                [--help]\n"
           "\n"
           "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
           "  --unix PATH         also listen on a unix socket\n"
           "  --state-dir DIR     sessions, workspace disks and sandbox state (default\n"
           "                      ./airlockd-state); a new or empty directory, or one airlockd made\n"
           "  --port-file FILE    write the bound TCP port here once listening\n"
-          "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then PATH)\n"
+          "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then the checkout's\n"
+          "                      .deps/runsc/usr/bin/runsc beside airlockd, then PATH)\n"
+          "  --isolation KIND    gvisor (the default: refuse to start without it), bubblewrap (the\n"
+          "                      weaker sandbox, asked for), auto (gVisor, else bubblewrap);\n"
+          "                      default $SANDBOX_ISOLATION\n"
           "  --import-base-url URL  where /import downloads archives (default\n"
           "                      $AIRLOCK_IMPORT_BASE_URL, then https://github.com)\n"
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
           "SANDBOX_WORKSPACE_QUOTA_MB (512), SANDBOX_TENANT_LIMITS[_FILE], SANDBOX_EGRESS_POLICY[_FILE],\n"
-          "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
+          "SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR=1|0 (gvisor|auto), SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
           "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
           "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
           "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com),\n"
@@ -40,8 +45,8 @@ void config_usage(FILE *f)
           f);
 }
 
-static const char *const flags_with_value[] = {"--listen",    "--unix",  "--state-dir",
-                                               "--port-file", "--runsc", "--import-base-url"};
+static const char *const flags_with_value[] = {"--listen", "--unix",      "--state-dir",      "--port-file",
+                                               "--runsc",  "--isolation", "--import-base-url"};
 
 static bool known_flag(const char *name)
 {
@@ -63,6 +68,7 @@ static int set_flag(config *c, const char *name, const char *val, config_err err
                         : strcmp(name, "--state-dir") == 0 ? &c->state_dir
                         : strcmp(name, "--port-file") == 0 ? &c->port_file
                         : strcmp(name, "--runsc") == 0     ? &c->sandbox.runsc
+                        : strcmp(name, "--isolation") == 0 ? &c->isolation_flag
                                                            : &c->import_base_url;
     *slot = val;
     return 0;

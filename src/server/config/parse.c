@@ -80,6 +80,19 @@ int config_switch(config_err e, const char *name, const char *text, const char *
     return 0;
 }
 
+int config_choice(config_err e, const char *name, const char *text, const char *const *choices, int *out)
+{
+    char list[256] = "";
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(text, choices[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
+    }
+    return config_fail(e, name, text, "must be one of %s", list);
+}
+
 static bool is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';

@@ -76,17 +76,19 @@ static void destroy_all(registry *r, session *doomed)
     }
 }
 
-/* Writes every ready session and every parked one to the state file. */
-static void save(registry *r)
+/* Writes every ready session and every parked one to the state file, durably (the file and
+ * its directory synced). false when it could not be written (logged): the file still holds
+ * the previous list. */
+static bool save(registry *r)
 {
     if (!r->state_file)
-        return;
+        return true;
     pthread_mutex_lock(&r->save_mu);
     pthread_mutex_lock(&r->mu);
     if (r->shut_down) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
-        return;
+        return true;
     }
     size_t count = r->nparked, n = 0;
     for (session *s = r->head; s; s = s->next)
@@ -119,7 +121,8 @@ static void save(registry *r)
         ok = session_state_save(r->state_file, r->state_dir, v, n, err, sizeof err) == 0;
     if (!ok) {
         if (!r->save_failing)
-            fprintf(stderr, "airlockd: sessions not saved (a restart would lose the latest): %s\n", err);
+            fprintf(stderr, "airlockd: sessions not saved (new sessions are refused until a save works): %s\n",
+                    err);
         pthread_mutex_lock(&r->mu);
         r->dirty = true; /* the reaper tries again */
         pthread_mutex_unlock(&r->mu);
@@ -127,6 +130,7 @@ static void save(registry *r)
     r->save_failing = !ok;
     session_records_free(v, n);
     pthread_mutex_unlock(&r->save_mu);
+    return ok;
 }
 
 static session *find_locked(registry *r, const char *id)
@@ -532,7 +536,17 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
     s->created_at = s->last_accessed_at = epoch_now();
     s->ready = true;
     pthread_mutex_unlock(&r->mu);
-    save(r);
+    if (!save(r)) {
+        /* fail closed: a session a restart would not bring back is never handed out; its
+         * disk goes with it */
+        pthread_mutex_lock(&r->mu);
+        unlink_locked(r, s);          /* the registry's reference */
+        bool last = --s->refs == 0;   /* and the caller's */
+        pthread_mutex_unlock(&r->mu);
+        if (last)
+            session_destroy(r, s);
+        return SESSION_STORAGE;
+    }
     *out = s;
     return SESSION_OK;
 }

@@ -99,10 +99,13 @@ typedef enum {
     SESSION_LIMIT,     /* the tenant already has max_sessions open */
     SESSION_CAPACITY,  /* no disk room for another workspace (server-wide cap or host disk) */
     SESSION_ERROR,     /* the workspace could not be made (logged) */
+    SESSION_STORAGE,   /* made, but the state file could not be saved: undone (fail closed) */
 } session_result;
 
 /* Creates a session (checked against max_sessions atomically) with its disk: a spare's when
- * the session has no egress and the tenant has one, else a new one. egress is copied.
+ * the session has no egress and the tenant has one, else a new one, and saves it (with a
+ * state file) before it is handed out: SESSION_STORAGE when that save failed (nothing is
+ * left of it). egress is copied.
  * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
  * in *out. */
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,

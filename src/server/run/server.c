@@ -38,12 +38,15 @@ static int claim_state_dir(server *s)
     return 0;
 }
 
-/* The isolation backend, and the guard that cleans its cgroups if this process is killed. */
+/* The isolation backend (said first in the log), and the guard that cleans its cgroups if this
+ * process is killed. */
 static int open_sandboxes(server *s)
 {
     char why[512] = "";
     if (!(s->a.sb = sandbox_backend_open(s->state, &s->cfg->sandbox, why, sizeof why)))
         return fail(s, "no isolation backend: %s", why);
+    /* the first line of the log says what the sandboxes run on */
+    fprintf(stderr, "airlockd: isolation: %s\n%s", sandbox_backend_summary(s->a.sb), sandbox_backend_notes(s->a.sb));
     const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
         fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", why);

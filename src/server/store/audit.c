@@ -21,16 +21,17 @@ struct audit_store {
     pthread_mutex_t mu; /* one statement at a time; also guards last_prune_us */
     int retention_days;
     long long last_prune_us;
+    bool failing; /* the last record could not be stored */
 };
 
 static const char SCHEMA[] =
-    "PRAGMA journal_mode=WAL;"
     "CREATE TABLE IF NOT EXISTS audit ("
     " tenant_id TEXT NOT NULL, sk TEXT NOT NULL, ts_us INTEGER NOT NULL,"
     " session_id TEXT, actor TEXT, kind TEXT, command TEXT, truncated INTEGER NOT NULL,"
     " exit_code INTEGER, duration_s REAL, timed_out INTEGER NOT NULL, oom_killed INTEGER NOT NULL,"
     " detail TEXT, PRIMARY KEY (tenant_id, sk)) WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);";
+    "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);"
+    "CREATE TABLE IF NOT EXISTS audit_probe (x INTEGER);";
 
 static long long now_us(void)
 {
@@ -124,10 +125,10 @@ static size_t prefix_bytes(const char *s, size_t max, bool *cut)
     return i;
 }
 
-void audit_record(audit_store *s, const audit_entry *e)
+int audit_record(audit_store *s, const audit_entry *e)
 {
     if (!s || !e || !e->tenant)
-        return;
+        return 0;
     const char *cmd = e->command ? e->command : "";
     bool truncated;
     size_t cmd_len = prefix_bytes(cmd, AUDIT_MAX_COMMAND, &truncated);
@@ -181,7 +182,27 @@ void audit_record(audit_store *s, const audit_entry *e)
         fprintf(stderr, "airlockd: audit: cannot record a %s entry: %s\n", e->kind ? e->kind : "?",
                 sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
+    s->failing = rc != SQLITE_OK;
     pthread_mutex_unlock(&s->mu);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+bool audit_writable(audit_store *s)
+{
+    if (!s)
+        return true;
+    pthread_mutex_lock(&s->mu);
+    if (s->failing) {
+        /* a real commit (one page through the WAL, synced), leaving nothing behind */
+        int rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE; INSERT INTO audit_probe VALUES (1);"
+                                     " DELETE FROM audit_probe; COMMIT;", NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            sqlite3_exec(s->db, "ROLLBACK;", NULL, NULL, NULL);
+        s->failing = rc != SQLITE_OK;
+    }
+    bool ok = !s->failing;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }
 
 static json_t *column_text(sqlite3_stmt *st, int i)

@@ -21,7 +21,6 @@ struct keystore {
 };
 
 static const char SCHEMA[] =
-    "PRAGMA journal_mode=WAL;"
     "CREATE TABLE IF NOT EXISTS api_keys ("
     " key_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL,"
     " key_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL);"
@@ -247,7 +246,7 @@ int keystore_create(keystore *ks, const char *tenant, const char *name, json_t *
             }
         } else if (src != SQLITE_CONSTRAINT) { /* a key id clash is retried with new ids */
             fprintf(stderr, "airlockd: keystore: cannot store a key: %s\n", sqlite3_errmsg(ks->db));
-            attempt = 5;
+            rc = KS_STORAGE;
         }
         OPENSSL_cleanse(key, sizeof key);
     }
@@ -317,6 +316,7 @@ int keystore_revoke(keystore *ks, const char *tenant, const char *key_id, bool k
     sqlite3_finalize(st);
     if (src != SQLITE_DONE) {
         fprintf(stderr, "airlockd: keystore: cannot revoke a key: %s\n", sqlite3_errmsg(ks->db));
+        rc = KS_STORAGE;
         goto out;
     }
     *record = get_record(ks, key_id);

@@ -19,7 +19,8 @@ void keystore_close(keystore *ks);
  * a stored, active key; the hash comparison is constant-time. */
 bool keystore_auth(keystore *ks, const char *key, char **tenant, char key_id[KEY_ID_LEN + 1]);
 
-enum { KS_OK = 0, KS_NOT_FOUND, KS_LIMIT, KS_LAST_KEY, KS_ERROR };
+/* KS_STORAGE: the store could not write the change (disk full, I/O error): nothing changed. */
+enum { KS_OK = 0, KS_NOT_FOUND, KS_LIMIT, KS_LAST_KEY, KS_ERROR, KS_STORAGE };
 
 /* Issues a key: KS_OK with *record (public record + "api_key" + "note"); KS_LIMIT with
  * *active = the tenant's active key count. */
