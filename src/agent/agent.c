@@ -32,6 +32,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -440,8 +441,8 @@ static void worker_main(int req_r)
     sigaddset(&mask, SIGUSR1); /* blocked already (inherited): a cancel waits for the command */
     int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
     prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1};
-    if (sigfd < 0 || prepare(&p) != 0)
-        _exit(1);
+    /* a container that cannot be made is said to its command's slot, once that comes */
+    bool unprepared = sigfd < 0 || prepare(&p) != 0;
     unsigned char h[5];
     if (frame_read_all(req_r, h, 5) != 0) {
         discard(&p); /* the agent is gone or never needs this worker */
@@ -459,6 +460,11 @@ static void worker_main(int req_r)
             _exit(1);
     } else {
         out_fd = FD_OUT + h[0];
+    }
+    if (unprepared) {
+        static const char msg[] = "cannot prepare a container";
+        send_frame('F', msg, sizeof msg - 1);
+        _exit(0);
     }
     run(&p, len, sigfd);
     _exit(0);
@@ -528,9 +534,11 @@ static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
         out_fd = FD_OUT;
         return;
     }
+    /* a worker without its container answers 'F'; one that died leaves the slot silent, and
+     * airlockd kills the sandbox after the command's timeout and its grace */
     slot_pid[slot] = next->pid;
-    (void)hand_over(next, slot, n - 1); /* a worker that died says so with its fail pipe... or */
-    next->pid = -1;                     /* its slot's channel stays silent: see airlockd's grace */
+    (void)hand_over(next, slot, n - 1);
+    next->pid = -1;
     (void)start_worker(next);           /* the next command's, ahead of it */
 }
 
