@@ -67,6 +67,8 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define ROOT_OPTS "size=64m,mode=755"
 /* After PID 1 of a command ended, its pipes close as soon as the kernel has killed the rest. */
 #define DRAIN_MS 3000
+/* How long a command's exit waits for the next command's container to be ready. */
+#define GO_MS 1000
 
 typedef struct {
     const char *dir;
@@ -84,6 +86,7 @@ typedef struct {
     int out_r;   /* its stdout and stderr */
     int err_r;
     int fail_r;  /* its setup error text, or end of file at its exec */
+    int ready_r; /* a byte (or end of file) once its mounts are made */
 } prepared;
 
 /* Where this process's frames go: the channel of the command's slot. */
@@ -191,7 +194,7 @@ static void child_drop(int fail_w)
 }
 
 /* PID 1 of a new container: mounts, waits for its request, drops, execs. Never returns. */
-static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
+static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
 {
     /* fds 3 to 5 are close-on-exec, like every descriptor of the agent's but 0-2 of the
      * command: closing them here by number could hit a pipe of this child's that reused one */
@@ -204,6 +207,8 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         child_fail(fail_w, "setting the parent death signal");
     child_mounts(fail_w);
+    (void)frame_write_all(ready_w, "r", 1);
+    close(ready_w);
     unsigned char h[4];
     if (frame_read_all(cmd_r, h, 4) != 0)
         _exit(0); /* the agent is gone or never needs this child */
@@ -242,9 +247,14 @@ static void close_fd(int *fd)
 /* Forks the next container child; 0, or -1 (errno). */
 static int prepare(prepared *p)
 {
-    int cmd[2], out[2], err[2], fail[2];
-    if (pipe2(cmd, O_CLOEXEC) != 0)
+    int cmd[2], out[2], err[2], fail[2], ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0)
         return -1;
+    if (pipe2(cmd, O_CLOEXEC) != 0) {
+        close(ready[0]);
+        close(ready[1]);
+        return -1;
+    }
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(fail, O_CLOEXEC) != 0) {
         close(cmd[0]);
         close(cmd[1]);
@@ -257,10 +267,12 @@ static int prepare(prepared *p)
         close(out[0]);
         close(err[0]);
         close(fail[0]);
+        close(ready[0]);
         /* out/err survive exec by their dup2 onto 1 and 2; the rest is close-on-exec */
-        child_main(cmd[0], out[1], err[1], fail[1]);
+        child_main(cmd[0], out[1], err[1], fail[1], ready[1]);
     }
     int e = errno;
+    close(ready[1]);
     close(cmd[0]);
     close(out[1]);
     close(err[1]);
@@ -270,10 +282,12 @@ static int prepare(prepared *p)
         close(out[0]);
         close(err[0]);
         close(fail[0]);
+        close(ready[0]);
         errno = e;
         return -1;
     }
-    *p = (prepared){.pid = pid, .cmd_w = cmd[1], .out_r = out[0], .err_r = err[0], .fail_r = fail[0]};
+    *p = (prepared){.pid = pid, .cmd_w = cmd[1], .out_r = out[0], .err_r = err[0], .fail_r = fail[0],
+                    .ready_r = ready[0]};
     return 0;
 }
 
@@ -289,6 +303,7 @@ static void discard(prepared *p)
     close_fd(&p->out_r);
     close_fd(&p->err_r);
     close_fd(&p->fail_r);
+    close_fd(&p->ready_r);
 }
 
 /* ---- running one command ---------------------------------------------------------------- */
@@ -301,6 +316,24 @@ static int64_t now_ms(void)
 }
 
 static char chunk[CHUNK];
+
+/* A worker's request pipe, kept open after the request: the agent's byte on it says the next
+ * command's container is ready. */
+static int go_fd = -1;
+
+/* Holds the command's exit until the next command's container is made (GO_MS at most):
+ * airlockd freezes the sandbox when the exit comes, and a container half made then would be
+ * finished on the next command's time. */
+static void await_go(void)
+{
+    if (go_fd < 0)
+        return;
+    struct pollfd pf = {.fd = go_fd, .events = POLLIN};
+    char b;
+    if (poll(&pf, 1, GO_MS) > 0)
+        (void)read(go_fd, &b, 1);
+    close_fd(&go_fd);
+}
 
 /* Relays what one pipe has to airlockd as frames of type t; -1 at end of file. */
 static int relay(int *fd, char t)
@@ -405,6 +438,7 @@ static void run(prepared *p, size_t len, int sigfd)
         send_frame('F', fail, fail_len);
         return;
     }
+    await_go();
     unsigned char x[5];
     frame_put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
     x[4] = (unsigned char)killed;
@@ -425,11 +459,13 @@ static size_t warm_up_request(void)
 
 typedef struct {
     pid_t pid;
-    int req_w; /* u8 slot, u32 length, the request */
+    int req_w; /* u8 slot, u32 length, the request; then the byte that lets its exit go */
+    int ready_r; /* a byte (or end of file) once its container is ready */
 } worker;
 
-/* A worker's life: prepares its container child, waits for its command, runs it, ends. */
-static void worker_main(int req_r)
+/* A worker's life: prepares its container child, says it is ready, waits for its command,
+ * runs it, ends. */
+static void worker_main(int req_r, int ready_w)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         _exit(1);
@@ -440,9 +476,15 @@ static void worker_main(int req_r)
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGUSR1); /* blocked already (inherited): a cancel waits for the command */
     int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1};
+    prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
     /* a container that cannot be made is said to its command's slot, once that comes */
     bool unprepared = sigfd < 0 || prepare(&p) != 0;
+    char b;
+    if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
+    }
+    close_fd(&p.ready_r);
+    (void)frame_write_all(ready_w, "r", 1);
+    close(ready_w);
     unsigned char h[5];
     if (frame_read_all(req_r, h, 5) != 0) {
         discard(&p); /* the agent is gone or never needs this worker */
@@ -453,7 +495,7 @@ static void worker_main(int req_r)
         discard(&p);
         _exit(0);
     }
-    close(req_r);
+    go_fd = req_r;
     if (h[0] == SLOT_NONE) {
         out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (out_fd < 0)
@@ -473,35 +515,58 @@ static void worker_main(int req_r)
 /* Forks the next worker; 0, or -1. */
 static int start_worker(worker *w)
 {
-    int req[2];
+    int req[2], ready[2];
     if (pipe2(req, O_CLOEXEC) != 0)
         return -1;
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        close(req[0]);
+        close(req[1]);
+        return -1;
+    }
     pid_t pid = fork();
     if (pid == 0) {
         close(req[1]);
-        worker_main(req[0]);
+        close(ready[0]);
+        worker_main(req[0], ready[1]);
     }
     close(req[0]);
+    close(ready[1]);
     if (pid < 0) {
         close(req[1]);
+        close(ready[0]);
         return -1;
     }
-    *w = (worker){.pid = pid, .req_w = req[1]};
+    *w = (worker){.pid = pid, .req_w = req[1], .ready_r = ready[0]};
     return 0;
 }
 
-/* Hands a request (slot, then request[0..len)) to w, which runs it from now on; 0, or -1. */
+/* Hands a request (slot, then request[0..len)) to w, which runs it from now on; its pipe, for
+ * the byte that lets the command's exit go (or -1 when w is gone). */
 static int hand_over(worker *w, unsigned slot, size_t len)
 {
     unsigned char h[5] = {(unsigned char)slot};
     frame_put_u32(h + 1, (uint32_t)len);
-    int rc = frame_write_all(w->req_w, h, 5) == 0 && frame_write_all(w->req_w, request, len) == 0 ? 0 : -1;
-    close_fd(&w->req_w);
-    return rc;
+    int fd = w->req_w;
+    w->req_w = -1;
+    close_fd(&w->ready_r);
+    if (frame_write_all(fd, h, 5) != 0 || frame_write_all(fd, request, len) != 0)
+        close_fd(&fd);
+    return fd;
+}
+
+/* The next worker is ready (or gone): the commands waiting for that may end. */
+static void let_go(worker *next, int go[AGENT_SLOTS])
+{
+    close_fd(&next->ready_r);
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        if (go[i] >= 0) {
+            (void)frame_write_all(go[i], "g", 1);
+            close_fd(&go[i]);
+        }
 }
 
 /* Reaps ended workers; a slot whose worker ended is free of it. */
-static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS])
+static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS])
 {
     struct signalfd_siginfo si;
     while (read(sigfd, &si, sizeof si) > 0) {
@@ -509,8 +574,10 @@ static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS])
     pid_t pid;
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
         for (int i = 0; i < AGENT_SLOTS; i++)
-            if (slot_pid[i] == pid)
+            if (slot_pid[i] == pid) {
                 slot_pid[i] = 0;
+                close_fd(&go[i]);
+            }
 }
 
 static void usage_exit(void)
@@ -521,7 +588,7 @@ static void usage_exit(void)
 }
 
 /* A 'C' from airlockd (in request[0..n)): its slot's command goes to the worker ready for it. */
-static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
+static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS], size_t n)
 {
     if (n < 1 || request[0] >= AGENT_SLOTS)
         return; /* airlockd never sends one: nowhere to answer */
@@ -537,9 +604,11 @@ static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
     /* a worker without its container answers 'F'; one that died leaves the slot silent, and
      * airlockd kills the sandbox after the command's timeout and its grace */
     slot_pid[slot] = next->pid;
-    (void)hand_over(next, slot, n - 1);
+    close_fd(&go[slot]);
+    go[slot] = hand_over(next, slot, n - 1);
     next->pid = -1;
-    (void)start_worker(next);           /* the next command's, ahead of it */
+    if (start_worker(next) != 0) /* the next command's, ahead of it */
+        let_go(next, go);
 }
 
 int main(int argc, char **argv)
@@ -565,13 +634,22 @@ int main(int argc, char **argv)
         if (fcntl(FD_OUT + i, F_SETFD, FD_CLOEXEC) != 0)
             return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
-    worker next = {.pid = -1, .req_w = -1};
-    if (start_worker(&next) != 0 || hand_over(&next, SLOT_NONE, warm_up_request()) != 0)
-        return 1;
-    while (waitpid(next.pid, NULL, 0) < 0 && errno == EINTR) {
-    }
+    worker next = {.pid = -1, .req_w = -1, .ready_r = -1};
+    int go[AGENT_SLOTS];
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        go[i] = -1;
     if (start_worker(&next) != 0)
         return 1;
+    pid_t first = next.pid;
+    go[0] = hand_over(&next, SLOT_NONE, warm_up_request());
+    if (start_worker(&next) != 0)
+        return 1;
+    char b;
+    if (read(next.ready_r, &b, 1) < 0) { /* ready or gone: the warm-up may end */
+    }
+    let_go(&next, go);
+    while (waitpid(first, NULL, 0) < 0 && errno == EINTR) {
+    }
     /* closed, but its number kept taken: a worker closes FD_READY, which must never be a pipe
      * of its own */
     int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -580,11 +658,14 @@ int main(int argc, char **argv)
     close(nul);
     pid_t slot_pid[AGENT_SLOTS] = {0};
     for (;;) {
-        struct pollfd pf[2] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
-        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+        struct pollfd pf[3] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN},
+                               {.fd = next.ready_r, .events = POLLIN}};
+        if (poll(pf, 3, -1) < 0 && errno != EINTR)
             return 1;
         if (pf[1].revents)
-            reap(sigfd, slot_pid);
+            reap(sigfd, slot_pid, go);
+        if (pf[2].revents)
+            let_go(&next, go);
         if (!pf[0].revents)
             continue;
         size_t n;
@@ -592,7 +673,7 @@ int main(int argc, char **argv)
         if (t == 0)
             break; /* airlockd is gone: every worker and container dies with the agent */
         if (t == 'C')
-            command(&next, slot_pid, n);
+            command(&next, slot_pid, go, n);
         else if (t == 'K' && n >= 1 && (unsigned char)request[0] < AGENT_SLOTS && slot_pid[(unsigned char)request[0]] > 0)
             kill(slot_pid[(unsigned char)request[0]], SIGUSR1);
     }
