@@ -82,7 +82,6 @@ static char request[REQUEST_MAX + 1];
 /* The child prepared for the next command. */
 typedef struct {
     pid_t pid;
-    int cmd_w;   /* its request pipe */
     int out_r;   /* its stdout and stderr */
     int err_r;
     int fail_r;  /* its setup error text, or end of file at its exec */
@@ -244,41 +243,38 @@ static void close_fd(int *fd)
     }
 }
 
-/* Forks the next container child; 0, or -1 (errno). */
-static int prepare(prepared *p)
+/* Forks the next container child, which reads its request from cmd_r (taken: closed here);
+ * 0, or -1 (errno). */
+static int prepare(prepared *p, int cmd_r)
 {
-    int cmd[2], out[2], err[2], fail[2], ready[2];
-    if (pipe2(ready, O_CLOEXEC) != 0)
-        return -1;
-    if (pipe2(cmd, O_CLOEXEC) != 0) {
-        close(ready[0]);
-        close(ready[1]);
+    int out[2], err[2], fail[2], ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        close(cmd_r);
         return -1;
     }
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(fail, O_CLOEXEC) != 0) {
-        close(cmd[0]);
-        close(cmd[1]);
+        close(cmd_r);
+        close(ready[0]);
+        close(ready[1]);
         return -1;
     }
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
                                NULL, NULL, NULL, NULL);
     if (pid == 0) {
-        close(cmd[1]);
         close(out[0]);
         close(err[0]);
         close(fail[0]);
         close(ready[0]);
         /* out/err survive exec by their dup2 onto 1 and 2; the rest is close-on-exec */
-        child_main(cmd[0], out[1], err[1], fail[1], ready[1]);
+        child_main(cmd_r, out[1], err[1], fail[1], ready[1]);
     }
     int e = errno;
     close(ready[1]);
-    close(cmd[0]);
+    close(cmd_r);
     close(out[1]);
     close(err[1]);
     close(fail[1]);
     if (pid < 0) {
-        close(cmd[1]);
         close(out[0]);
         close(err[0]);
         close(fail[0]);
@@ -286,7 +282,7 @@ static int prepare(prepared *p)
         errno = e;
         return -1;
     }
-    *p = (prepared){.pid = pid, .cmd_w = cmd[1], .out_r = out[0], .err_r = err[0], .fail_r = fail[0],
+    *p = (prepared){.pid = pid, .out_r = out[0], .err_r = err[0], .fail_r = fail[0],
                     .ready_r = ready[0]};
     return 0;
 }
@@ -299,7 +295,6 @@ static void discard(prepared *p)
         }
     }
     p->pid = -1;
-    close_fd(&p->cmd_w);
     close_fd(&p->out_r);
     close_fd(&p->err_r);
     close_fd(&p->fail_r);
@@ -370,17 +365,10 @@ static int exit_code(int status)
     return -1;
 }
 
-/* Hands the request (already in request[0..len)) to p and relays its output until it ends,
- * the timeout or a SIGUSR1 (the agent's cancel, from airlockd's 'K'); then reports the exit. */
-static void run(prepared *p, size_t len, int sigfd)
+/* Relays the output of p, whose request the agent wrote to it, until it ends, the timeout or
+ * a SIGUSR1 (the agent's cancel, from airlockd's 'K'); then reports the exit. */
+static void run(prepared *p, uint32_t timeout_ms, int sigfd)
 {
-    uint32_t timeout_ms = len >= 4 ? frame_get_u32((unsigned char *)request) : 0;
-    unsigned char h[4];
-    frame_put_u32(h, (uint32_t)len);
-    /* a child that died in its set-up is told nothing: its fail pipe has the reason */
-    if (frame_write_all(p->cmd_w, h, 4) != 0 || frame_write_all(p->cmd_w, request, len) != 0)
-        errno = EPIPE;
-    close_fd(&p->cmd_w);
     int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 15000);
     int killed = 0, status = 0, exited = 0;
     int64_t drain_until = 0;
@@ -459,13 +447,14 @@ static size_t warm_up_request(void)
 
 typedef struct {
     pid_t pid;
-    int req_w; /* u8 slot, u32 length, the request; then the byte that lets its exit go */
+    int cmd_w;   /* its container's request pipe: u32 length, the request */
+    int req_w;   /* u8 slot, u32 timeout_ms; then the byte that lets its command's exit go */
     int ready_r; /* a byte (or end of file) once its container is ready */
 } worker;
 
 /* A worker's life: prepares its container child, says it is ready, waits for its command,
  * runs it, ends. */
-static void worker_main(int req_r, int ready_w)
+static void worker_main(int req_r, int ready_w, int cmd_r)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         _exit(1);
@@ -476,9 +465,13 @@ static void worker_main(int req_r, int ready_w)
     sigaddset(&mask, SIGCHLD);
     sigaddset(&mask, SIGUSR1); /* blocked already (inherited): a cancel waits for the command */
     int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
+    prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
     /* a container that cannot be made is said to its command's slot, once that comes */
-    bool unprepared = sigfd < 0 || prepare(&p) != 0;
+    bool unprepared = sigfd < 0;
+    if (unprepared)
+        close(cmd_r);
+    else
+        unprepared = prepare(&p, cmd_r) != 0;
     char b;
     if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
     }
@@ -488,11 +481,6 @@ static void worker_main(int req_r, int ready_w)
     unsigned char h[5];
     if (frame_read_all(req_r, h, 5) != 0) {
         discard(&p); /* the agent is gone or never needs this worker */
-        _exit(0);
-    }
-    size_t len = frame_get_u32(h + 1);
-    if (len > REQUEST_MAX || frame_read_all(req_r, request, len) != 0) {
-        discard(&p);
         _exit(0);
     }
     go_fd = req_r;
@@ -508,48 +496,58 @@ static void worker_main(int req_r, int ready_w)
         send_frame('F', msg, sizeof msg - 1);
         _exit(0);
     }
-    run(&p, len, sigfd);
+    run(&p, frame_get_u32(h + 1), sigfd);
     _exit(0);
 }
 
 /* Forks the next worker; 0, or -1. */
 static int start_worker(worker *w)
 {
-    int req[2], ready[2];
-    if (pipe2(req, O_CLOEXEC) != 0)
-        return -1;
-    if (pipe2(ready, O_CLOEXEC) != 0) {
-        close(req[0]);
-        close(req[1]);
-        return -1;
-    }
+    int p[3][2]; /* the worker's request, its ready byte, its container's request */
+    for (int i = 0; i < 3; i++)
+        if (pipe2(p[i], O_CLOEXEC) != 0) {
+            for (int j = 0; j < i; j++) {
+                close(p[j][0]);
+                close(p[j][1]);
+            }
+            return -1;
+        }
     pid_t pid = fork();
     if (pid == 0) {
-        close(req[1]);
-        close(ready[0]);
-        worker_main(req[0], ready[1]);
+        close(p[0][1]);
+        close(p[1][0]);
+        close(p[2][1]);
+        worker_main(p[0][0], p[1][1], p[2][0]);
     }
-    close(req[0]);
-    close(ready[1]);
+    close(p[0][0]);
+    close(p[1][1]);
+    close(p[2][0]);
     if (pid < 0) {
-        close(req[1]);
-        close(ready[0]);
+        close(p[0][1]);
+        close(p[1][0]);
+        close(p[2][1]);
         return -1;
     }
-    *w = (worker){.pid = pid, .req_w = req[1], .ready_r = ready[0]};
+    *w = (worker){.pid = pid, .req_w = p[0][1], .ready_r = p[1][0], .cmd_w = p[2][1]};
     return 0;
 }
 
-/* Hands a request (slot, then request[0..len)) to w, which runs it from now on; its pipe, for
- * the byte that lets the command's exit go (or -1 when w is gone). */
+/* Hands a request (request[0..len): timeout, command, environment) straight to w's container
+ * (a container that died in its set-up is told nothing: its fail pipe has the reason), then
+ * its slot and timeout to w, which runs it from now on. w's pipe, for the byte that lets the
+ * command's exit go (or -1 when w is gone). */
 static int hand_over(worker *w, unsigned slot, size_t len)
 {
-    unsigned char h[5] = {(unsigned char)slot};
-    frame_put_u32(h + 1, (uint32_t)len);
+    unsigned char n[4], h[5] = {(unsigned char)slot};
+    frame_put_u32(n, (uint32_t)len);
+    if (frame_write_all(w->cmd_w, n, 4) == 0)
+        (void)frame_write_all(w->cmd_w, request, len);
+    close_fd(&w->cmd_w);
+    frame_put_u32(h + 1, len >= 4 ? frame_get_u32((unsigned char *)request) : 0);
     int fd = w->req_w;
     w->req_w = -1;
     close_fd(&w->ready_r);
-    if (frame_write_all(fd, h, 5) != 0 || frame_write_all(fd, request, len) != 0)
+    if (frame_write_all(fd, h, 5) != 0)
         close_fd(&fd);
     return fd;
 }
@@ -634,7 +632,7 @@ int main(int argc, char **argv)
         if (fcntl(FD_OUT + i, F_SETFD, FD_CLOEXEC) != 0)
             return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
-    worker next = {.pid = -1, .req_w = -1, .ready_r = -1};
+    worker next = {.pid = -1, .cmd_w = -1, .req_w = -1, .ready_r = -1};
     int go[AGENT_SLOTS];
     for (int i = 0; i < AGENT_SLOTS; i++)
         go[i] = -1;
