@@ -25,10 +25,15 @@ describe("egress through a session's own sandbox (SANDBOX_EXEC_MODE=session)", f
     if ctx then egress.stop(ctx) end
   end)
 
+  -- session sid's own sandbox, once booted (with the session: no command needed)
+  local function own_sandbox(sid)
+    assert.is_true(proc.wait_until(60, function() return #session_sandboxes(server, sid) == 1 end))
+    return session_sandboxes(server, sid)
+  end
+
   it("runs an egress session's commands in its one sandbox: pip reaches pypi, the next command sees it fresh", function()
     local sid = egress.session(server, key, { "pypi" })
-    assert.is_true(proc.wait_until(60, function() return #session_sandboxes(server, sid) == 1 end))
-    local box = session_sandboxes(server, sid)
+    local box = own_sandbox(sid)
     local r = egress.exec(server, key, sid, "pip install --retries 1 --timeout 10 airlock-egress-probe && echo $$ && ls /tmp | wc -l")
     assert.are.equal(0, r.exit_code, r.output)
     assert.truthy(r.stdout:find("Successfully installed airlock-egress-probe-0.1.0\n1\n", 1, true), r.output)
@@ -46,8 +51,7 @@ describe("egress through a session's own sandbox (SANDBOX_EXEC_MODE=session)", f
 
   it("denies a host the session does not allow, from its own sandbox", function()
     local sid = egress.session(server, key, { "npm" })
-    assert.is_true(proc.wait_until(60, function() return #session_sandboxes(server, sid) == 1 end))
-    local box = session_sandboxes(server, sid)
+    local box = own_sandbox(sid)
     local r = egress.exec(server, key, sid, "pip install --retries 1 --timeout 10 airlock-egress-probe")
     assert.are_not.equal(0, r.exit_code)
     assert.truthy(r.stderr:find("Tunnel connection failed: 403 Forbidden", 1, true), r.output)
