@@ -1,8 +1,10 @@
 -- The fleet, measured side by side in one run on a 3-node fleet from scripts/fleet.sh
 -- (docs/fleet.md, "Measures"): the router's overhead (exec `true` and a small read through
 -- HAProxy vs straight to the session's node, p50), the spread of N creates over the nodes,
--- exact max_sessions under parallel creates (R rounds of P creates against a limit of 10), and
--- a node's death (what creates see after kill -9). FLEET_BENCH_CREATES (60),
+-- placement by load (node1 holding half its capacity, then creates through the router: each
+-- node's share against its free room), exact max_sessions under parallel creates (R rounds of
+-- P creates against a limit of 10), and a node's death (what creates see after kill -9). Each
+-- node's capacity is FLEET_BENCH_CREATES. FLEET_BENCH_CREATES (60),
 -- FLEET_BENCH_PARALLEL (300) and FLEET_BENCH_ROUNDS (3) size it.
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local cjson = require "cjson"
@@ -48,6 +50,7 @@ local f = fleet.up{ nodes = 3, env = {
     bench = { max_sessions = 100000, requests_per_minute = 1000000, max_concurrent_exec = 64 },
     limited = { max_sessions = 10, requests_per_minute = 1000000 } },
   SANDBOX_FLEET_LOST_AFTER = "30",
+  SANDBOX_FLEET_CAPACITY = tostring(CREATES),
 } }
 
 local ok, err = pcall(function()
@@ -104,6 +107,40 @@ local ok, err = pcall(function()
   print(string.format("spread of %d creates over 3 nodes: %s (worst %.1f%% from even)", CREATES,
     table.concat(row, ", "), worst))
   for _, sid in ipairs(ids) do call(router, "DELETE", "/v1/sessions/" .. sid, KEY) end
+
+  -- 2b. placement by load: node1 holds half its capacity (made straight on it), then
+  -- CREATES / 2 creates through the router, once HAProxy has read node1's agent
+  local half = CREATES // 2
+  local held = {}
+  for i = 1, half do
+    local cs, c = call(f.nodes.node1.url, "POST", "/v1/sessions", KEY, "{}")
+    check(cs == 201, "create on node1 " .. i .. ": " .. tostring(cs))
+    held[#held + 1] = c.session_id
+  end
+  local want = string.format("^%d ", 100 * (CREATES - half) // CREATES)
+  local deadline = socket.gettime() + 10
+  local weight = function() return fleet.haproxy(f, "get weight create/node1") end
+  while not weight():match(want) do
+    check(socket.gettime() < deadline, "HAProxy never read node1's weight: " .. weight())
+    socket.sleep(0.1)
+  end
+  local placed = {}
+  for i = 1, half do
+    local cs, c = call(router, "POST", "/v1/sessions", KEY, "{}")
+    check(cs == 201, "create " .. i .. ": " .. tostring(cs))
+    local node = by_slot[c.session_id:sub(5, 6)].id
+    placed[node] = (placed[node] or 0) + 1
+    held[#held + 1] = c.session_id
+  end
+  local free = { node1 = CREATES - half, node2 = CREATES, node3 = CREATES }
+  local room = free.node1 + free.node2 + free.node3
+  row = {}
+  for _, n in ipairs(f.info.nodes) do
+    row[#row + 1] = string.format("%s %d (by free room %.1f)", n.id, placed[n.id] or 0, half * free[n.id] / room)
+  end
+  print(string.format("placement by load, node1 holding %d of %d: %d creates: %s", half, CREATES, half,
+    table.concat(row, ", ")))
+  for _, sid in ipairs(held) do call(router, "DELETE", "/v1/sessions/" .. sid, KEY) end
 
   -- 3. exact max_sessions under PARALLEL parallel creates, ROUNDS times
   local exact = 0

@@ -120,7 +120,10 @@ start_node() { # dir id index
   # a node started again keeps its address, so the router's configuration stays right
   [ -s "$nd/port" ] && port=$(cat "$nd/port")
   rm -f "$nd/port"
+  # its load report for HAProxy's agent-check (placement by load), on a port it keeps
+  [ -s "$nd/agent_port" ] || free_port > "$nd/agent_port"
   SANDBOX_DATABASE_URL_FILE="$dir/database.url" SANDBOX_FLEET_LOST_AFTER=$FLEET_LOST_AFTER \
+    SANDBOX_FLEET_AGENT_PORT="$(cat "$nd/agent_port")" \
     setsid "$AIRLOCKD" --listen "127.0.0.$((i + 1)):$port" --state-dir "$nd/state" --port-file "$nd/port" \
     --node-id "$id" < /dev/null >> "$nd/log" 2>&1 &
   echo $! > "$nd/pid"
@@ -142,7 +145,8 @@ wait_node() { # dir id
 
 # HAProxy's configuration from the nodes table: one backend per node slot (the first two hex
 # digits of a session id), each falling back to the other nodes when its own is down (they
-# answer from the database); new sessions round robin over the nodes that accept them.
+# answer from the database); new sessions round robin over the nodes that accept them, each
+# weighted by the room it reports to HAProxy's agent-check (a full or draining node: none).
 write_router_config() {
   local dir=$1 hd="$dir/haproxy" port
   port=$(cat "$hd/port")
@@ -183,7 +187,8 @@ frontend api
 backend create
     # a create a node refuses (503: draining, full, no database) or never received (its port
     # closed) is retried on another node; never one that may have run (no empty-response or
-    # response-timeout retries: a session could be made twice)
+    # response-timeout retries: a session could be made twice). Each node's weight is the
+    # share of its capacity still free, read from its agent every 500 ms ("drain" when full).
     balance roundrobin
     option http-buffer-request
     retry-on 503 conn-failure
@@ -193,7 +198,10 @@ backend create
     default-server inter 500ms fall 2 rise 2
 EOF
     while read -r id slot addr; do
-      echo "    server $id $addr check"
+      local agent=""
+      [ -s "$dir/nodes/$id/agent_port" ] &&
+        agent=" agent-check agent-port $(cat "$dir/nodes/$id/agent_port") agent-inter 500ms"
+      echo "    server $id $addr weight 100 check$agent"
     done <<< "$nodes"
     cat <<EOF
 

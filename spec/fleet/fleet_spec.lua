@@ -14,6 +14,7 @@ local RATED = "fleet-rated-" .. string.rep("c", 22)
 local BUSY = "fleet-busy-" .. string.rep("d", 23)
 local ADMIN = "fleet-admin-" .. string.rep("e", 30)
 local LOST_AFTER = 10
+local CAPACITY = 10 -- sessions per node
 
 describe("a 3-node fleet", function()
   local f
@@ -26,6 +27,7 @@ describe("a 3-node fleet", function()
         main = { max_sessions = 100, requests_per_minute = 100000 }, limited = { max_sessions = 10 },
         rated = { requests_per_minute = 10 }, busy = { max_concurrent_exec = 2, max_sessions = 20 } },
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
+      SANDBOX_FLEET_CAPACITY = tostring(CAPACITY),
     } }
   end)
 
@@ -167,6 +169,45 @@ describe("a 3-node fleet", function()
     assert.are.equal(404, http.read(f.router, KEY, "sbx_01aaaaaaaaaa", "x").status)
     assert.are.equal(404, http.read(f.router, KEY, "sbx_ffaaaaaaaaaa", "x").status)
     for _, s in ipairs(ids) do assert.are.equal(200, http.delete(f.router, KEY, s.id).status) end
+  end)
+
+  it("places new sessions by load: weights from each node's free room, a full node takes none", function()
+    local by_slot, by_id = nodes()
+    for _, n in ipairs(f.info.nodes) do
+      assert.are.equal(CAPACITY, by_id[n.id].capacity)
+      assert.are.equal("ready up 100%", fleet.agent(f, n.id))
+    end
+    local made = {}
+    finally(function()
+      for _, s in ipairs(made) do http.delete(f.router, KEY, s) end
+    end)
+    -- node1 filled to its capacity straight (not through the router)
+    for i = 1, CAPACITY do
+      local c = http.create({ url = f.nodes.node1.url }, KEY)
+      assert.are.equal(201, c.status, c.body)
+      made[#made + 1] = c.json.session_id
+      if i == 3 then assert.are.equal("ready up 70%", fleet.agent(f, "node1")) end
+    end
+    assert.are.equal("ready up 0%", fleet.agent(f, "node1"))
+    local full = http.create({ url = f.nodes.node1.url }, KEY)
+    assert.are.equal(503, full.status)
+    assert.matches("full", full.json.detail, 1, true)
+    assert.are.equal(503, http.request({ url = f.nodes.node1.url }, "GET", "/v1/fleet/accepting").status)
+    -- HAProxy reads the agent: node1's weight in `create` drops to 0, the others keep theirs
+    local weight = function(id) return fleet.haproxy(f, "get weight create/" .. id) end
+    assert.is_true(proc.wait_until(10, function() return weight("node1"):match("^0 ") ~= nil end), weight("node1"))
+    assert.matches("^100 ", weight("node2"))
+    -- every create through the router goes to the nodes with room
+    for _ = 1, 6 do
+      local c = http.create(f.router, KEY)
+      assert.are.equal(201, c.status, c.body)
+      made[#made + 1] = c.json.session_id
+      assert.are_not.equal("node1", by_slot[c.json.session_id:sub(5, 6)].id)
+    end
+    -- room again: node1 reports it and HAProxy gives it a weight again
+    for i = 1, CAPACITY do assert.are.equal(200, http.delete(f.router, KEY, made[i]).status) end
+    assert.are.equal("ready up 100%", fleet.agent(f, "node1"))
+    assert.is_true(proc.wait_until(10, function() return weight("node1"):match("^100 ") ~= nil end), weight("node1"))
   end)
 
   it("admits exactly max_sessions of 60 parallel creates spread over the nodes", function()

@@ -39,7 +39,7 @@ void api_fleet_accepting(app *a, http_request *r, const api_call *c)
     (void)c;
     if (!a->fleet)
         http_send_detail(r, 404, "Not Found");
-    else if (fleet_accepting(a->fleet))
+    else if (fleet_accepting(a->fleet) && !fleet_full(a->fleet))
         http_send_json(r, 200, json_pack("{s:b,s:s}", "accepting", 1, "node", fleet_node_id(a->fleet)));
     else
         http_send_json(r, 503, json_pack("{s:b,s:s}", "accepting", 0, "node", fleet_node_id(a->fleet)));

@@ -1,6 +1,7 @@
 /* The fleet's settings (docs/fleet.md): the database URL, which holds a password (from
  * --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names, never quoted
- * in a message), and how long a silent node keeps its sessions. */
+ * in a message), how long a silent node keeps its sessions, how many sessions it holds at most
+ * and the port of its load report for HAProxy's agent-check. */
 #include "config/internal.h"
 
 #include <stdio.h>
@@ -41,5 +42,7 @@ int config_load_fleet(config *c, const config_src *src)
     if (c->database_url && strncmp(c->database_url, "postgresql://", 13) != 0 &&
         strncmp(c->database_url, "postgres://", 11) != 0)
         return config_fail(src->err, "SANDBOX_DATABASE_URL", NULL, "must be a postgresql:// URL");
-    return config_var_positive(src, "SANDBOX_FLEET_LOST_AFTER", DEFAULT_LOST_AFTER, &c->fleet_lost_after);
+    return config_var_positive(src, "SANDBOX_FLEET_LOST_AFTER", DEFAULT_LOST_AFTER, &c->fleet_lost_after) ||
+           config_var_int(src, "SANDBOX_FLEET_CAPACITY", 0, 0, 1000000, "sessions", &c->fleet_capacity) ||
+           config_var_int(src, "SANDBOX_FLEET_AGENT_PORT", 0, 0, 65535, "port", &c->fleet_agent_port);
 }
