@@ -16,7 +16,8 @@ function airlockd.start(opts)
   local list = {}
   for tenant, key in pairs(tenants) do list[#list + 1] = tenant .. ":" .. key end
   table.sort(list)
-  local env = { SANDBOX_API_KEYS = table.concat(list, ","), SANDBOX_WORKSPACE_QUOTA_MB = "64" }
+  local env = { SANDBOX_API_KEYS = table.concat(list, ","), SANDBOX_DISK_TOTAL_MB = "8192",
+                SANDBOX_WORKSPACE_QUOTA_MB = "512" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local f = fleet.up{ nodes = 3, env = env }
   return { url = f.info.router, tenants = tenants, fleet = f, pid = f.info.haproxy.pid,

@@ -204,6 +204,8 @@ void api_sessions_delete(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 404, "Session not found");
     else if (rc == SESSION_FORBIDDEN)
         http_send_detail(r, 403, "Forbidden");
+    else if (rc == SESSION_MOVING)
+        send_moving(r, id);
     else
         http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "terminated", "session_id", id));
 }

@@ -103,6 +103,26 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
 /* The tenant's live sessions on every node, or -1. */
 long fleet_session_count(fleet *f, const char *tenant);
 
+/* ---- a drain's moves (fleet/moves.c) ---- */
+
+/* Called from the heartbeat while this node is draining: moves what it can of its idle
+ * sessions, within a few seconds (run/move.c). */
+typedef void (*fleet_drain_fn)(void *ctx);
+void fleet_set_drain(fleet *f, fleet_drain_fn step, void *ctx);
+/* The draining node: session sid (its own) is moving to the active node with the most free
+ * room, whose URL goes to url; 0, or -1 (no such node, or not its session). */
+int fleet_move_begin(fleet *f, const char *sid, char *url, size_t urllen);
+/* The move failed: sid stays on this node. */
+void fleet_move_cancel(fleet *f, const char *sid);
+/* The draining node: whether sid is its own and moving (its archive may be read). */
+bool fleet_move_outgoing(fleet *f, const char *sid);
+/* The receiving node: sid's row when the database says it is moving to this node
+ * ({tenant, egress, quota_mb, created_at, last_used, source: the draining node's URL}), else
+ * NULL. */
+json_t *fleet_move_incoming(fleet *f, const char *sid);
+/* The receiving node owns sid from now on: 0, or -1 (it was not moving here). */
+int fleet_move_commit(fleet *f, const char *sid);
+
 /* ---- shared counters (fleet/counters.c) ---- */
 
 /* One request token: 1 granted (*available), 0 refused (*retry_after ≥ 1 s), -1 unreachable. */

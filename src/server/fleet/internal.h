@@ -20,6 +20,8 @@ struct fleet {
     int capacity;
     fleet_count_fn count;
     void *count_ctx;
+    fleet_drain_fn drain_step;
+    void *drain_ctx;
     char *agent_host;
     int agent_port;
     struct fleet_agent *agent; /* HAProxy's agent-check listener, or NULL */

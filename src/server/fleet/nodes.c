@@ -76,6 +76,8 @@ static void beat(fleet *f)
         drop_lost(f);
     }
     atomic_store(&f->accepting, active);
+    if (state && strcmp(state, "draining") == 0 && f->drain_step)
+        f->drain_step(f->drain_ctx);
     long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);

@@ -3,6 +3,7 @@
 #include "run/fleet.h"
 
 #include "fleet/wire.h"
+#include "run/move.h"
 #include "store/pg_schema.h"
 
 #include <stdio.h>
@@ -85,6 +86,7 @@ int server_start_fleet(server *s)
     /* the sessions are restored by now: what the database still gives this node beyond them is lost */
     fleet_session_reconcile(a->fleet, held, a->reg);
     fleet_set_count(a->fleet, count, a->reg);
+    fleet_set_drain(a->fleet, move_drain_step, a);
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat, lost, a) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
         return -1;
