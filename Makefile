@@ -58,7 +58,7 @@ AGENT      := $(BUILD)/airlock-agent
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
 # The version, said once: the engine's (airlock.VERSION); the rockspec and core.c must agree.
-VERSION    := $(shell sed -n 's/^M.VERSION = "\(.*\)"$$/\1/p' lua/airlock/engine.lua)
+VERSION    := $(shell sed -n 's/^M.VERSION = "\(.*\)"$$/\1/p' lua/airlock/internal/version.lua)
 ROCKSPEC   := rockspec/airlock-sandbox-$(VERSION)-1.rockspec
 DIST_NAME  := airlock-sandbox-$(VERSION)
 DIST_DIR   := $(BUILD)/dist

@@ -14,34 +14,34 @@
 -- empty body) and the response headers (lower-case names).
 -- HTTP error statuses are returned, not raised; a failed connection raises an
 -- APIConnectionError. Header values (API keys) never appear in error messages.
-local cjson = require "cjson"
-local cjson_safe = require "cjson.safe"
 local errors = require "airlock.errors"
-local engine = require "airlock.engine"
-local exchange = require "airlock.exchange"
+local check = require "airlock.internal.check"
+local exchange = require "airlock.internal.exchange"
+local json = require "airlock.internal.json"
+local request_mod = require "airlock.internal.request"
+local retry = require "airlock.internal.retry"
+local settings = require "airlock.internal.settings"
+local version = require "airlock.internal.version"
 local transports = require "airlock.transport"
 
 local M = {}
 
-M.null = cjson.null
+M.null = json.null
 M.DEFAULT_TIMEOUT = 120
 M.DEFAULT_CONNECT_TIMEOUT = 10
-M.USER_AGENT = engine.USER_AGENT
+M.USER_AGENT = version.USER_AGENT
+
+local WHERE = "airlock.http.request"   -- names the function in its ValidationErrors
 
 local OPTIONS = {
   method = true, url = true, headers = true, body = true, timeout = true,
   connect_timeout = true, max_retries = true, verify = true, transport = true,
 }
 
+-- Header values may be secrets: a bad one is named by its type only.
 local function bad(what, expected, got)
-  errors.raise("ValidationError", "airlock.http.request: bad argument '" .. what .. "': expected "
+  errors.raise("ValidationError", WHERE .. ": bad argument '" .. what .. "': expected "
     .. expected .. ", got " .. type(got))
-end
-
-local function positive_seconds(what, v, default)
-  if v == nil then return default end
-  if type(v) ~= "number" or v ~= v or v <= 0 or v > 86400 then bad(what, "a number of seconds > 0", v) end
-  return v
 end
 
 -- Header lines from a map { Name = value } (sorted, so requests are reproducible) or a list
@@ -97,44 +97,43 @@ local function shown_url(url)
   return (url:gsub("[?#].*$", ""))
 end
 
---- Sends one request and waits for the answer (retrying 429/503 per the SDK's policy).
-function M.request(opts)
+-- The options, checked by the same rules as the SDK's own settings (check.lua), with this
+-- function's defaults.
+local function checked_options(opts)
   if type(opts) ~= "table" then bad("options", "a table", opts) end
   for k in pairs(opts) do
-    if not OPTIONS[k] then
-      errors.raise("ValidationError", "airlock.http.request: unknown option '" .. tostring(k) .. "'")
-    end
+    if not OPTIONS[k] then errors.raise("ValidationError", WHERE .. ": unknown option '" .. tostring(k) .. "'") end
   end
   local method = opts.method or (opts.body ~= nil and "POST" or "GET")
   if type(method) ~= "string" or not method:match("^%u+$") or #method > 7 then
     bad("method", "an upper-case HTTP method such as \"POST\"", method)
   end
-  local url = opts.url
-  if type(url) ~= "string" or not url:match("^[hH][tT][tT][pP][sS]?://[^%s]+$") then
-    errors.raise("ValidationError", "airlock.http.request: bad argument 'url': expected an http:// or https:// URL")
+  local o = { method = method, url = opts.url, verify = true, timeout = M.DEFAULT_TIMEOUT,
+    max_retries = retry.DEFAULT_MAX_RETRIES }
+  -- the URL may carry a key in its query: never shown
+  if not pcall(check.check_url, "url", o.url) then bad("url", "an http:// or https:// URL", o.url) end
+  if opts.timeout ~= nil then o.timeout = check.check_seconds("timeout", opts.timeout, WHERE) end
+  o.connect_timeout = math.min(M.DEFAULT_CONNECT_TIMEOUT, o.timeout)
+  if opts.connect_timeout ~= nil then
+    o.connect_timeout = check.check_seconds("connect_timeout", opts.connect_timeout, WHERE)
   end
-  local timeout = positive_seconds("timeout", opts.timeout, M.DEFAULT_TIMEOUT)
-  local connect_timeout = positive_seconds("connect_timeout", opts.connect_timeout,
-    math.min(M.DEFAULT_CONNECT_TIMEOUT, timeout))
-  local max_retries = opts.max_retries
-  if max_retries == nil then max_retries = engine.DEFAULT_MAX_RETRIES end
-  if not engine.is_integer(max_retries) or max_retries < 0 or max_retries > 100 then
-    bad("max_retries", "an integer from 0 to 100", max_retries)
-  end
-  local verify = opts.verify
-  if verify == nil then verify = true end
-  if type(verify) ~= "boolean" and (type(verify) ~= "string" or verify == "") then
-    bad("verify", "true, false or a CA file path", verify)
-  end
+  if opts.max_retries ~= nil then o.max_retries = check.check_max_retries(opts.max_retries, WHERE) end
+  if opts.verify ~= nil then o.verify = check.check_verify(opts.verify, WHERE) end
+  o.transport = check.check_transport(opts.transport, WHERE)
+  return o
+end
 
+--- Sends one request and waits for the answer (retrying 429/503 per the SDK's policy).
+function M.request(opts)
+  local o = checked_options(opts)
+  local url = o.url
   local secrets = {}
   local lines, seen = header_lines(opts.headers, secrets)
   local body = opts.body
   if type(body) == "table" then
-    local ok, text = pcall(cjson.encode, body)
-    if not ok then
-      errors.raise("ValidationError", "airlock.http.request: the body cannot be encoded as JSON: "
-        .. scrub(tostring(text), secrets))
+    local text, why = json.encode(body)
+    if not text then
+      errors.raise("ValidationError", WHERE .. ": the body cannot be encoded as JSON: " .. scrub(why, secrets))
     end
     body = text
   elseif body ~= nil and type(body) ~= "string" then
@@ -144,17 +143,17 @@ function M.request(opts)
   if not seen["accept"] then lines[#lines + 1] = "Accept: application/json" end
   if not seen["user-agent"] then lines[#lines + 1] = "User-Agent: " .. M.USER_AGENT end
 
-  local transport = transports.resolve(engine.check_transport(opts.transport))
-
-  local res, failure = exchange.perform(transport, {
-    method = method,
+  local timeout_ms, connect_timeout_ms = settings.timeouts_ms(o, o.timeout)
+  local res, failure = exchange.perform(transports.resolve(o.transport), {
+    method = o.method,
     url = url,
     headers = lines,
     body = body,
-    timeout_ms = math.floor(timeout * 1000 + 0.5),
-    connect_timeout_ms = math.floor(connect_timeout * 1000 + 0.5),
-    max_retries = max_retries,
-    verify = verify,
+    timeout_ms = timeout_ms,
+    connect_timeout_ms = connect_timeout_ms,
+    max_retries = o.max_retries,
+    verify = o.verify,
+    max_response_bytes = request_mod.MAX_RESPONSE_BYTES,
   })
   if res == nil or res.status == nil then
     errors.raise("APIConnectionError", scrub("Could not reach " .. shown_url(url) .. ": "
@@ -163,7 +162,7 @@ function M.request(opts)
   local headers = res.headers or {}
   local text = res.body
   if text == nil or text == "" then return res.status, nil, headers end
-  local data = cjson_safe.decode(text)
+  local data = json.decode(text)
   if data == nil then data = text end
   return res.status, data, headers
 end
@@ -176,8 +175,8 @@ function M.error_message(data)
     if type(e) == "table" and type(e.message) == "string" then return e.message end
     if type(e) == "string" then return e end
     if type(data.message) == "string" then return data.message end
-    local ok, text = pcall(cjson.encode, data)
-    if ok then return text:sub(1, 500) end
+    local text = json.encode(data)
+    if text then return text:sub(1, 500) end
   end
   if type(data) == "string" then return data:sub(1, 500) end
   return "no details"

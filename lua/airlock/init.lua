@@ -9,12 +9,12 @@
 -- request goes through exchange.lua (engine + retry policy) to a transport (libcurl, or
 -- OpenResty cosockets, ...): nothing here touches the C core.
 local dropped = require "airlock.dropped_sessions"
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local errors = require "airlock.errors"
-local exchange = require "airlock.exchange"
-local exec_gate = require "airlock.exec_gate"
-local exec_stream = require "airlock.exec_stream"
-local file_sink = require "airlock.file_sink"
+local exchange = require "airlock.internal.exchange"
+local exec_gate = require "airlock.internal.exec_gate"
+local exec_stream = require "airlock.internal.exec_stream"
+local file_sink = require "airlock.internal.file_sink"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"
@@ -198,6 +198,7 @@ function Sandbox:run(command, opts)
   if o.spill ~= nil then body[#body + 1] = { "spill", o.spill } end
   local data = call(s, "POST", engine.session_path(id, "/exec"), body,
     { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
+      output_limit_bytes = o.output_limit_bytes,
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
   return result.from_response(data)
 end
@@ -484,9 +485,18 @@ function M.drain()
   return exchange.delete_dropped(true, true)
 end
 
--- airlock.stats() → counters: requests, retries, requeued, commands running/waiting in the
--- client-side line, dropped sessions waiting, tasks, and the automatic transport's own.
-function M.stats()
+-- The transport stats() reports: a Sandbox's (its transport option), a transport choice
+-- (name or object), else the automatic one.
+local function stats_transport(choice)
+  if getmetatable(choice) == Sandbox then choice = choice._settings.transport end
+  return transports.resolve(engine.check_transport(choice))
+end
+
+-- airlock.stats([sbx | transport]) → counters: requests, retries, requeued, commands
+-- running/waiting in the client-side line, dropped sessions waiting, tasks, and the
+-- transport's own (the one configured for sbx, the one named, else the automatic one).
+function M.stats(choice)
+  local t = stats_transport(choice)
   local s = exchange.stats()
   local gate = exec_gate.stats()
   s.commands_running, s.commands_waiting, s.commands_queued = gate.running, gate.waiting, gate.queued
@@ -495,7 +505,6 @@ function M.stats()
   s.dropped_waiting, s.dropped_in_flight, s.dropped_overflow = d.waiting, d.in_flight, d.overflow
   s.dropped_deleted, s.cleanup_failures, s.dropped_given_up = d.deleted, d.failed, d.given_up
   s.tasks = tasks.current():running()
-  local t = transports.auto()
   s.transport = t.name
   if t.stats then
     for k, v in pairs(t:stats()) do s[k] = v end

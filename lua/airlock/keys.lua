@@ -9,9 +9,9 @@
 --
 -- Requests go through the same engine, retry policy and transports as airlock.sandbox (same
 -- TLS options, error classes; usable inside airlock.spawn tasks and in OpenResty).
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local errors = require "airlock.errors"
-local exchange = require "airlock.exchange"
+local exchange = require "airlock.internal.exchange"
 
 local M = {}
 

@@ -2,15 +2,14 @@
 -- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
 -- sandbox per process created on the first tool call and deleted when the client
 -- disconnects. The tools, their checks and texts come from the agent catalogue
--- (airlock.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
+-- (airlock.internal.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
 --
 --   local mcp = require "airlock.mcp"
 --   local settings = assert(mcp.settings_from_env(os.getenv, arg))
 --   mcp.serve(settings, io.stdin, io.stdout)
-local cjson = require "cjson"
-local cjson_safe = require "cjson.safe"
-local catalogue = require "airlock.agent.catalogue"
-local agent_text = require "airlock.agent.text"
+local json = require "airlock.internal.json"
+local catalogue = require "airlock.internal.agent.catalogue"
+local agent_text = require "airlock.internal.agent.text"
 local tasks = require "airlock.tasks"
 
 local M = {}
@@ -258,7 +257,7 @@ function Holder:save(id)
   local tmp = path .. ".tmp"
   local f = io.open(tmp, "wb")
   if not f then return end
-  f:write(cjson.encode({ session_id = id }), "\n")
+  f:write(assert(json.encode({ session_id = id })), "\n")
   f:close()
   os.rename(tmp, path)
 end
@@ -271,7 +270,7 @@ end
 function Holder:left_over()
   local data = read_all(self:path())
   if not data then return nil end
-  local state = cjson_safe.decode(data)
+  local state = json.decode(data)
   if type(state) == "table" and type(state.session_id) == "string" and state.session_id ~= "" then
     return state.session_id
   end
@@ -366,27 +365,10 @@ function M.server(settings, opts)
   return self
 end
 
-local ID_MARK = "\1airlock-mcp-id\1"
-
--- Encodes a response, writing a numeric id exactly (lua-cjson would print 1e+15 or 1.0).
+-- Encodes a response (json.encode writes a numeric id exactly: 10^15, not 1e+15).
 local function encode_response(id, key, value)
-  local msg = { jsonrpc = "2.0", [key] = value }
-  if type(id) == "number" then
-    msg.id = ID_MARK
-    local text = cjson.encode(msg)
-    local id_text
-    if id == math.floor(id) and id > -2 ^ 53 and id < 2 ^ 53 then
-      id_text = string.format("%.0f", id)
-    else
-      id_text = string.format("%.17g", id)
-    end
-    local mark = cjson.encode(ID_MARK)
-    local s, e = text:find(mark, 1, true)
-    return text:sub(1, s - 1) .. id_text .. text:sub(e + 1)
-  end
-  if id == nil then id = cjson.null end
-  msg.id = id
-  return cjson.encode(msg)
+  if id == nil then id = json.null end
+  return assert(json.encode({ jsonrpc = "2.0", id = id, [key] = value }))
 end
 
 local function rpc_error(id, code, message)
@@ -435,11 +417,11 @@ function Server:dispatch(msg)
     return rpc_error(id, -32600, "Invalid Request")
   end
   local params = msg.params
-  if params ~= nil and params ~= cjson_safe.null and type(params) ~= "table" then
+  if params ~= nil and params ~= json.null and type(params) ~= "table" then
     if is_notification then return nil end
     return rpc_error(id, -32602, "Invalid params: params must be an object")
   end
-  if params == cjson_safe.null then params = nil end
+  if params == json.null then params = nil end
   params = params or {}
   local method = msg.method
 
@@ -482,7 +464,7 @@ end
 function Server:handle_line(line)
   line = line:gsub("\r$", "")
   if not line:find("%S") then return nil end
-  local msg, err = cjson_safe.decode(line)
+  local msg, err = json.decode(line)
   if msg == nil and err then
     return rpc_error(nil, -32700, "Parse error: " .. tostring(err))
   end

@@ -7,11 +7,11 @@
 --   local text = tools.handle_tool_call(sbx, call.name, call.arguments)
 --
 -- Names, parameters, schemas and result texts match the reference Python SDK
--- (airlock_sandbox.tools); they live in the agent catalogue (airlock.agent.catalogue), shared
+-- (airlock_sandbox.tools); they live in the agent catalogue (airlock.internal.agent.catalogue), shared
 -- with the MCP server. Runs on Lua 5.1/LuaJIT through 5.4, also inside airlock.spawn tasks.
-local cjson_safe = require "cjson.safe"
-local catalogue = require "airlock.agent.catalogue"
-local text = require "airlock.agent.text"
+local json = require "airlock.internal.json"
+local catalogue = require "airlock.internal.agent.catalogue"
+local text = require "airlock.internal.agent.text"
 local tasks = require "airlock.tasks"
 
 local M = {}
@@ -53,20 +53,17 @@ end
 
 -- Decodes the arguments: JSON text, a table, or nil. Returns the table or an error text.
 local function decode_arguments(arguments)
-  if arguments == nil or arguments == cjson_safe.null then return {} end
+  if arguments == nil or arguments == json.null then return {} end
   if type(arguments) == "string" then
     if not arguments:find("%S") then return {} end
-    local value, err = cjson_safe.decode(arguments)
+    local value, err = json.decode(arguments)
     if value == nil and err then return nil, string.format(TEXTS.not_json, tostring(err)) end
     -- lua-cjson decodes both {} and [] to a table: an object is what starts with "{".
     if type(value) ~= "table" or not arguments:match("^%s*{") then return nil, TEXTS.not_object end
     return value
   end
   if type(arguments) == "table" then
-    local array_mt = cjson_safe.array_mt
-    if arguments[1] ~= nil or (array_mt ~= nil and getmetatable(arguments) == array_mt) then
-      return nil, TEXTS.not_object
-    end
+    if json.is_array(arguments) then return nil, TEXTS.not_object end
     return arguments
   end
   return nil, TEXTS.not_object

@@ -191,16 +191,16 @@ describe("the cosocket transport in nginx", function()
   it("reads chunked answers and bounds header and body sizes", function()
     local out = ngx_eval.eval(srv, [[
       local http = require "airlock.http"
-      local http1 = require "airlock.http1"
+      local request = require "airlock.internal.request"
       local own = "http://127.0.0.1:" .. ngx.var.server_port
       local status, data, headers = http.request{ url = own .. "/chunked" }
       local out = { status = status, parts = #data.parts, te = headers["transfer-encoding"] }
       local ok, err = pcall(http.request, { url = own .. "/bigheader", max_retries = 0 })
       out.big_header = tostring(err)
-      local saved = http1.MAX_BODY_BYTES
-      http1.MAX_BODY_BYTES = 100
+      local saved = request.MAX_RESPONSE_BYTES
+      request.MAX_RESPONSE_BYTES = 100
       ok, err = pcall(http.request, { url = own .. "/chunked", max_retries = 0 })
-      http1.MAX_BODY_BYTES = saved
+      request.MAX_RESPONSE_BYTES = saved
       out.big_body = tostring(err)
       return out
     ]])
@@ -290,20 +290,16 @@ describe("the cosocket transport in phases without cosockets", function()
 end)
 
 describe("the cosocket transport over TLS", function()
-  local server, proxy, other_ca, dir
+  local server, proxy, other_ca
 
   setup(function()
     server = airlockd.start()
     proxy = tlsproxy.start(server.port)
-    dir = proc.make_temp_dir()
-    other_ca = dir .. "/other-ca.pem"
-    assert(proc.run(string.format("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=another CA' "
-      .. "-keyout %s -out %s >/dev/null 2>&1", proc.shell_quote(dir .. "/other-ca.key"), proc.shell_quote(other_ca))))
+    other_ca = proxy.other_ca
   end)
   teardown(function()
     if proxy then tlsproxy.stop(proxy) end
     if server then airlockd.stop(server) end
-    if dir then proc.remove_tree(dir) end
   end)
 
   -- Runs fn(srv) in an nginx whose http block has `directives`.
@@ -315,9 +311,11 @@ describe("the cosocket transport over TLS", function()
     }, fn)
   end
 
-  -- health() over TLS with the given verify (a Lua expression): ok, status or error
+  -- health() over TLS with the given verify (a Lua expression): ok, status or error. The
+  -- CA file (env CA) is declared as the one lua_ssl_trusted_certificate names.
   local function health(srv, url_var, verify)
     return ngx_eval.try(srv, string.format([[
+      require("airlock.transport.ngx").set_trusted_certificate(os.getenv("CA"))
       return require("airlock").attach("sbx_0123456789ab",
         { base_url = os.getenv(%q), verify = %s, max_retries = 1 }):health().status
     ]], url_var, verify))
@@ -327,9 +325,10 @@ describe("the cosocket transport over TLS", function()
     with_nginx("", function(srv)
       local ok, err = health(srv, "TLS_URL", "nil")
       assert.is_false(ok)
-      assert.is_true(contains(err, "TLS handshake with localhost:" .. proxy.port
-        .. " failed: 20: unable to get local issuer certificate; nginx verifies against "
-        .. "`lua_ssl_trusted_certificate` only"), err)
+      -- OpenSSL's reason ("20: unable to get local issuer certificate"), or, when
+      -- lua-nginx-module reported the refused handshake as done, the transport's own words
+      assert.is_true(contains(err, "TLS handshake with localhost:" .. proxy.port .. " failed: "), err)
+      assert.is_true(contains(err, "nginx verifies against `lua_ssl_trusted_certificate` only"), err)
       -- a TLS failure is the same on every try: not retried
       assert.are.same({ retries = 0, requests = 1 }, ngx_eval.eval(srv,
         "local s = require('airlock').stats() return { retries = s.retries, requests = s.requests }"))
@@ -343,7 +342,8 @@ describe("the cosocket transport over TLS", function()
       assert.are.same({ true, "healthy" }, { health(srv, "TLS_URL", "os.getenv('CA')") })
       local ok, err = health(srv, "WRONG_URL", "true")
       assert.is_false(ok)
-      assert.is_true(contains(err, "certificate host mismatch; the certificate is not for localhost"), err)
+      assert.is_true(contains(err, "certificate host mismatch; the certificate is not for localhost")
+        or contains(err, "the certificate may not be for localhost"), err)
       ok, err = health(srv, "IP_URL", "true")
       assert.is_false(ok)
       assert.is_true(contains(err, "nginx matches certificates against host names only"), err)
@@ -364,13 +364,12 @@ describe("the cosocket transport over TLS", function()
     end)
   end)
 
-  it("refuses verify = a CA file that is not the one nginx trusts, naming the directive", function()
+  it("names the directive when the declared CA file is not the one nginx trusts", function()
     with_nginx("lua_ssl_trusted_certificate " .. other_ca .. ";", function(srv)
       local ok, err = health(srv, "TLS_URL", "os.getenv('CA')")
       assert.is_false(ok)
       assert.is_true(contains(err, "in nginx the server certificate is verified against the CA file of "
-        .. "`lua_ssl_trusted_certificate` (lua-nginx-module has no per-connection CA): point it at "
-        .. proxy.ca), err)
+        .. "`lua_ssl_trusted_certificate`: check that it names " .. proxy.ca), err)
     end)
   end)
 end)

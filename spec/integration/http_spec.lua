@@ -25,6 +25,10 @@ describe("airlock.http.request", function()
     assert.equal("tool_calls", data.choices[1].finish_reason)
     assert.equal("run_command", data.choices[1].message.tool_calls[1]["function"].name)
     assert.equal(cjson.null, data.choices[1].message.content)
+    -- integers stay integers (lua-cjson decodes every number as a float; 5.3+ tells them apart)
+    assert.equal("15", tostring(data.usage.total_tokens))
+    local math_type = rawget(math, "type")   -- Lua 5.3+
+    if math_type then assert.equal("integer", math_type(data.choices[1].index)) end
 
     local reqs = fake_llm.requests(llm)
     assert.equal(1, #reqs)
@@ -102,6 +106,10 @@ describe("airlock.http.request", function()
       { { url = llm.url, timeout = 0 }, "bad argument 'timeout'" },
       { { url = llm.url, max_retries = -1 }, "bad argument 'max_retries'" },
       { { url = llm.url, body = { f = function() end } }, "cannot be encoded as JSON" },
+      -- the SDK's own rules for the options they share with airlock.sandbox{...}
+      { { url = llm.url, verify = "/nonexistent/ca.pem" }, "bad argument 'verify': cannot read the CA file" },
+      { { url = llm.url, connect_timeout = -1 }, "bad argument 'connect_timeout'" },
+      { { url = llm.url, transport = 42 }, "bad argument 'transport'" },
     }
     for _, case in ipairs(cases) do
       local ok, err = pcall(http.request, case[1])

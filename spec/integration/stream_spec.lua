@@ -1,16 +1,15 @@
 -- The SDK's streamed run (issue #11 item 1) and its output options (item 3), against a real
 -- airlockd: sbx:run(cmd, { on_stdout, on_stderr }) calls back with each piece in order and
 -- returns the same Result as a plain run; inside airlock.spawn tasks it yields (two streamed
--- commands advance together); on the libuv transport too (when luv is installed) and on the
--- cosocket transport in nginx (when installed); a stream
+-- commands advance together); on the libuv transport too and on the cosocket transport in nginx
+-- (scripts/install-deps.sh installs luv and nginx: without them those tests fail); a stream
 -- that drops raises APIConnectionError (support/badserver.py "cutstream"), a server without
 -- the extension (its plain JSON answer) still gives the Result; output_limit_bytes and spill.
 -- Runs on Lua 5.4, 5.1 and LuaJIT (make test runs spec/integration on each).
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
-
-local ok_uv, luv = pcall(require, "luv")
+local luv = require "luv"
 
 -- Collects the callbacks' pieces in arrival order as "out:<text>" / "err:<text>".
 local function recorder()
@@ -53,11 +52,7 @@ describe("sbx:run with on_stdout / on_stderr", function()
   end)
 
   it("calls back on the cosocket transport in nginx, in order, with the plain run's Result", function()
-    local ok_n, nginx = pcall(require, "support.hosts.nginx")
-    local found = os.execute("command -v nginx >/dev/null 2>&1") -- true on 5.2+, 0 on 5.1
-    if not ok_n or (found ~= true and found ~= 0) then
-      return pending("nginx is not installed")
-    end
+    local nginx = require "support.hosts.nginx"
     local ngx_eval = require "support.hosts.nginx_eval"
     local host = nginx.start({ env = { SANDBOX_API_URL = srv.url, SANDBOX_API_KEY = srv.tenants.acme },
       server = ngx_eval.LOCATION })
@@ -140,10 +135,6 @@ describe("sbx:run with on_stdout / on_stderr", function()
   end)
 
   describe("on the libuv transport", function()
-    if not ok_uv then
-      pending("luv is not installed (scripts/install-deps.sh installs lua-luv)")
-      return
-    end
     it("calls back inside a task on the loop and returns the Result", function()
       local uvt = require "airlock.transport.uv"
       uvt.install(luv, { default = false })

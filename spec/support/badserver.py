@@ -18,6 +18,12 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
   nodetail:S       status S with a JSON body without detail ({})
   status:S         status S with {"detail": "status S"}
   missing          as "ok", but GET .../read answers the missing-file text for the path
+  fulltext:N[:tag] the first N POSTs to .../exec get airlockd's "too many commands" 429 as
+                   older servers send it: the text "... 2 allowed ..." only, no header
+  fullheader:N[:tag] the same refusal said by the header X-Airlock-Exec-Limit: 2, with a
+                   detail in other words
+  big:B[:tag]      answers 200 with a JSON body of B bytes (Content-Length); bigchunked:B
+                   the same in chunks of 64 KiB
   cutstream        200 NDJSON stream (chunked) of one stdout event, then the connection
                    closes without the final event (a streamed exec whose connection drops)
   delfail:N:S[:t]  as "ok", but the first N DELETE requests of this key get status S (429
@@ -165,6 +171,30 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
             self.wfile.flush()
             self.close_connection = True
+            return
+        elif mode in ("fulltext", "fullheader") and self.command == "POST" and url.path.endswith("/exec"):
+            if n <= int(arg.partition(":")[0]):
+                if mode == "fulltext":
+                    return self.send_json(429, {"detail": "Too many commands running at once: 2 allowed. "
+                                                          "Wait for one to finish."})
+                return self.send_json(429, {"detail": "The sandbox runs enough commands already."},
+                                      {"X-Airlock-Exec-Limit": "2"})
+        elif mode in ("big", "bigchunked"):
+            size = int(arg.partition(":")[0])
+            data = b'{"pad":"' + b"x" * max(0, size - 10) + b'"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if mode == "big":
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(data), 65536):
+                piece = data[i:i + 65536]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
             return
         elif mode == "cutstream":
             line = b'{"type":"stdout","data":"partial\\n"}\n'

@@ -48,14 +48,18 @@ local function make_certs(dir)
   end
   server_cert("server", "127.0.0.1", "IP:127.0.0.1,DNS:localhost")
   server_cert("wrong", "wrong.example", "DNS:wrong.example")
+  -- another CA, which signed nothing here (a CA file that is not the proxy's)
+  run(string.format("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=another CA' " ..
+    "-keyout %s -out %s", q(dir .. "/other-ca.key"), q(dir .. "/other-ca.pem")))
 end
 
--- start(upstream_port) → proxy {url, wrong_url, ca, dir, ...}
+-- start(upstream_port) → proxy {url, wrong_url, ca, other_ca, dir, ...}
 function M.start(upstream_port)
   local dir = proc.make_temp_dir()
   run("mkdir -p " .. q(dir .. "/logs") .. " " .. q(dir .. "/tmp"))
   make_certs(dir)
-  local p = { dir = dir, ca = dir .. "/ca.pem", port = free_port(), wrong_port = free_port(),
+  local p = { dir = dir, ca = dir .. "/ca.pem", other_ca = dir .. "/other-ca.pem", port = free_port(),
+              wrong_port = free_port(),
               status_port = free_port() }
   -- A TLS front for airlockd on `port` with the certificate `<cert>.pem` / `<cert>.key`.
   local function tls_server(port, cert)

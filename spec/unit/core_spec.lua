@@ -7,7 +7,7 @@ local function clock() return require("socket").gettime() end
 
 describe("airlock.core", function()
   it("exposes the SDK's version", function()
-    assert.are.equal(require("airlock.engine").VERSION, core._VERSION)
+    assert.are.equal(require("airlock.internal.engine").VERSION, core._VERSION)
     assert.is_nil(core.retry_wait)      -- the retry policy lives in Lua only
     assert.is_nil(core.session)         -- so does the dropped-session queue
   end)

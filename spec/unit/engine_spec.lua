@@ -1,6 +1,6 @@
 -- The engine's pure functions: encoding, settings, argument checks, request building,
 -- response decoding and the retry policy.
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local cjson = require "cjson"
 local airlock = require "airlock"
 

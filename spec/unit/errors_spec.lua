@@ -1,6 +1,6 @@
 -- Error objects, hierarchy, status map (contract 3.6/3.8) and key scrubbing.
 local errors = require "airlock.errors"
-local engine = require "airlock.engine"
+local engine = require "airlock.internal.engine"
 local airlock = require "airlock"
 
 local SETTINGS = { base_url = "http://127.0.0.1:9", api_key = "secret-key-123" }

@@ -1,9 +1,9 @@
 -- exchange.lua on a scripted transport (no network): the one retry policy applied between
 -- tries (the transport only sleeps), failures that are never retried, and the client-side
 -- line for commands against a fake server that has fewer places than the host has commands.
-local engine = require "airlock.engine"
-local exchange = require "airlock.exchange"
-local exec_gate = require "airlock.exec_gate"
+local engine = require "airlock.internal.engine"
+local exchange = require "airlock.internal.exchange"
+local exec_gate = require "airlock.internal.exec_gate"
 local tasks = require "airlock.tasks"
 local fake = require "support.fake_transport"
 
@@ -77,7 +77,16 @@ describe("exchange: the retry policy between tries", function()
     assert.are.equal(3, #t.sent)
   end)
 
-  it("reads the server's concurrency limit only from its 'too many commands' answer", function()
+  it("reads the server's concurrency limit from X-Airlock-Exec-Limit first, else the text", function()
+    local header = { ["x-airlock-exec-limit"] = "3" }
+    assert.are.equal(3, engine.concurrency_limit(answer(429, '{"detail":"Busy: try later"}', header)))
+    assert.are.equal(3, engine.concurrency_limit(answer(429, FULL, header)))   -- the header wins
+    assert.is_nil(engine.concurrency_limit(answer(429, FULL, { ["x-airlock-exec-limit"] = "many" })))
+    local with_retry_after = { ["x-airlock-exec-limit"] = "3", ["retry-after"] = "1" }
+    assert.is_nil(engine.concurrency_limit(answer(429, FULL, with_retry_after)))
+  end)
+
+  it("reads it from the text of a server that sends only the text", function()
     assert.are.equal(4, engine.concurrency_limit(answer(429, FULL)))
     assert.is_nil(engine.concurrency_limit(answer(429, FULL, { ["retry-after"] = "3" })))
     assert.is_nil(engine.concurrency_limit(answer(429, '{"detail":"Session limit reached"}')))
@@ -86,13 +95,15 @@ describe("exchange: the retry policy between tries", function()
 end)
 
 -- A fake server with `slots` places for commands: a command takes a place for a few
--- scheduler rounds; with no place left it answers 429 "Too many commands running at once".
-local function busy_server(slots)
+-- scheduler rounds; with no place left it answers 429 "Too many commands running at once"
+-- (or, with refusal given, that answer: another wording with the header, say).
+local function busy_server(slots, refusal)
   local state = { running = 0, peak = 0, refused = 0, ran = 0 }
   state.transport = fake.new(function(request, _, wait)
     if not request.url:find("/exec", 1, true) then return answer(200, "{}") end
     if state.running >= slots then
       state.refused = state.refused + 1
+      if refusal then return refusal() end
       return answer(429, FULL)
     end
     state.running = state.running + 1
@@ -139,6 +150,17 @@ describe("exchange: the client-side line for commands", function()
     assert.are.equal(0, after.running)
     assert.are.equal(0, after.waiting)
     assert.is_true(after.queued > before.queued)
+  end)
+
+  it("learns the limit from the header when the text says something else", function()
+    local server = busy_server(4, function()
+      return answer(429, '{"detail":"The sandbox is busy."}', { ["x-airlock-exec-limit"] = "4" })
+    end)
+    local s = settings(server.transport, { max_retries = 0 })
+    local list = run_commands(40, s)
+    for _, task in ipairs(list) do assert.are.same({ true, "ok" }, { task:result() }) end
+    assert.are.equal(40, server.ran)
+    assert.are.equal(4, server.peak)
   end)
 
   it("with max_concurrent_exec the server never refuses", function()

@@ -1,8 +1,8 @@
--- airlock.http1 (HTTP/1.1 for the cosocket transport) on scripted sockets: URLs, the request's
+-- airlock.internal.http1 (HTTP/1.1 for the cosocket transport) on scripted sockets: URLs, the request's
 -- bytes, responses framed by Content-Length, chunked or the connection's close, split at
 -- every byte, and each kind of garbage or excess ending in a clear message (never a hang:
 -- the scripted socket says "closed" when it runs out).
-local http1 = require "airlock.http1"
+local http1 = require "airlock.internal.http1"
 
 -- A reader over chunks (the bytes arrive in these pieces); then err (default "closed").
 local function reader(chunks, err)

@@ -21,6 +21,11 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud)
     r->paused = 1;   /* the Lua side is behind: libcurl keeps these bytes until req:take() */
     return CURL_WRITEFUNC_PAUSE;
   }
+  /* the bound applies to the body kept whole; a streamed one is taken as it arrives */
+  if (!r->streamed && r->max_body && n > r->max_body - r->resp.len) {
+    r->body_overflow = 1;
+    return 0;   /* → CURLE_WRITE_ERROR: the request fails with the bound's message */
+  }
   if (buffer_append(&r->resp, ptr, n) != 0) return 0;   /* → CURLE_WRITE_ERROR */
   if (r->streamed && r->drv) r->drv->progressed++;
   return n;

@@ -123,6 +123,8 @@ typedef struct request {
   long request_bytes;          /* CURLINFO_REQUEST_SIZE: > 0 once the request went out */
   int streamed;                /* stream = true: req:take() hands out the body as it arrives */
   int paused;                  /* STREAM_HOLD bytes wait for req:take(): libcurl is paused */
+  size_t max_body;             /* max_response_bytes: a larger kept body fails (0: no bound) */
+  int body_overflow;           /* the body went past max_body: the transfer was failed */
   long early_status;           /* the status line's code, known before the body */
 } request;
 

@@ -121,6 +121,9 @@ static void request_finished(driver *d, request *r, CURLcode code)
   if (code != CURLE_OK && r->body_file_short)
     snprintf(r->errbuf, sizeof r->errbuf, "the body file ended before its %lu bytes were sent "
              "(it changed meanwhile)", (unsigned long)r->body_len);
+  else if (code != CURLE_OK && r->body_overflow)
+    snprintf(r->errbuf, sizeof r->errbuf, "the response body is larger than %lu bytes",
+             (unsigned long)r->max_body);
   else if (code != CURLE_OK && r->head_overflow)
     snprintf(r->errbuf, sizeof r->errbuf, "the response headers exceed %d bytes", MAX_HEADER_BYTES);
   else if (code != CURLE_OK && r->replay_refused)
@@ -139,7 +142,7 @@ static void request_finished(driver *d, request *r, CURLcode code)
 typedef struct request_spec {
   const char *method, *url, *body, *body_file, *cainfo;
   size_t method_len, body_len, nheaders;
-  long timeout_ms, connect_ms;
+  long timeout_ms, connect_ms, max_body;
   int verify, hidx;
   int streamed;                /* stream = true: the body is handed out by req:take() */
 } request_spec;
@@ -166,6 +169,7 @@ static void read_spec(lua_State *L, const char *who, request_spec *s)
   lua_pop(L, 1);
   s->timeout_ms = opt_int_field(L, who, 1, "timeout_ms", 0, LONG_MAX / 2, 90000);
   s->connect_ms = opt_int_field(L, who, 1, "connect_timeout_ms", 0, LONG_MAX / 2, 10000);
+  s->max_body = opt_int_field(L, who, 1, "max_response_bytes", 1, LONG_MAX / 2, 0);
   lua_getfield(L, 1, "verify");                                                     /* index 5 */
   if (lua_isboolean(L, -1)) s->verify = lua_toboolean(L, -1);
   else if (lua_type(L, -1) == LUA_TSTRING) {
@@ -212,6 +216,7 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
   memcpy(r->method, s->method, s->method_len);
   r->method[s->method_len] = '\0';
   r->streamed = s->streamed;
+  r->max_body = (size_t)s->max_body;
   if (s->body) {
     r->body = dup_mem(s->body, s->body_len);
     if (r->body == NULL) return "out of memory";
@@ -296,8 +301,11 @@ static const char *request_begin(lua_State *L, driver *d, request *r, const requ
 }
 
 /* core.request{method=, url=, headers={"Name: value", ...}, body=, timeout_ms=,
- *              connect_timeout_ms=, verify=true|false|"ca.pem", stream=true|nil}
- * → request (already started). A streamed request's body is handed out by req:take(). */
+ *              connect_timeout_ms=, verify=true|false|"ca.pem", stream=true|nil,
+ *              max_response_bytes=n|nil}
+ * → request (already started). A streamed request's body is handed out by req:take(). A
+ * kept body larger than max_response_bytes fails the request ("the response body is larger
+ * than n bytes", too_large = true in its result); nil: no bound. */
 static int l_request(lua_State *L)
 {
   driver *d = live_driver(L);
@@ -410,6 +418,8 @@ static void push_result(lua_State *L, const request *r)
     lua_setfield(L, -2, "sent");
     lua_pushboolean(L, tls_config_failure(r->code));
     lua_setfield(L, -2, "tls");
+    lua_pushboolean(L, r->body_overflow);
+    lua_setfield(L, -2, "too_large");
   }
   lua_pushinteger(L, r->connects);
   lua_setfield(L, -2, "connects");

@@ -16,7 +16,7 @@
 --     DELETE also starts a timer for when it is due again (with ngx.now as the queue's clock).
 -- The transport (airlock.transport.ngx) installs this host when it loads.
 local dropped = require "airlock.dropped_sessions"
-local exec_gate = require "airlock.exec_gate"
+local exec_gate = require "airlock.internal.exec_gate"
 local scheduler = require "airlock.ngx.scheduler"
 local tasks = require "airlock.tasks"
 
@@ -88,7 +88,7 @@ end
 local function delete_now(items)
   if #items == 0 then return 0 end
   counters.deleted = counters.deleted + #items
-  return require("airlock.exchange").delete_sessions(items, true)
+  return require("airlock.internal.exchange").delete_sessions(items, true)
 end
 
 -- dropped_sessions' waker: a failed DELETE is due again in `seconds`; one timer at a time,
@@ -99,7 +99,7 @@ local function wake_queue(seconds)
   if retry_at and retry_at <= at then return end
   local ok = ngx.timer.at(seconds, function()
     retry_at = nil
-    require("airlock.exchange").delete_dropped(true)
+    require("airlock.internal.exchange").delete_dropped(true)
     local wait = dropped.next_wait()
     if wait then wake_queue(math.max(wait, 0.1)) end
   end)
@@ -199,7 +199,7 @@ end
 -- stop or reload runs it early, "premature"): at once the sessions of requests that are over,
 -- and those of requests still running once they had EXIT_GRACE_SECONDS to close them.
 local function sweep(premature)
-  local exchange = require "airlock.exchange"
+  local exchange = require "airlock.internal.exchange"
   if not premature then
     exchange.delete_dropped(true)
     return

@@ -3,11 +3,11 @@
 -- stepping the core itself (a blocking call). sleep() is a timer the same way. The C core
 -- never yields; this module does.
 local core = require "airlock.core"
-local engine = require "airlock.engine"
+local json = require "airlock.internal.json"
 local tasks = require "airlock.tasks"
 
 -- the core walks decoded answers faster than Lua does
-engine.set_native_strip(core.strip_nulls)
+json.set_native_walk(core.strip_nulls)
 
 local M = { name = "curl", core = core }
 
@@ -124,12 +124,16 @@ local function curl_wait(w)
   end
 end
 
--- t:send(request) → response | nil, failure (see airlock.transport). With request.on_chunk
--- the body goes to it as it arrives (response.body is then "").
+-- The core's result as send's answer: response | nil, failure. Shared with the uv
+-- transport; "_": not part of the transport interface.
 local function response(r)
   if r.status then return r end   -- {status, reason, headers, body} (and the core's connects)
-  return nil, { message = r.error, sent = r.sent, tls = r.tls, code = r.code }
+  return nil, { message = r.error, sent = r.sent, tls = r.tls, too_large = r.too_large, code = r.code }
 end
+M._response = response
+
+-- t:send(request) → response | nil, failure (see airlock.transport). With request.on_chunk
+-- the body goes to it as it arrives (response.body is then "").
 
 function M:send(request)   -- luacheck: ignore 212
   if request.on_chunk then

@@ -1,4 +1,4 @@
--- The OpenResty transport: HTTP/1.1 (airlock.http1) over nginx cosockets. Each send takes a
+-- The OpenResty transport: HTTP/1.1 (airlock.internal.http1) over nginx cosockets. Each send takes a
 -- connection from a keep-alive pool (keyed by scheme, host, port and TLS settings, so plain
 -- and TLS, or two hosts, never share one), does the TLS handshake with verification on a new
 -- one, writes the request, reads the answer and gives the connection back to the pool (or
@@ -8,7 +8,7 @@
 -- filters) send raises an error naming the phase and the way out (ngx.timer.at).
 -- Loading it installs the OpenResty host (airlock.ngx): a scheduler per request or timer,
 -- the request's sessions deleted when it ends.
-local http1 = require "airlock.http1"
+local http1 = require "airlock.internal.http1"
 local tasks = require "airlock.tasks"
 local errors = require "airlock.errors"
 local host = require "airlock.ngx"
@@ -47,6 +47,55 @@ local function now_ms()
   return ngx.now() * 1000
 end
 
+---------------------------------------------------------------- verify = "ca.pem"
+
+-- lua-nginx-module verifies every connection against the one CA file that
+-- `lua_ssl_trusted_certificate` names (sslhandshake takes no CA), and gives Lua no way to read
+-- that directive: the host says which file it is, and verify = "<file>" is honoured only when
+-- it is that file (the same bytes). Any other file raises at the call, never a silent
+-- difference from the curl transport.
+local trusted = { path = nil, bytes = nil }
+local ca_bytes = {}   -- path → contents, read once per worker
+
+local function read_ca(path)
+  local bytes = ca_bytes[path]
+  if bytes == nil then
+    local f = io.open(path, "rb")
+    bytes = f and f:read("*a") or false
+    if f then f:close() end
+    ca_bytes[path] = bytes
+  end
+  return bytes
+end
+
+-- t.set_trusted_certificate(path): the CA file `lua_ssl_trusted_certificate` names in this
+-- nginx (nil: none declared). Raises when the file cannot be read.
+function M.set_trusted_certificate(path)
+  if path == nil then
+    trusted.path, trusted.bytes = nil, nil
+    return
+  end
+  local bytes = type(path) == "string" and read_ca(path)
+  if not bytes then
+    error(errors.new("ValidationError", "airlock.transport.ngx.set_trusted_certificate: cannot read the CA "
+      .. "file " .. tostring(path)), 2)
+  end
+  trusted.path, trusted.bytes = path, bytes
+end
+
+local function check_ca_file(verify)
+  if type(verify) ~= "string" then return end
+  local bytes = read_ca(verify)
+  if bytes and trusted.bytes and bytes == trusted.bytes then return end
+  error(errors.new("ValidationError", "verify = \"" .. verify .. "\" cannot be honoured in nginx: "
+    .. "lua-nginx-module verifies every connection against the CA file of `lua_ssl_trusted_certificate` "
+    .. "only, and " .. (trusted.path and ("that is " .. trusted.path .. ", another file")
+      or "the SDK was not told which file that is")
+    .. ". Point `lua_ssl_trusted_certificate` at " .. verify .. " in the http block and declare it once "
+    .. "(init_by_lua*): require(\"airlock.transport.ngx\").set_trusted_certificate(\"" .. verify
+    .. "\"); or use verify = true"), 0)
+end
+
 -- The address to connect to: IP literals as they are, localhost without a resolver, other
 -- names through nginx's `resolver`.
 local function address(u)
@@ -69,11 +118,17 @@ local function connect_message(err, u)
   return "cannot connect to " .. endpoint(u) .. ": " .. tostring(err)
 end
 
+-- The reason when lua-nginx-module reported a handshake as done although its certificate
+-- check failed (see exchange_once): nginx's error log has OpenSSL's words.
+local UNREPORTED = "the server's certificate was refused (nginx's error log says why: "
+  .. "\"lua ssl certificate verify error\")"
+
 local function tls_message(err, u, verify)
   err = tostring(err)
   local message = "TLS handshake with " .. endpoint(u) .. " failed: " .. err
   if verify == false then return message end
-  if err:find("host mismatch", 1, true) then
+  local unknown = err == UNREPORTED   -- a wrong CA, or a certificate for another name
+  if err:find("host mismatch", 1, true) or (unknown and http1.is_ip(u.host)) then
     if http1.is_ip(u.host) then
       return message .. "; nginx matches certificates against host names only (never an IP "
         .. "address): put the name the certificate is for in the URL (e.g. https://localhost:"
@@ -81,12 +136,12 @@ local function tls_message(err, u, verify)
     end
     return message .. "; the certificate is not for " .. u.host
   end
-  if err:match("^%d+: ") then  -- an OpenSSL verify error: "20: unable to get local issuer certificate"
+  if unknown then message = message .. "; the certificate may not be for " .. u.host end
+  if unknown or err:match("^%d+: ") then  -- an OpenSSL verify error: "20: unable to get local issuer certificate"
     if type(verify) == "string" then
       return message .. "; in nginx the server certificate is verified against the CA file of "
-        .. "`lua_ssl_trusted_certificate` (lua-nginx-module has no per-connection CA): point it at "
-        .. verify .. " in the http block (and raise `lua_ssl_verify_depth` for a chain with "
-        .. "intermediates)"
+        .. "`lua_ssl_trusted_certificate`: check that it names " .. verify .. " (and raise "
+        .. "`lua_ssl_verify_depth` for a chain with intermediates)"
     end
     return message .. "; nginx verifies against `lua_ssl_trusted_certificate` only (no system "
       .. "default): set it in the http block, e.g. `lua_ssl_trusted_certificate "
@@ -181,6 +236,13 @@ local function exchange_once(request, u, bytes, body_len, verify, connect_ms, de
   end
   local replay = reused > 0 and REPLAYABLE[request.method]
   local sent, send_err = sock:send(bytes)
+  if not sent and reused == 0 and u.tls and verify ~= false and broken(send_err) then
+    -- lua-nginx-module 0.10.23 may report a handshake that completed asynchronously as done
+    -- although the certificate check failed (it logs "lua ssl certificate verify error") and
+    -- closes the connection: the first write fails. That is the TLS failure, never retried.
+    sock:close()
+    return nil, { message = tls_message(UNREPORTED, u, verify), sent = false, tls = true }
+  end
   if sent and request.body_file then sent, send_err = send_file(sock, request.body_file, body_len) end
   if not sent then
     sock:close()
@@ -188,8 +250,8 @@ local function exchange_once(request, u, bytes, body_len, verify, connect_ms, de
                   sent = true }, replay and broken(send_err)
   end
   -- a streamed answer's callback that raises ends the connection (the server stops the command)
-  local read_ok, res, why, nothing = tasks.pcall(http1.read_response, reader(sock, deadline), request.method,
-    request.max_response_bytes, request.on_chunk)
+  local read_ok, res, why, nothing, too_large = tasks.pcall(http1.read_response, reader(sock, deadline),
+    request.method, request.max_response_bytes, request.on_chunk)
   if not read_ok then
     sock:close()
     error(res, 0)
@@ -202,7 +264,7 @@ local function exchange_once(request, u, bytes, body_len, verify, connect_ms, de
     elseif reused > 0 and nothing and not replay then
       why = why .. " (the " .. request.method .. " was not sent again: it may have run)"
     end
-    return nil, { message = why, sent = true }, replay and nothing and not timed_out
+    return nil, { message = why, sent = true, too_large = too_large }, replay and nothing and not timed_out
   end
   if not (res.keepalive and sock:setkeepalive(M.KEEPALIVE_IDLE_MS, M.POOL_SIZE)) then sock:close() end
   return { status = res.status, reason = res.reason, headers = res.headers, body = res.body }
@@ -214,6 +276,7 @@ function M:send(request)   -- luacheck: ignore 212
   check_phase()
   local u, why = http1.parse_url(request.url)
   if not u then return nil, { message = "bad URL: " .. why, sent = false } end
+  if u.tls then check_ca_file(request.verify) end
   local body_len
   if request.body_file then
     local f, err = io.open(request.body_file, "rb")

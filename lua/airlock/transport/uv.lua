@@ -218,7 +218,7 @@ local function wake_queue(seconds)
     retry_at = nil
     guarded(function()
       owner:spawn_background(function()
-        require("airlock.exchange").delete_dropped(true)
+        require("airlock.internal.exchange").delete_dropped(true)
         local wait = dropped.next_wait()
         if wait then wake_queue(math.max(wait, 0.1)) end
       end)
@@ -378,11 +378,7 @@ function M:send(request)   -- luacheck: ignore 212
   else
     block_until(function() return req:done() end)
   end
-  local r = req:result()
-  if r.status then
-    return { status = r.status, reason = r.reason, headers = r.headers, body = r.body }
-  end
-  return nil, { message = r.error, sent = r.sent, tls = r.tls, code = r.code }
+  return curl._response(req:result())
 end
 
 -- t:sleep(seconds): a uv timer inside a task; outside, transfers keep advancing meanwhile.

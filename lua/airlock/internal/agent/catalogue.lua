@@ -5,14 +5,14 @@
 --          schemas and texts (airlock_sandbox.tools)
 --   "mcp"  the local MCP server (airlock.mcp): those three plus six more, with the reference
 --          MCP server's titles, descriptions, defaults and texts (airlock-sandbox-mcp)
-local cjson_safe = require "cjson.safe"
-local engine = require "airlock.engine"
+local json = require "airlock.internal.json"
+local engine = require "airlock.internal.engine"
 local tasks = require "airlock.tasks"
-local text = require "airlock.agent.text"
+local text = require "airlock.internal.agent.text"
 
 local M = {}
 
-local function is_null(v) return v == nil or v == cjson_safe.null end
+local function is_null(v) return v == nil or v == json.null end
 M.is_null = is_null
 
 local function clamp(n, lo, hi)

@@ -203,8 +203,13 @@ local function read_head(s)
   return { version = "1." .. minor, status = tonumber(code), reason = reason, headers = headers }
 end
 
+local function too_large_message(limit)
+  return "the response body is larger than " .. string.format("%d", limit) .. " bytes"
+end
+
+-- nil, the message, true: the body readers' "too large" (read_response adds `nothing`).
 local function body_too_large(limit)
-  return "the response body is larger than " .. limit .. " bytes"
+  return nil, too_large_message(limit), true
 end
 
 -- With on_chunk (a streamed answer) each chunk goes to on_chunk(data) as it arrives: no
@@ -221,7 +226,7 @@ local function read_chunked(s, limit, on_chunk)
     local size = tonumber(hex, 16)
     if size == 0 then break end
     total = total + size
-    if total > limit and not on_chunk then return nil, body_too_large(limit) end
+    if total > limit and not on_chunk then return body_too_large(limit) end
     local data, derr = s:take(size + 2)
     if not data then return nil, io_error(derr, "in the middle of a chunk") end
     if sub(data, -2) ~= "\r\n" then return nil, "a chunk is not followed by CRLF" end
@@ -251,7 +256,7 @@ local function read_until_close(s, limit)
     total = total + #data
     parts[#parts + 1] = data
   end
-  if total > limit then return nil, body_too_large(limit) end
+  if total > limit then return body_too_large(limit) end
   return concat(parts)
 end
 
@@ -264,7 +269,9 @@ end
 
 -- M.read_response(reader, method [, max_body [, on_chunk]]) → response {status, reason,
 -- headers, body, keepalive} | nil, message, nothing (true when not one byte of an answer
--- arrived: a dead idle connection, which the caller may retry on a fresh one). max_body: the
+-- arrived: a dead idle connection, which the caller may retry on a fresh one), too_large
+-- (true when the body is larger than max_body: "the response body is larger than
+-- <max_body> bytes", the C core's words). max_body: the
 -- largest body taken (default MAX_BODY_BYTES; a raw file read asks for more). With on_chunk
 -- the body goes to on_chunk(data, status) as it arrives (a chunked one piece by piece, with no
 -- size limit) and body is "".
@@ -286,8 +293,9 @@ function M.read_response(reader, method, max_body, on_chunk)
     if not lower(te):match("chunked%s*$") then
       return nil, "unsupported Transfer-Encoding \"" .. shown(te) .. "\""
     end
-    body, err = read_chunked(s, limit, on_chunk and function(data) on_chunk(data, head.status) end)
-    if not body then return nil, err end
+    local too_large
+    body, err, too_large = read_chunked(s, limit, on_chunk and function(data) on_chunk(data, head.status) end)
+    if not body then return nil, err, false, too_large end
   elseif h["content-length"] then
     local cl = h["content-length"]
     local n = cl:match("^%d+$") and tonumber(cl)
@@ -298,7 +306,7 @@ function M.read_response(reader, method, max_body, on_chunk)
       n = first and tonumber(first)
     end
     if not n then return nil, "bad Content-Length \"" .. shown(cl) .. "\"" end
-    if n > limit and not on_chunk then return nil, body_too_large(limit) end
+    if n > limit and not on_chunk then return nil, too_large_message(limit), false, true end
     local got
     if on_chunk then
       -- handed on piece by piece: a large file read never sits in memory whole
@@ -319,8 +327,9 @@ function M.read_response(reader, method, max_body, on_chunk)
       end
     end
   else
-    body, err = read_until_close(s, limit)
-    if not body then return nil, err end
+    local too_large
+    body, err, too_large = read_until_close(s, limit)
+    if not body then return nil, err, false, too_large end
     keepalive = false
   end
   -- bytes beyond the response: the connection is out of step, never reuse it

@@ -1,12 +1,14 @@
--- One API call over a transport: the engine builds the request, the transport sends it, the
--- engine's retry policy decides whether and when to send it again (the transport only
--- sleeps), the engine decodes the answer. Commands (exec, import) first take a place in
+-- One API call over a transport: request.lua builds the request, the transport sends it, the
+-- retry policy (retry.lua) decides whether and when to send it again (the transport only
+-- sleeps), response.lua decodes the answer. Commands (exec, import) first take a place in
 -- their server's line (exec_gate.lua). Also the DELETEs of the queued sessions
 -- (dropped_sessions.lua): each reports back to the queue, which keeps a session until its
 -- DELETE succeeded or answered 404.
-local engine = require "airlock.engine"
 local errors = require "airlock.errors"
-local exec_gate = require "airlock.exec_gate"
+local exec_gate = require "airlock.internal.exec_gate"
+local request_mod = require "airlock.internal.request"
+local response = require "airlock.internal.response"
+local retry = require "airlock.internal.retry"
 local dropped = require "airlock.dropped_sessions"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"
@@ -15,8 +17,9 @@ local M = {}
 
 local counters = { requests = 0, retries = 0, requeued = 0 }
 
--- Sends request (engine.build's shape; max_retries is the policy's) and retries per the
--- policy: response | nil, failure. A failure with tls set is never retried.
+-- Sends request (request.build's shape; max_retries is the policy's) and retries per the
+-- policy: response | nil, failure. A failure with tls or too_large set is never retried
+-- (the same on every try).
 function M.perform(transport, request, gate)
   local attempt = 0
   while true do
@@ -28,7 +31,7 @@ function M.perform(transport, request, gate)
       if ticket then gate:done(ticket) end
       error(res, 0)
     end
-    local server_limit = ticket and res and engine.concurrency_limit(res)
+    local server_limit = ticket and res and response.concurrency_limit(res)
     local again = false
     if server_limit then
       again = gate:refused(ticket, server_limit)
@@ -38,8 +41,8 @@ function M.perform(transport, request, gate)
     end
     if not again then
       local wait
-      if not (failure and failure.tls) and engine.may_retry(res) then
-        wait = engine.retry_wait({
+      if not (failure and (failure.tls or failure.too_large)) and retry.may_retry(res) then
+        wait = retry.retry_wait({
           attempt = attempt, max_retries = request.max_retries, method = request.method,
           status = res and res.status, retry_after = res and res.headers and res.headers["retry-after"],
         })
@@ -59,18 +62,18 @@ end
 
 -- Sends the DELETE of one queued session (dropped_sessions item) and reports to the queue:
 -- true | false, error object, whether it stays queued (false: left to the server's idle
--- TTL). opts: engine.build's (default: a short timeout and no retry: the queue's backoff is
+-- TTL). opts: request.build's (default: a short timeout and no retry: the queue's backoff is
 -- the retry, so a due DELETE never sleeps inside the caller's next call).
 function M.delete_item(item, opts)
   local s = item.settings
   local ok, res, failure = tasks.pcall(function()
-    local request = engine.build(s, "DELETE", engine.session_path(item.id), nil,
+    local request = request_mod.build(s, "DELETE", request_mod.session_path(item.id), nil,
       opts or { timeout = math.min(s.timeout, 10), max_retries = 0 })
     return M.perform(transports.resolve(s.transport), request)
   end)
   local deleted, err
   if ok then
-    deleted, err = engine.decode(s, res, failure)
+    deleted, err = response.decode(s, res, failure)
   else
     err = errors.is(res, "SandboxError") and res or errors.new("SandboxError", tostring(res))
   end
@@ -117,13 +120,13 @@ function M.delete_sessions(items, wait)
   return #items
 end
 
--- One call, start to finish: true, data | false, error object. opts: engine.build's, plus
+-- One call, start to finish: true, data | false, error object. opts: request.build's, plus
 -- command = true for exec and import (they wait in the server's line).
 -- opts.stream: a decoder that gets the body as it arrives (the streaming exec's, or a
 -- download's file sink): feed(chunk, status), reset() per attempt, finish(res).
 function M.call(settings, method, path, body, opts)
   M.delete_dropped(true)   -- the queued sessions that are due first (usually none: no walk)
-  local request = engine.build(settings, method, path, body, opts)
+  local request = request_mod.build(settings, method, path, body, opts)
   local gate = opts and opts.command and exec_gate.for_settings(settings) or nil
   local decoder = opts and opts.stream
   if decoder then
@@ -136,7 +139,7 @@ function M.call(settings, method, path, body, opts)
     res, message = decoder:finish(res)
     if not res and message then failure = { message = message } end
   end
-  return engine.decode(settings, res, failure, opts and opts.raw_response)
+  return response.decode(settings, res, failure, opts and opts.raw_response)
 end
 
 -- Counters: requests sent, retries, commands sent again after a full server.

@@ -3,8 +3,7 @@
 -- calls on_stdout / on_stderr with each piece, and keeps the final event. A response that is
 -- not a stream (an error status, or a server without the extension answering the plain
 -- JSON) is kept whole, as the plain route's body. Lua 5.1-compatible.
-local cjson = require "cjson"
-local cjson_safe = require "cjson.safe"
+local json = require "airlock.internal.json"
 
 local M = {}
 
@@ -26,7 +25,7 @@ function Decoder:reset()
 end
 
 function Decoder:event(line)
-  local ev = cjson_safe.decode(line)
+  local ev = json.decode(line)
   if type(ev) ~= "table" or type(ev.type) ~= "string" then
     self.bad = self.bad or line:sub(1, 80)
     return
@@ -56,7 +55,7 @@ function Decoder:feed(chunk, status)
     local line = text:sub(start, nl - 1)
     if self.mode == nil then
       -- the first line says which: an event object, or the plain answer of another server
-      local first = cjson_safe.decode(line)
+      local first = json.decode(line)
       if type(first) ~= "table" or type(first.type) ~= "string" then
         self.mode = "raw"
         self.pending = { text }
@@ -81,12 +80,12 @@ function Decoder:finish(res)
   end
   local final = self.final
   if final and final.type == "result" and type(final.result) == "table" then
-    res.body = cjson.encode(final.result)
+    res.body = json.encode(final.result)
     return res
   end
   if final and final.type == "error" then
     return { status = tonumber(final.status) or 500, reason = "", headers = {},
-             body = cjson.encode({ detail = final.detail }) }
+             body = json.encode({ detail = final.detail }) }
   end
   if self.bad then return nil, "the server's stream has a line that is not an event: " .. self.bad end
   return nil, "the stream ended before the command's result (the connection dropped)"
