@@ -3,9 +3,9 @@
 -- HAProxy vs straight to the session's node, p50), the spread of N creates over the nodes,
 -- placement by load (node1 holding half its capacity, then creates through the router: each
 -- node's share against its free room), exact max_sessions under parallel creates (R rounds of
--- P creates against a limit of 10), a drain of a node holding 20 sessions with files (its
--- time, and sessions lost: any whose file does not read back through the router), and a
--- node's death (what creates see after kill -9). Each
+-- P creates against a limit of 10), a node's death (what creates see after kill -9), and a
+-- drain of a node holding 20 sessions with files (its time, and sessions lost: any whose file
+-- does not read back through the router). Each
 -- node's capacity is FLEET_BENCH_CREATES. FLEET_BENCH_CREATES (60),
 -- FLEET_BENCH_PARALLEL (300) and FLEET_BENCH_ROUNDS (3) size it.
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
@@ -157,27 +157,6 @@ local ok, err = pcall(function()
   print(string.format("max_sessions 10 vs %d parallel creates: exactly 10 admitted %d of %d rounds (%s)",
     PARALLEL, exact, ROUNDS, table.concat(admitted, " ")))
 
-  -- 3b. drain of node2 holding 20 sessions, each with a file
-  local on2 = {}
-  for i = 1, 20 do
-    local cs, c = call(f.nodes.node2.url, "POST", "/v1/sessions", KEY, "{}")
-    check(cs == 201, "create on node2 " .. i .. ": " .. tostring(cs))
-    on2[i] = c.session_id
-    check(call(router, "POST", "/v1/sessions/" .. c.session_id .. "/write", KEY,
-      cjson.encode{ path = "f.txt", content = c.session_id .. string.rep("x", 4096) }) == 200, "write")
-  end
-  local d0 = socket.gettime()
-  local drained, out = fleet.sh(f.env, { "drain", f.dir, "node2" })
-  local took = socket.gettime() - d0
-  check(drained, "fleet.sh drain: " .. out)
-  local lost = 0
-  for _, sid in ipairs(on2) do
-    local rs, r = call(router, "GET", "/v1/sessions/" .. sid .. "/read?path=f.txt", KEY)
-    if rs ~= 200 or r.content ~= sid .. string.rep("x", 4096) then lost = lost + 1 end
-    call(router, "DELETE", "/v1/sessions/" .. sid, KEY)
-  end
-  print(string.format("drain of node2 holding 20 sessions (4 KB file each): drained in %.1f s; lost: %d", took, lost))
-
   -- 4. kill -9 of a node: what creates through the router see for 3 s after
   local victim = f.nodes.node3
   local t0 = socket.gettime()
@@ -198,6 +177,27 @@ local ok, err = pcall(function()
   print(string.format("kill -9 node3: first create succeeded after %.0f ms; 3 s of creates: %s; on node3: %d",
     (first_ok or 0) * 1000, table.concat(codes, ", "), on_victim))
   for _, sid in ipairs(made) do call(router, "DELETE", "/v1/sessions/" .. sid, KEY) end
+
+  -- 5. drain of node2 holding 20 sessions, each with a file (to node1: node3 is dead)
+  local on2 = {}
+  for i = 1, 20 do
+    local cs, c = call(f.nodes.node2.url, "POST", "/v1/sessions", KEY, "{}")
+    check(cs == 201, "create on node2 " .. i .. ": " .. tostring(cs))
+    on2[i] = c.session_id
+    check(call(router, "POST", "/v1/sessions/" .. c.session_id .. "/write", KEY,
+      cjson.encode{ path = "f.txt", content = c.session_id .. string.rep("x", 4096) }) == 200, "write")
+  end
+  local d0 = socket.gettime()
+  local drained, out = fleet.sh(f.env, { "drain", f.dir, "node2" })
+  local took = socket.gettime() - d0
+  check(drained, "fleet.sh drain: " .. out)
+  local lost = 0
+  for _, sid in ipairs(on2) do
+    local rs, r = call(router, "GET", "/v1/sessions/" .. sid .. "/read?path=f.txt", KEY)
+    if rs ~= 200 or r.content ~= sid .. string.rep("x", 4096) then lost = lost + 1 end
+    call(router, "DELETE", "/v1/sessions/" .. sid, KEY)
+  end
+  print(string.format("drain of node2 holding 20 sessions (4 KB file each): drained in %.1f s; lost: %d", took, lost))
 end)
 
 fleet.down(f)
