@@ -1,8 +1,12 @@
 -- The fleet, measured side by side in one run on a 3-node fleet from scripts/fleet.sh
 -- (docs/fleet.md, "Measures"): the router's overhead (exec `true` and a small read through
 -- HAProxy vs straight to the session's node, p50), the spread of N creates over the nodes,
--- exact max_sessions under parallel creates (R rounds of P creates against a limit of 10), and
--- a node's death (what creates see after kill -9). FLEET_BENCH_CREATES (60),
+-- placement by load (node1 holding half its capacity, then creates through the router: each
+-- node's share against its free room), exact max_sessions under parallel creates (R rounds of
+-- P creates against a limit of 10), a node's death (what creates see after kill -9), and a
+-- drain of a node holding 20 sessions with files (its time, and sessions lost: any whose file
+-- does not read back through the router). Each
+-- node's capacity is FLEET_BENCH_CREATES. FLEET_BENCH_CREATES (60),
 -- FLEET_BENCH_PARALLEL (300) and FLEET_BENCH_ROUNDS (3) size it.
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local cjson = require "cjson"
@@ -48,6 +52,7 @@ local f = fleet.up{ nodes = 3, env = {
     bench = { max_sessions = 100000, requests_per_minute = 1000000, max_concurrent_exec = 64 },
     limited = { max_sessions = 10, requests_per_minute = 1000000 } },
   SANDBOX_FLEET_LOST_AFTER = "30",
+  SANDBOX_FLEET_CAPACITY = tostring(CREATES),
 } }
 
 local ok, err = pcall(function()
@@ -105,6 +110,40 @@ local ok, err = pcall(function()
     table.concat(row, ", "), worst))
   for _, sid in ipairs(ids) do call(router, "DELETE", "/v1/sessions/" .. sid, KEY) end
 
+  -- 2b. placement by load: node1 holds half its capacity (made straight on it), then
+  -- CREATES / 2 creates through the router, once HAProxy has read node1's agent
+  local half = CREATES // 2
+  local held = {}
+  for i = 1, half do
+    local cs, c = call(f.nodes.node1.url, "POST", "/v1/sessions", KEY, "{}")
+    check(cs == 201, "create on node1 " .. i .. ": " .. tostring(cs))
+    held[#held + 1] = c.session_id
+  end
+  local want = string.format("^%d ", 100 * (CREATES - half) // CREATES)
+  local deadline = socket.gettime() + 10
+  local weight = function() return fleet.haproxy(f, "get weight create/node1") end
+  while not weight():match(want) do
+    check(socket.gettime() < deadline, "HAProxy never read node1's weight: " .. weight())
+    socket.sleep(0.1)
+  end
+  local placed = {}
+  for i = 1, half do
+    local cs, c = call(router, "POST", "/v1/sessions", KEY, "{}")
+    check(cs == 201, "create " .. i .. ": " .. tostring(cs))
+    local node = by_slot[c.session_id:sub(5, 6)].id
+    placed[node] = (placed[node] or 0) + 1
+    held[#held + 1] = c.session_id
+  end
+  local free = { node1 = CREATES - half, node2 = CREATES, node3 = CREATES }
+  local room = free.node1 + free.node2 + free.node3
+  row = {}
+  for _, n in ipairs(f.info.nodes) do
+    row[#row + 1] = string.format("%s %d (by free room %.1f)", n.id, placed[n.id] or 0, half * free[n.id] / room)
+  end
+  print(string.format("placement by load, node1 holding %d of %d: %d creates: %s", half, CREATES, half,
+    table.concat(row, ", ")))
+  for _, sid in ipairs(held) do call(router, "DELETE", "/v1/sessions/" .. sid, KEY) end
+
   -- 3. exact max_sessions under PARALLEL parallel creates, ROUNDS times
   local exact = 0
   local admitted = {}
@@ -138,6 +177,27 @@ local ok, err = pcall(function()
   print(string.format("kill -9 node3: first create succeeded after %.0f ms; 3 s of creates: %s; on node3: %d",
     (first_ok or 0) * 1000, table.concat(codes, ", "), on_victim))
   for _, sid in ipairs(made) do call(router, "DELETE", "/v1/sessions/" .. sid, KEY) end
+
+  -- 5. drain of node2 holding 20 sessions, each with a file (to node1: node3 is dead)
+  local on2 = {}
+  for i = 1, 20 do
+    local cs, c = call(f.nodes.node2.url, "POST", "/v1/sessions", KEY, "{}")
+    check(cs == 201, "create on node2 " .. i .. ": " .. tostring(cs))
+    on2[i] = c.session_id
+    check(call(router, "POST", "/v1/sessions/" .. c.session_id .. "/write", KEY,
+      cjson.encode{ path = "f.txt", content = c.session_id .. string.rep("x", 4096) }) == 200, "write")
+  end
+  local d0 = socket.gettime()
+  local drained, out = fleet.sh(f.env, { "drain", f.dir, "node2" })
+  local took = socket.gettime() - d0
+  check(drained, "fleet.sh drain: " .. out)
+  local lost = 0
+  for _, sid in ipairs(on2) do
+    local rs, r = call(router, "GET", "/v1/sessions/" .. sid .. "/read?path=f.txt", KEY)
+    if rs ~= 200 or r.content ~= sid .. string.rep("x", 4096) then lost = lost + 1 end
+    call(router, "DELETE", "/v1/sessions/" .. sid, KEY)
+  end
+  print(string.format("drain of node2 holding 20 sessions (4 KB file each): drained in %.1f s; lost: %d", took, lost))
 end)
 
 fleet.down(f)

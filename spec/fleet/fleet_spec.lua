@@ -14,6 +14,7 @@ local RATED = "fleet-rated-" .. string.rep("c", 22)
 local BUSY = "fleet-busy-" .. string.rep("d", 23)
 local ADMIN = "fleet-admin-" .. string.rep("e", 30)
 local LOST_AFTER = 10
+local CAPACITY = 10 -- sessions per node
 
 describe("a 3-node fleet", function()
   local f
@@ -26,6 +27,7 @@ describe("a 3-node fleet", function()
         main = { max_sessions = 100, requests_per_minute = 100000 }, limited = { max_sessions = 10 },
         rated = { requests_per_minute = 10 }, busy = { max_concurrent_exec = 2, max_sessions = 20 } },
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
+      SANDBOX_FLEET_CAPACITY = tostring(CAPACITY),
     } }
   end)
 
@@ -169,6 +171,45 @@ describe("a 3-node fleet", function()
     for _, s in ipairs(ids) do assert.are.equal(200, http.delete(f.router, KEY, s.id).status) end
   end)
 
+  it("places new sessions by load: weights from each node's free room, a full node takes none", function()
+    local by_slot, by_id = nodes()
+    for _, n in ipairs(f.info.nodes) do
+      assert.are.equal(CAPACITY, by_id[n.id].capacity)
+      assert.are.equal("ready up 100%", fleet.agent(f, n.id))
+    end
+    local made = {}
+    finally(function()
+      for _, s in ipairs(made) do http.delete(f.router, KEY, s) end
+    end)
+    -- node1 filled to its capacity straight (not through the router)
+    for i = 1, CAPACITY do
+      local c = http.create({ url = f.nodes.node1.url }, KEY)
+      assert.are.equal(201, c.status, c.body)
+      made[#made + 1] = c.json.session_id
+      if i == 3 then assert.are.equal("ready up 70%", fleet.agent(f, "node1")) end
+    end
+    assert.are.equal("ready up 0%", fleet.agent(f, "node1"))
+    local full = http.create({ url = f.nodes.node1.url }, KEY)
+    assert.are.equal(503, full.status)
+    assert.matches("full", full.json.detail, 1, true)
+    assert.are.equal(503, http.request({ url = f.nodes.node1.url }, "GET", "/v1/fleet/accepting").status)
+    -- HAProxy reads the agent: node1's weight in `create` drops to 0, the others keep theirs
+    local weight = function(id) return fleet.haproxy(f, "get weight create/" .. id) end
+    assert.is_true(proc.wait_until(10, function() return weight("node1"):match("^0 ") ~= nil end), weight("node1"))
+    assert.matches("^100 ", weight("node2"))
+    -- every create through the router goes to the nodes with room
+    for _ = 1, 6 do
+      local c = http.create(f.router, KEY)
+      assert.are.equal(201, c.status, c.body)
+      made[#made + 1] = c.json.session_id
+      assert.are_not.equal("node1", by_slot[c.json.session_id:sub(5, 6)].id)
+    end
+    -- room again: node1 reports it and HAProxy gives it a weight again
+    for i = 1, CAPACITY do assert.are.equal(200, http.delete(f.router, KEY, made[i]).status) end
+    assert.are.equal("ready up 100%", fleet.agent(f, "node1"))
+    assert.is_true(proc.wait_until(10, function() return weight("node1"):match("^100 ") ~= nil end), weight("node1"))
+  end)
+
   it("admits exactly max_sessions of 60 parallel creates spread over the nodes", function()
     local counts = fleet.parallel(f.router.url, 60, 30, "POST", "/v1/sessions", LIMITED, "{}")
     assert.are.equal(10, counts[201])
@@ -298,33 +339,85 @@ describe("a 3-node fleet", function()
     for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
   end)
 
-  it("drains a node: it takes no new session, and is drained once its sessions end", function()
+  -- POST path straight to node id with "Authorization: Bearer <secret>" (raw HTTP: the
+  -- secret never goes on a command line); the status.
+  local function internal_post(id, path, secret)
+    local socket = require "socket"
+    local host, port = f.nodes[id].url:match("^http://([%d.]+):(%d+)")
+    local c = assert(socket.connect(host, tonumber(port)))
+    c:settimeout(30)
+    c:send("POST " .. path .. " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n"
+      .. (secret and ("Authorization: Bearer " .. secret .. "\r\n") or "") .. "\r\n")
+    local status = tonumber((c:receive("*l") or ""):match("^HTTP/1%.%d (%d+)"))
+    c:close()
+    return status
+  end
+
+  it("drains a node: its sessions move with their ids and files, it takes no new session", function()
     local by_slot = nodes()
-    local kept = create_on("node2") -- a session that outlives the drain
+    local moving, sums = {}, {}
+    for i = 1, 3 do
+      local id = create_on("node2")
+      moving[i] = id
+      assert.are.equal(200, http.write(f.router, KEY, id, "notes/a.txt", "file a of " .. id).status)
+      assert.are.equal(200, http.write(f.router, KEY, id, "b.txt", string.rep("b" .. i, 3000)).status)
+      local res = http.exec(f.router, KEY, id,
+        "head -c 65536 /dev/urandom > bin.dat && ln -s notes/a.txt link && sha256sum bin.dat")
+      assert.are.equal(200, res.status, res.body)
+      sums[i] = res.json.stdout
+    end
+    local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
+    -- node-to-node routes: never through the router; never without the fleet's secret; and a
+    -- node takes only a session the database says is moving to it
+    local internal = "/v1/fleet/internal/sessions/" .. moving[1]
+    assert.are.equal(404, http.request(f.router, "POST", internal, { key = KEY }).status)
+    assert.are.equal(404, http.request(f.router, "GET", internal .. "/archive", { key = KEY }).status)
+    assert.are.equal(401, internal_post("node1", internal))
+    assert.are.equal(401, internal_post("node1", internal, string.rep("0", 64)))
+    local secret = assert(proc.read_file(f.dir .. "/fleet.secret"))
+    assert.are.equal(403, internal_post("node1", internal, secret))
+    -- a command in progress finishes where it runs; its session moves after it
+    local running = http.exec_async(f.router, KEY, moving[1], "touch started; sleep 2; echo finished", 30)
+    assert.is_true(proc.wait_until(15, function()
+      return http.read(f.router, KEY, moving[1], "started").status == 200
+    end))
+    -- the admin route starts it; `fleet.sh drain` follows the moves until the node is drained
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
     assert.are.equal("draining", res.json.state)
     assert.are.equal(404, http.request(f.router, "POST", "/v1/admin/nodes/nope/drain", { key = ADMIN }).status)
-    assert.is_true(proc.wait_until(5, function()
-      return http.request({ url = f.nodes.node2.url }, "GET", "/v1/fleet/accepting").status == 503
-    end))
-    -- a create the draining node refuses is retried by HAProxy on another node
+    local ok, out = fleet.sh(f.env, { "drain", f.dir, "node2" })
+    assert.is_true(ok, out)
+    local ran = running.wait()
+    assert.is_table(ran)
+    assert.are.equal("finished\n", ran.stdout)
+    local _, after = nodes()
+    assert.are.equal("drained", after.node2.state)
+    assert.are.equal(0, after.node2.sessions)
+    -- every session kept its id and every byte of its files, now on another node; none lost
+    for i, id in ipairs(moving) do
+      local a = http.read(f.router, KEY, id, "notes/a.txt")
+      assert.are.equal(200, a.status, a.body)
+      assert.are.equal("file a of " .. id, a.json.content)
+      assert.are.equal(string.rep("b" .. i, 3000), http.read(f.router, KEY, id, "b.txt").json.content)
+      local check = http.exec(f.router, KEY, id, "sha256sum bin.dat && readlink link")
+      assert.are.equal(200, check.status, check.body)
+      assert.are.equal(sums[i] .. "notes/a.txt\n", check.json.stdout)
+      -- straight on the drained node: it names the session's new node (503, never its files)
+      assert.are.equal(503, http.read({ url = f.nodes.node2.url }, KEY, id, "b.txt").status)
+    end
+    assert.are.equal(open_before, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+    -- new sessions go elsewhere; the drained node refuses them
     local made = {}
-    for i = 1, 6 do
+    for i = 1, 3 do
       local c = http.create(f.router, KEY)
       assert.are.equal(201, c.status, c.body)
       assert.are_not.equal("node2", by_slot[c.json.session_id:sub(5, 6)].id)
       made[i] = c.json.session_id
     end
     assert.are.equal(503, http.create({ url = f.nodes.node2.url }, KEY).status)
-    -- its session keeps working until it ends; then the node is drained
-    assert.are.equal(200, http.exec(f.router, KEY, kept, "true").status)
-    assert.are.equal(200, http.delete(f.router, KEY, kept).status)
-    assert.is_true(proc.wait_until(5, function()
-      local _, b = nodes()
-      return b.node2.state == "drained"
-    end))
     for _, s in ipairs(made) do http.delete(f.router, KEY, s) end
+    for _, s in ipairs(moving) do assert.are.equal(200, http.delete(f.router, KEY, s).status) end
   end)
 
   it("answers 503 naming a killed node's sessions, then 410 lost, freeing the tenant's slots", function()

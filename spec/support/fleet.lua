@@ -84,6 +84,26 @@ function M.parallel(url, n, parallel, method, path, key, body)
   return counts
 end
 
+-- The line node id's load report gives HAProxy's agent-check ("ready up 70%", "drain").
+function M.agent(f, id)
+  local socket = require "socket"
+  local port = tonumber(proc.read_file(f.dir .. "/nodes/" .. id .. "/agent_port"))
+  local host = f.nodes[id].url:match("^http://([%d.]+):")
+  local c = assert(socket.connect(host, port))
+  c:settimeout(5)
+  local line = c:receive("*l")
+  c:close()
+  return line
+end
+
+-- A command of HAProxy's runtime API (its stats socket), e.g. "get weight create/node1".
+function M.haproxy(f, command)
+  return proc.output("printf '%s\\n' " .. q(command) .. " | python3 -c " .. q(
+    "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);"
+    .. " s.sendall(sys.stdin.buffer.read()); s.shutdown(socket.SHUT_WR);"
+    .. " sys.stdout.write(s.makefile().read())") .. " " .. q(f.info.haproxy.stats_socket))
+end
+
 -- The router's or a node's log lines.
 function M.node_log(f, id)
   return proc.read_file(f.dir .. "/nodes/" .. id .. "/log") or ""

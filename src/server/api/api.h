@@ -71,6 +71,8 @@ bool limit_query(http_request *r, long long *limit);
 /* The caller's session c->param, touched and referenced (registry_release it);
  * NULL when a 404/403 was sent. */
 session *acquire_session(app *a, http_request *r, const api_call *c);
+/* 503 + Retry-After: 1 for a session a drain is moving to another node. */
+void send_moving(http_request *r, const char *id);
 /* The 429 of a tenant at its concurrent-command limit (exec, import): the reference's text
  * "Too many commands running at once: N allowed. Wait for one to finish." and, ours, the same
  * N in the header X-Airlock-Exec-Limit, so clients need not read it from the sentence. */

@@ -56,6 +56,13 @@ bool limit_query(http_request *r, long long *limit)
     return true;
 }
 
+void send_moving(http_request *r, const char *id)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "Session %s is moving to another node (its node is draining); retry shortly.", id);
+    http_send_retry(r, 503, msg, 1);
+}
+
 session *acquire_session(app *a, http_request *r, const api_call *c)
 {
     session *s = NULL;
@@ -66,6 +73,8 @@ session *acquire_session(app *a, http_request *r, const api_call *c)
         return NULL;
     if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found or expired");
+    else if (rc == SESSION_MOVING)
+        send_moving(r, c->param);
     else if (rc != SESSION_OK)
         http_send_detail(r, 403, "Forbidden: Access denied to this session");
     return rc == SESSION_OK ? s : NULL;

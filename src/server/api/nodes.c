@@ -39,7 +39,7 @@ void api_fleet_accepting(app *a, http_request *r, const api_call *c)
     (void)c;
     if (!a->fleet)
         http_send_detail(r, 404, "Not Found");
-    else if (fleet_accepting(a->fleet))
+    else if (fleet_accepting(a->fleet) && !fleet_full(a->fleet))
         http_send_json(r, 200, json_pack("{s:b,s:s}", "accepting", 1, "node", fleet_node_id(a->fleet)));
     else
         http_send_json(r, 503, json_pack("{s:b,s:s}", "accepting", 0, "node", fleet_node_id(a->fleet)));
@@ -53,8 +53,9 @@ bool fleet_answer_elsewhere(app *a, http_request *r, const char *id, size_t tena
     char node[128] = "", msg[400], retry[16];
     int grace = (int)fleet_lost_after(a->fleet);
     fleet_where w = fleet_session_where(a->fleet, id, tenants_get(a->tenants, tenant)->name, node, sizeof node);
-    /* an id of this node's that it does not hold: gone (404), or lost while it was away (410) */
-    if (w == FLEET_WHERE_NONE || (own && w != FLEET_WHERE_LOST))
+    /* an id of this node's that it does not hold: gone (404), lost while it was away (410),
+     * or moved by a drain to another node (503 until the router's map sends it there) */
+    if (w == FLEET_WHERE_NONE || (own && w != FLEET_WHERE_LOST && w != FLEET_WHERE_WAIT))
         return false;
     switch (w) {
     case FLEET_WHERE_FORBIDDEN:

@@ -45,6 +45,9 @@ static const api_route ROUTES[] = {
     {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
     {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
     {"GET",    "/v1/fleet/accepting",         API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_fleet_accepting},
+    /* node to node (a drain's moves): the fleet's secret, checked by the handler */
+    {"POST",   "/v1/fleet/internal/sessions/{}",         API_PUBLIC, false, NO_BODY, LONG, api_fleet_move_in},
+    {"GET",    "/v1/fleet/internal/sessions/{}/archive", API_PUBLIC, false, NO_BODY, LONG, api_fleet_move_archive},
 };
 
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])

@@ -120,10 +120,11 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         return;
     }
     json_decref(refused);
-    if (a->fleet && !fleet_accepting(a->fleet)) { /* draining, or no database: another node takes it */
+    /* draining, full, or no database: HAProxy retries the create on another node */
+    if (a->fleet && (!fleet_accepting(a->fleet) || fleet_full(a->fleet))) {
         json_decref(expanded);
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", "This node takes no new sessions now "
-                                                "(draining, or its database cannot be reached); retry shortly."),
+                                                "(draining, full, or its database cannot be reached); retry shortly."),
                               "retry-after", "2");
         return;
     }
@@ -202,6 +203,8 @@ void api_sessions_delete(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 404, "Session not found");
     else if (rc == SESSION_FORBIDDEN)
         http_send_detail(r, 403, "Forbidden");
+    else if (rc == SESSION_MOVING)
+        send_moving(r, id);
     else
         http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "terminated", "session_id", id));
 }

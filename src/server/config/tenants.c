@@ -287,6 +287,11 @@ void config_free(config *c)
         free(c->database_url);
         c->database_url = NULL;
     }
+    if (c->fleet_secret) {
+        memset(c->fleet_secret, 0, strlen(c->fleet_secret));
+        free(c->fleet_secret);
+        c->fleet_secret = NULL;
+    }
     if (c->admin_key) {
         memset(c->admin_key, 0, c->admin_key_len);
         free(c->admin_key);

@@ -61,7 +61,7 @@ static void session_free(session *s)
 /* The last reference is gone: the disk goes with the session (or stays, at shutdown). */
 static void session_destroy(registry *r, session *s)
 {
-    if (!s->keep_disk && r->shared.release)
+    if (!s->keep_disk && !s->moved_away && r->shared.release)
         r->shared.release(r->shared.ctx, s->id);
     if (r->on_destroy)
         r->on_destroy(r->on_destroy_ctx, s->id);
@@ -586,6 +586,8 @@ session_result registry_acquire(registry *r, const char *id, size_t tenant, bool
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
     session_result rc = owner_check(s, tenant);
+    if (rc == SESSION_OK && s->moving)
+        rc = SESSION_MOVING;
     if (rc == SESSION_OK) {
         s->refs++;
         if (touch) {
@@ -612,6 +614,8 @@ session_result registry_delete(registry *r, const char *id, size_t tenant)
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
     session_result rc = owner_check(s, tenant);
+    if (rc == SESSION_OK && s->moving)
+        rc = SESSION_MOVING;
     bool destroy = rc == SESSION_OK && unlink_locked(r, s);
     pthread_mutex_unlock(&r->mu);
     if (rc == SESSION_OK)
@@ -619,6 +623,107 @@ session_result registry_delete(registry *r, const char *id, size_t tenant)
     if (destroy)
         session_destroy(r, s);
     return rc;
+}
+
+bool registry_move_out_begin(registry *r, const char *id, session **out)
+{
+    pthread_mutex_lock(&r->mu);
+    session *s = find_locked(r, id);
+    bool ok = s && s->ready && !s->moving && s->refs == 1; /* only the registry's: idle */
+    if (ok) {
+        s->moving = true;
+        s->refs++;
+        *out = s;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+void registry_move_out_end(registry *r, session *s, bool moved)
+{
+    pthread_mutex_lock(&r->mu);
+    bool destroy = false;
+    if (moved && !s->removed) {
+        s->moved_away = true;
+        destroy = unlink_locked(r, s);
+    }
+    s->moving = false;
+    destroy = --s->refs == 0 || destroy;
+    pthread_mutex_unlock(&r->mu);
+    if (moved)
+        save(r);
+    if (destroy)
+        session_destroy(r, s);
+}
+
+char *registry_moving_workspace(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    session *s = find_locked(r, id);
+    char *ws = s && s->moving && s->workspace ? strdup(s->workspace) : NULL;
+    pthread_mutex_unlock(&r->mu);
+    return ws;
+}
+
+session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
+                                long long quota_bytes, double created_at, double last_used, session **out)
+{
+    session *s = calloc(1, sizeof *s);
+    if (!s || strlen(id) != sizeof s->id - 1 || !(s->egress = json_deep_copy(egress))) {
+        free(s);
+        return SESSION_ERROR;
+    }
+    memcpy(s->id, id, sizeof s->id);
+    s->tenant = tenant;
+    s->quota_bytes = quota_bytes;
+    s->moved_away = true; /* until it is in: undoing it never releases the fleet's row */
+    pthread_mutex_lock(&r->mu);
+    if (id_taken_locked(r, id) || r->shut_down) {
+        pthread_mutex_unlock(&r->mu);
+        session_free(s);
+        return SESSION_ERROR;
+    }
+    s->refs = 2;
+    s->next = r->head;
+    r->head = s;
+    pthread_mutex_unlock(&r->mu);
+    char *ws = NULL;
+    disk_result dr = disk_create(r->disk, s->id, s->quota_bytes, &ws);
+    pthread_mutex_lock(&r->mu);
+    if (dr != DISK_OK) {
+        unlink_locked(r, s);
+        pthread_mutex_unlock(&r->mu);
+        session_free(s);
+        return dr == DISK_FULL ? SESSION_CAPACITY : SESSION_ERROR;
+    }
+    s->workspace = ws;
+    s->created_at = created_at;
+    s->last_accessed_at = last_used;
+    pthread_mutex_unlock(&r->mu);
+    *out = s;
+    return SESSION_OK;
+}
+
+bool registry_move_in_end(registry *r, session *s, bool ok)
+{
+    pthread_mutex_lock(&r->mu);
+    if (ok) {
+        s->ready = true;
+        s->moved_away = false;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (ok && !save(r))
+        ok = false;
+    pthread_mutex_lock(&r->mu);
+    if (!ok) {
+        s->moved_away = true;
+        unlink_locked(r, s);
+    }
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        session_destroy(r, s);
+    return ok;
 }
 
 bool registry_has(registry *r, const char *id)

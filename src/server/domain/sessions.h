@@ -24,6 +24,8 @@ typedef struct session {
     bool ready;             /* its disk is made (a session being created is invisible) */
     bool keep_disk;         /* taken off at shutdown: its last release keeps the disk */
     bool removed;           /* it has left the registry (deleted, expired, shut down) */
+    bool moving;            /* a drain is moving it to another node: requests wait (503) */
+    bool moved_away;        /* another node owns it now: its last release keeps the fleet's row */
     struct session *next;
 } session;
 
@@ -115,6 +117,7 @@ typedef enum {
     SESSION_ERROR,     /* the workspace could not be made (logged) */
     SESSION_UNAVAILABLE, /* the fleet's shared registry cannot be reached: no new session */
     SESSION_STORAGE,   /* made, but the state file could not be saved: undone (fail closed) */
+    SESSION_MOVING,    /* a drain is moving it to another node right now: retry shortly */
 } session_result;
 
 /* Creates a session (checked against max_sessions atomically) with its disk: a spare's when
@@ -141,6 +144,25 @@ bool registry_has(registry *r, const char *id);
 /* Removes session id whoever its tenant (a fleet declared it lost while this node was away):
  * true when it was here. */
 bool registry_forget(registry *r, const char *id);
+
+/* ---- a fleet's drain (run/move.c) ---- */
+
+/* Takes idle session id out of service for a move (requests get SESSION_MOVING), with a
+ * reference in *out; false when a request holds it (a command runs: it finishes first) or it
+ * is not here. */
+bool registry_move_out_begin(registry *r, const char *id, session **out);
+/* The move is over: moved, it leaves this node (its disk deleted, the fleet's row kept:
+ * another node owns it); else it is back in service. Drops the reference. */
+void registry_move_out_end(registry *r, session *s, bool moved);
+/* The workspace of session id while it is moving out (malloc'd), else NULL. */
+char *registry_moving_workspace(registry *r, const char *id);
+/* A session moving in: id with a new disk of quota_bytes, invisible (and with a reference in
+ * *out) until registry_move_in_end. SESSION_OK, SESSION_CAPACITY, SESSION_ERROR. */
+session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
+                                long long quota_bytes, double created_at, double last_used, session **out);
+/* ok: it is served and saved from now on (false when the save failed: undone); else it goes
+ * (its disk deleted, the fleet's row kept for the node it came from). Drops the reference. */
+bool registry_move_in_end(registry *r, session *s, bool ok);
 
 /* What a session list shows of one session. */
 typedef struct {

@@ -19,6 +19,8 @@ typedef struct {
     const char *advertise; /* --advertise: how the router and the other nodes reach it */
     double lost_after;     /* seconds a silent node keeps its sessions (SANDBOX_FLEET_LOST_AFTER) */
     int capacity;          /* sessions it takes at most (0: no cap of its own) */
+    const char *agent_host; /* where HAProxy's agent-check reads the load (fleet/agent.c) */
+    int agent_port;        /* 0: no agent */
 } fleet_opts;
 
 /* What this node reports with each heartbeat (it may call fleet_session_touch). */
@@ -27,11 +29,22 @@ typedef int (*fleet_load_fn)(void *ctx);
  * declared lost meanwhile: the node must drop it (its slot was freed, its id answers 410). */
 typedef void (*fleet_lost_fn)(void *ctx, const char *session_id);
 
+/* How many sessions the node holds now (cheap: no database). */
+typedef size_t (*fleet_count_fn)(void *ctx);
+
 /* Registers the node (its slot assigned on its first start). NULL with a message in err. */
 fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen);
 /* Drops the sessions declared lost (lost), then starts the heartbeat thread; load(ctx) is
  * the number of sessions it holds. */
 int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx);
+/* The live session count behind fleet_full and the agent's weight; set before fleet_start. */
+void fleet_set_count(fleet *f, fleet_count_fn count, void *ctx);
+/* Whether the node holds its capacity of sessions (never without a capacity). */
+bool fleet_full(fleet *f);
+/* What HAProxy's agent-check reads (one line, with its newline): "ready up P%", P the share
+ * of its capacity still free (100 without a capacity), at least 1; 0 while the node takes no
+ * new session (not accepting, or full). */
+void fleet_agent_reply(fleet *f, char *out, size_t outlen);
 /* The advertised URL once the listening port is known; 0 or -1. */
 int fleet_set_url(fleet *f, const char *url);
 /* Stops the heartbeat (NULL: nothing); fleet_close then frees. */
@@ -89,6 +102,26 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
 json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
 /* The tenant's live sessions on every node, or -1. */
 long fleet_session_count(fleet *f, const char *tenant);
+
+/* ---- a drain's moves (fleet/moves.c) ---- */
+
+/* Called from the heartbeat while this node is draining: moves what it can of its idle
+ * sessions, within a few seconds (run/move.c). */
+typedef void (*fleet_drain_fn)(void *ctx);
+void fleet_set_drain(fleet *f, fleet_drain_fn step, void *ctx);
+/* The draining node: session sid (its own) is moving to the active node with the most free
+ * room, whose URL goes to url; 0, or -1 (no such node, or not its session). */
+int fleet_move_begin(fleet *f, const char *sid, char *url, size_t urllen);
+/* The move failed: sid stays on this node. */
+void fleet_move_cancel(fleet *f, const char *sid);
+/* The draining node: whether sid is its own and moving (its archive may be read). */
+bool fleet_move_outgoing(fleet *f, const char *sid);
+/* The receiving node: sid's row when the database says it is moving to this node
+ * ({tenant, egress, quota_mb, created_at, last_used, source: the draining node's URL}), else
+ * NULL. */
+json_t *fleet_move_incoming(fleet *f, const char *sid);
+/* The receiving node owns sid from now on: 0, or -1 (it was not moving here). */
+int fleet_move_commit(fleet *f, const char *sid);
 
 /* ---- shared counters (fleet/counters.c) ---- */
 

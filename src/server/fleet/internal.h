@@ -17,11 +17,23 @@ struct fleet {
     fleet_load_fn load;
     fleet_lost_fn lost;
     void *load_ctx;
+    int capacity;
+    fleet_count_fn count;
+    void *count_ctx;
+    fleet_drain_fn drain_step;
+    void *drain_ctx;
+    char *agent_host;
+    int agent_port;
+    struct fleet_agent *agent; /* HAProxy's agent-check listener, or NULL */
     pthread_t beater;
     bool beating, stopping, locks_ready;
     pthread_mutex_t mu;
     pthread_cond_t cond;
 };
+
+/* The agent-check listener (fleet/agent.c): NULL with a message in err when it cannot listen. */
+struct fleet_agent *fleet_agent_start(fleet *f, const char *host, int port, char *err, size_t errlen);
+void fleet_agent_stop(struct fleet_agent *ag);
 
 /* The number a statement counts for its one parameter ($1), or -1 when the database cannot
  * be read. */

@@ -20,6 +20,13 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     }
     f->db = db;
     f->lost_after = o->lost_after;
+    f->capacity = o->capacity;
+    f->agent_port = o->agent_port;
+    if (o->agent_port > 0 && !(f->agent_host = strdup(o->agent_host ? o->agent_host : "127.0.0.1"))) {
+        fleet_close(f);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     char cap[24];
     snprintf(cap, sizeof cap, "%d", o->capacity);
     const char *p[] = {f->id, f->url, cap};
@@ -61,12 +68,16 @@ static void beat(fleet *f)
     if (state && strcmp(state, "dead") == 0) {
         /* declared dead while it could not reach the database: it registers again (its
          * sessions stayed lost: their ids answer 410 from the database) */
-        const char *rp[] = {f->id, f->url, "0"};
+        char cap[24];
+        snprintf(cap, sizeof cap, "%d", f->capacity);
+        const char *rp[] = {f->id, f->url, cap};
         free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
         fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
         drop_lost(f);
     }
     atomic_store(&f->accepting, active);
+    if (state && strcmp(state, "draining") == 0 && f->drain_step)
+        f->drain_step(f->drain_ctx);
     long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);
@@ -97,10 +108,42 @@ int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx)
     f->lost = lost;
     f->load_ctx = ctx;
     drop_lost(f);
+    if (f->agent_port > 0) {
+        char err[200];
+        if (!(f->agent = fleet_agent_start(f, f->agent_host, f->agent_port, err, sizeof err))) {
+            fprintf(stderr, "airlockd: fleet: %s\n", err);
+            return -1;
+        }
+    }
     if (pthread_create(&f->beater, NULL, heartbeat_main, f) != 0)
         return -1;
     f->beating = true;
     return 0;
+}
+
+void fleet_set_count(fleet *f, fleet_count_fn count, void *ctx)
+{
+    f->count = count;
+    f->count_ctx = ctx;
+}
+
+bool fleet_full(fleet *f)
+{
+    return f->capacity > 0 && f->count && f->count(f->count_ctx) >= (size_t)f->capacity;
+}
+
+void fleet_agent_reply(fleet *f, char *out, size_t outlen)
+{
+    long pct = 100;
+    if (!fleet_accepting(f) || fleet_full(f)) {
+        snprintf(out, outlen, "ready up 0%%\n"); /* weight 0: no new session */
+        return;
+    }
+    if (f->capacity > 0 && f->count) {
+        long held = (long)f->count(f->count_ctx);
+        pct = 100 * (f->capacity - held) / f->capacity;
+    }
+    snprintf(out, outlen, "ready up %ld%%\n", pct < 1 ? 1 : pct);
 }
 
 int fleet_set_url(fleet *f, const char *url)
@@ -123,7 +166,11 @@ int fleet_set_url(fleet *f, const char *url)
 
 void fleet_stop(fleet *f)
 {
-    if (!f || !f->beating)
+    if (!f)
+        return;
+    fleet_agent_stop(f->agent);
+    f->agent = NULL;
+    if (!f->beating)
         return;
     pthread_mutex_lock(&f->mu);
     f->stopping = true;
@@ -144,6 +191,7 @@ void fleet_close(fleet *f)
     }
     free(f->id);
     free(f->url);
+    free(f->agent_host);
     free(f);
 }
 

@@ -3,6 +3,7 @@
 #include "run/fleet.h"
 
 #include "fleet/wire.h"
+#include "run/move.h"
 #include "store/pg_schema.h"
 
 #include <stdio.h>
@@ -33,6 +34,11 @@ static void lost(void *ctx, const char *session_id)
         fprintf(stderr, "airlockd: session %s was declared lost while this node was away; removed\n", session_id);
 }
 
+static size_t count(void *ctx)
+{
+    return registry_count(ctx);
+}
+
 static bool held(void *ctx, const char *id)
 {
     return registry_has(ctx, id);
@@ -52,7 +58,8 @@ int server_join_fleet(server *s)
         snprintf(host, sizeof host, "node");
     snprintf(url, sizeof url, "http://%s:%u", c->listen_host, c->port);
     fleet_opts fo = {.node_id = c->node_id ? c->node_id : host, .advertise = c->advertise ? c->advertise : url,
-                     .lost_after = c->fleet_lost_after};
+                     .lost_after = c->fleet_lost_after, .capacity = c->fleet_capacity,
+                     .agent_host = c->listen_host, .agent_port = c->fleet_agent_port};
     if (!(a->fleet = fleet_open(a->db, &fo, s->err, sizeof s->err)))
         return -1;
     limits_shared ls;
@@ -78,6 +85,8 @@ int server_start_fleet(server *s)
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
     /* the sessions are restored by now: what the database still gives this node beyond them is lost */
     fleet_session_reconcile(a->fleet, held, a->reg);
+    fleet_set_count(a->fleet, count, a->reg);
+    fleet_set_drain(a->fleet, move_drain_step, a);
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat, lost, a) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
         return -1;

@@ -170,6 +170,8 @@ static const char *const MIGRATIONS[] = {
     " PRIMARY KEY (tenant_id, node, sk));"
     "CREATE INDEX audit_tenant_sk ON audit (tenant_id, sk DESC);"
     "CREATE INDEX audit_ts ON audit (ts_us);",
+    /* 3: a session moving to another node (a drain): the node that may take it */
+    "ALTER TABLE sessions ADD COLUMN moving_to text REFERENCES nodes (id);",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
