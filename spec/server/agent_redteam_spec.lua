@@ -13,19 +13,8 @@ local proc = require "support.proc"
 
 local q = proc.shell_quote
 
--- The container ids of session sid's own sandbox (its `runsc run` command lines name it
--- "<sid>-s-<pid>-<n>"), as a sorted list.
 local function session_sandboxes(server, sid)
-  local ids = {}
-  for _, pid in ipairs(host_state.pids_naming(server.dir .. "/state/runsc")) do
-    local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
-    local id = cmd:match("\0(" .. sid:gsub("%p", "%%%0") .. "%-s%-[%x]+%-[%x]+)\0?$")
-    if id then ids[id] = true end
-  end
-  local list = {}
-  for id in pairs(ids) do list[#list + 1] = id end
-  table.sort(list)
-  return list
+  return host_state.sandbox_ids(server, sid .. "-s-")
 end
 
 describe("red team: a session's sandbox with its agent (SANDBOX_EXEC_MODE=session)", function()

@@ -30,8 +30,10 @@ local function sandbox_processes(server, also, but_waiting)
 end
 
 -- Commands running: their `runsc run`.
+-- Sandboxes running a command: one per command, or (SANDBOX_EXEC_MODE=session) a session's
+-- own sandbox while it runs one (host_state.runsc_runs).
 local function running_commands(server)
-  return sandbox_processes(server, " run --bundle ")
+  return host_state.runsc_runs(server)
 end
 
 -- An exec in the background with curl; returns its pid and the file its answer goes to.

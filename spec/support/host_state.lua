@@ -71,6 +71,22 @@ function M.pids_naming(text)
   return pids
 end
 
+-- The container ids of the gVisor sandboxes of the server whose id starts with prefix (the
+-- last word of their runsc command lines), sorted: session sid's own sandbox is
+-- "<sid>-s-<pid>-<n>" (prefix sid .. "-s-"), every sandbox made for it starts with sid.
+function M.sandbox_ids(server, prefix)
+  local ids = {}
+  for _, pid in ipairs(M.pids_naming(server.dir .. "/state/runsc")) do
+    local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
+    local id = cmd:match("%z(" .. prefix:gsub("%p", "%%%0") .. "[^%z]*)%z?$")
+    if id then ids[id] = true end
+  end
+  local list = {}
+  for id in pairs(ids) do list[#list + 1] = id end
+  table.sort(list)
+  return list
+end
+
 -- How many `runsc ... run` processes use the runsc root of the server in dir (a child that
 -- runsc forked and has not yet exec'd shows the same command line: not counted). A session's
 -- own sandbox (SANDBOX_EXEC_MODE=session: its agent's frames on --pass-fd 6:5) counts while it

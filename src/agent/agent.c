@@ -9,12 +9,17 @@
  * timeout, or a cancel, kills it) the kernel kills everything else in its namespace; the agent
  * reads the command's pipes to their end, reports the exit, and prepares the next child at once.
  *
+ * Commands of a session may run at once (AGENT_SLOTS, each in its own container): each runs in
+ * a worker process of the agent's (forked, with its container child, before its command comes)
+ * that relays that command's pipes and reports its exit on the command's own channel.
+ *
  * Protocol (frames: 1 type byte, 4 bytes little-endian length, payload), on fds passed by
  * `runsc run --pass-fd` and held on the host only by airlockd:
- *   fd 3, airlockd -> agent: 'C' u32 timeout_ms, command NUL, env entries NUL-terminated each;
- *                            'K' (no payload): kill the running command (cancel).
+ *   fd 3, airlockd -> agent: 'C' u8 slot, u32 timeout_ms, command NUL, env entries NUL-terminated
+ *                            each; 'K' u8 slot: kill the command running in that slot (cancel).
  *   fd 4, agent -> airlockd: the byte 'R' once booted (then closed; as airlock-waiter says it).
- *   fd 5, agent -> airlockd: '1' / '2' stdout / stderr bytes as read;
+ *   fd 5 + slot, agent -> airlockd, for the command of that slot (0 .. AGENT_SLOTS - 1):
+ *                            '1' / '2' stdout / stderr bytes as read;
  *                            'X' i32 exit code (shell conventions), u8 timed out (1) / killed (2).
  *                            'F' text: the command could not be started (the agent goes on).
  * Commands cannot reach the agent: it lives in the sandbox's first PID namespace (theirs are
@@ -27,6 +32,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,6 +50,8 @@
 #include <unistd.h>
 
 enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
+/* A worker's slot for the warm-up command, whose frames go nowhere. */
+#define SLOT_NONE 255
 
 #define UID 1000
 #define GID 1000
@@ -59,6 +67,8 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define ROOT_OPTS "size=64m,mode=755"
 /* After PID 1 of a command ended, its pipes close as soon as the kernel has killed the rest. */
 #define DRAIN_MS 3000
+/* How long a command's exit waits for the next command's container to be ready. */
+#define GO_MS 1000
 
 typedef struct {
     const char *dir;
@@ -72,11 +82,14 @@ static char request[REQUEST_MAX + 1];
 /* The child prepared for the next command. */
 typedef struct {
     pid_t pid;
-    int cmd_w;   /* its request pipe */
     int out_r;   /* its stdout and stderr */
     int err_r;
     int fail_r;  /* its setup error text, or end of file at its exec */
+    int ready_r; /* a byte (or end of file) once its mounts are made */
 } prepared;
+
+/* Where this process's frames go: the channel of the command's slot. */
+static int out_fd = FD_OUT;
 
 /* One frame to airlockd; a failure means airlockd is gone: the sandbox ends with the agent. */
 static void send_frame(char type, const void *p, size_t n)
@@ -84,7 +97,7 @@ static void send_frame(char type, const void *p, size_t n)
     unsigned char h[FRAME_HEADER];
     h[0] = (unsigned char)type;
     frame_put_u32(h + 1, (uint32_t)n);
-    if (frame_write_all(FD_OUT, h, FRAME_HEADER) != 0 || (n && frame_write_all(FD_OUT, p, n) != 0))
+    if (frame_write_all(out_fd, h, FRAME_HEADER) != 0 || (n && frame_write_all(out_fd, p, n) != 0))
         _exit(0);
 }
 
@@ -180,7 +193,7 @@ static void child_drop(int fail_w)
 }
 
 /* PID 1 of a new container: mounts, waits for its request, drops, execs. Never returns. */
-static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
+static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
 {
     /* fds 3 to 5 are close-on-exec, like every descriptor of the agent's but 0-2 of the
      * command: closing them here by number could hit a pipe of this child's that reused one */
@@ -193,6 +206,8 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w)
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         child_fail(fail_w, "setting the parent death signal");
     child_mounts(fail_w);
+    (void)frame_write_all(ready_w, "r", 1);
+    close(ready_w);
     unsigned char h[4];
     if (frame_read_all(cmd_r, h, 4) != 0)
         _exit(0); /* the agent is gone or never needs this child */
@@ -228,41 +243,47 @@ static void close_fd(int *fd)
     }
 }
 
-/* Forks the next container child; 0, or -1 (errno). */
-static int prepare(prepared *p)
+/* Forks the next container child, which reads its request from cmd_r (taken: closed here);
+ * 0, or -1 (errno). */
+static int prepare(prepared *p, int cmd_r)
 {
-    int cmd[2], out[2], err[2], fail[2];
-    if (pipe2(cmd, O_CLOEXEC) != 0)
+    int out[2], err[2], fail[2], ready[2];
+    if (pipe2(ready, O_CLOEXEC) != 0) {
+        close(cmd_r);
         return -1;
+    }
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0 || pipe2(fail, O_CLOEXEC) != 0) {
-        close(cmd[0]);
-        close(cmd[1]);
+        close(cmd_r);
+        close(ready[0]);
+        close(ready[1]);
         return -1;
     }
     pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
                                NULL, NULL, NULL, NULL);
     if (pid == 0) {
-        close(cmd[1]);
         close(out[0]);
         close(err[0]);
         close(fail[0]);
+        close(ready[0]);
         /* out/err survive exec by their dup2 onto 1 and 2; the rest is close-on-exec */
-        child_main(cmd[0], out[1], err[1], fail[1]);
+        child_main(cmd_r, out[1], err[1], fail[1], ready[1]);
     }
     int e = errno;
-    close(cmd[0]);
+    close(ready[1]);
+    close(cmd_r);
     close(out[1]);
     close(err[1]);
     close(fail[1]);
     if (pid < 0) {
-        close(cmd[1]);
         close(out[0]);
         close(err[0]);
         close(fail[0]);
+        close(ready[0]);
         errno = e;
         return -1;
     }
-    *p = (prepared){.pid = pid, .cmd_w = cmd[1], .out_r = out[0], .err_r = err[0], .fail_r = fail[0]};
+    *p = (prepared){.pid = pid, .out_r = out[0], .err_r = err[0], .fail_r = fail[0],
+                    .ready_r = ready[0]};
     return 0;
 }
 
@@ -274,10 +295,10 @@ static void discard(prepared *p)
         }
     }
     p->pid = -1;
-    close_fd(&p->cmd_w);
     close_fd(&p->out_r);
     close_fd(&p->err_r);
     close_fd(&p->fail_r);
+    close_fd(&p->ready_r);
 }
 
 /* ---- running one command ---------------------------------------------------------------- */
@@ -290,6 +311,24 @@ static int64_t now_ms(void)
 }
 
 static char chunk[CHUNK];
+
+/* A worker's request pipe, kept open after the request: the agent's byte on it says the next
+ * command's container is ready. */
+static int go_fd = -1;
+
+/* Holds the command's exit until the next command's container is made (GO_MS at most):
+ * airlockd freezes the sandbox when the exit comes, and a container half made then would be
+ * finished on the next command's time. */
+static void await_go(void)
+{
+    if (go_fd < 0)
+        return;
+    struct pollfd pf = {.fd = go_fd, .events = POLLIN};
+    char b;
+    if (poll(&pf, 1, GO_MS) > 0)
+        (void)read(go_fd, &b, 1);
+    close_fd(&go_fd);
+}
 
 /* Relays what one pipe has to airlockd as frames of type t; -1 at end of file. */
 static int relay(int *fd, char t)
@@ -326,27 +365,19 @@ static int exit_code(int status)
     return -1;
 }
 
-/* Hands the request (already in request[0..len)) to p and relays its output until it ends,
- * the timeout or a 'K' from airlockd; then reports the exit. */
-static void run(prepared *p, size_t len, int sigfd)
+/* Relays the output of p, whose request the agent wrote to it, until it ends, the timeout or
+ * a SIGUSR1 (the agent's cancel, from airlockd's 'K'); then reports the exit. */
+static void run(prepared *p, uint32_t timeout_ms, int sigfd)
 {
-    uint32_t timeout_ms = len >= 4 ? frame_get_u32((unsigned char *)request) : 0;
-    unsigned char h[4];
-    frame_put_u32(h, (uint32_t)len);
-    /* a child that died in its set-up is told nothing: its fail pipe has the reason */
-    if (frame_write_all(p->cmd_w, h, 4) != 0 || frame_write_all(p->cmd_w, request, len) != 0)
-        errno = EPIPE;
-    close_fd(&p->cmd_w);
     int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 15000);
     int killed = 0, status = 0, exited = 0;
     int64_t drain_until = 0;
     char fail[256];
     size_t fail_len = 0;
     while (p->out_r >= 0 || p->err_r >= 0 || !exited || p->fail_r >= 0) {
-        struct pollfd pf[5] = {
+        struct pollfd pf[4] = {
             {.fd = p->out_r, .events = POLLIN}, {.fd = p->err_r, .events = POLLIN},
-            {.fd = sigfd, .events = POLLIN}, {.fd = killed ? -1 : FD_IN, .events = POLLIN},
-            {.fd = p->fail_r, .events = POLLIN},
+            {.fd = sigfd, .events = POLLIN}, {.fd = p->fail_r, .events = POLLIN},
         };
         int64_t now = now_ms();
         int64_t until = exited ? drain_until : deadline;
@@ -358,32 +389,26 @@ static void run(prepared *p, size_t len, int sigfd)
             deadline = now + 60000;
             continue;
         }
-        if (poll(pf, 5, (int)(until - now)) < 0 && errno != EINTR)
+        if (poll(pf, 4, (int)(until - now)) < 0 && errno != EINTR)
             _exit(1);
         if (pf[0].revents)
             relay(&p->out_r, '1');
         if (pf[1].revents)
             relay(&p->err_r, '2');
-        if (pf[4].revents) {
+        if (pf[3].revents) {
             ssize_t r = read(p->fail_r, fail + fail_len, sizeof fail - 1 - fail_len);
             if (r > 0)
                 fail_len += (size_t)r;
             else if (r == 0 || errno != EINTR)
                 close_fd(&p->fail_r);
         }
-        if (pf[3].revents) {
-            size_t n;
-            char t = read_frame(&n);
-            if (t == 0)
-                _exit(0); /* airlockd is gone */
-            if (t == 'K') {
-                kill(p->pid, SIGKILL);
-                killed = 2;
-            }
-        }
         if (pf[2].revents) {
             struct signalfd_siginfo si;
             while (read(sigfd, &si, sizeof si) > 0) {
+                if (si.ssi_signo == SIGUSR1 && !killed && !exited) {
+                    kill(p->pid, SIGKILL);
+                    killed = 2;
+                }
             }
             int st;
             if (!exited && waitpid(p->pid, &st, WNOHANG) == p->pid) {
@@ -401,6 +426,7 @@ static void run(prepared *p, size_t len, int sigfd)
         send_frame('F', fail, fail_len);
         return;
     }
+    await_go();
     unsigned char x[5];
     frame_put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
     x[4] = (unsigned char)killed;
@@ -409,6 +435,149 @@ static void run(prepared *p, size_t len, int sigfd)
 
 /* ---- main ------------------------------------------------------------------------------- */
 
+/* A request for `true` with no environment, as the warm-up (gVisor's first exec is the slow one). */
+static size_t warm_up_request(void)
+{
+    frame_put_u32((unsigned char *)request, 15000);
+    memcpy(request + 4, "true", 5);
+    return 9;
+}
+
+/* ---- workers: one per command, forked with its container child ahead of the command ------ */
+
+typedef struct {
+    pid_t pid;
+    int cmd_w;   /* its container's request pipe: u32 length, the request */
+    int req_w;   /* u8 slot, u32 timeout_ms; then the byte that lets its command's exit go */
+    int ready_r; /* a byte (or end of file) once its container is ready */
+} worker;
+
+/* A worker's life: prepares its container child, says it is ready, waits for its command,
+ * runs it, ends. */
+static void worker_main(int req_r, int ready_w, int cmd_r)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        _exit(1);
+    close(FD_IN);
+    close(FD_READY);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigaddset(&mask, SIGUSR1); /* blocked already (inherited): a cancel waits for the command */
+    int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
+    /* a container that cannot be made is said to its command's slot, once that comes */
+    bool unprepared = sigfd < 0;
+    if (unprepared)
+        close(cmd_r);
+    else
+        unprepared = prepare(&p, cmd_r) != 0;
+    char b;
+    if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
+    }
+    close_fd(&p.ready_r);
+    (void)frame_write_all(ready_w, "r", 1);
+    close(ready_w);
+    unsigned char h[5];
+    if (frame_read_all(req_r, h, 5) != 0) {
+        discard(&p); /* the agent is gone or never needs this worker */
+        _exit(0);
+    }
+    go_fd = req_r;
+    if (h[0] == SLOT_NONE) {
+        out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (out_fd < 0)
+            _exit(1);
+    } else {
+        out_fd = FD_OUT + h[0];
+    }
+    if (unprepared) {
+        static const char msg[] = "cannot prepare a container";
+        send_frame('F', msg, sizeof msg - 1);
+        _exit(0);
+    }
+    run(&p, frame_get_u32(h + 1), sigfd);
+    _exit(0);
+}
+
+/* Forks the next worker; 0, or -1. */
+static int start_worker(worker *w)
+{
+    int p[3][2]; /* the worker's request, its ready byte, its container's request */
+    for (int i = 0; i < 3; i++)
+        if (pipe2(p[i], O_CLOEXEC) != 0) {
+            for (int j = 0; j < i; j++) {
+                close(p[j][0]);
+                close(p[j][1]);
+            }
+            return -1;
+        }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0][1]);
+        close(p[1][0]);
+        close(p[2][1]);
+        worker_main(p[0][0], p[1][1], p[2][0]);
+    }
+    close(p[0][0]);
+    close(p[1][1]);
+    close(p[2][0]);
+    if (pid < 0) {
+        close(p[0][1]);
+        close(p[1][0]);
+        close(p[2][1]);
+        return -1;
+    }
+    *w = (worker){.pid = pid, .req_w = p[0][1], .ready_r = p[1][0], .cmd_w = p[2][1]};
+    return 0;
+}
+
+/* Hands a request (request[0..len): timeout, command, environment) straight to w's container
+ * (a container that died in its set-up is told nothing: its fail pipe has the reason), then
+ * its slot and timeout to w, which runs it from now on. w's pipe, for the byte that lets the
+ * command's exit go (or -1 when w is gone). */
+static int hand_over(worker *w, unsigned slot, size_t len)
+{
+    unsigned char n[4], h[5] = {(unsigned char)slot};
+    frame_put_u32(n, (uint32_t)len);
+    if (frame_write_all(w->cmd_w, n, 4) == 0)
+        (void)frame_write_all(w->cmd_w, request, len);
+    close_fd(&w->cmd_w);
+    frame_put_u32(h + 1, len >= 4 ? frame_get_u32((unsigned char *)request) : 0);
+    int fd = w->req_w;
+    w->req_w = -1;
+    close_fd(&w->ready_r);
+    if (frame_write_all(fd, h, 5) != 0)
+        close_fd(&fd);
+    return fd;
+}
+
+/* The next worker is ready (or gone): the commands waiting for that may end. */
+static void let_go(worker *next, int go[AGENT_SLOTS])
+{
+    close_fd(&next->ready_r);
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        if (go[i] >= 0) {
+            (void)frame_write_all(go[i], "g", 1);
+            close_fd(&go[i]);
+        }
+}
+
+/* Reaps ended workers; a slot whose worker ended is free of it. */
+static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS])
+{
+    struct signalfd_siginfo si;
+    while (read(sigfd, &si, sizeof si) > 0) {
+    }
+    pid_t pid;
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        for (int i = 0; i < AGENT_SLOTS; i++)
+            if (slot_pid[i] == pid) {
+                slot_pid[i] = 0;
+                close_fd(&go[i]);
+            }
+}
+
 static void usage_exit(void)
 {
     static const char msg[] = "usage: airlock-agent [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
@@ -416,12 +585,28 @@ static void usage_exit(void)
     _exit(2);
 }
 
-/* A request for `true` with no environment, as the warm-up (gVisor's first exec is the slow one). */
-static size_t warm_up_request(void)
+/* A 'C' from airlockd (in request[0..n)): its slot's command goes to the worker ready for it. */
+static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS], size_t n)
 {
-    frame_put_u32((unsigned char *)request, 15000);
-    memcpy(request + 4, "true", 5);
-    return 9;
+    if (n < 1 || request[0] >= AGENT_SLOTS)
+        return; /* airlockd never sends one: nowhere to answer */
+    unsigned slot = (unsigned char)request[0];
+    memmove(request, request + 1, n - 1);
+    if (next->pid <= 0 && start_worker(next) != 0) {
+        static const char msg[] = "cannot prepare a container";
+        out_fd = FD_OUT + (int)slot;
+        send_frame('F', msg, sizeof msg - 1);
+        out_fd = FD_OUT;
+        return;
+    }
+    /* a worker without its container answers 'F'; one that died leaves the slot silent, and
+     * airlockd kills the sandbox after the command's timeout and its grace */
+    slot_pid[slot] = next->pid;
+    close_fd(&go[slot]);
+    go[slot] = hand_over(next, slot, n - 1);
+    next->pid = -1;
+    if (start_worker(next) != 0) /* the next command's, ahead of it */
+        let_go(next, go);
 }
 
 int main(int argc, char **argv)
@@ -436,48 +621,59 @@ int main(int argc, char **argv)
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
-    if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0)
+    sigset_t blocked = chld;
+    sigaddset(&blocked, SIGUSR1);
+    if (sigprocmask(SIG_BLOCK, &blocked, NULL) != 0)
         return 1;
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0 ||
-        fcntl(FD_OUT, F_SETFD, FD_CLOEXEC) != 0)
+    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0)
         return 1;
-    prepared p = {.pid = -1, .cmd_w = -1, .out_r = -1, .err_r = -1, .fail_r = -1};
-    if (prepare(&p) != 0)
-        return 1;
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        if (fcntl(FD_OUT + i, F_SETFD, FD_CLOEXEC) != 0)
+            return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
-    size_t len = warm_up_request();
-    int real_out = fcntl(FD_OUT, F_DUPFD_CLOEXEC, 6);
-    int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (real_out < 0 || devnull < 0 || dup2(devnull, FD_OUT) < 0)
+    worker next = {.pid = -1, .cmd_w = -1, .req_w = -1, .ready_r = -1};
+    int go[AGENT_SLOTS];
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        go[i] = -1;
+    if (start_worker(&next) != 0)
         return 1;
-    run(&p, len, sigfd);
-    if (dup2(real_out, FD_OUT) < 0)
+    pid_t first = next.pid;
+    go[0] = hand_over(&next, SLOT_NONE, warm_up_request());
+    if (start_worker(&next) != 0)
         return 1;
-    close(real_out);
-    close(devnull);
-    (void)fcntl(FD_OUT, F_SETFD, FD_CLOEXEC);
-    if (prepare(&p) != 0)
+    char b;
+    if (read(next.ready_r, &b, 1) < 0) { /* ready or gone: the warm-up may end */
+    }
+    let_go(&next, go);
+    while (waitpid(first, NULL, 0) < 0 && errno == EINTR) {
+    }
+    /* closed, but its number kept taken: a worker closes FD_READY, which must never be a pipe
+     * of its own */
+    int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (frame_write_all(FD_READY, "R", 1) != 0 || nul < 0 || dup3(nul, FD_READY, O_CLOEXEC) < 0)
         return 1;
-    if (frame_write_all(FD_READY, "R", 1) != 0)
-        return 1;
-    close(FD_READY);
+    close(nul);
+    pid_t slot_pid[AGENT_SLOTS] = {0};
     for (;;) {
+        struct pollfd pf[3] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN},
+                               {.fd = next.ready_r, .events = POLLIN}};
+        if (poll(pf, 3, -1) < 0 && errno != EINTR)
+            return 1;
+        if (pf[1].revents)
+            reap(sigfd, slot_pid, go);
+        if (pf[2].revents)
+            let_go(&next, go);
+        if (!pf[0].revents)
+            continue;
         size_t n;
         char t = read_frame(&n);
         if (t == 0)
-            break;
-        if (t != 'C')
-            continue; /* a 'K' that came after its command ended */
-        if (p.pid < 0 && prepare(&p) != 0) {
-            static const char msg[] = "cannot prepare a container";
-            send_frame('F', msg, sizeof msg - 1);
-            continue;
-        }
-        run(&p, n, sigfd);
-        if (prepare(&p) != 0)
-            p.pid = -1;
+            break; /* airlockd is gone: every worker and container dies with the agent */
+        if (t == 'C')
+            command(&next, slot_pid, go, n);
+        else if (t == 'K' && n >= 1 && (unsigned char)request[0] < AGENT_SLOTS && slot_pid[(unsigned char)request[0]] > 0)
+            kill(slot_pid[(unsigned char)request[0]], SIGUSR1);
     }
-    discard(&p);
     return 0;
 }

@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #define FRAME_HEADER 5
+/* Commands one agent runs at once, each on a frame channel of its own (fds 5.. in the
+ * sandbox): a session's parallel commands, up to its tenant's max_concurrent_exec. */
+#define AGENT_SLOTS 4
 /* The largest output payload the agent sends (one read of a command's pipe). */
 #define FRAME_OUTPUT_MAX (64u * 1024u)
 

@@ -72,7 +72,7 @@ static void want_next(app *a, session *s, const char *tenant)
 static int run_in_session(app *a, session *s, const sandbox_opts *so, const char *command, int timeout,
                           sandbox_result *res, char *errbuf, size_t errlen)
 {
-    int rc = warm_session_run(a->warm, s->id, so, command, timeout, false, res, errbuf, errlen);
+    int rc = warm_session_run(a->warm, s, so, command, timeout, false, res, errbuf, errlen);
     if (rc != 1)
         return rc;
     sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);
@@ -84,7 +84,7 @@ static int run_in_session(app *a, session *s, const sandbox_opts *so, const char
         if (!retry)
             return rc;
     }
-    rc = warm_session_run(a->warm, s->id, so, command, timeout, true, res, errbuf, errlen);
+    rc = warm_session_run(a->warm, s, so, command, timeout, true, res, errbuf, errlen);
     if (rc != 1)
         return rc;
     return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
@@ -206,16 +206,23 @@ static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_re
 {
     if (q->spill && exec_tap_spill(tap, s->workspace, spill_id, s->quota_bytes, errbuf, errlen) != 0)
         return -1;
+    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
+                       .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
+                       .tap = tap->stream || q->spill ? &tap->tap : NULL};
+    /* SANDBOX_EXEC_MODE=session with egress: in the session's own sandbox, which has the
+     * session's network; else in a sandbox of its own with a network made for it */
+    if (json_array_size(s->egress) > 0 && warm_sessions(a->warm)) {
+        int rc = warm_session_run(a->warm, s, &so, q->command, (int)q->timeout, true, res, errbuf, errlen);
+        if (rc != 1)
+            return rc;
+    }
     egress_sandbox *net = NULL;
     if (json_array_size(s->egress) > 0 &&
         !(net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, errbuf, errlen)))
         return -1;
     if (net && registry_removed(a->reg, s)) /* deleted meanwhile: its egress ends now */
         egress_forget_session(a->egress, s->id);
-    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
-                       .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
-                       .network = net ? egress_sandbox_network(net) : NULL,
-                       .tap = tap->stream || q->spill ? &tap->tap : NULL};
+    so.network = net ? egress_sandbox_network(net) : NULL;
     int rc = run_command(a, s, &so, q->command, (int)q->timeout, res, errbuf, errlen);
     egress_sandbox_close(a->egress, net);
     return rc;

@@ -161,10 +161,9 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                                      "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
                                      "created_at", s->created_at, "status", "ready"));
     /* the tenant's next new session finds its disk made and its first sandbox booted */
-    if (json_array_size(s->egress) == 0) {
+    if (json_array_size(s->egress) == 0)
         warm_want_spare(a->warm, t->name);
-        warm_want_session(a->warm, s->id, s->workspace, t->name); /* SANDBOX_EXEC_MODE=session */
-    }
+    warm_want_session(a->warm, s, t->name); /* SANDBOX_EXEC_MODE=session */
     registry_release(a->reg, s);
 }
 

@@ -27,18 +27,19 @@ void warm_wake(warm_pool *w)
     (void)r; /* a full pipe already wakes the thread */
 }
 
-static void clear_entry(entry *e)
+void warm_clear_entry(entry *e)
 {
     free(e->workspace);
     free(e->tenant);
+    json_decref(e->egress);
     memset(e, 0, sizeof *e);
     e->state = E_FREE;
 }
 
-entry *warm_find_kind(warm_pool *w, const char *key, bool session)
+entry *warm_find_kind(warm_pool *w, const char *key, bool own_sandbox)
 {
     for (int i = 0; i < w->n; i++)
-        if (w->e[i].state != E_FREE && !w->e[i].spare && w->e[i].session == session &&
+        if (w->e[i].state != E_FREE && !w->e[i].spare && w->e[i].session == own_sandbox &&
             strcmp(w->e[i].key, key) == 0)
             return &w->e[i];
     return NULL;
@@ -63,6 +64,7 @@ static entry *find_any(warm_pool *w, const char *key)
 static void release_entry(warm_pool *w, entry *e)
 {
     sandbox *sb = e->sb;
+    void *net = e->net;
     char spare_id[KEY_MAX] = "";
     if (e->spare && e->workspace)
         snprintf(spare_id, sizeof spare_id, "%s", e->key);
@@ -70,16 +72,24 @@ static void release_entry(warm_pool *w, entry *e)
     if (e->reboot && !e->doomed && !w->stopping) { /* keeps its key, workspace and tenant */
         again = *e;
         e->workspace = e->tenant = NULL;
+        e->egress = NULL;
     }
-    clear_entry(e);
+    warm_clear_entry(e);
     pthread_mutex_unlock(&w->mu);
     sandbox_release(sb);
+    if (net) /* after the sandbox that used it */
+        w->ws.net.close(w->ws.net.ctx, net);
     if (spare_id[0])
         w->ws.disks.drop(w->ws.disks.ctx, spare_id);
     pthread_mutex_lock(&w->mu);
     entry *n = again.workspace && !warm_find_kind(w, again.key, true) ? warm_free_entry_locked(w) : NULL;
-    if (n && warm_fill_entry(n, again.key, again.workspace, again.tenant))
+    if (n && warm_fill_entry(n, again.key, again.workspace, again.tenant)) {
         n->session = true;
+        n->egress = again.egress;
+        n->created_at = again.created_at;
+        again.egress = NULL;
+    }
+    json_decref(again.egress);
     free(again.workspace);
     free(again.tenant);
     pthread_cond_broadcast(&w->changed);
@@ -114,7 +124,7 @@ static void start_boots(warm_pool *w)
         e->started_ms = warm_now_ms();
         booting++;
         if (e->spare && !make_spare_disk(w, e)) {
-            clear_entry(e); /* no disk space: new sessions start cold */
+            warm_clear_entry(e); /* no disk space: new sessions start cold */
             pthread_cond_broadcast(&w->changed);
             continue;
         }
@@ -124,12 +134,21 @@ static void start_boots(warm_pool *w)
                           .boot_ahead = true, .agent = e->session};
         char err[512] = "";
         pthread_mutex_unlock(&w->mu);
-        sandbox *sb = sandbox_prepare(w->b, &o, err, sizeof err);
+        /* a session with egress: its sandbox on the session's network (an entry starting
+         * stays as it is while the lock is dropped) */
+        void *net = NULL;
+        sandbox *sb = NULL;
+        if (!e->egress || (w->ws.net.open && (net = w->ws.net.open(w->ws.net.ctx, e->key, e->tenant, e->created_at,
+                                                                   e->egress, &o.network, err, sizeof err)) != NULL))
+            sb = sandbox_prepare(w->b, &o, err, sizeof err);
+        if (!sb && net)
+            w->ws.net.close(w->ws.net.ctx, net);
         pthread_mutex_lock(&w->mu);
         e->sb = sb;
+        e->net = sb ? net : NULL;
         if (!sb) {
-            fprintf(stderr, "airlockd: cannot boot a sandbox ahead for %s: %s\n", e->key, err);
-            clear_entry(e);
+            fprintf(stderr, "airlockd: cannot boot a sandbox ahead for %s: %s\n", e->key, err[0] ? err : "no egress");
+            warm_clear_entry(e);
         } else if (e->doomed || w->stopping) {
             release_entry(w, e);
         } else {
@@ -282,7 +301,7 @@ bool warm_fill_entry(entry *e, const char *key, const char *workspace, const cha
     e->workspace = workspace ? strdup(workspace) : NULL;
     e->tenant = tenant ? strdup(tenant) : NULL;
     if ((workspace && !e->workspace) || (tenant && !e->tenant)) {
-        clear_entry(e);
+        warm_clear_entry(e);
         return false;
     }
     snprintf(e->key, sizeof e->key, "%s", key ? key : "");
@@ -428,7 +447,7 @@ sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd)
     }
     entry_state st = e->state;
     sandbox *sb = e->sb;
-    clear_entry(e);
+    warm_clear_entry(e);
     pthread_mutex_unlock(&w->mu);
     warm_wake(w); /* a boot slot may have freed */
     if (st == E_PENDING)

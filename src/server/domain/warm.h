@@ -19,7 +19,10 @@
 #ifndef AIRLOCKD_WARM_H
 #define AIRLOCKD_WARM_H
 
+#include "domain/sessions.h"
 #include "sandbox/sandbox.h"
+
+#include <jansson.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,6 +38,17 @@ typedef struct {
     void *ctx;
 } warm_spare_disks;
 
+/* SANDBOX_EXEC_MODE=session, a session with egress rules: the network of its own sandbox
+ * (egress/), open as long as that sandbox lives (its commands share it: their only way out
+ * is the session's proxy). open gives a handle and *net, or NULL with a message; close ends
+ * it, after the sandbox. */
+typedef struct {
+    void *(*open)(void *ctx, const char *key, const char *tenant, double created_at, const json_t *rules,
+                  const sandbox_network **net, char *errbuf, size_t errlen);
+    void (*close)(void *ctx, void *handle);
+    void *ctx;
+} warm_session_network;
+
 typedef struct {
     int max_ready;    /* SANDBOX_WARM_MAX; 0: no sandbox is booted ahead */
     int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
@@ -42,6 +56,7 @@ typedef struct {
     int spares;       /* SANDBOX_WARM_NEW: spares per tenant (0: new sessions start cold) */
     bool sessions;    /* SANDBOX_EXEC_MODE=session: sessions get a sandbox of their own */
     warm_spare_disks disks;
+    warm_session_network net;
 } warm_settings;
 
 /* NULL with a message when the thread cannot start; NULL without one (errbuf "") when
@@ -83,14 +98,16 @@ void warm_forget(warm_pool *w, const char *key);
  * with the agent). */
 bool warm_sessions(const warm_pool *w);
 
-/* Boots key's own sandbox (over workspace, for tenant) unless it has one. */
-void warm_want_session(warm_pool *w, const char *key, const char *workspace, const char *tenant);
+/* Boots session s's own sandbox (over its workspace, for tenant; on its egress network when
+ * it has rules) unless it has one. */
+void warm_want_session(warm_pool *w, const session *s, const char *tenant);
 
-/* Runs command in key's own sandbox (booting it first when it has none; with wait, waiting for
- * a boot under way) with o's per-command options. 0 ran, -1 failed (errbuf), 1 not run there:
- * run it another way (the session's is busy with a parallel command or still booting, none
- * could be had, or it cannot take this command). Sessions with a network always get 1. */
-int warm_session_run(warm_pool *w, const char *key, const sandbox_opts *o, const char *command,
+/* Runs command in session s's own sandbox (booting it first when it has none; with wait,
+ * waiting for a boot under way) with o's per-command options (o->network unset: a session
+ * with egress has its network in its sandbox). 0 ran, -1 failed (errbuf), 1 not run there:
+ * run it another way (every slot of the session's busy with parallel commands, still
+ * booting, none could be had, or it cannot take this command). */
+int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
                      int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen);
 
 /* For a server exiting without cleanup (_exit): kills the processes of every sandbox held,

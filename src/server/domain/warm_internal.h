@@ -25,7 +25,7 @@ typedef enum {
     E_BOOTING,  /* runsc started, the waiter has not said "R" yet */
     E_READY,    /* booted, frozen, waiting for its command */
     E_DOOMED,   /* evicted or failed: the thread releases it */
-    E_LENT,     /* a session's own sandbox running a command (warm_session.c); never released */
+    E_LENT,     /* a session's own sandbox running commands (warm_session.c); never released */
 } entry_state;
 
 typedef struct {
@@ -39,8 +39,13 @@ typedef struct {
     bool doomed;        /* forgotten while starting: released once started */
     bool spare;         /* for the tenant's next new session: key and disk made when it starts */
     /* SANDBOX_EXEC_MODE=session (warm_session.c): the session's own long-lived sandbox, whose
-     * agent runs each of its commands; lent to a command and given back, never taken. */
+     * agent runs each of its commands; lent to commands (several at once) and given back,
+     * never taken. */
     bool session;
+    int borrowers;      /* E_LENT: the commands it is lent to */
+    json_t *egress;     /* its session's egress rules (NULL: none): its sandbox's network */
+    double created_at;  /* its session's (for the egress pass) */
+    void *net;          /* that network (warm_session_network's handle) while its sandbox lives */
     bool reboot;        /* a session's sandbox that died: once released, its next boots */
 } entry;
 
@@ -63,12 +68,15 @@ void warm_wake(warm_pool *w);
 
 /* key's entry of that kind (a session's own sandbox, or one booted ahead for one command),
  * spares aside; NULL when none. Locked. */
-entry *warm_find_kind(warm_pool *w, const char *key, bool session);
+entry *warm_find_kind(warm_pool *w, const char *key, bool own_sandbox);
 
 /* A free entry, locked; when full, the longest unused waiting one is doomed and NULL. */
 entry *warm_free_entry_locked(warm_pool *w);
 
 /* Fills a free entry as a pending want (key NULL: a spare); false when out of memory. */
 bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant);
+
+/* Frees what e holds (not its sandbox nor its network) and makes it E_FREE. */
+void warm_clear_entry(entry *e);
 
 #endif

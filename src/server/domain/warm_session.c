@@ -1,8 +1,10 @@
 /* A session's own sandbox in the warm table (SANDBOX_EXEC_MODE=session, see warm.h): wanted
- * when the session is made, lent to one command at a time and given back. */
+ * when the session is made, lent to its commands (up to AGENT_SLOTS at once, each in its own
+ * container there) and given back. */
 #include "domain/warm_internal.h"
 
 #include "sandbox/session_sandbox.h"
+#include "../../agent/frames.h"
 
 #include <poll.h>
 #include <string.h>
@@ -18,26 +20,30 @@ bool warm_sessions(const warm_pool *w)
     return w && w->ws.sessions;
 }
 
-/* key's own entry, a pending want made when it has none; NULL when the table has no room. */
-static entry *want_locked(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+/* s's own entry, a pending want made when it has none; NULL when the table has no room. */
+static entry *want_locked(warm_pool *w, const session *s, const char *tenant)
 {
-    entry *e = warm_find_kind(w, key, true);
+    entry *e = warm_find_kind(w, s->id, true);
     if (!e && !w->stopping && (e = warm_free_entry_locked(w)) != NULL) {
-        if (warm_fill_entry(e, key, workspace, tenant))
-            e->session = true;
-        else
-            e = NULL;
+        if (!warm_fill_entry(e, s->id, s->workspace, tenant))
+            return NULL;
+        e->session = true;
+        e->created_at = s->created_at;
+        if (json_array_size(s->egress) > 0 && !(e->egress = json_deep_copy(s->egress))) {
+            warm_clear_entry(e); /* never a sandbox without its session's network */
+            return NULL;
+        }
     }
     warm_wake(w);
     return e;
 }
 
-void warm_want_session(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+void warm_want_session(warm_pool *w, const session *s, const char *tenant)
 {
-    if (!warm_sessions(w) || strlen(key) >= KEY_MAX || !key[0])
+    if (!warm_sessions(w) || strlen(s->id) >= KEY_MAX || !s->id[0])
         return;
     pthread_mutex_lock(&w->mu);
-    (void)want_locked(w, key, workspace, tenant);
+    (void)want_locked(w, s, tenant);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -49,12 +55,14 @@ static bool client_gone(int fd)
     return poll(&pf, 1, 0) > 0 && (pf.revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
 }
 
-/* key's own entry once it is ready, now lent to the caller; with wait, a boot under way is
- * waited for. NULL when there is none to be had. Locked. */
-static entry *lend(warm_pool *w, const char *key, const sandbox_opts *o, bool wait)
+/* key's own entry once it is ready, now lent to the caller (too when lent to other commands
+ * with a slot to spare); with wait, a boot under way is waited for. NULL when there is none
+ * to be had. Locked. */
+static entry *lend(warm_pool *w, const session *s, const sandbox_opts *o, bool wait)
 {
+    const char *key = s->id;
     int64_t until = warm_now_ms() + (wait ? SESSION_WAIT_MS : 0);
-    entry *e = want_locked(w, key, o->workspace_dir, o->tenant);
+    entry *e = want_locked(w, s, o->tenant);
     while (e && (e->state == E_PENDING || e->state == E_STARTING || e->state == E_BOOTING)) {
         if (e->state == E_BOOTING)
             sandbox_boot_hurry(e->sb);
@@ -70,19 +78,26 @@ static entry *lend(warm_pool *w, const char *key, const sandbox_opts *o, bool wa
         (void)pthread_cond_timedwait(&w->changed, &w->mu, &ts);
         e = warm_find_kind(w, key, true);
     }
+    if (e && e->state == E_LENT && e->borrowers < AGENT_SLOTS && !e->doomed) {
+        e->borrowers++;
+        return e;
+    }
     if (!e || e->state != E_READY)
         return NULL;
     e->state = E_LENT;
+    e->borrowers = 1;
     return e;
 }
 
-int warm_session_run(warm_pool *w, const char *key, const sandbox_opts *o, const char *command,
+int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
                      int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen)
 {
-    if (!warm_sessions(w) || o->network || strlen(key) >= KEY_MAX || !key[0])
+    if (!warm_sessions(w) || o->network || strlen(s->id) >= KEY_MAX || !s->id[0])
         return 1;
+    if (json_array_size(s->egress) > 0 && !w->ws.net.open)
+        return 1; /* no way to give its sandbox the session's network */
     pthread_mutex_lock(&w->mu);
-    entry *e = w->stopping ? NULL : lend(w, key, o, wait);
+    entry *e = w->stopping ? NULL : lend(w, s, o, wait);
     pthread_mutex_unlock(&w->mu);
     if (!e)
         return 1;
@@ -90,7 +105,9 @@ int warm_session_run(warm_pool *w, const char *key, const sandbox_opts *o, const
     int rc = sandbox_session_run(e->sb, o, command, timeout_seconds, out, errbuf, errlen);
     pthread_mutex_lock(&w->mu);
     e->used_ms = warm_now_ms();
-    if (sandbox_session_usable(e->sb) && !e->doomed) {
+    if (--e->borrowers > 0) {
+        /* the last command out decides */
+    } else if (sandbox_session_usable(e->sb) && !e->doomed) {
         e->state = E_READY;
     } else {
         e->reboot = true; /* unless its session ended (doomed) */

@@ -102,6 +102,22 @@ static int open_tenants(server *s)
     return a->lim && a->slots ? 0 : fail(s, "out of memory");
 }
 
+/* A session's own sandbox with egress (domain/warm.h): its network is egress's, for as long as
+ * the sandbox lives. */
+static void *session_net_open(void *ctx, const char *key, const char *tenant, double created_at, const json_t *rules,
+                              const sandbox_network **net, char *errbuf, size_t errlen)
+{
+    egress_sandbox *sb = egress_sandbox_open(ctx, key, tenant, created_at, rules, errbuf, errlen);
+    if (sb)
+        *net = egress_sandbox_network(sb);
+    return sb;
+}
+
+static void session_net_close(void *ctx, void *handle)
+{
+    egress_sandbox_close(ctx, handle);
+}
+
 /* Spares (domain/warm.h): their disks are the registry's, their sandboxes the warm pool's. */
 static int spare_disk_make(void *ctx, char *id, size_t id_len, char **workspace)
 {
@@ -139,7 +155,8 @@ static int open_warm_pool(server *s)
     warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
                         .max_booting = c->warm_booting, .spares = c->warm_new,
                         .sessions = c->sandbox.session_mode,
-                        .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a}};
+                        .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a},
+                        .net = {.open = session_net_open, .close = session_net_close, .ctx = s->a.egress}};
     s->err[0] = '\0';
     s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
     if (!s->a.warm && s->err[0])

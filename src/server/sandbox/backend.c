@@ -145,7 +145,10 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
-    s->cmd_w = s->ready_r = s->events_r = -1;
+    s->cmd_w = s->ready_r = -1;
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        s->slot_r[i] = -1;
+    pthread_mutex_init(&s->agent_mu, NULL);
     s->child.pid = -1;
     s->child.out = s->child.err = -1;
     if (o->boot_ahead) {
@@ -205,9 +208,11 @@ void sandbox_release(sandbox *s)
 {
     if (!s)
         return;
-    if (s->events_r >= 0)
-        close(s->events_r);
+    for (int i = 0; i < AGENT_SLOTS; i++)
+        if (s->slot_r[i] >= 0)
+            close(s->slot_r[i]);
     s->b->ops->release(s);
+    pthread_mutex_destroy(&s->agent_mu);
     free(s->workspace_dir);
     free(s);
 }

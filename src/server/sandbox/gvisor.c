@@ -123,7 +123,7 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
     return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
 }
 
-#define RUNSC_ARGV_MAX 22
+#define RUNSC_ARGV_MAX 28
 
 /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
  * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's
@@ -144,9 +144,13 @@ static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
         argv[n++] = "--pass-fd";
         argv[n++] = "5:4";
     }
-    if (s->agent) { /* its frames back */
-        argv[n++] = "--pass-fd";
-        argv[n++] = "6:5";
+    if (s->agent) { /* its frames back, a channel per slot */
+        static const char *const slots[] = {"6:5", "7:6", "8:7", "9:8"};
+        _Static_assert(sizeof slots / sizeof slots[0] == AGENT_SLOTS, "a --pass-fd per agent slot");
+        for (int i = 0; i < AGENT_SLOTS; i++) {
+            argv[n++] = "--pass-fd";
+            argv[n++] = slots[i];
+        }
     }
     argv[n++] = "--bundle";
     argv[n++] = s->bundle;
@@ -211,36 +215,43 @@ static void close_fd(int *fd)
  * the boot goes on after this returns: gvisor_boot_check tells when it is done. */
 static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
 {
-    int cmd[2] = {-1, -1}, ready[2] = {-1, -1}, events[2] = {-1, -1};
+    /* pipes[0]: commands; [1]: "R"; [2..]: the agent's frames, a pipe per slot */
+    enum { NPIPES = 2 + AGENT_SLOTS };
+    int pipes[NPIPES][2];
+    int npipes = s->agent ? NPIPES : 2;
+    for (int i = 0; i < NPIPES; i++)
+        pipes[i][0] = pipes[i][1] = -1;
     if (write_spec(s, NULL, errbuf, errlen) != 0)
         return -1;
-    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(ready, O_CLOEXEC) != 0 ||
-        (s->agent && pipe2(events, O_CLOEXEC) != 0)) {
-        snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
-        close_fd(&cmd[0]);
-        close_fd(&cmd[1]);
-        close_fd(&ready[0]);
-        close_fd(&ready[1]);
-        return -1;
-    }
+    for (int i = 0; i < npipes; i++)
+        if (pipe2(pipes[i], O_CLOEXEC) != 0) {
+            snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
+            for (int j = 0; j < i; j++) {
+                close_fd(&pipes[j][0]);
+                close_fd(&pipes[j][1]);
+            }
+            return -1;
+        }
     const char *argv[RUNSC_ARGV_MAX];
     runsc_run_argv(s, argv);
-    int pass[3] = {cmd[0], ready[1], events[1]};
+    int pass[NPIPES];
+    pass[0] = pipes[0][0]; /* the sandbox reads commands, writes the rest */
+    for (int i = 1; i < npipes; i++)
+        pass[i] = pipes[i][1];
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .pass_fds = pass,
-                       .npass_fds = s->agent ? 3 : 2, .pre_exec = s->network ? hide_proc_sys_net : NULL};
+                       .npass_fds = npipes, .pre_exec = s->network ? hide_proc_sys_net : NULL};
     int rc = sbx_proc_start(&o, &s->child, errbuf, errlen);
-    close_fd(&cmd[0]);
-    close_fd(&ready[1]);
-    close_fd(&events[1]);
+    for (int i = 0; i < npipes; i++)
+        close_fd(&pipes[i][i == 0 ? 0 : 1]);
     if (rc != 0) {
-        close_fd(&cmd[1]);
-        close_fd(&ready[0]);
-        close_fd(&events[0]);
+        for (int i = 0; i < npipes; i++)
+            close_fd(&pipes[i][i == 0 ? 1 : 0]);
         return -1;
     }
-    s->cmd_w = cmd[1];
-    s->ready_r = ready[0];
-    s->events_r = events[0];
+    s->cmd_w = pipes[0][1];
+    s->ready_r = pipes[1][0];
+    for (int i = 2; i < npipes; i++)
+        s->slot_r[i - 2] = pipes[i][0];
     return 0;
 }
 

@@ -7,6 +7,9 @@
 #include "sandbox/proc.h"
 #include "sandbox/rootfs.h"
 #include "sandbox/sandbox.h"
+#include "../../agent/frames.h"
+
+#include <pthread.h>
 
 #define MEMORY_LIMIT (256ull * 1024 * 1024)
 #define NPROC_LIMIT 64
@@ -68,9 +71,14 @@ struct sandbox {
     bool booted;          /* "R" arrived (and the sandbox was frozen) */
     bool sent;            /* the command was handed over: no cold retry any more */
     /* A session's long-lived sandbox (sandbox_opts.agent): cmd_w carries requests to the
-     * agent, events_r its frames back (sandbox/session_sandbox.c). */
+     * agent, slot_r[i] the frames back of the command in slot i (sandbox/session_sandbox.c);
+     * commands run there at once up to AGENT_SLOTS. agent_mu guards cmd_w's frames, the
+     * slots, running and the thaw/freeze they decide. */
     bool agent;
-    int events_r;
+    int slot_r[AGENT_SLOTS];
+    unsigned slots_busy;  /* bit i: slot i has a command */
+    int running;          /* commands under way (the sandbox is thawed while > 0) */
+    pthread_mutex_t agent_mu;
 };
 
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until

@@ -1,7 +1,7 @@
 /* Commands through a session sandbox's agent (see session_sandbox.h): the request frame on
- * the agent's command pipe, then its frames back (output, exit) read under a deadline, the
- * output budget, the tap and the client's cancel; the sandbox thawed for the command and
- * frozen again after it. The agent enforces the timeout itself (it kills the command's PID
+ * the agent's command pipe, then its frames back (output, exit) on the command's slot's own
+ * pipe, read under a deadline, the output budget, the tap and the client's cancel; several
+ * commands at once, one per slot; the sandbox thawed while any runs and frozen after the last. The agent enforces the timeout itself (it kills the command's PID
  * namespace); a sandbox whose agent does not answer by the timeout plus a grace is killed. */
 #include "sandbox/session_sandbox.h"
 
@@ -48,14 +48,15 @@ static int64_t now_ms(void)
 
 /* The 'C' frame: timeout, command, the sandbox's environment. NULL when out of memory or
  * too long for the agent. */
-static unsigned char *request_frame(const sandbox *s, const char *command, int timeout_seconds, size_t *len)
+static unsigned char *request_frame(const sandbox *s, unsigned slot, const char *command, int timeout_seconds,
+                                    size_t *len)
 {
     const char *env[SBX_ENV_ALL_MAX];
     sbx_env_with_network(s, env);
     size_t clen = strlen(command);
     if (clen >= SBX_WAITER_COMMAND_MAX)
         return NULL;
-    size_t payload = 4 + clen + 1;
+    size_t payload = 1 + 4 + clen + 1;
     for (size_t i = 0; env[i]; i++)
         payload += strlen(env[i]) + 1;
     unsigned char *f = malloc(5 + payload);
@@ -63,8 +64,9 @@ static unsigned char *request_frame(const sandbox *s, const char *command, int t
         return NULL;
     f[0] = 'C';
     frame_put_u32(f + 1, (uint32_t)payload);
-    frame_put_u32(f + 5, (uint32_t)timeout_seconds * 1000u);
-    unsigned char *p = f + 9;
+    f[5] = (unsigned char)slot;
+    frame_put_u32(f + 6, (uint32_t)timeout_seconds * 1000u);
+    unsigned char *p = f + 10;
     memcpy(p, command, clen + 1);
     p += clen + 1;
     for (size_t i = 0; env[i]; i++) {
@@ -76,8 +78,12 @@ static unsigned char *request_frame(const sandbox *s, const char *command, int t
     return f;
 }
 
-/* What the frames said. */
+/* One command's run: its slot and per-command options, and what the frames said. */
 typedef struct {
+    unsigned slot;
+    int events_r;   /* its slot's frames */
+    int cancel_fd;  /* sandbox_opts.cancel_fd */
+    const sandbox_tap *tap;
     sbx_proc_result r;
     bool ended;     /* 'X' came */
     int code;
@@ -87,20 +93,20 @@ typedef struct {
 } agent_run;
 
 /* Reads one frame from the agent and takes it in (its output to the tap too, with to_tap). */
-static void take_frame(sandbox *s, agent_run *a, bool to_tap, char *errbuf, size_t errlen)
+static void take_frame(agent_run *a, bool to_tap, char *errbuf, size_t errlen)
 {
     unsigned char h[FRAME_HEADER];
     static _Thread_local char payload[FRAME_OUTPUT_MAX];
-    if (frame_read_all(s->events_r, h, FRAME_HEADER) != 0) {
+    if (frame_read_all(a->events_r, h, FRAME_HEADER) != 0) {
         a->gone = true;
         return;
     }
     uint32_t n = frame_get_u32(h + 1);
-    if (n > FRAME_OUTPUT_MAX || frame_read_all(s->events_r, payload, n) != 0) {
+    if (n > FRAME_OUTPUT_MAX || frame_read_all(a->events_r, payload, n) != 0) {
         a->gone = true;
         return;
     }
-    const sandbox_tap *tap = to_tap ? s->tap : NULL;
+    const sandbox_tap *tap = to_tap ? a->tap : NULL;
     switch (h[0]) {
     case '1':
     case '2':
@@ -131,7 +137,8 @@ static void take_frame(sandbox *s, agent_run *a, bool to_tap, char *errbuf, size
     }
 }
 
-/* Thaws s for its command: the first one also gets the command's limits (sbx_cg_begin_command). */
+/* Thaws s for its commands: the first one also gets the command's limits (sbx_cg_begin_command).
+ * Under agent_mu, when no other command runs. */
 static int begin(sandbox *s, char *errbuf, size_t errlen)
 {
     if (!s->sent) {
@@ -150,11 +157,19 @@ static int begin(sandbox *s, char *errbuf, size_t errlen)
     return 0;
 }
 
-/* Kills the sandbox for good (a command that outlived its timeout, a broken agent). */
+/* Kills the sandbox for good (a command that outlived its timeout, a broken agent). Under
+ * agent_mu. */
 static void kill_sandbox(sandbox *s)
 {
     s->ran = true; /* unusable from now on */
     (void)sbx_cg_kill_all_except(&s->cg, s->child.pid);
+}
+
+static void kill_sandbox_now(sandbox *s)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    kill_sandbox(s);
+    pthread_mutex_unlock(&s->agent_mu);
 }
 
 /* Reads the agent's frames until the command ends, its deadline passes or the sandbox dies. */
@@ -163,13 +178,13 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
     int64_t deadline = now_ms() + (int64_t)timeout_seconds * 1000;
     int64_t give_up = deadline + AGENT_GRACE_MS;
     bool asked_kill = false;
-    const sandbox_tap *tap = s->tap;
+    const sandbox_tap *tap = a->tap;
     while (!a->ended && !a->failed && !a->not_started && !a->gone) {
         if (tap)
             tap->output(tap->ctx, 0, NULL, 0);
         int64_t now = now_ms();
         if (now >= give_up) {
-            kill_sandbox(s);
+            kill_sandbox_now(s);
             a->r.timed_out = !a->r.cancelled;
             a->code = -1;
             return;
@@ -183,31 +198,74 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
         if (tap_full && tap->room_fd >= 0)
             pf[n++] = (struct pollfd){.fd = tap->room_fd, .events = POLLIN};
         if (!tap_full) {
-            pf[n] = (struct pollfd){.fd = s->events_r, .events = POLLIN};
+            pf[n] = (struct pollfd){.fd = a->events_r, .events = POLLIN};
             i_ev = (int)n++;
         }
-        if (s->cancel_fd > 0 && !asked_kill) {
-            pf[n] = (struct pollfd){.fd = s->cancel_fd, .events = POLLRDHUP};
+        if (a->cancel_fd > 0 && !asked_kill) {
+            pf[n] = (struct pollfd){.fd = a->cancel_fd, .events = POLLRDHUP};
             i_cancel = (int)n++;
         }
         int wait = (int)(give_up - now < TICK_MS ? give_up - now : TICK_MS);
         if (tap && tap->tick_ms > 0 && wait > tap->tick_ms)
             wait = tap->tick_ms;
         if (poll(pf, n, wait) < 0 && errno != EINTR) {
-            kill_sandbox(s);
+            kill_sandbox_now(s);
             a->gone = true;
             return;
         }
         if (i_cancel >= 0 && (pf[i_cancel].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) {
-            static const unsigned char k[5] = {'K', 0, 0, 0, 0};
+            unsigned char k[6] = {'K', 1, 0, 0, 0, (unsigned char)a->slot};
             asked_kill = true;
             a->r.cancelled = true;
+            pthread_mutex_lock(&s->agent_mu);
             if (frame_write_all(s->cmd_w, k, sizeof k) != 0)
                 a->gone = true;
+            pthread_mutex_unlock(&s->agent_mu);
         }
         if (i_ev >= 0 && pf[i_ev].revents)
-            take_frame(s, a, now < deadline, errbuf, errlen);
+            take_frame(a, now < deadline, errbuf, errlen);
     }
+}
+
+/* Takes a free slot of s for a command, thawing s for the first one: its slot, -1 when none is
+ * free (the caller runs the command another way), -2 when s cannot be thawed (killed). */
+static int take_slot(sandbox *s, char *errbuf, size_t errlen)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    int slot = -1;
+    for (int i = 0; i < AGENT_SLOTS && slot < 0; i++)
+        if (!(s->slots_busy & (1u << i)) && s->slot_r[i] >= 0)
+            slot = i;
+    if (slot >= 0 && s->running == 0 && begin(s, errbuf, errlen) != 0) {
+        kill_sandbox(s);
+        slot = -2;
+    }
+    if (slot >= 0) {
+        s->slots_busy |= 1u << slot;
+        s->running++;
+    }
+    pthread_mutex_unlock(&s->agent_mu);
+    return slot;
+}
+
+/* The command of slot ended: the memory's verdict (oom, limit_hit); the last one out freezes s
+ * (or kills it when the agent is gone or the memory limit took the sentry down). */
+static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    bool oom = false;
+    *limit_hit = false;
+    sbx_cg_oom_status(&s->cg, &oom, limit_hit);
+    if (gone || oom) /* a host OOM kill takes the whole sentry down */
+        kill_sandbox(s);
+    s->slots_busy &= ~(1u << slot);
+    if (--s->running == 0) {
+        sbx_cg_end_command(&s->cg);
+        if (!s->ran && sbx_cg_freeze(&s->cg, true) != 0)
+            kill_sandbox(s); /* never leave it running idle */
+    }
+    pthread_mutex_unlock(&s->agent_mu);
+    return oom;
 }
 
 int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, int timeout_seconds,
@@ -224,37 +282,38 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
         timeout_seconds = 1;
     if (timeout_seconds > 86400)
         timeout_seconds = 86400;
+    int slot = take_slot(s, errbuf, errlen);
+    if (slot < 0)
+        return 1;
     size_t len;
-    unsigned char *frame = request_frame(s, command ? command : "", timeout_seconds, &len);
-    if (!frame)
-        return 1;
-    sandbox_set_command(s, o);
-    if (begin(s, errbuf, errlen) != 0) {
-        free(frame);
-        kill_sandbox(s);
-        return 1;
-    }
+    unsigned char *frame = request_frame(s, (unsigned)slot, command ? command : "", timeout_seconds, &len);
     agent_run a;
     memset(&a, 0, sizeof a);
-    capture_init(&a.r.out, s->output_limit);
-    capture_init(&a.r.err, s->output_limit);
+    a.slot = (unsigned)slot;
+    a.events_r = s->slot_r[slot];
+    a.cancel_fd = o->cancel_fd;
+    a.tap = o->tap;
+    size_t limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
+    capture_init(&a.r.out, limit);
+    capture_init(&a.r.err, limit);
+    if (!frame) {
+        bool hit;
+        (void)give_slot(s, slot, false, &hit);
+        return 1;
+    }
+    pthread_mutex_lock(&s->agent_mu);
     if (frame_write_all(s->cmd_w, frame, len) != 0)
         a.gone = true;
+    pthread_mutex_unlock(&s->agent_mu);
     free(frame);
     if (!a.gone)
         collect(s, timeout_seconds, &a, errbuf, errlen);
-    bool oom = false, limit_hit = false;
-    sbx_cg_oom_status(&s->cg, &oom, &limit_hit);
-    sbx_cg_end_command(&s->cg);
-    if (a.gone || oom) { /* a host OOM kill takes the whole sentry down */
-        kill_sandbox(s);
-        if (!oom && !a.r.cancelled && !a.r.timed_out) {
-            sbx_proc_result_free(&a.r);
-            snprintf(errbuf, errlen, "the session's sandbox %s died", s->id);
-            return -1;
-        }
-    } else if (sbx_cg_freeze(&s->cg, true) != 0) {
-        kill_sandbox(s); /* never leave it running idle */
+    bool limit_hit = false;
+    bool oom = give_slot(s, slot, a.gone, &limit_hit);
+    if (a.gone && !oom && !a.r.cancelled && !a.r.timed_out) {
+        sbx_proc_result_free(&a.r);
+        snprintf(errbuf, errlen, "the session's sandbox %s died", s->id);
+        return -1;
     }
     if (a.failed) {
         sbx_proc_result_free(&a.r);
@@ -262,7 +321,7 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     }
     if (a.not_started) { /* its next command gets a new sandbox; this one runs another way */
         fprintf(stderr, "airlockd: %s; the command runs in a sandbox of its own\n", errbuf);
-        kill_sandbox(s);
+        kill_sandbox_now(s);
         sbx_proc_result_free(&a.r);
         return 1;
     }
@@ -275,7 +334,10 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     return 0;
 }
 
-bool sandbox_session_usable(const sandbox *s)
+bool sandbox_session_usable(sandbox *s)
 {
-    return s->agent && s->booted && !s->ran && s->cmd_w >= 0 && s->events_r >= 0;
+    pthread_mutex_lock(&s->agent_mu);
+    bool ok = s->agent && s->booted && !s->ran && s->cmd_w >= 0 && s->slot_r[0] >= 0;
+    pthread_mutex_unlock(&s->agent_mu);
+    return ok;
 }

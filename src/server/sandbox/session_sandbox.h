@@ -3,7 +3,8 @@
  * (src/agent/agent.c), which runs each command handed to it here in a fresh container of its
  * own (new PID, mount, IPC and UTS namespaces; a new overlay root, /tmp, /dev/shm and /proc;
  * uid 1000 without capabilities) and streams its output back. Between commands the sandbox is
- * frozen. One command at a time per sandbox (the caller holds it while it runs); results are
+ * frozen. Up to AGENT_SLOTS commands at once (each in its own container, on a channel of its
+ * own; the sandbox frozen once none runs); results are
  * those of sandbox_run (exit code, timeout, memory, output budget, tap, cancel). */
 #ifndef AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
 #define AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
@@ -15,13 +16,13 @@
 /* Runs `/bin/bash -c command` through s's agent with o's per-command options (output budget,
  * cancel descriptor, tap; the rest of o was fixed at its boot) and a wall clock of
  * timeout_seconds (1..86400). 0 when the command ran (whatever its end), 1 when it did not
- * start there (too long for the agent, or the agent could not make its container: run it in
- * a sandbox of its own), -1 when it failed (message in errbuf). Afterwards sandbox_session_usable says whether s takes another one. */
+ * start there (too long for the agent, every slot taken, or the agent could not make its
+ * container: run it in a sandbox of its own), -1 when it failed (message in errbuf). Afterwards sandbox_session_usable says whether s takes another one. */
 int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, int timeout_seconds,
                         sandbox_result *out, char *errbuf, size_t errlen);
 
 /* False once s's sandbox died or was killed (memory limit, an agent that stopped answering):
  * release it; the session's next command needs a new one. */
-bool sandbox_session_usable(const sandbox *s);
+bool sandbox_session_usable(sandbox *s);
 
 #endif
