@@ -38,11 +38,9 @@ BUILD      ?= build
 RUNSC      ?= $(CURDIR)/.deps/runsc/usr/bin/runsc
 
 CORE_SRC   := src/core/core.c
-CORE_PARTS := $(wildcard src/core/*.c src/core/*.h)
 # airlockd's sources live in folders under src/server (http/, api/, domain/, sandbox/, ...);
 # every include is spelled from src/server ("http/http.h"), hence -I src/server.
 SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
-SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
 # the first process of a sandbox booted ahead of its command (static: the sandbox has no loader
@@ -70,21 +68,47 @@ all: build
 
 build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(RAW_CURL_RATE)
 
-$(CORE_SO): $(CORE_PARTS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
-	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
+# Every build variant has its own folder (build/, build/asan, build/luajit, build/lua51, ...)
+# with its objects under $(BUILD)/obj, so variants never share an object and `make -j` builds
+# them side by side. -MMD writes each object's header dependencies beside it (.d, read back
+# below); the flags file makes every object of a variant rebuild when its compile flags change.
+OBJ         := $(BUILD)/obj
+FLAGS_FILE  := $(OBJ)/flags
+COMPILE     := $(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE)
+SERVER_CFLAGS := -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) $(SQLITE_CFLAGS) \
+  $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS)
+SERVER_LIBS := $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) \
+  $(CARES_LIBS) -lm -pthread
+SERVER_OBJ  := $(SERVER_SRC:src/server/%.c=$(OBJ)/server/%.o)
+# the core is one translation unit: core.c includes its parts
+CORE_OBJ    := $(OBJ)/core/core.o
 
-$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) -o $@ $(SERVER_SRC) \
-	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) -lm \
-	  -pthread $(SANITIZE)
+.PHONY: FORCE
+$(FLAGS_FILE): FORCE
+	@mkdir -p $(@D)
+	@echo '$(COMPILE) $(LUA_CFLAGS)' | cmp -s - $@ || echo '$(COMPILE) $(LUA_CFLAGS)' > $@
+
+$(CORE_OBJ): $(CORE_SRC) $(FLAGS_FILE)
+	@mkdir -p $(@D)
+	$(COMPILE) -MMD -MP -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) -c -o $@ $<
+
+$(CORE_SO): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LIBFLAG) $(SANITIZE) -o $@ $< $(CURL_LIBS)
+
+$(OBJ)/server/%.o: src/server/%.c $(FLAGS_FILE)
+	@mkdir -p $(@D)
+	$(COMPILE) -MMD -MP $(SERVER_CFLAGS) -c -o $@ $<
+
+$(AIRLOCKD): $(SERVER_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(SANITIZE) -o $@ $(SERVER_OBJ) $(SERVER_LIBS)
 
 $(WAITER): src/waiter/waiter.c
-	@mkdir -p $(dir $@)
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
+
+-include $(CORE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d)
 
 deps:
 	./scripts/install-deps.sh
