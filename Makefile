@@ -241,7 +241,7 @@ install: build
 # the .src.rock that carries it with the rockspec (what `luarocks pack` makes, zipped here
 # because pack would look for the tarball elsewhere), in build/dist/. Installs offline:
 #   luarocks --lua-version=5.4 install --deps-mode=none ./airlock-sandbox-<v>-1.src.rock
-DIST_FILES := Makefile README.md rockspec src/core lua bin docs examples
+DIST_FILES := Makefile README.md SECURITY.md CONTRIBUTING.md rockspec src/core lua bin docs examples
 dist:
 	@grep -q '^#define CORE_VERSION *"$(VERSION)"' src/core/internal.h || \
 	  { echo "dist: src/core/internal.h's CORE_VERSION is not $(VERSION)"; exit 1; }

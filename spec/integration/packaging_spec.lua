@@ -63,7 +63,8 @@ describe("make dist", function()
 
   it("makes a .src.rock that installs offline and loads from its tree alone #slow", function()
     -- A copy of the sources, so that nothing is built in the checkout.
-    local rc, out = run("cp -r Makefile README.md rockspec lua bin docs examples " .. q(work) ..
+    local rc, out = run("cp -r Makefile README.md SECURITY.md CONTRIBUTING.md rockspec lua bin docs examples "
+      .. q(work) ..
       " && mkdir -p " .. q(work .. "/src") .. " && cp -r src/core " .. q(work .. "/src/"))
     assert.are.equal(0, rc, out)
     rc, out = run("cd " .. q(work) .. " && make -s dist BUILD=build")

@@ -2,7 +2,8 @@
 -- walker (src/server/fs/walk.c) in spec/c/server_units_test.c; the output capture, the
 -- launcher's output budget and cancel descriptor, and the host-wide command slots
 -- (src/server/sandbox/capture.c, sandbox/proc.c, domain/slots.c) in
--- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c.
+-- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c;
+-- the settings' parsers and loader (src/server/config/) in spec/c/config_units_test.c.
 -- Lua 5.1-compatible (no <close>).
 local c_unit = require "support.c_unit"
 
@@ -28,6 +29,24 @@ describe("airlockd egress C units (addr, request, policy, pass, log)", function(
       "src/server/egress/request.c", "src/server/egress/policy.c", "src/server/egress/pass.c",
       "src/server/egress/log.c", "src/server/text/pyjson.c", "src/server/text/pystr.c", "src/server/text/utf8.c" },
       "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -lcrypto")
+    assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("airlockd settings C units (config/)", function()
+  it("parse every kind of value, name the setting in each error, never quote a key, load argv and env", function()
+    local sources = { "spec/c/config_units_test.c" }
+    for _, dir in ipairs({ "config", "http", "text" }) do
+      local p = assert(io.popen("ls src/server/" .. dir .. "/*.c"))
+      for f in p:lines() do sources[#sources + 1] = f end
+      p:close()
+    end
+    for _, f in ipairs({ "src/server/egress/policy.c", "src/server/egress/addr.c", "src/server/util/buf.c" }) do
+      sources[#sources + 1] = f
+    end
+    local out, ok = c_unit.run(sources,
+      "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -lmicrohttpd -pthread")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)

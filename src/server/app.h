@@ -3,7 +3,7 @@
 #ifndef AIRLOCKD_APP_H
 #define AIRLOCKD_APP_H
 
-#include "config.h"
+#include "config/config.h"
 #include "domain/limits.h"
 #include "domain/sessions.h"
 #include "domain/slots.h"
@@ -18,6 +18,7 @@
 
 typedef struct app {
     const config *cfg;
+    const char *state_dir; /* the claimed state directory (its real path) */
     tenants *tenants;      /* the configuration's tenants and those added at runtime */
     registry *reg;
     limits *lim;

@@ -35,7 +35,7 @@ typedef struct api_route {
     const char *pattern; /* the path; "{}" matches one non-empty segment, given as c->param */
     api_auth auth;       /* checked from the headers, before any body byte is read */
     bool json_body;      /* parse the body as FastAPI does (400/422) before answering 401 */
-    size_t max_body;     /* bytes (README "Limits"); a longer body is answered 413 unread */
+    size_t max_body;     /* bytes (docs/server.md "Limits"); a longer body is answered 413 unread */
     http_run run;        /* which worker pool runs the handler */
     api_handler handler;
 } api_route;

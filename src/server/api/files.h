@@ -10,7 +10,7 @@
 
 /* 403 quoting the path exactly as sent. */
 void files_send_denied(http_request *r, const char *path, size_t len);
-/* 400 for a path over the documented bounds (README "Limits"); false for any other rc. */
+/* 400 for a path over the documented bounds (docs/server.md "Limits"); false for any other rc. */
 bool files_send_path_bound(http_request *r, int rc);
 /* The ?path= query as Starlette decodes it (UTF-8 with replacement), malloc'd; NULL when a
  * 422 (missing) or 500 was sent. */

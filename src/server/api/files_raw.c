@@ -162,7 +162,7 @@ void *api_files_raw_admit(app *a, http_request *r, const api_call *c, http_admis
     }
     *u = (raw_upload){.a = a, .s = s, .path = path, .file = u->file, .base = used - replaced};
     /* the quota is checked as bytes arrive; past it the rest of the body is read and dropped
-     * so that the client gets the 413 quota answer, but not more than one quota more (README
+     * so that the client gets the 413 quota answer, but not more than one quota more (docs/server.md
      * "Limits": past twice the quota the connection gets 413 and is closed) */
     adm->body_cap = (size_t)s->quota_bytes * 2;
     adm->sink = (http_body_sink){.write = raw_write, .done = raw_done, .ctx = u};

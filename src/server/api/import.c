@@ -152,7 +152,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         http_send_detail(r, 429, text);
         return;
     }
-    int fd = temp_file(a->cfg->state_dir);
+    int fd = temp_file(a->state_dir);
     long long bytes = 0, files = 0;
     import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, &bytes, &msg);
     if (rc == IMPORT_OK) {

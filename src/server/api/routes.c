@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Body caps (README "Limits"): routes without a body read and ignore up to NO_BODY bytes;
+/* Body caps (docs/server.md "Limits"): routes without a body read and ignore up to NO_BODY bytes;
  * JSON of a few fields gets FIELDS; a file write carries the file. */
 #define NO_BODY (16u * 1024u)
 #define FIELDS (1024u * 1024u)

@@ -4,7 +4,7 @@
 #ifndef AIRLOCKD_AUTH_H
 #define AIRLOCKD_AUTH_H
 
-#include "config.h"
+#include "config/config.h"
 #include "domain/tenants.h"
 #include "store/keystore.h"
 

@@ -10,7 +10,7 @@
 
 /* The longest path a client may give (bytes) and the deepest it may reach (directory levels,
  * read lexically: "a/../b" reaches 1); the same bounds hold once symlinks are resolved
- * (README "Limits"). */
+ * (docs/server.md "Limits"). */
 #define PATH_MAX_BYTES 4096
 #define PATH_MAX_DEPTH 256
 

@@ -4,7 +4,7 @@
 #ifndef AIRLOCKD_TENANTS_H
 #define AIRLOCKD_TENANTS_H
 
-#include "config.h"
+#include "config/config.h"
 
 #include <stddef.h>
 

@@ -1,7 +1,6 @@
-/* The egress settings of the environment: the contract's SANDBOX_EGRESS_DNS and
- * SANDBOX_EGRESS_LOG_DIR, our bounds (SANDBOX_EGRESS_MAX_TUNNELS, _MAX_TUNNELS_TOTAL,
- * _IDLE_SECONDS), and the test-only AIRLOCK_TEST_EGRESS_MAP / _CA, refused unless
- * AIRLOCK_TEST_EGRESS=1. Read once at start (config.c), immutable after. */
+/* The egress settings: the contract's SANDBOX_EGRESS_DNS and SANDBOX_EGRESS_LOG_DIR, our
+ * bounds (SANDBOX_EGRESS_MAX_TUNNELS, _MAX_TUNNELS_TOTAL, _IDLE_SECONDS), and the test-only
+ * AIRLOCK_TEST_EGRESS_MAP / _CA. Loaded once at start by config/egress.c, immutable after. */
 #ifndef AIRLOCKD_EGRESS_SETTINGS_H
 #define AIRLOCKD_EGRESS_SETTINGS_H
 
@@ -32,8 +31,5 @@ typedef struct {
     size_t nmap;
     const char *test_ca;     /* a PEM file trusted inside sandboxes (test only) */
 } egress_settings;
-
-/* Fills s from the environment; -1 with a message naming the variable. */
-int egress_settings_load(egress_settings *s, char *errbuf, size_t errlen);
 
 #endif

@@ -70,7 +70,7 @@ typedef struct {
     unsigned queue;               /* requests waiting per pool; past it 503 + Retry-After */
 } http_limits;
 
-/* Documented in the README's server section (table "Limits"). */
+/* Documented in docs/server.md, "Limits". */
 #define HTTP_DEFAULT_MAX_CONNECTIONS 4096u
 #define HTTP_DEFAULT_MAX_PER_CLIENT 256u /* 4 SDK processes on one host (each opens at most 64) */
 #define HTTP_DEFAULT_HEADER_TIMEOUT 10u

@@ -3,7 +3,7 @@
 #ifndef AIRLOCKD_IMPORT_FETCH_H
 #define AIRLOCKD_IMPORT_FETCH_H
 
-#include "config.h"
+#include "config/config.h"
 #include "import/spec.h"
 
 /* GETs <cfg->import_base_url>/<owner>/<name>/archive/<ref>.tar.gz and writes the body of

@@ -66,15 +66,14 @@ static int mkdir_mode(const char *path, mode_t mode, char *errbuf, size_t errlen
     return 0;
 }
 
-/* Finds an executable: an explicit path, else each directory of $PATH. */
-static char *find_program(const char *explicit_path, const char *name)
+/* Finds an executable: an explicit path, else each directory of path (PATH). */
+static char *find_program(const char *explicit_path, const char *path, const char *name)
 {
     if (explicit_path && *explicit_path) {
         if (access(explicit_path, X_OK) != 0)
             return NULL;
         return realpath(explicit_path, NULL);
     }
-    const char *path = getenv("PATH");
     if (!path || !*path)
         path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
     char *copy = strdup(path);
@@ -91,11 +90,10 @@ static char *find_program(const char *explicit_path, const char *name)
     return found;
 }
 
-/* The waiter (airlock-waiter) into the root: $AIRLOCK_WAITER, else beside airlockd's own
+/* The waiter (airlock-waiter) into the root: AIRLOCK_WAITER (env), else beside airlockd's own
  * executable. Without it every sandbox boots with its command (said once). */
-static void add_waiter(sandbox_backend *b)
+static void add_waiter(sandbox_backend *b, const char *env)
 {
-    const char *env = getenv("AIRLOCK_WAITER");
     char *path = NULL;
     if (env && *env) {
         path = strdup(env);
@@ -433,8 +431,8 @@ static char *runsc_root_in_tmp(const char *state_dir, char *errbuf, size_t errle
     return strdup(name);
 }
 
-sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_path,
-                                      bool require_gvisor, char *errbuf, size_t errlen)
+sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_settings *set, char *errbuf,
+                                      size_t errlen)
 {
     if (errlen)
         errbuf[0] = '\0';
@@ -491,15 +489,15 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
     }
     if (sbx_rootfs_build(b->rootfs_dir, &b->rootfs, errbuf, errlen) != 0)
         goto fail;
-    add_waiter(b);
+    add_waiter(b, set->waiter);
     if (fs_rmtree(b->bundles_dir) != 0 || mkdir_mode(b->bundles_dir, 0700, errbuf, errlen)) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));
         goto fail;
     }
 
-    const char *want = runsc_path && *runsc_path ? runsc_path : getenv("AIRLOCK_RUNSC");
-    b->runsc = find_program(want, "runsc");
+    const char *want = set->runsc;
+    b->runsc = find_program(want, set->search_path, "runsc");
     char why[512] = "";
     if (!b->runsc) {
         snprintf(why, sizeof why, "runsc not found (%s)",
@@ -509,13 +507,13 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_p
         if (probe_backend(b, state_dir, why, sizeof why) == 0)
             return b;
     }
-    if (require_gvisor) {
+    if (set->require_gvisor) {
         snprintf(errbuf, errlen,
                  "gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: %s; "
                  "refusing the weaker bubblewrap fallback", why);
         goto fail;
     }
-    b->bwrap = find_program(NULL, "bwrap");
+    b->bwrap = find_program(NULL, set->search_path, "bwrap");
     if (!b->bwrap) {
         snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap (bwrap) not found", why);
         goto fail;

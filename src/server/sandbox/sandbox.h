@@ -85,15 +85,24 @@ typedef struct {
     bool boot_ahead;
 } sandbox_opts;
 
-/* Prepares the backend under state_dir (root filesystem, runsc state). runsc_path may be
- * NULL (then $AIRLOCK_RUNSC, then PATH). With require_gvisor and no working runsc, fails.
+/* Where the backend finds its programs, and what it may fall back to (config/config.h
+ * loads them from the flags and the environment). */
+typedef struct {
+    const char *runsc;       /* --runsc, else AIRLOCK_RUNSC; NULL: search search_path */
+    const char *waiter;      /* AIRLOCK_WAITER; NULL: airlock-waiter beside airlockd */
+    const char *search_path; /* PATH, for runsc and bwrap; NULL: the standard directories */
+    bool require_gvisor;     /* SANDBOX_REQUIRE_GVISOR=1: no bubblewrap fallback */
+} sandbox_settings;
+
+/* Prepares the backend under state_dir (root filesystem, runsc state), finding runsc as
+ * s says. With s->require_gvisor and no working runsc, fails.
  * First removes what a killed predecessor on the same state dir left on the host: the
  * processes and cgroups under this server's cgroup root (airlockd-<16 hex of SHA-256 of
  * the state dir's real path>, in every hierarchy), the processes of runsc containers under
  * its runsc root, and that root's state; never another server's.
  * Returns NULL with a message in errbuf on failure. */
-sandbox_backend *sandbox_backend_open(const char *state_dir, const char *runsc_path,
-                                      bool require_gvisor, char *errbuf, size_t errlen);
+sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_settings *s, char *errbuf,
+                                      size_t errlen);
 
 /* "gvisor" or "bubblewrap". */
 const char *sandbox_backend_name(const sandbox_backend *b);

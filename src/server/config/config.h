@@ -1,14 +1,19 @@
-/* airlockd configuration: command-line flags plus the SANDBOX_* environment (contract 2.9).
- * Immutable after startup, so threads read it without locking. */
+/* airlockd's settings: the command-line flags, the SANDBOX_* / AIRLOCK_* environment
+ * (contract 2.9) and the files it names, loaded once by config_load into one typed value.
+ * Immutable after startup, so threads read it without locking. No other module reads the
+ * environment: each receives its part of this value (http_limits, egress_settings,
+ * sandbox_settings, ...). The value parsers are in config/parse.h. */
 #ifndef AIRLOCKD_CONFIG_H
 #define AIRLOCKD_CONFIG_H
 
 #include "http/http.h"
 #include "egress/settings.h"
+#include "sandbox/sandbox.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* One tenant's settings (contract 2.2, 2.8). */
 typedef struct {
@@ -44,7 +49,6 @@ typedef struct config {
     long long disk_reserve_bytes; /* SANDBOX_DISK_RESERVE_MB: host space new images must leave free */
     const char *session_state;    /* SANDBOX_SESSION_STATE: a file; NULL = <state dir>/sessions.json */
     bool session_state_off;       /* SANDBOX_SESSION_STATE=off: sessions end with the server */
-    bool require_gvisor;
     int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
     http_limits http;           /* connections, deadlines, body memory, worker pools (README "Limits") */
     double shutdown_grace;      /* SANDBOX_SHUTDOWN_GRACE: seconds running requests get after SIGTERM */
@@ -53,13 +57,13 @@ typedef struct config {
     size_t output_limit;        /* SANDBOX_OUTPUT_MAX_KB (1024) in bytes: kept of each output stream */
     size_t read_limit;          /* SANDBOX_READ_MAX_MB (8) in bytes: the largest file /read returns */
     egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
+    sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, SANDBOX_REQUIRE_GVISOR */
     /* flags */
-    const char *listen_host;
+    char *listen_host;          /* --listen (allocated; default 127.0.0.1) */
     unsigned port;
     const char *unix_path;
-    const char *state_dir;
+    const char *state_dir;      /* --state-dir as given (main claims it: app.state_dir is its real path) */
     const char *port_file;
-    const char *runsc;
     const char *import_base_url; /* --import-base-url, else $AIRLOCK_IMPORT_BASE_URL, else https://github.com */
     int warm_max;               /* SANDBOX_WARM_MAX: sandboxes booted ahead at most (4 per CPU; 0: none) */
     int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */
@@ -67,9 +71,22 @@ typedef struct config {
     int warm_new;               /* SANDBOX_WARM_NEW: spares per tenant for new sessions (1; 0: none) */
 } config;
 
-/* Reads the environment into c (flags are set by the caller). Returns 0, or -1 with a
- * message naming the offending variable in err. */
-int config_load_env(config *c, char *err, size_t errlen);
+typedef enum {
+    CONFIG_OK,
+    CONFIG_HELP,         /* --help / -h: print config_usage to stdout, exit 0 */
+    CONFIG_UNKNOWN_FLAG, /* err names it; print config_usage to stderr too, exit 2 */
+    CONFIG_BAD_FLAG,     /* a flag without a value or with a bad one; err says which, exit 2 */
+    CONFIG_INVALID,      /* a setting of the environment (or a file it names); err names it */
+} config_status;
+
+/* Loads the flags of argv, then the environment envp (NULL-terminated "NAME=value", e.g.
+ * environ) and the files it names, into c. argv and envp must outlive c (strings point into
+ * them). On any status but CONFIG_OK, err holds the message (never a key's value); release c
+ * with config_free in every case. */
+config_status config_load(config *c, int argc, char **argv, char *const *envp, char *err, size_t errlen);
+
+/* The flags and variables, for --help. */
+void config_usage(FILE *f);
 
 /* The settings of a tenant first seen at runtime (through a self-service key): the "*"
  * limits and egress, or its own entries in SANDBOX_TENANT_LIMITS / SANDBOX_EGRESS_POLICY.

@@ -1,0 +1,290 @@
+/* airlockd's parts, each opened by one named step from the settings (run/server.h), and the
+ * way they stop and close. */
+#include "run/server.h"
+
+#include "api/routes.h"
+#include "run/signals.h"
+#include "sandbox/guard.h"
+#include "store/state_dir.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* After the grace period (or a second signal) running requests are stopped: this long for
+ * their commands to be killed and their answers sent. */
+#define CANCEL_WAIT_S 10
+
+static int fail(server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(server *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* First: nothing is created in, or removed from, a directory airlockd does not own. */
+static int claim_state_dir(server *s)
+{
+    if (state_dir_claim(s->cfg->state_dir, &s->state, &s->lock_fd, s->err, sizeof s->err) != 0)
+        return -1;
+    s->a.state_dir = s->state;
+    return 0;
+}
+
+/* The isolation backend, and the guard that cleans its cgroups if this process is killed. */
+static int open_sandboxes(server *s)
+{
+    char why[512] = "";
+    if (!(s->a.sb = sandbox_backend_open(s->state, &s->cfg->sandbox, why, sizeof why)))
+        return fail(s, "no isolation backend: %s", why);
+    const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
+    if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
+        fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", why);
+    if (s->cfg->egress.test_ca && sandbox_backend_trust_ca(s->a.sb, s->cfg->egress.test_ca, why, sizeof why) != 0)
+        return fail(s, "AIRLOCK_TEST_EGRESS_CA: %s", why);
+    return 0;
+}
+
+/* SANDBOX_AUDIT and SANDBOX_KEYSTORE, when set. */
+static int open_stores(server *s)
+{
+    const config *c = s->cfg;
+    if (c->audit_path && !(s->a.audit = audit_open(c->audit_path, c->audit_retention_days, s->err, sizeof s->err)))
+        return -1;
+    if (c->keystore_path && !(s->a.keys = keystore_open(c->keystore_path, s->err, sizeof s->err)))
+        return -1;
+    return 0;
+}
+
+static int open_disks(server *s)
+{
+    disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
+    return (s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err)) ? 0 : -1;
+}
+
+static int open_egress(server *s)
+{
+    char why[512] = "";
+    if (!(s->a.egress = egress_open(&s->cfg->egress, s->state, why, sizeof why)))
+        return fail(s, "egress: %s", why);
+    return 0;
+}
+
+/* The tenants, their request limits, and the host-wide command slots. */
+static int open_tenants(server *s)
+{
+    const config *c = s->cfg;
+    app *a = &s->a;
+    a->tenants = tenants_new(c);
+    a->lim = a->tenants ? limits_new(a->tenants) : NULL;
+    a->slots = a->tenants ? slots_new(c->max_running, tenants_capacity(a->tenants), 4 * c->max_running,
+                                      c->queue_seconds * 1000)
+                          : NULL;
+    return a->lim && a->slots ? 0 : fail(s, "out of memory");
+}
+
+/* Spares (domain/warm.h): their disks are the registry's, their sandboxes the warm pool's. */
+static int spare_disk_make(void *ctx, char *id, size_t id_len, char **workspace)
+{
+    app *a = ctx;
+    return a->reg ? registry_make_spare_disk(a->reg, id, id_len, workspace) : -1;
+}
+
+static void spare_disk_drop(void *ctx, const char *id)
+{
+    app *a = ctx;
+    if (a->reg)
+        registry_drop_spare_disk(a->reg, id);
+}
+
+static bool spare_adopt(void *ctx, size_t tenant, char *id, size_t id_len, char **workspace)
+{
+    app *a = ctx;
+    return warm_adopt_spare(a->warm, tenants_get(a->tenants, tenant)->name, id, id_len, workspace);
+}
+
+static void spares_drop_all(void *ctx)
+{
+    warm_drop_spares(((app *)ctx)->warm);
+}
+
+static void forget_warm(void *ctx, const char *session_id)
+{
+    warm_forget(ctx, session_id);
+}
+
+/* Sandboxes booted ahead; none (NULL without an error) when the backend cannot. */
+static int open_warm_pool(server *s)
+{
+    const config *c = s->cfg;
+    warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
+                        .max_booting = c->warm_booting, .spares = c->warm_new,
+                        .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a}};
+    s->err[0] = '\0';
+    s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
+    return !s->a.warm && s->err[0] ? -1 : 0;
+}
+
+/* The sessions (after the sandbox backend removed the predecessor's sandboxes, which held
+ * workspaces), saved where SANDBOX_SESSION_STATE says. */
+static int open_sessions(server *s)
+{
+    const config *c = s->cfg;
+    app *a = &s->a;
+    if (!c->session_state_off && !c->session_state && asprintf(&s->state_file, "%s/sessions.json", s->state) < 0) {
+        s->state_file = NULL;
+        return fail(s, "out of memory");
+    }
+    registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
+                        .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
+                        .tenants = a->tenants, .disk = s->disk};
+    if (!(a->reg = registry_new(&ro, s->err, sizeof s->err)))
+        return -1;
+    /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
+    registry_set_remove_hook(a->reg, egress_forget_session, a->egress);
+    /* a session's sandbox booted ahead goes before its disk is unmounted */
+    registry_set_destroy_hook(a->reg, forget_warm, a->warm);
+    s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
+    if (a->warm)
+        registry_set_spares(a->reg, &s->spares);
+    return 0;
+}
+
+int server_open(server *s, const config *cfg)
+{
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->lock_fd = -1;
+    s->a.cfg = cfg;
+    atomic_init(&s->a.exec_seq, 1);
+    int (*const steps[])(server *) = {claim_state_dir, open_sandboxes, open_stores,    open_disks,
+                                      open_egress,     open_tenants,   open_warm_pool, open_sessions};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+        if (steps[i](s) != 0)
+            return -1;
+    return 0;
+}
+
+/* Written to a temporary name and renamed, so a reader never sees a partial number. */
+static int write_port_file(const char *path, unsigned port)
+{
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.tmp", path) < 0)
+        return -1;
+    FILE *f = fopen(tmp, "w");
+    int rc = -1;
+    if (f) {
+        int w = fprintf(f, "%u\n", port);
+        if (fclose(f) == 0 && w > 0 && rename(tmp, path) == 0)
+            rc = 0;
+    }
+    if (rc)
+        unlink(tmp);
+    free(tmp);
+    return rc;
+}
+
+int server_listen(server *s)
+{
+    const config *c = s->cfg;
+    if (signals_catch() != 0)
+        return fail(s, "pipe: %s", strerror(errno));
+    http_options ho = {.host = c->listen_host, .port = c->port, .unix_path = c->unix_path,
+                       .admit = api_admit, .handler = api_handle, .cls = &s->a, .limits = c->http};
+    if (!(s->srv = http_start(&ho, s->err, sizeof s->err)))
+        return -1;
+    if (registry_start_reaper(s->a.reg) != 0)
+        return fail(s, "cannot start the session reaper");
+    if (c->port_file && write_port_file(c->port_file, http_port(s->srv)) != 0)
+        return fail(s, "--port-file %s: %s", c->port_file, strerror(errno));
+    fprintf(stderr, "airlockd listening on http://%s:%u%s%s (isolation: %s)\n", c->listen_host, http_port(s->srv),
+            c->unix_path ? " and unix:" : "", c->unix_path ? c->unix_path : "", sandbox_backend_name(s->a.sb));
+    return 0;
+}
+
+/* Waits until no request is in flight (true), or seconds pass or another signal comes. */
+static bool wait_for_requests(http_server *srv, double seconds)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        if (http_in_flight(srv) == 0)
+            return true;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9 >= seconds)
+            return false;
+        if (signals_poll(50))
+            return false;
+    }
+}
+
+bool server_stop(server *s)
+{
+    const config *c = s->cfg;
+    http_server *srv = s->srv;
+    s->srv = NULL;
+    http_quiesce(srv);
+    if (c->unix_path)
+        unlink(c->unix_path);
+    unsigned running = http_in_flight(srv);
+    if (running)
+        fprintf(stderr, "airlockd: waiting up to %.0f s for %u running requests (a second signal stops them now)\n",
+                c->shutdown_grace, running);
+    if (!wait_for_requests(srv, c->shutdown_grace)) {
+        fprintf(stderr, "airlockd: stopping %u running requests\n", http_in_flight(srv));
+        http_cancel(srv);
+        wait_for_requests(srv, CANCEL_WAIT_S);
+    }
+    bool stopped = http_stop(srv);
+    /* spares are no session's: their sandboxes and disks go; sessions are saved and their
+     * disks unmounted (those still in use once their request ends) */
+    warm_drop_spares(s->a.warm);
+    registry_shutdown(s->a.reg);
+    return stopped;
+}
+
+void server_abandon(server *s, int status)
+{
+    /* a handler is still inside a command or a download: freeing what it uses would be
+     * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
+    fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
+    warm_abandon(s->a.warm); /* frozen, they would outlive this process */
+    if (s->cfg->port_file)
+        unlink(s->cfg->port_file);
+    _exit(status);
+}
+
+void server_close(server *s, int status)
+{
+    app *a = &s->a;
+    if (s->srv && s->cfg->unix_path)
+        unlink(s->cfg->unix_path);
+    if (s->srv && !http_stop(s->srv))
+        _exit(status);
+    warm_drop_spares(a->warm); /* their disks are the registry's */
+    registry_free(a->reg);     /* before egress: removing sessions tells egress */
+    a->reg = NULL;
+    warm_free(a->warm);        /* after the sessions, whose removal forgets their sandboxes */
+    disk_pool_close(s->disk);
+    egress_close(a->egress);
+    limits_free(a->lim);
+    slots_free(a->slots);
+    tenants_free(a->tenants);
+    audit_close(a->audit);
+    keystore_close(a->keys);
+    if (a->sb)
+        sandbox_backend_close(a->sb);
+    if (s->cfg->port_file && status == 0)
+        unlink(s->cfg->port_file);
+    free(s->state);
+    free(s->state_file);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* the state directory is free for the next server */
+}
