@@ -30,9 +30,9 @@ local function with_server(opts, fn)
   assert(ok, err)
 end
 
--- A command that runs until the spec writes the file go in its workspace (60 s at most): it
+-- A command that runs until the spec writes the file go in its workspace (50 s at most): it
 -- holds its slot for as long as the spec needs, whatever the machine's load.
-local UNTIL_GO = "for _ in $(seq 600); do [ -e go ] && break; sleep 0.1; done"
+local UNTIL_GO = "for _ in $(seq 500); do [ -e go ] && break; sleep 0.1; done"
 
 -- Commands the tenant of key has begun, those waiting for a slot included (GET /v1/usage).
 local function commands_running(server, key)
@@ -60,9 +60,9 @@ describe("airlockd cgroups per tenant", function()
     local acme, other = server.tenants.acme, server.tenants.other
     local a = http_client.create(server, acme).json.session_id
     local o = http_client.create(server, other).json.session_id
-    local ja = http_client.exec_async(server, acme, a, UNTIL_GO, 90)
-    local ja2 = http_client.exec_async(server, acme, a, UNTIL_GO, 90)
-    local jo = http_client.exec_async(server, other, o, UNTIL_GO, 90)
+    local ja = http_client.exec_async(server, acme, a, UNTIL_GO, 60)
+    local ja2 = http_client.exec_async(server, acme, a, UNTIL_GO, 60)
+    local jo = http_client.exec_async(server, other, o, UNTIL_GO, 60)
     assert.truthy(wait_runs(server, 3) >= 3)
     local cpus = tonumber(proc.output("getconf _NPROCESSORS_ONLN"))
     assert.are.equal(tostring(math.floor(1024 * cpus / math.min(2, cpus))), read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-acme/cpu.shares"))
@@ -140,7 +140,7 @@ describe("airlockd host-wide command cap", function()
       local acme, other = server.tenants.acme, server.tenants.other
       local a = http_client.create(server, acme).json.session_id
       local o = http_client.create(server, other).json.session_id
-      local jobs = { http_client.exec_async(server, acme, a, UNTIL_GO, 90), http_client.exec_async(server, acme, a, UNTIL_GO, 90) }
+      local jobs = { http_client.exec_async(server, acme, a, UNTIL_GO, 60), http_client.exec_async(server, acme, a, UNTIL_GO, 60) }
       assert.are.equal(2, wait_runs(server, 2))
       local most = 0
       local third = http_client.exec_async(server, other, o, "echo over the cap", 30)
@@ -165,12 +165,12 @@ describe("airlockd host-wide command cap", function()
       local acme, other = server.tenants.acme, server.tenants.other
       local a = http_client.create(server, acme).json.session_id
       local o = http_client.create(server, other).json.session_id
-      local first = http_client.exec_async(server, acme, a, UNTIL_GO, 90)
+      local first = http_client.exec_async(server, acme, a, UNTIL_GO, 60)
       assert.are.equal(1, wait_runs(server, 1))
       -- acme's second command waits for the slot first, then the other tenant's
-      local second = http_client.exec_async(server, acme, a, "date +%s%N", 90)
+      local second = http_client.exec_async(server, acme, a, "date +%s%N", 60)
       assert.is_true(proc.wait_until(30, function() return commands_running(server, acme) == 2 end))
-      local others = http_client.exec_async(server, other, o, "date +%s%N", 90)
+      local others = http_client.exec_async(server, other, o, "date +%s%N", 60)
       assert.is_true(proc.wait_until(30, function() return commands_running(server, other) == 1 end))
       assert.are.equal(200, http_client.write(server, acme, a, "go", "").status)
       local most = 0

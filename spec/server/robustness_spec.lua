@@ -38,10 +38,10 @@ describe("airlockd robustness", function()
   it("serves file and usage calls while four commands of one tenant run", function()
     local id = http_client.create(server, key).json.session_id
     local jobs = {}
-    -- each command runs until the spec writes go (60 s at most): the calls below happen while
+    -- each command runs until the spec writes go (50 s at most): the calls below happen while
     -- they run, however long the calls take
     for i = 1, 4 do
-      jobs[i] = http_client.exec_async(server, key, id, "for _ in $(seq 600); do [ -e go ] && break; sleep 0.1; done; echo done " .. i, 90)
+      jobs[i] = http_client.exec_async(server, key, id, "for _ in $(seq 500); do [ -e go ] && break; sleep 0.1; done; echo done " .. i, 60)
     end
     -- wait until all four sandboxes run (a probe racing them could take a slot), then a fifth is refused
     local function runs()
