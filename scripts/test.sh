@@ -18,6 +18,7 @@
 #   spec/lua54        Lua 5.4 only (<close>)
 #   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd
 #   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
+#   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
 # Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (the Makefile's: files
 # or whole folders); a file whose text holds the tag #noasan (it starts a plain lua5.4 child)
 # stays plain. --only=KIND keeps the jobs of one kind (make asan-test, make valgrind-test).
@@ -77,8 +78,15 @@ asan_ok() {
 lua54_job() { if [ $asan = 1 ] && asan_ok "$1"; then job asan "$1"; else job plain "$1"; fi; }
 
 if [ $valgrind = 1 ]; then job valgrind --exclude-tags=timing $VALGRIND_SPECS; fi
-for f in spec/server/*_spec.lua spec/hosts/*_spec.lua spec/integration/*_spec.lua spec/lua54/*_spec.lua; do
-  lua54_job "$f"
+# Lua 5.4: spec/server and spec/hosts first (the longest files), then every other folder of
+# specs (spec/lua54, any new one), each file once; then spec/integration and spec/unit
+once=(spec/server spec/hosts)
+for d in spec/*/; do
+  d=${d%/}
+  case $d in spec/c|spec/support|spec/unit|spec/integration|spec/server|spec/hosts) ;; *) once+=("$d") ;; esac
+done
+for d in "${once[@]}" spec/integration; do
+  for f in "$d"/*_spec.lua; do [ -f "$f" ] && lua54_job "$f"; done
 done
 lua54_job spec/unit
 if has_core build/luajit && command -v luajit >/dev/null; then
