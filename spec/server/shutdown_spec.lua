@@ -81,7 +81,7 @@ describe("airlockd on SIGTERM", function()
       end, 0.1))
       assert.is_true(airlockd.alive(server), "it waits for the command")
       assert.is_false(job.done())
-      proc.write_file(server.dir .. "/state/workspaces/" .. id .. "/go", "")
+      proc.write_file(server.dir .. "/state/workspaces/" .. id .. "/w/go", "") -- the disk's w/ is /workspace
       local code, res, raw = job.result(60)
       assert.are.equal(200, code, raw)
       assert.are.equal("done\n", res.stdout)
