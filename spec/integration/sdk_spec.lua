@@ -9,6 +9,10 @@ local function clock() return require("socket").gettime() end
 
 local expect_error = require "support.expect_error"
 
+-- A command that runs until the spec writes go into its workspace (30 s at most): two of them
+-- overlap for sure, however long each sandbox takes to boot.
+local UNTIL_GO = "for _ in $(seq 300); do [ -e go ] && break; sleep 0.1; done; "
+
 local function session_ids(opts)
   local ids = {}
   for _, s in ipairs((airlock.list_sessions(opts))) do ids[s.session_id] = true end
@@ -210,19 +214,21 @@ describe("airlock SDK against airlockd", function()
     local function exec(sbx)
       return core.request(engine.build(settings, "POST",
         engine.session_path(sbx.session_id, "/exec"),
-        { { "command", "sleep 2; echo x" }, { "timeout_seconds", 20 } }, { timeout = 60 }))
+        { { "command", UNTIL_GO .. "echo x" }, { "timeout_seconds", 60 } }, { timeout = 90 }))
     end
     local t = clock()
     local reqs = { exec(a), exec(b) }
-    -- while both run, the server sees two commands at once (a third request in flight): the
-    -- overlap itself, not a time, is what is checked
-    local seen_running = 0
+    -- the server sees both commands at once (a third request in flight), then both are let go:
+    -- the overlap itself, not a time, is what is checked
+    local released = false
     while not (reqs[1]:done() and reqs[2]:done()) do
       core.step(100)
-      if seen_running < 2 and not reqs[1]:done() and not reqs[2]:done() then
-        seen_running = math.max(seen_running, a:usage().commands_running)
+      if not released and a:usage().commands_running == 2 then
+        a.files:write("go", "")
+        b.files:write("go", "")
+        released = true
       end
-      assert.is_true(clock() - t < 60, "hang")
+      assert.is_true(clock() - t < 120, "hang")
     end
     for _, req in ipairs(reqs) do
       local r = req:result()
@@ -230,31 +236,34 @@ describe("airlock SDK against airlockd", function()
       assert.is_true(ok, tostring(data))
       assert.are.equal("x\n", data.stdout)
     end
-    assert.are.equal(2, seen_running)
+    assert.is_true(released, "the two commands never ran at once")
   end)
 
   it("runs tasks concurrently with spawn/poll", function()
     local t = clock()
-    local outputs, tasks = {}, {}
+    local outputs, tasks, ids = {}, {}, {}
     for i = 1, 2 do
       tasks[i] = airlock.spawn(function()
         return airlock.with(opts, function(sbx)
-          local r = sbx:run("sleep 2; echo task" .. i)
+          ids[i] = sbx.session_id
+          local r = sbx:run(UNTIL_GO .. "echo task" .. i)
           outputs[i] = r.stdout
           return r.exit_code
         end)
       end)
     end
     assert.are.equal("running", tasks[1].status)
-    local polls, seen_running = 0, 0
+    local polls, released = 0, false
     local probe = airlock.attach("sbx_000000000000", opts)
     while airlock.poll(50) > 0 do
       polls = polls + 1
-      -- the overlap itself, not a time, is what is checked
-      if seen_running < 2 and not outputs[1] and not outputs[2] then
-        seen_running = math.max(seen_running, probe:usage().commands_running)
+      -- both commands run at once (the server counts them), then both are let go: the overlap
+      -- itself, not a time, is what is checked
+      if not released and probe:usage().commands_running == 2 then
+        for i = 1, 2 do airlock.attach(ids[i], opts).files:write("go", "") end
+        released = true
       end
-      assert.is_true(clock() - t < 60, "tasks hang")
+      assert.is_true(clock() - t < 120, "tasks hang")
     end
     for i = 1, 2 do
       local ok, code = tasks[i]:result()
@@ -263,7 +272,7 @@ describe("airlock SDK against airlockd", function()
       assert.are.equal("task" .. i .. "\n", outputs[i])
     end
     assert.is_true(polls > 1)
-    assert.are.equal(2, seen_running)
+    assert.is_true(released, "the two commands never ran at once")
   end)
 
   -- PUC Lua 5.1's pcall cannot be yielded across: with and the agent tools must not use it.
