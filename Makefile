@@ -238,20 +238,24 @@ install: build
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and
-# the .src.rock that carries it with the rockspec (what `luarocks pack` makes, zipped here
-# because pack would look for the tarball elsewhere), in build/dist/. Installs offline:
+# the .src.rock, in build/dist/: the rockspec with the same files beside it, the layout
+# `luarocks pack rockspec/...` gives from a git checkout (the rockspec's source is the
+# directory it lies in). Works on any copy of the sources, git or not. Installs offline:
 #   luarocks --lua-version=5.4 install --deps-mode=none ./airlock-sandbox-<v>-1.src.rock
 DIST_FILES := Makefile README.md SECURITY.md CONTRIBUTING.md rockspec src/core lua bin docs examples
 dist:
 	@grep -q '^#define CORE_VERSION *"$(VERSION)"' src/core/internal.h || \
 	  { echo "dist: src/core/internal.h's CORE_VERSION is not $(VERSION)"; exit 1; }
 	@test -f $(ROCKSPEC) || { echo "dist: no $(ROCKSPEC)"; exit 1; }
-	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)
+	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)/rock
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
 	  --transform 's,^,$(DIST_NAME)/,' -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_FILES)
-	cp $(ROCKSPEC) $(DIST_DIR)/
-	cd $(DIST_DIR) && touch -d @0 $(notdir $(ROCKSPEC)) $(DIST_NAME).tar.gz && \
-	  zip -q -X $(DIST_NAME)-1.src.rock $(notdir $(ROCKSPEC)) $(DIST_NAME).tar.gz
+	tar -xzf $(DIST_DIR)/$(DIST_NAME).tar.gz -C $(DIST_DIR)/rock --strip-components=1
+	cp $(ROCKSPEC) $(DIST_DIR)/rock/
+	find $(DIST_DIR)/rock -exec touch -h -d @0 {} +
+	cd $(DIST_DIR)/rock && find . -mindepth 1 | LC_ALL=C sort | \
+	  zip -q -X -D ../$(DIST_NAME)-1.src.rock -@
+	rm -rf $(DIST_DIR)/rock
 	@echo "dist: $(DIST_DIR)/$(DIST_NAME)-1.src.rock" 
 
 clean:

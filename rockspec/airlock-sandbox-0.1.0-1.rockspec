@@ -1,12 +1,16 @@
 rockspec_format = "3.0"
 package = "airlock-sandbox"
 version = "0.1.0-1"
+-- Where the sources are. In a checkout (this file is <checkout>/rockspec/...), `luarocks pack`
+-- clones the checkout's own git repository (its committed HEAD; offline) into the rock; in a
+-- .src.rock (`luarocks pack`, `make dist`: the sources beside this file) and for
+-- `luarocks make --deps-mode=none rockspec/airlock-sandbox-0.1.0-1.rockspec` in a checkout,
+-- the sources are in the current directory. A rockspec cannot ask for its own path, but
+-- LuaRocks loads it under that (absolute) name, which a dumped function carries.
+local checkout = ("").dump(function() end):match("(/[^%z]*)/rockspec/airlock%-sandbox%-[^/%z]*%.rockspec")
 source = {
-   -- The release tarball `make dist` makes; it travels inside the .src.rock (build/dist/), so
-   -- `luarocks install ./airlock-sandbox-0.1.0-1.src.rock` needs no network. From a checkout:
-   -- `luarocks make --deps-mode=none rockspec/airlock-sandbox-0.1.0-1.rockspec`.
-   url = "airlock-sandbox-0.1.0.tar.gz",
-   dir = "airlock-sandbox-0.1.0",
+   url = checkout and ("git+file://" .. checkout .. "/.") or "git+file://.",
+   dir = ".",
 }
 description = {
    summary = "Lua SDK for Airlock sandbox servers: run AI agents' code in isolated gVisor sandboxes",

@@ -39,7 +39,7 @@ for a in "$@"; do
 done
 
 # the integration specs that differ under Lua 5.1 (PUC) from what LuaJIT already runs
-LUA51_SPECS=${LUA51_SPECS:-"sdk leaks tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary"}
+LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary"}
 # the files and folders whose Lua 5.4 run is the ASan one under --asan (the Makefile's)
 ASAN_SPECS=${ASAN_SPECS:-spec/unit spec/server}
 # the core under valgrind: its unit spec, the failure paths against the misbehaving server,

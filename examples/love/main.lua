@@ -8,7 +8,9 @@
 --
 -- The SDK must be on LuaJIT's paths: LUA_PATH="<checkout>/lua/?.lua;<checkout>/lua/?/init.lua;;"
 -- LUA_CPATH="<checkout>/build/luajit/?.so;;" (make luajit-core), or the rock for LuaJIT.
--- AIRLOCK_LOVE_QUIT_WHEN_DONE=1 quits once every result is in (spec/hosts/love_spec.lua).
+-- Headless (no display needed, results on stdout): AIRLOCK_LOVE_HEADLESS=1, or automatic when
+-- there is no display (conf.lua). AIRLOCK_LOVE_QUIT_WHEN_DONE=1 quits once every result is
+-- in (spec/hosts/love_spec.lua).
 local airlock = require "airlock"
 
 local COMMANDS = {
@@ -48,6 +50,7 @@ local function describe(ok, result)
 end
 
 function love.load()
+  if not love.window then print("headless: no window, results on stdout") end
   for i, c in ipairs(COMMANDS) do
     jobs[i] = { label = c[1], command = c[2] }
     start(jobs[i])

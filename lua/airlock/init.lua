@@ -97,28 +97,40 @@ local function check_self(self, what)
   end
 end
 
--- sbx:start() → self. Creates the session (POST /v1/sessions) unless it has one.
+-- sbx:start() → self. Creates the session (POST /v1/sessions) unless it has one. The host is
+-- told before the create starts (OpenResty: a client that hangs up meanwhile gets the new
+-- session deleted as soon as the create is over).
 function Sandbox:start()
   check_self(self, "start")
   if self.session_id then return self end
   local s = self._settings
-  local data = call(s, "POST", "/v1/sessions",
+  local created = dropped.creating(s)
+  local called, ok, data = tasks.pcall(exchange.call, s, "POST", "/v1/sessions",
     { { "template", s.template }, { "egress", engine.array(self.requested_egress) } })
-  if type(data) ~= "table" or type(data.session_id) ~= "string" or data.session_id == "" then
+  if called and ok and type(data) == "table" and type(data.session_id) == "string" and data.session_id ~= "" then
+    self.session_id = data.session_id
+    self.tenant_id = data.tenant_id
+    self.egress = type(data.egress) == "table" and data.egress or {}
+    self.disk_quota_mb = data.disk_quota_mb
+    -- the guard deletes the session if this handle is dropped unclosed (queued, no I/O in GC)
+    self._guard = dropped.guard(data.session_id, s)
+  end
+  created(self._guard and self._guard.state)
+  if not called then error(ok, 0) end
+  if not ok then raise(data) end
+  if not self.session_id then
     errors.raise("SandboxError", "The server's create-session answer has no session_id")
   end
-  self.session_id = data.session_id
-  self.tenant_id = data.tenant_id
-  self.egress = type(data.egress) == "table" and data.egress or {}
-  self.disk_quota_mb = data.disk_quota_mb
-  -- the guard deletes the session if this handle is dropped unclosed (queued, no I/O in GC)
-  self._guard = dropped.guard(data.session_id, s)
   return self
 end
 
--- sbx:close([{timeout = s}] or [s]): delete the session. Idempotent; forgets the id before
--- the DELETE; a 404 (already gone) is not an error. With a timeout: that HTTP timeout and
--- no retries (quick shutdown).
+-- sbx:close([{timeout = s}] or [s]) → true | nil, err. Deletes the session. Idempotent: the
+-- handle lets go of the session at once (a second close sends nothing), the SDK does not:
+-- the session stays in the queue of sessions to delete (airlock.dropped_sessions) until its
+-- DELETE succeeded or answered 404 (already gone is not an error). A DELETE that failed is
+-- not raised: close returns nil and the error (err.queued: it will be tried again by a later
+-- SDK call, poll or drain, with backoff; err.session_id). With a timeout: that HTTP timeout
+-- and no retries (quick shutdown).
 function Sandbox:close(opts)
   check_self(self, "close")
   local timeout
@@ -128,15 +140,18 @@ function Sandbox:close(opts)
     engine.bad_argument("timeout", "a number of seconds > 0", timeout)
   end
   local id = self.session_id
+  if not id then return true end
+  -- queued (in flight) before the handle forgets it: a close cut short loses nothing
+  local item = dropped.hold(id, self._settings)
   self.session_id = nil
   if self._guard then
     self._guard:disarm()
     self._guard = nil
   end
-  if not id then return end
-  local ok, err = exchange.call(self._settings, "DELETE", engine.session_path(id), nil,
-    timeout and { timeout = timeout, max_retries = 0 } or nil)
-  if not ok and not (errors.is(err, "NotFoundError") and err.status == 404) then raise(err) end
+  local ok, err, queued = exchange.delete_item(item, timeout and { timeout = timeout, max_retries = 0 } or {})
+  if ok then return true end
+  err.queued, err.session_id = queued, id
+  return nil, err
 end
 
 local RUN_OPTIONS = { timeout = true, on_stdout = true, on_stderr = true, output_limit_bytes = true, spill = true }
@@ -412,17 +427,16 @@ function M.attach(session_id, opts)
 end
 
 -- airlock.with(opts, fn) → fn's results. Creates a sandbox, calls fn(sbx), always closes it
--- (error or not) and re-raises fn's error. The scoped form for Lua 5.1/LuaJIT; fn may wait
--- (yield) inside a task on every Lua version.
+-- (error or not) and re-raises fn's error. A DELETE that fails is never raised here (nor
+-- does it hide fn's error): the session stays queued and is deleted later (airlock.stats()
+-- counts it). The scoped form for Lua 5.1/LuaJIT; fn may wait (yield) inside a task on
+-- every Lua version.
 function M.with(opts, fn)
   if type(fn) ~= "function" then engine.bad_argument("fn", "a function", fn) end
   local sbx = M.sandbox(opts)
   local r = pack(tasks.pcall(fn, sbx))
-  if not r[1] then
-    tasks.pcall(sbx.close, sbx)
-    error(r[2], 0)
-  end
   sbx:close()
+  if not r[1] then error(r[2], 0) end
   return unpack(r, 2, r.n)
 end
 
@@ -463,9 +477,11 @@ function M.close_connections()
   return true
 end
 
--- airlock.drain() → n: delete (now) the sessions of dropped, unclosed handles.
+-- airlock.drain() → n: sends now the DELETE of every queued session (dropped, unclosed
+-- handles; closes whose DELETE failed), whatever its backoff. Returns how many are gone;
+-- those that failed again stay queued (airlock.stats().dropped_waiting).
 function M.drain()
-  return exchange.delete_dropped(true)
+  return exchange.delete_dropped(true, true)
 end
 
 -- airlock.stats() → counters: requests, retries, requeued, commands running/waiting in the
@@ -475,7 +491,9 @@ function M.stats()
   local gate = exec_gate.stats()
   s.commands_running, s.commands_waiting, s.commands_queued = gate.running, gate.waiting, gate.queued
   s.server_full = gate.refusals
-  s.dropped_waiting, s.dropped_overflow = dropped.count(), dropped.overflow()
+  local d = dropped.stats()
+  s.dropped_waiting, s.dropped_in_flight, s.dropped_overflow = d.waiting, d.in_flight, d.overflow
+  s.dropped_deleted, s.cleanup_failures, s.dropped_given_up = d.deleted, d.failed, d.given_up
   s.tasks = tasks.current():running()
   local t = transports.auto()
   s.transport = t.name

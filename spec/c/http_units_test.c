@@ -1,21 +1,25 @@
 /* Unit test of airlockd's bounded HTTP parts and path resolution: the counter table
  * (http/tally: random adds and removals against a plain array), the body budget (total and
- * per-owner share), the worker pool (places = threads + queue, every job runs once), and
+ * per-owner share), the worker pool (places = threads + queue, every job runs once), the
+ * connection table's eviction near the cap (oldest silent first, then talking; per lane), and
  * domain/paths (Python realpath results for symlinks, loops and escapes; the length and depth
  * bounds; 400,000 "q/" and as many "../" resolved in time linear in the length). Built and run
  * by spec/server/http_units_spec.lua. */
 #include "check.h"
 #include "domain/paths.h"
 #include "http/budget.h"
+#include "http/conns.h"
 #include "http/pool.h"
 #include "http/tally.h"
 #include "util/buf.h"
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,9 +285,78 @@ static void test_paths(void)
     CHECK(system(cmd) == 0);
 }
 
+/* ---- conns: eviction near the cap ---------------------------------------------------- */
+
+typedef struct {
+    int fd, peer;
+    conn_slot *slot;
+} test_conn;
+
+/* A connection from 127.0.0.<n> (n 0: from the unix socket) on a socket pair. */
+static test_conn open_test_conn(conn_table *t, unsigned n)
+{
+    test_conn c = {-1, -1, NULL};
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    c.fd = sv[0];
+    c.peer = sv[1];
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    sin.sin_addr.s_addr = htonl(0x7f000000u | n);
+    c.slot = conns_open(t, c.fd, n ? (struct sockaddr *)&sin : NULL);
+    CHECK(c.slot != NULL);
+    return c;
+}
+
+static void close_test_conn(conn_table *t, test_conn *c)
+{
+    conns_close(t, c->slot);
+    close(c->fd);
+    close(c->peer);
+}
+
+static void test_conns(void)
+{
+    conn_table t;
+    CHECK(conns_init(&t, 64, 100, 4, 10));
+    test_conn c[12];
+    for (int i = 0; i < 4; i++) /* up to evict_at: nobody goes */
+        c[i] = open_test_conn(&t, 1 + (unsigned)i % 2);
+    for (int i = 0; i < 4; i++)
+        CHECK(!c[i].slot->cut);
+    conns_talking(&t, c[0].slot);              /* 0 sent its request line */
+    conns_set(&t, c[1].slot, PHASE_BODY, 0);   /* 1 sends its body: owes no headers */
+    c[4] = open_test_conn(&t, 3);              /* 5 open: the oldest silent one (2) goes */
+    CHECK(c[2].slot->cut && !c[0].slot->cut && !c[1].slot->cut && !c[3].slot->cut && !c[4].slot->cut);
+    char b;
+    CHECK(read(c[2].peer, &b, 1) == 0);        /* the client sees the end */
+    conns_set(&t, c[1].slot, PHASE_HEADERS, 0); /* 1 answered, kept alive: silent, newest */
+    c[5] = open_test_conn(&t, 4);              /* 3, then 4, then 1 before the talking 0 */
+    CHECK(c[3].slot->cut);
+    c[6] = open_test_conn(&t, 4);
+    CHECK(c[4].slot->cut && !c[1].slot->cut);
+    c[7] = open_test_conn(&t, 0);              /* the unix socket's lane counts apart */
+    CHECK(!c[1].slot->cut && !c[7].slot->cut);
+    c[8] = open_test_conn(&t, 5);
+    CHECK(c[1].slot->cut && !c[0].slot->cut);
+    for (int i = 5; i <= 8; i++)               /* every silent one goes before the talking 0 */
+        if (i != 7)
+            conns_talking(&t, c[i].slot);
+    c[9] = open_test_conn(&t, 6);              /* the talking ones, oldest first: 0 */
+    CHECK(c[0].slot->cut && !c[5].slot->cut && !c[9].slot->cut);
+    c[10] = open_test_conn(&t, 6);             /* silent before talking, however new: 9 */
+    CHECK(c[9].slot->cut && !c[5].slot->cut && !c[10].slot->cut);
+    CHECK(atomic_load(&t.evicted) == 6);
+    for (int i = 0; i <= 10; i++)
+        close_test_conn(&t, &c[i]);
+    CHECK(t.lanes[CONN_TCP].open == 0 && t.lanes[CONN_LOCAL].open == 0);
+    CHECK(t.lanes[CONN_TCP].head[WAIT_SILENT] == -1 && t.lanes[CONN_TCP].head[WAIT_TALKING] == -1);
+    conns_free(&t);
+}
+
 int main(void)
 {
     test_tally();
+    test_conns();
     test_grow_to();
     test_budget();
     test_pool();

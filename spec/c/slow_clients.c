@@ -36,7 +36,7 @@ typedef enum { MODE_HEADERS, MODE_BODY, MODE_IDLE, MODE_READ } client_mode;
 
 typedef struct {
     int fd;
-    bool connected;
+    bool connected, started;
     double next_send;
     unsigned addr;
 } conn;
@@ -86,7 +86,7 @@ static int epfd;
 static void open_conn(conn *c)
 {
     c->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    c->connected = false;
+    c->connected = c->started = false;
     if (c->fd < 0) {
         n_failed++;
         return;
@@ -271,6 +271,11 @@ int main(int argc, char **argv)
             conn *c = evs[i].data.ptr;
             if (c->fd < 0)
                 continue;
+            if (!c->connected && (evs[i].events & EPOLLOUT) && !(evs[i].events & EPOLLERR)) {
+                /* connected, and maybe cut already in the same batch of events */
+                c->connected = true;
+                n_connects++;
+            }
             if (evs[i].events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP)) {
                 on_cut(c);
                 continue;
@@ -283,9 +288,8 @@ int main(int argc, char **argv)
                     continue;
                 }
             }
-            if (!c->connected && (evs[i].events & EPOLLOUT)) {
-                c->connected = true;
-                n_connects++;
+            if (c->connected && !c->started) {
+                c->started = true;
                 struct epoll_event ev = {.events = EPOLLRDHUP | (opt.mode == MODE_READ ? 0u : EPOLLIN), .data.ptr = c};
                 epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
                 c->next_send = now_s() + opt.interval;

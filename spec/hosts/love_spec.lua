@@ -1,12 +1,15 @@
 -- examples/love driven in a real LÖVE 11 (headless, spec/support/hosts/love.lua) against a
 -- real airlockd: five commands in flight from one game, each result printed the frame it
 -- arrives while the frames keep going, no session left; and quitting the game with commands
--- still running deletes their sandboxes.
+-- still running deletes their sandboxes. Also the example as a user starts it, `love
+-- examples/love`, with no display: its own conf.lua makes it headless.
 local airlockd = require "support.airlockd"
 local common = require "support.hosts.common"
 local love = require "support.hosts.love"
 
 local EXAMPLE = common.top() .. "/examples/love/main.lua"
+local proc = require "support.proc"
+local q = proc.shell_quote
 
 local function sessions_left(server)
   local airlock = require "airlock"
@@ -62,4 +65,25 @@ describe("examples/love", function()
     assert.is_nil(run.stdout:match("all 5 results in"))
     assert.are.equal(0, sessions_left(server))
   end)
+
+  for _, how in ipairs({ "with no display", "with AIRLOCK_LOVE_HEADLESS=1" }) do
+    it("starts as `love examples/love` headless, " .. how .. ", and shows every result", function()
+      local run_env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = server.tenants.acme,
+                        AIRLOCK_LOVE_QUIT_WHEN_DONE = "1", LUA_PATH = common.lua_path(),
+                        LUA_CPATH = common.lua_cpath(), XDG_DATA_HOME = proc.make_temp_dir() }
+      -- a display that does not exist: only the flag may make it headless then
+      local display = how:find("HEADLESS") and "env DISPLAY=:99 AIRLOCK_LOVE_HEADLESS=1"
+        or "env -u DISPLAY -u WAYLAND_DISPLAY"
+      local run = common.run_bounded(display .. " love " .. q(common.top() .. "/examples/love"), 90, run_env)
+      proc.remove_tree(run_env.XDG_DATA_HOME)
+      assert.are.equal(0, run.code, run.stdout .. run.stderr)
+      -- no window (nor graphics, audio, input) module was loaded
+      assert.matches("^headless: no window, results on stdout\n", run.stdout)
+      local seen, last = arrivals(run.stdout)
+      assert.are.equal("exit 0  hello from Linux", seen.shell and seen.shell.text, run.stdout)
+      assert.are.equal("exit 3  oops", seen.fails and seen.fails.text)
+      assert.is_number(last)
+      assert.are.equal(0, sessions_left(server))
+    end)
+  end
 end)

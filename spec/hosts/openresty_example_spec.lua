@@ -3,7 +3,11 @@
 -- scripted model endpoint spec/support/fake_llm.py. POST /run runs posted commands and code
 -- in sandboxes, many requests at once, and refuses bad input clearly; POST /agent runs the
 -- agent loop of examples/agent_openai.lua (examples/openai_loop.lua) on cosockets. No
--- session is left behind, no worker crashes.
+-- session is left behind, no worker crashes: not after 64 requests at once on the server's
+-- default limits (10 sessions, 120 requests a minute), not when clients hang up while their
+-- sessions are being created (a real airlockd, and the misbehaving server whose create
+-- answers late), not when every first DELETE fails (429, 503). Sessions are counted on the
+-- server once the worker has no create in flight, waiting on conditions with deadlines.
 local cjson = require "cjson"
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
@@ -13,6 +17,7 @@ local proc = require "support.proc"
 local common = require "support.hosts.common"
 local nginx = require "support.hosts.nginx"
 local burst = require "support.hosts.burst"
+local badserver = require "support.badserver"
 
 local LIMITS = '{"*": {"max_sessions": 64, "requests_per_minute": 100000, "max_concurrent_exec": 32}}'
 -- bursts open dozens of sessions at once: small workspace disks keep them to a few hundred MB
@@ -21,8 +26,8 @@ local SMALL_DISKS = "16"
 local FIXED_CALC = "def add(a, b):\n    return a + b\n"
 
 -- The example's nginx.conf with its runtime directory and port swapped for dir's, and its
--- include made absolute; each change must apply exactly once.
-local function example_conf(dir)
+-- include made absolute (plus `extra` in its server block); each change must apply exactly once.
+local function example_conf(dir, extra)
   local example = common.top() .. "/examples/openresty"
   local text = assert(proc.read_file(example .. "/nginx.conf"))
   local function swap(from, to)
@@ -32,7 +37,7 @@ local function example_conf(dir)
   end
   swap("/tmp/airlock-openresty", dir)
   swap("listen 127.0.0.1:8088;", "include " .. dir .. "/listen.conf;")
-  swap("include locations.conf;", "include " .. example .. "/locations.conf;")
+  swap("include locations.conf;", "include " .. example .. "/locations.conf;" .. (extra or ""))
   -- as root, the workers would switch to nobody, who cannot use the temporary directory
   if proc.output("id -u"):match("^%d+") == "0" then text = "user root;\n" .. text end
   proc.write_file(dir .. "/nginx.conf", text)
@@ -126,4 +131,133 @@ describe("examples/openresty", function()
     end
     assert.are.equal(10, #reqs[4].body.messages)
   end)
+end)
+
+-- The SDK's counters of the example's worker (a location the spec adds): creates in flight,
+-- sessions still open, the queue of sessions to delete.
+local STATS_LOCATION = [[
+    location = /_stats {
+        content_by_lua_block { ngx.say(require("cjson").encode(require("airlock").stats())) }
+    }]]
+
+describe("examples/openresty leaves no session behind", function()
+  local server, bad
+
+  setup(function()
+    -- the server's default limits: 10 sessions, 120 requests a minute
+    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = SMALL_DISKS } })
+    bad = badserver.start()
+  end)
+  teardown(function()
+    if server then airlockd.stop(server) end
+    if bad then badserver.stop(bad) end
+  end)
+
+  -- Runs fn(srv) with the example in nginx against url with key; stops it whatever happened.
+  local function with_example(url, key, fn)
+    local dir = proc.make_temp_dir()
+    local srv = nginx.start_file(dir, example_conf(dir, STATS_LOCATION), common.top() .. "/", "/run", {
+      env = { SANDBOX_API_URL = url, SANDBOX_API_KEY = key },
+    })
+    local ok, err = pcall(fn, srv)
+    local log = nginx.stop(srv, 15)
+    nginx.assert_no_crashes(log)
+    assert(ok, err)
+  end
+
+  local function stats(srv)
+    return cjson.decode(http_client.request(srv, "GET", "/_stats").body)
+  end
+
+  local function airlockd_sessions()
+    return #airlock.list_sessions({ base_url = server.url, api_key = server.tenants.acme })
+  end
+
+  -- Waits until the worker has no create in flight, no session open and none queued, and count()
+  -- says the server has none; returns that count and the worker's stats.
+  local function settled(srv, count, seconds)
+    local n, s
+    proc.wait_until(seconds or 60, function()
+      s = stats(srv)
+      if s.creating > 0 or s.open_sessions > 0 or s.dropped_waiting + s.dropped_in_flight > 0 then return false end
+      n = count()
+      return n == 0
+    end, 0.25)
+    return n, s
+  end
+
+  local function run_requests(n, max_time)
+    local requests = {}
+    for i = 1, n do
+      requests[i] = { method = "POST", path = "/run", body = cjson.encode({ command = "echo " .. i }),
+                      max_time = max_time and max_time(i) }
+    end
+    return requests
+  end
+
+  it("64 requests at once on the server's default limits: every answer clear, no session left", function()
+    with_example(server.url, server.tenants.acme, function(srv)
+      local by_status = {}
+      for i, r in ipairs(burst.run(srv.url, run_requests(64))) do
+        by_status[tostring(r.status)] = (by_status[tostring(r.status)] or 0) + 1
+        if r.status == 200 then
+          assert.are.equal(i .. "\n", cjson.decode(r.body).stdout)
+        else
+          -- the server's limits, passed on (429: sessions or request rate)
+          assert.are.equal(429, r.status, r.body)
+        end
+      end
+      assert.is_true((by_status["200"] or 0) >= 10, cjson.encode(by_status))
+      local left, s = settled(srv, airlockd_sessions)
+      assert.are.equal(0, left, cjson.encode(s))
+    end)
+  end)
+
+  it("clients hanging up at any point, during the create included: no session left (airlockd)", function()
+    local limits = '{"*":{"max_sessions":64,"requests_per_minute":100000}}'
+    local quick = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = SMALL_DISKS, SANDBOX_TENANT_LIMITS = limits } })
+    local ok, err = pcall(with_example, quick.url, quick.tenants.acme, function(srv)
+      -- 56 clients giving up after 0.02 .. 0.6 s: before, during and after their creates
+      local results = burst.run(srv.url, run_requests(56, function(i) return 0.02 + (i % 14) * 0.04 end))
+      local aborted = 0
+      for _, r in ipairs(results) do if r.status == 0 then aborted = aborted + 1 end end
+      assert.is_true(aborted >= 20, "clients that hung up: " .. aborted)
+      local left, s = settled(srv, function()
+        return #airlock.list_sessions({ base_url = quick.url, api_key = quick.tenants.acme })
+      end)
+      assert.are.equal(0, left, cjson.encode(s))
+      assert.is_true(s.aborts >= 1, cjson.encode(s))
+    end)
+    airlockd.stop(quick)
+    assert(ok, err)
+  end)
+
+  it("clients hanging up while the create is answered late: the created sessions are deleted", function()
+    local key = "slowcreate:1.5:example"
+    with_example(bad.url, key, function(srv)
+      local results = burst.run(srv.url, run_requests(12, function() return 0.5 end))
+      for _, r in ipairs(results) do assert.are.equal(0, r.status) end
+      local left, s = settled(srv, function() return badserver.sessions(bad, key) end)
+      assert.are.equal(0, left, cjson.encode(s))
+      assert.are.equal(12, s.aborts, cjson.encode(s))
+      -- the server made all 12 (and had every one deleted)
+      assert.is_true(badserver.count(bad, key) >= 24, tostring(badserver.count(bad, key)))
+    end)
+  end)
+
+  for _, status in ipairs({ 429, 503 }) do
+    it("every first DELETE failing (" .. status .. "): answers as usual, the worker deletes later", function()
+      -- 64: each close's DELETE and its 3 retries fail, so all 16 sessions go to the queue
+      local key = "delfail:64:" .. status .. ":example"
+      with_example(bad.url, key, function(srv)
+        for _, r in ipairs(burst.run(srv.url, run_requests(16))) do
+          assert.are.equal(200, r.status, r.body)
+        end
+        local left, s = settled(srv, function() return badserver.sessions(bad, key) end, 30)
+        assert.are.equal(0, left, cjson.encode(s))
+        assert.is_true(badserver.deletes(bad, key) >= 80)
+        assert.is_true(s.cleanup_failures >= 16, cjson.encode(s))
+      end)
+    end)
+  end
 end)

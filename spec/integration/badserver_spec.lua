@@ -172,15 +172,20 @@ describe("airlock SDK against a misbehaving server", function()
     assert.is_truthy(err.message:find("Could not reach http://127.0.0.1:9: ", 1, true))
   end)
 
-  it("close{timeout=} uses no retries and forgets the session even when it fails", function()
+  it("close{timeout=} uses no retries; a failed DELETE is returned, not raised, and stays queued", function()
     local key = "503:98"
     local sbx = airlock.attach("sbx_0123456789ab", opts(key))
-    local err = expect_error("SandboxError", sbx.close, sbx, { timeout = 2 })
+    local ok, err = sbx:close({ timeout = 2 })
+    assert.is_nil(ok)
     assert.are.equal(1, badserver.count(srv, key))
-    assert.is_truthy(err)
+    assert.is_true(airlock.is(err, "CapacityError"), tostring(err))
+    assert.is_true(err.queued)
     assert.is_nil(sbx.session_id)
-    sbx:close()   -- nothing left to delete: no request
+    assert.is_true(sbx:close())   -- nothing left for the handle to delete: no request
     assert.are.equal(1, badserver.count(srv, key))
+    -- the queue still has it: given up here (the server would answer 503 to the end)
+    local dropped = require "airlock.dropped_sessions"
+    for _, item in ipairs(dropped.take(true)) do dropped.done(item) end
   end)
 
   it("checks caller arguments before any request", function()

@@ -1,7 +1,7 @@
--- Packaging: the rockspec names every module and the SDK's own version; `make dist` makes a
--- .src.rock that installs offline into a fresh tree (`--deps-mode=none`: the declared
--- lua-cjson comes from Debian), and the installed SDK loads from that tree alone and reports
--- the rockspec's version.
+-- Packaging: the rockspec names every module and the SDK's own version; `make dist`, and
+-- `luarocks pack rockspec/...` from a git checkout, make a .src.rock that installs offline
+-- into a fresh tree (`--deps-mode=none`: the declared lua-cjson comes from Debian), and the
+-- installed SDK loads from that tree alone and reports the rockspec's version.
 local proc = require "support.proc"
 local q = proc.shell_quote
 local run = proc.run_capture
@@ -36,7 +36,11 @@ describe("the rockspec", function()
     local spec = load_rockspec(rockspec_path())
     assert.are.equal(airlock.VERSION .. "-1", spec.version)
     assert.are.equal(airlock.VERSION, require("airlock.core")._VERSION)
-    assert.are.equal("airlock-sandbox-" .. airlock.VERSION .. ".tar.gz", spec.source.url)
+    -- loaded under a relative name (as inside a .src.rock): the sources beside it
+    assert.are.same({ url = "git+file://.", dir = "." }, spec.source)
+    -- loaded under its absolute name in a checkout (as LuaRocks does): the checkout's git
+    local top = proc.output("pwd"):gsub("%s+$", "")
+    assert.are.equal("git+file://" .. top .. "/.", load_rockspec(top .. "/" .. rockspec_path()).source.url)
     local deps = table.concat(spec.dependencies, ",")
     assert.is_truthy(deps:find("lua-cjson", 1, true), deps)
   end)
@@ -52,6 +56,60 @@ describe("the rockspec", function()
       if not mapped[file] then missing[#missing + 1] = file end
     end
     assert.are.same({}, missing)
+  end)
+end)
+
+-- Installs rock (a path) into tree with luarocks offline, loads the SDK from that tree alone
+-- and checks what it reports. rock_version: "0.1.0-1".
+local function install_and_load(rock, tree)
+  -- any download would go to a proxy that is not there: offline or failing
+  local offline = "http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 "
+  local rc, out = run("cd " .. q(rock:match("^(.*)/")) .. " && " .. offline .. "luarocks --lua-version=" ..
+    lua_version .. " install --deps-mode=none --tree=" .. q(tree) .. " ./" .. q(rock:match("[^/]+$")))
+  assert.are.equal(0, rc, out)
+  local rock_version = rock:match("airlock%-sandbox%-(.+)%.src%.rock$")
+  assert.truthy(out:find("airlock-sandbox " .. rock_version .. " is now installed", 1, true), out)
+
+  -- The dependency on lua-cjson is declared (and, with --deps-mode=none, not fetched).
+  rc, out = run("luarocks --lua-version=" .. lua_version .. " --tree=" .. q(tree) ..
+    " show --deps airlock-sandbox")
+  assert.are.equal(0, rc, out)
+  assert.truthy(out:find("lua-cjson", 1, true), out)
+
+  -- Load from the rock tree only (plus the system paths for lua-cjson).
+  local lpath = tree .. "/share/lua/" .. lua_version .. "/?.lua;" ..
+    tree .. "/share/lua/" .. lua_version .. "/?/init.lua;;"
+  local cpath = tree .. "/lib/lua/" .. lua_version .. "/?.so;;"
+  local probe = [[local a = require "airlock"; local core = require "airlock.core"
+    local tools = require "airlock.tools"; local t = require "airlock.transport".load("curl")
+    print(a.VERSION, core._VERSION, t.name, #tools.openai_tools(), #require("airlock.mcp").list_tools())]]
+  rc, out = run("cd / && LUA_PATH=" .. q(lpath) .. " LUA_CPATH=" .. q(cpath) .. " " ..
+    interpreter .. " -e " .. q(probe))
+  assert.are.equal(0, rc, out)
+  local version, core_version, transport, ntools, nmcp = out:match("^(%S+)%s+(%S+)%s+(%S+)%s+(%d+)%s+(%d+)")
+  assert.are.equal(rock_version, version and version .. "-1", out)
+  assert.are.equal(version, core_version)
+  assert.are.equal("curl", transport)
+  assert.are.equal("3", ntools)
+  assert.are.equal("9", nmcp)
+  -- The MCP server script is installed as a command.
+  assert.truthy(io.open(tree .. "/bin/airlock-mcp", "r"), "bin/airlock-mcp not installed")
+end
+
+describe("luarocks pack", function()
+  local work
+
+  before_each(function() work = proc.make_temp_dir() end)
+  after_each(function() proc.remove_tree(work) end)
+
+  it("packs rockspec/... from this git checkout, offline, into a .src.rock that installs #slow", function()
+    local top = proc.output("pwd"):gsub("%s+$", "")
+    local rc, out = run("cd " .. q(work) .. " && http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 " ..
+      "luarocks --lua-version=" .. lua_version .. " pack " .. q(top .. "/" .. rockspec_path()))
+    assert.are.equal(0, rc, out)
+    local rock = out:match("Packed: (%S+%.src%.rock)")
+    assert.truthy(rock, out)
+    install_and_load(rock, work .. "/tree")
   end)
 end)
 
@@ -72,36 +130,6 @@ describe("make dist", function()
     local rock = out:match("dist: (%S+%.src%.rock)")
     assert.truthy(rock, out)
 
-    local tree = work .. "/tree"
-    rc, out = run("cd " .. q(work .. "/" .. rock:match("^(.*)/")) .. " && luarocks --lua-version=" .. lua_version ..
-      " install --deps-mode=none --tree=" .. q(tree) .. " ./" .. q(rock:match("[^/]+$")))
-    assert.are.equal(0, rc, out)
-    local rock_version = rock:match("airlock%-sandbox%-(.+)%.src%.rock$")
-    assert.truthy(out:find("airlock-sandbox " .. rock_version .. " is now installed", 1, true), out)
-
-    -- The dependency on lua-cjson is declared (and, with --deps-mode=none, not fetched).
-    rc, out = run("luarocks --lua-version=" .. lua_version .. " --tree=" .. q(tree) ..
-      " show --deps airlock-sandbox")
-    assert.are.equal(0, rc, out)
-    assert.truthy(out:find("lua-cjson", 1, true), out)
-
-    -- Load from the rock tree only (plus the system paths for lua-cjson).
-    local lpath = tree .. "/share/lua/" .. lua_version .. "/?.lua;" ..
-      tree .. "/share/lua/" .. lua_version .. "/?/init.lua;;"
-    local cpath = tree .. "/lib/lua/" .. lua_version .. "/?.so;;"
-    local probe = [[local a = require "airlock"; local core = require "airlock.core"
-      local tools = require "airlock.tools"; local t = require "airlock.transport".load("curl")
-      print(a.VERSION, core._VERSION, t.name, #tools.openai_tools(), #require("airlock.mcp").list_tools())]]
-    rc, out = run("cd / && LUA_PATH=" .. q(lpath) .. " LUA_CPATH=" .. q(cpath) .. " " ..
-      interpreter .. " -e " .. q(probe))
-    assert.are.equal(0, rc, out)
-    local version, core_version, transport, ntools, nmcp = out:match("^(%S+)%s+(%S+)%s+(%S+)%s+(%d+)%s+(%d+)")
-    assert.are.equal(rock_version, version and version .. "-1", out)
-    assert.are.equal(version, core_version)
-    assert.are.equal("curl", transport)
-    assert.are.equal("3", ntools)
-    assert.are.equal("9", nmcp)
-    -- The MCP server script is installed as a command.
-    assert.truthy(io.open(tree .. "/bin/airlock-mcp", "r"), "bin/airlock-mcp not installed")
+    install_and_load(work .. "/" .. rock, work .. "/tree")
   end)
 end)

@@ -86,7 +86,7 @@ describe("airlockd robustness", function()
     local cases = {
       { "a garbage request line", function() return "GARBAGE\r\n\r\n" end, false },
       { "NUL bytes", function() return "\0\0\0\0\r\n\r\n" end, false },
-      { "binary junk as method and path", function() return "\1\2\3 \255\254 HTTP/1.1\r\nConnection: close\r\n\r\n" end, 404 },
+      { "binary junk as method and path", function() return "\1\2\3 \255\254 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" end, 404 },
       { "an unknown HTTP version", function() return "GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n" end, 505 },
       { "a 300 KB header", function() return "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " .. string.rep("a", 300000) .. "\r\n\r\n" end, 431 },
       { "20000 headers", function() return "GET /healthz HTTP/1.1\r\nHost: x\r\n" .. string.rep("X-A: b\r\n", 20000) .. "\r\n" end, 431 },
@@ -100,7 +100,11 @@ describe("airlockd robustness", function()
       -- (the client keeps its side open: libmicrohttpd may take a half-closed client whose
       -- request it has not read yet as gone, and that flaked on the original server too)
       { "binary junk in the path and query", function()
-        return "GET /v1/sessions/\1\2\255/read?path=\0 HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. k .. "\r\nConnection: close\r\n\r\n" end, 404,
+        return "GET /v1/sessions/\1\2\255/read?path=\255 HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. k .. "\r\nConnection: close\r\n\r\n" end, 404,
+        "keep open" },
+      -- a raw NUL ends the target where MHD parses it (HTTP framing: spec/server/http_framing_spec.lua)
+      { "a raw NUL in the query", function()
+        return "GET /v1/sessions/x/read?path=\0 HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. k .. "\r\nConnection: close\r\n\r\n" end, 400,
         "keep open" },
       { "a binary key", function() return "GET /v1/sessions HTTP/1.1\r\nHost: x\r\nX-API-Key: \255\254\1\r\nConnection: close\r\n\r\n" end, 401 },
     }

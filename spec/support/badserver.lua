@@ -49,6 +49,11 @@ function M.sessions(server, key)
   return M.control(server, "/_count", key).sessions
 end
 
+-- DELETEs of key counted by the delfail mode (failed or not).
+function M.deletes(server, key)
+  return M.control(server, "/_count", key).deletes
+end
+
 function M.last(server, key)
   return M.control(server, "/_last", key)
 end

@@ -20,10 +20,15 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
   missing          as "ok", but GET .../read answers the missing-file text for the path
   cutstream        200 NDJSON stream (chunked) of one stdout event, then the connection
                    closes without the final event (a streamed exec whose connection drops)
+  delfail:N:S[:t]  as "ok", but the first N DELETE requests of this key get status S (429
+                   with Retry-After 1, or 503); the session stays until a DELETE succeeds
+  slowcreate:T[:t] as "ok", but POST /v1/sessions answers after T seconds (the session is
+                   made at once: a client that leaves meanwhile has one it never heard of)
 
 Control routes (no key needed): GET /_count?key=K → {"count": n, "connections": c,
-"open": o, "sessions": s} for that key (o: connections still open whose last request used
-K; s: sessions created by POST /v1/sessions and not yet deleted); GET /_last?key=K → the last
+"open": o, "sessions": s, "deletes": d} for that key (o: connections still open whose last request used
+K; s: sessions created by POST /v1/sessions and not yet deleted; d: DELETEs counted by
+delfail); GET /_last?key=K → the last
 request of that key (method, path, query, headers, body).
 The port is written to the file given as argv[1].
 """
@@ -38,6 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
 COUNTS = {}
+DELETES = {}
 LAST = {}
 CONNECTIONS = {}
 OPEN = {}
@@ -110,7 +116,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(200, {"count": COUNTS.get(key, 0),
                                             "connections": CONNECTIONS.get(key, 0),
                                             "open": OPEN.get(key, 0),
-                                            "sessions": len(SESSIONS.get(key, ()))})
+                                            "sessions": len(SESSIONS.get(key, ())),
+                                            "deletes": DELETES.get(key, 0)})
             if url.path == "/_last":
                 return self.send_json(200, LAST.get(key) or {})
         return self.send_json(404, {"detail": "Not Found"})
@@ -191,6 +198,15 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(int(arg), {})
         elif mode == "status":
             return self.send_json(int(arg), {"detail": "status " + arg})
+        elif mode == "delfail" and self.command == "DELETE":
+            count, _, rest = arg.partition(":")
+            status = int(rest.partition(":")[0])
+            with LOCK:
+                DELETES[key] = DELETES.get(key, 0) + 1
+                failing = DELETES[key] <= int(count)
+            if failing:
+                return self.send_json(status, {"detail": "status %d" % status},
+                                      {"Retry-After": "1"} if status == 429 else None)
         elif mode == "missing" and url.path.endswith("/read"):
             path = urllib.parse.parse_qs(url.query).get("path", [""])[0]
             return self.send_json(200, {"path": path, "content": "Error: File '%s' does not exist." % path})
@@ -200,6 +216,8 @@ class Handler(BaseHTTPRequestHandler):
                 NEXT_ID[0] += 1
                 sid = "sbx_%012x" % NEXT_ID[0]
                 SESSIONS.setdefault(key, set()).add(sid)
+            if mode == "slowcreate":
+                time.sleep(float(arg.partition(":")[0]))
             return self.send_json(201, {"session_id": sid, "tenant_id": "bad",
                                         "egress": [], "disk_quota_mb": 512,
                                         "created_at": time.time(), "status": "ready"})

@@ -3,15 +3,17 @@
 -- and the sessions its code opened and has not closed yet. When the request ends those are
 -- deleted:
 --   * a client abort with `lua_check_client_abort on`: an ngx.on_abort callback (registered
---     when the request opens its first session) deletes them and ends the request (499);
+--     when the request starts creating its first session, so it covers that create) waits
+--     for the creates still in flight, deletes the request's sessions and ends it (499);
 --   * any end (error, ngx.exit, abort): `log_by_lua_block { require("airlock.ngx").finish() }`
 --     hands them to a timer that deletes them;
 --   * a graceful stop or reload of the worker: a pending timer of the SDK runs early
 --     ("premature") and deletes the sessions of requests that are over at once, those of
 --     requests still running after EXIT_GRACE_SECONDS (a fast stop, SIGTERM, runs nothing:
 --     the server's idle TTL reaps those);
---   * a handle dropped unclosed: the garbage collector's queue (airlock.dropped_sessions),
---     which that same timer also empties every minute.
+--   * a handle dropped unclosed, or a DELETE that failed: the queue of sessions to delete
+--     (airlock.dropped_sessions), which that same timer also empties every minute; a failed
+--     DELETE also starts a timer for when it is due again (with ngx.now as the queue's clock).
 -- The transport (airlock.transport.ngx) installs this host when it loads.
 local dropped = require "airlock.dropped_sessions"
 local exec_gate = require "airlock.exec_gate"
@@ -23,6 +25,7 @@ local M = {}
 M.SWEEP_SECONDS = 60        -- how often the worker's timer deletes the collector's queue
 M.EXIT_GRACE_SECONDS = 5    -- at worker exit: how long running requests may still close theirs
 M.ABORT_STATUS = 499        -- nginx's "client closed request"
+M.CREATE_WAIT_SECONDS = 100 -- at an abort: how long creates still in flight are waited for
 
 local CTX_KEY = "airlock"
 
@@ -31,7 +34,7 @@ local CTX_KEY = "airlock"
 -- so after a collection the scope is gone).
 local open_sessions = setmetatable({}, { __mode = "k" })
 local scope_of = setmetatable({}, { __mode = "kv" })
-local counters = { scopes = 0, cleanups = 0, deleted = 0, aborts = 0 }
+local counters = { scopes = 0, cleanups = 0, deleted = 0, aborts = 0, creating = 0 }
 local sweeper_started = false
 
 local function phase()
@@ -53,7 +56,8 @@ function M.scope(create)
   local scope = ctx[CTX_KEY]
   if scope == nil and create ~= false then
     counters.scopes = counters.scopes + 1
-    scope = { scheduler = scheduler.new(phase()), sessions = {} }
+    scope = { scheduler = scheduler.new(phase()), sessions = {}, creating = 0,
+              held = setmetatable({}, { __mode = "k" }) }
     ctx[CTX_KEY] = scope
   end
   return scope
@@ -87,14 +91,53 @@ local function delete_now(items)
   return require("airlock.exchange").delete_sessions(items, true)
 end
 
+-- dropped_sessions' waker: a failed DELETE is due again in `seconds`; one timer at a time,
+-- the earliest asked for (the worker's sweep is the backstop when none can be had).
+local retry_at
+local function wake_queue(seconds)
+  local at = ngx.now() + seconds
+  if retry_at and retry_at <= at then return end
+  local ok = ngx.timer.at(seconds, function()
+    retry_at = nil
+    require("airlock.exchange").delete_dropped(true)
+    local wait = dropped.next_wait()
+    if wait then wake_queue(math.max(wait, 0.1)) end
+  end)
+  if ok then retry_at = at end
+end
+
+-- Waits (at most CREATE_WAIT_SECONDS) until the scope's creates in flight are over: a session
+-- the server made for a client that has left is then known, and deleted with the others.
+local function wait_for_creates(scope)
+  local deadline = ngx.now() + M.CREATE_WAIT_SECONDS
+  while scope.creating > 0 and ngx.now() < deadline do
+    scope.created = scope.created or require("ngx.semaphore").new()
+    scope.created:wait(math.max(deadline - ngx.now(), 0.001))
+  end
+end
+
 -- airlock.ngx.abort() → n: deletes now the sessions the current request opened and did not
--- close, and gives its places in the command line back. Call it from your own ngx.on_abort
--- callback (the SDK registers its own only when the request has none).
+-- close (after its creates in flight are over), and gives its places in the command line
+-- back. Call it from your own ngx.on_abort callback (the SDK registers its own only when the
+-- request has none).
 function M.abort()
   local scope = M.scope(false)
   if not scope then return 0 end
   counters.aborts = counters.aborts + 1
+  scope.aborted, scope.abort_waiting = true, true
+  wait_for_creates(scope)
+  scope.abort_waiting = false
   return delete_now(end_scope(scope))
+end
+
+-- Deletes items ({id =, settings =} each) from a timer (log_by_lua has no cosockets); when no
+-- timer can be had (too many pending), the queue of sessions to delete and the worker's
+-- sweep take them.
+local function delete_later(items)
+  local ok, err = ngx.timer.at(0, function() delete_now(items) end)
+  if ok then return end
+  for _, item in ipairs(items) do dropped.enqueue(item.id, item.settings) end
+  ngx.log(ngx.WARN, "airlock: could not start the timer deleting ", #items, " sessions: ", err)
 end
 
 -- airlock.ngx.finish() → n: for log_by_lua*: the request is over; its sessions still open
@@ -103,15 +146,21 @@ function M.finish()
   local scope = ngx.ctx[CTX_KEY]
   if not scope then return 0 end
   ngx.ctx[CTX_KEY] = nil
+  -- creates and closes the request's end cut short never report: their sessions are due now
+  counters.creating = counters.creating - scope.creating
+  scope.creating = 0
+  local cut = false
+  for item in pairs(scope.held) do
+    if item.lease then
+      dropped.release(item)
+      cut = true
+    end
+  end
+  if cut then wake_queue(0) end
   local items = end_scope(scope)
   if #items == 0 then return 0 end
   counters.cleanups = counters.cleanups + 1
-  local ok, err = ngx.timer.at(0, function() delete_now(items) end)
-  if not ok then
-    -- no timer (too many pending): the collector's queue and the worker's sweep take them
-    for _, item in ipairs(items) do dropped.enqueue(item.id, item.settings) end
-    ngx.log(ngx.WARN, "airlock: could not start the timer deleting ", #items, " sessions: ", err)
-  end
+  delete_later(items)
   return #items
 end
 
@@ -159,7 +208,7 @@ local function sweep(premature)
   while true do
     collectgarbage()   -- forget the scopes of requests that are over
     delete_now(take_open(orphaned))
-    exchange.delete_dropped(true)
+    exchange.delete_dropped(true, true)   -- the last chance: whatever their backoff
     if count_open() == 0 or waited >= M.EXIT_GRACE_SECONDS then break end
     ngx.sleep(0.25)
     waited = waited + 0.25
@@ -177,8 +226,40 @@ local function start_sweeper()
   end
 end
 
--- dropped_sessions' tracker: a session opened / closed by the code running now.
+-- Registers the SDK's abort callback for the scope's request (once; handler phases only).
+local function hook_abort(scope)
+  if scope.abort_hooked or not HANDLER_PHASES[phase()] then return end
+  scope.abort_hooked = true
+  -- nil, "lua_check_client_abort is off" (then aborts are not noticed, the handler runs to
+  -- its end and closes its sandboxes) or nil, "duplicate call" (the request has its own
+  -- callback, which should call airlock.ngx.abort())
+  ngx.on_abort(on_abort)
+end
+
+-- dropped_sessions' tracker: a session being created, opened, closed by the code running now.
 local tracker = {}
+
+function tracker.creating()
+  local scope = M.scope()
+  if not scope then return nil end
+  hook_abort(scope)   -- before the create: a client leaving during it is noticed
+  scope.creating = scope.creating + 1
+  counters.creating = counters.creating + 1
+  return function(state)
+    scope.creating = scope.creating - 1
+    counters.creating = counters.creating - 1
+    if scope.created then scope.created:post(1) end
+    -- the abort's deletes are done already (its wait ran out): this one goes at once
+    if state and state.id and scope.aborted and not scope.abort_waiting then
+      delete_later(take_sessions(scope))
+    end
+  end
+end
+
+function tracker.holding(item)
+  local scope = M.scope(false)
+  if scope then scope.held[item] = true end
+end
 
 function tracker.opened(state)
   open_sessions[state] = true
@@ -187,13 +268,7 @@ function tracker.opened(state)
   if not scope then return end
   scope_of[state] = scope
   scope.sessions[state] = true
-  if not scope.abort_hooked and HANDLER_PHASES[phase()] then
-    scope.abort_hooked = true
-    -- nil, "lua_check_client_abort is off" (then aborts are not noticed, the handler runs
-    -- to its end and closes its sandboxes) or nil, "duplicate call" (the request has its own
-    -- callback, which should call airlock.ngx.abort())
-    ngx.on_abort(on_abort)
-  end
+  hook_abort(scope)
 end
 
 function tracker.closed(state)
@@ -214,13 +289,16 @@ function M.install()
     return scope and scope.scheduler
   end)
   dropped.set_tracker(tracker)
+  dropped.clock = ngx.now
+  dropped.set_waker(wake_queue)
 end
 
--- airlock.ngx.stats() → counters of this worker: open_sessions, scopes (requests and timers
--- that used the SDK), cleanups (requests whose sessions finish() deleted), aborts, deleted.
+-- airlock.ngx.stats() → counters of this worker: open_sessions, creating (creates in
+-- flight), scopes (requests and timers that used the SDK), cleanups (requests whose sessions
+-- finish() deleted), aborts, deleted.
 function M.stats()
-  return { open_sessions = count_open(), scopes = counters.scopes, cleanups = counters.cleanups,
-           aborts = counters.aborts, deleted = counters.deleted }
+  return { open_sessions = count_open(), creating = counters.creating, scopes = counters.scopes,
+           cleanups = counters.cleanups, aborts = counters.aborts, deleted = counters.deleted }
 end
 
 return M

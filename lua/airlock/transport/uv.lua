@@ -11,6 +11,7 @@
 --
 -- Outside tasks send() blocks like the curl transport (the core waits on its own sockets).
 local core = require "airlock.core"
+local dropped = require "airlock.dropped_sessions"
 local tasks = require "airlock.tasks"
 local transports = require "airlock.transport"
 
@@ -24,6 +25,8 @@ local made_default       -- install made this transport the automatic choice
 local report_error       -- function(message): an error raised inside one of our callbacks
 local timeout_timer      -- libcurl's timeout
 local fallback_timer     -- ticks while a socket could not get a poll handle
+local retry_timer        -- the queue of sessions to delete: when a failed DELETE is due again
+local retry_at           -- (loop ms) when retry_timer goes off, while it is armed
 local polls = {}         -- fd → { handle, mode, callback }
 local fallback = {}      -- fd → events, sockets without a poll handle (checked every 10 ms)
 local waiting = {}       -- Transfer waitables of tasks → true
@@ -200,6 +203,29 @@ local function on_ready(scheduler, task)
   end)
 end
 
+---------------------------------------------------------------- the queue of sessions to delete
+
+-- dropped_sessions' waker: a failed DELETE is due again in `seconds`. One timer, armed for
+-- the earliest; unreferenced, so it never keeps the loop alive (a program that stops its
+-- loop early calls airlock.drain()). Its run is a background task of the loop's scheduler.
+local function wake_queue(seconds)
+  if not uv then return end
+  local ms = math.floor(seconds * 1000 + 0.5)
+  local at = uv.now() + ms
+  if retry_at and retry_at <= at then return end
+  retry_at = at
+  retry_timer:start(ms, 0, function()
+    retry_at = nil
+    guarded(function()
+      owner:spawn_background(function()
+        require("airlock.exchange").delete_dropped(true)
+        local wait = dropped.next_wait()
+        if wait then wake_queue(math.max(wait, 0.1)) end
+      end)
+    end)
+  end)
+end
+
 ---------------------------------------------------------------- installing
 
 -- uv.install(loop [, opts]) → the transport. Hands the core's sockets and timeout to loop
@@ -235,6 +261,9 @@ function M.install(loop, opts)
     uv = loop
     timeout_timer = loop.new_timer()
     fallback_timer = loop.new_timer()
+    retry_timer = loop.new_timer()
+    retry_timer:unref()
+    dropped.set_waker(wake_queue)
     defer = neovim and rawget(_G, "vim").schedule or idle_queue(loop)
     report_error = function(message) io.stderr:write(message, "\n") end
     if neovim then
@@ -269,11 +298,14 @@ function M.uninstall()
   fallback = {}
   timeout_timer:close()
   fallback_timer:close()
+  retry_timer:close()
+  dropped.set_waker(nil)
   if idle_handle then idle_handle:close() end
   owner.on_ready = nil
   require("airlock.transport.curl").after_step = nil
   if made_default then transports.set_default(nil) end
   uv, defer, idle_handle, made_default, timeout_timer, fallback_timer = nil, nil, nil, nil, nil, nil
+  retry_timer, retry_at = nil, nil
   return true
 end
 

@@ -156,14 +156,14 @@ static void send_unauthorized(http_request *r, const api_route *rt, const admiss
         http_send_detail(r, 401, "Invalid or missing admin key");
 }
 
-static bool take_request_token(app *a, http_request *r, api_call *c, const auth_caller *who);
+static bool take_request_token(app *a, http_request *r, api_call *c, const auth_caller *who, bool exempt);
 
 /* A raw write (our extension) streams its body to disk: everything its handler needs is
  * checked from the headers, the rate limit included, before the first body byte. */
 static void admit_raw_write(app *a, http_request *r, http_admission *adm, admission *ad, const char *param)
 {
     api_call c = {.param = param};
-    if (take_request_token(a, r, &c, &ad->who))
+    if (take_request_token(a, r, &c, &ad->who, false))
         ad->upload = api_files_raw_admit(a, r, &c, adm);
 }
 
@@ -216,11 +216,25 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
     send_unauthorized(r, rt, ad);
 }
 
-/* 429 past the tenant's request rate; else fills the call's caller. */
-static bool take_request_token(app *a, http_request *r, api_call *c, const auth_caller *who)
+/* Whether the request deletes one of the caller's own sessions: that frees a session slot,
+ * a disk and a sandbox, so the request rate never refuses it (a client whose DELETE met a
+ * 429 would otherwise hold the session until the idle TTL). A DELETE of an id the tenant
+ * does not own is counted as usual, so this is no way around the limit. */
+static bool frees_own_session(app *a, const api_route *rt, const char *param, const auth_caller *who)
+{
+    session *s = NULL;
+    if (rt->handler != api_sessions_delete || registry_acquire(a->reg, param, who->tenant, false, &s) != SESSION_OK)
+        return false;
+    registry_release(a->reg, s);
+    return true;
+}
+
+/* 429 past the tenant's request rate (unless exempt: then a token is taken only when there is
+ * one); else fills the call's caller. */
+static bool take_request_token(app *a, http_request *r, api_call *c, const auth_caller *who, bool exempt)
 {
     long retry = 0;
-    if (!limits_take_token(a->lim, who->tenant, &c->requests_available, &retry)) {
+    if (!limits_take_token(a->lim, who->tenant, &c->requests_available, &retry) && !exempt) {
         char msg[160], hdr[32];
         snprintf(msg, sizeof msg, "Rate limit of %d requests per minute exceeded; retry in %ld s.",
                  tenants_get(a->tenants, who->tenant)->requests_per_minute, retry);
@@ -249,7 +263,8 @@ static void run(app *a, http_request *r, const api_route *rt, const char *param)
     }
     if (rt->json_body && !api_parse_body(r, &c.body))
         return;
-    bool allowed = ad->authed && (rt->auth == API_ADMIN || take_request_token(a, r, &c, &ad->who));
+    bool allowed = ad->authed && (rt->auth == API_ADMIN ||
+                                  take_request_token(a, r, &c, &ad->who, frees_own_session(a, rt, param, &ad->who)));
     if (!ad->authed)
         send_unauthorized(r, rt, ad);
     else if (allowed)

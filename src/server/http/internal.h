@@ -44,6 +44,8 @@ struct http_request {
     struct MHD_Connection *conn;
     conn_slot *slot;
     char *raw_uri;
+    const char *uri_at;            /* the target in MHD's buffer (only compared, never read) */
+    size_t uri_len;
     const char *method;
     const char *url;
     char log_method[12];           /* copies for the log line, which a streamed answer writes */

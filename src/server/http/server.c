@@ -3,6 +3,7 @@
  * budget, the handler on a worker pool while the connection is suspended, the response),
  * deadlines handed to the connection table, one log line per request, the orderly stop. */
 #include "http/internal.h"
+#include "http/strict.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -23,7 +24,10 @@
 #define FD_RESERVE 256
 /* Headers, the request line and MHD's own buffers per connection: larger headers get 431. */
 #define CONNECTION_MEMORY (32u * 1024u)
-#define LISTEN_BACKLOG 1024u
+/* The listen queue (the kernel clamps it to net.core.somaxconn, 4096 by default): deep enough
+ * that a flood of reconnecting clients at the cap rarely fills it, so a newcomer's SYN is
+ * queued and accepted (eviction keeps accepting) instead of dropped and retried a second later. */
+#define LISTEN_BACKLOG 4096u
 /* A chunked body's first buffer; it doubles as the body grows (each step from the budget). */
 #define CHUNKED_FIRST (64u * 1024u)
 /* MHD logs every peer that hangs up: under a flood, say so once instead of a line each. */
@@ -104,12 +108,15 @@ static conn_slot *slot_of(struct MHD_Connection *c)
 
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 {
-    (void)c;
+    http_server *s = cls;
+    conns_talking(&s->conns, slot_of(c)); /* evicted after silent connections */
     http_request *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
     r->server = cls;
     r->raw_uri = strdup(uri ? uri : "");
+    r->uri_at = uri; /* where MHD holds it: the version follows its end (see raw_nul_in_target) */
+    r->uri_len = uri ? strlen(uri) : 0;
     atomic_init(&r->stopping, false);
     atomic_init(&r->stream, NULL);
     atomic_init(&r->holders, 1);
@@ -338,11 +345,29 @@ static enum MHD_Result on_complete(http_server *s, http_request *r)
     return MHD_YES;
 }
 
+/* MHD ends the request target at a raw NUL byte: the version it parsed then does not follow
+ * the target's end in its buffer (the space before it became the target's terminator). */
+static bool raw_nul_in_target(const http_request *r, const char *version)
+{
+    return r->uri_at && version && version != r->uri_at + r->uri_len + 1;
+}
+
+/* Framing a proxy may read differently is refused before the application sees it. */
+static bool refused_as_framing(http_request *r, const char *version)
+{
+    const char *detail = NULL;
+    unsigned status =
+        http_strict_check(r->conn, version, r->raw_uri ? r->raw_uri : "", raw_nul_in_target(r, version), &detail);
+    if (!status)
+        return false;
+    http_strict_refuse(r, status, detail);
+    return true;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls)
 {
-    (void)version;
     http_server *s = cls;
     http_request *r = *con_cls;
     if (!r)
@@ -355,6 +380,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->method = method;
         snprintf(r->log_method, sizeof r->log_method, "%s", method ? method : "-");
         r->slot = slot_of(c);
+        if (refused_as_framing(r, version))
+            return queue_kept(r);
         return on_headers(s, r);
     case RQ_BODY:
         if (*upload_size)
@@ -419,6 +446,16 @@ static unsigned fit_connections(unsigned wanted, unsigned daemons)
     return room < wanted ? (unsigned)room : wanted;
 }
 
+/* The open connections of a listening socket from which each newcomer evicts the oldest one
+ * still owing its headers: a 16th below the daemon's cap (at least 2, at most 256 below),
+ * so MHD stays under its own cap and keeps accepting while evicted sockets close. */
+static unsigned evict_at(unsigned conn_limit)
+{
+    unsigned room = conn_limit / 16;
+    room = room < 2 ? 2 : room > 256 ? 256 : room;
+    return conn_limit > room ? conn_limit - room : 1;
+}
+
 static int listen_unix(const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un sun = {0};
@@ -475,7 +512,7 @@ http_server *http_start(const http_options *o, char *err, size_t errlen)
     size_t slots = (size_t)s->conn_limit * daemons + 16;
     /* one owner per request in flight at most, one request per connection */
     size_t share = s->lim.body_memory / 4 > HTTP_MAX_BODY + 1 ? s->lim.body_memory / 4 : HTTP_MAX_BODY + 1;
-    if (!conns_init(&s->conns, slots, s->lim.max_per_client, s->lim.header_timeout_s) ||
+    if (!conns_init(&s->conns, slots, s->lim.max_per_client, evict_at(s->conn_limit), s->lim.header_timeout_s) ||
         !budget_init(&s->budget, s->lim.body_memory, share, slots) ||
         !(s->quick = pool_new(s->lim.quick_threads, s->lim.queue, run_job)) ||
         !(s->slow = pool_new(s->lim.long_threads, s->lim.queue, run_job)) || !conns_start(&s->conns)) {
