@@ -98,7 +98,6 @@ if has_core build/lua51 && command -v lua5.1 >/dev/null; then
   job lua51 spec/unit
 fi
 if has_core build/lua53 && command -v lua5.3 >/dev/null; then job lua53 spec/unit; fi
-if [ $valgrind = 1 ]; then job valgrind --exclude-tags=timing $VALGRIND_SPECS; fi
 
 # Runs job number $1 ("KIND ARGS..."), output to its log, counts to its summary file.
 run_job() {
