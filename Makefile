@@ -28,6 +28,9 @@ MNL_CFLAGS    ?= $(shell $(PKG_CONFIG) --cflags libmnl)
 MNL_LIBS      ?= $(shell $(PKG_CONFIG) --libs libmnl)
 CARES_CFLAGS  ?= $(shell $(PKG_CONFIG) --cflags libcares)
 CARES_LIBS    ?= $(shell $(PKG_CONFIG) --libs libcares)
+# the fleet's shared state (--database): PostgreSQL's client library
+PQ_CFLAGS     ?= $(shell $(PKG_CONFIG) --cflags libpq)
+PQ_LIBS       ?= $(shell $(PKG_CONFIG) --libs libpq)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -61,7 +64,7 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 export AIRLOCKD_BIN := $(CURDIR)/$(AIRLOCKD)
 export AIRLOCK_RUNSC := $(RUNSC)
 
-.PHONY: all build deps run test luajit-core lua51-core lua53-core compat-builds lint sanitize \
+.PHONY: all build deps run fleet test luajit-core lua51-core lua53-core compat-builds lint sanitize \
         asan-test valgrind-test ci ci-builds bench install dist clean
 
 all: build
@@ -76,9 +79,9 @@ OBJ         := $(BUILD)/obj
 FLAGS_FILE  := $(OBJ)/flags
 COMPILE     := $(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE)
 SERVER_CFLAGS := -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) $(SQLITE_CFLAGS) \
-  $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS)
+  $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS)
 SERVER_LIBS := $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) \
-  $(CARES_LIBS) -lm -pthread
+  $(CARES_LIBS) $(PQ_LIBS) -lm -pthread
 SERVER_OBJ  := $(SERVER_SRC:src/server/%.c=$(OBJ)/server/%.o)
 # the core is one translation unit: core.c includes its parts
 CORE_OBJ    := $(OBJ)/core/core.o
@@ -117,6 +120,12 @@ deps:
 run: deps
 	$(MAKE) build
 	./scripts/with-airlockd.sh $(LUA) examples/quickstart.lua
+
+# make fleet: the quick start through the router of a fresh 3-node fleet on this machine
+# (scripts/fleet.sh: a private PostgreSQL, HAProxy, airlockd on 127.0.0.2-4), then all stopped.
+fleet: deps
+	$(MAKE) build
+	./scripts/fleet.sh exec --nodes 3 -- $(LUA) examples/quickstart.lua
 
 # make test: the same preparation, then every spec where its result can differ (Lua 5.4,
 # LuaJIT, Lua 5.1, Lua 5.3 for the core's ABI; airlockd's specs once), as parallel jobs.
@@ -204,6 +213,9 @@ ci-builds: build luajit-core compat-builds sanitize $(ASAN_HOST)
 #   sandboxes booted ahead, and under a bare `runsc run`; the host memory of a waiting sandbox.
 # fairness: a tenant's exec latency while another tenant runs 4 CPU burners, vs idle.
 # egress: exec with egress vs without; one 100 MB HTTPS tunnel through the proxy vs direct.
+# fleet: a 3-node fleet (scripts/fleet.sh): router overhead (exec true, a small read) via HAProxy
+#   vs straight to the node, the spread of creates, exact max_sessions under 300 parallel creates,
+#   what creates see after kill -9 of a node.
 # stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 bench: build luajit-core
@@ -223,6 +235,7 @@ bench: build luajit-core
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua
+	$(LUA) bench/fleet.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -19,7 +19,6 @@ local airlockd = require "support.airlockd"
 local bare_runsc = require "support.bare_runsc"
 local host_state = require "support.host_state"
 local proc = require "support.proc"
-local socket = require "socket"
 local cjson = require "cjson"
 
 local SMOKE = os.getenv("BENCH_SMOKE") == "1"
@@ -44,12 +43,7 @@ local function loadavg()
   return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
 end
 
-
-local function timed(fn)
-  local t0 = socket.gettime()
-  fn()
-  return (socket.gettime() - t0) * 1000
-end
+local timed = harness.timed
 
 local LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000,"max_concurrent_exec":8}}'
 local warm = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) }, env = { SANDBOX_TENANT_LIMITS = LIMITS } })

@@ -46,6 +46,11 @@ static void test_positive_and_switch(void)
     CHECK(strcmp(msg, "S: must be 1 or 0, got 'yes'") == 0);
     CHECK(config_switch(E, "S", "true", "do it", &on) == -1);
     CHECK(strcmp(msg, "S: must be 1 (do it) or 0, got 'true'") == 0);
+    static const char *const kinds[] = {"a", "bb", NULL};
+    int k = -1;
+    CHECK(config_choice(E, "K", "bb", kinds, &k) == 0 && k == 1);
+    CHECK(config_choice(E, "K", "c", kinds, &k) == -1);
+    CHECK(strcmp(msg, "K: must be one of a, bb, got 'c'") == 0);
 }
 
 static int count_item(void *ctx, const char *s, size_t n)
@@ -121,7 +126,7 @@ static void test_load_defaults_and_flags(void)
     CHECK(c.disk_total_bytes == 0 && c.disk_reserve_bytes == 1024LL * 1048576 && !c.session_state_off);
     CHECK(c.egress.max_tunnels == 32 && c.egress.max_tunnels_total == 1024 && !c.egress.total_given);
     CHECK(c.tenants[0].max_sessions == 10 && c.star.requests_per_minute == 120 && c.star.max_concurrent_exec == 4);
-    CHECK(strcmp(c.sandbox.runsc, "/flag/runsc") == 0 && !c.sandbox.require_gvisor); /* the flag wins */
+    CHECK(strcmp(c.sandbox.runsc, "/flag/runsc") == 0); /* the flag wins */
     CHECK(strcmp(c.sandbox.search_path, "/usr/bin:/bin") == 0 && c.sandbox.waiter == NULL);
     config_free(&c);
 
@@ -136,6 +141,41 @@ static void test_load_defaults_and_flags(void)
     tenant_cfg t;
     CHECK(config_runtime_tenant(&c, "late", &t) && t.max_sessions == 3 && t.requests_per_minute == 120);
     config_tenant_free(&t);
+    config_free(&c);
+}
+
+/* gvisor unless asked otherwise: --isolation over SANDBOX_ISOLATION over SANDBOX_REQUIRE_GVISOR. */
+static void test_isolation(void)
+{
+    config c;
+    char *argv[] = {"airlockd", NULL};
+    char *plain[] = {"SANDBOX_API_KEY=k", NULL};
+    CHECK(load(&c, plain, 1, argv) == CONFIG_OK);
+    CHECK(c.sandbox.isolation == SANDBOX_ISOLATION_GVISOR && c.sandbox.isolation_by == NULL);
+    config_free(&c);
+    char *bw[] = {"SANDBOX_API_KEY=k", "SANDBOX_ISOLATION=bubblewrap", NULL};
+    CHECK(load(&c, bw, 1, argv) == CONFIG_OK && c.sandbox.isolation == SANDBOX_ISOLATION_BUBBLEWRAP);
+    CHECK(strcmp(c.sandbox.isolation_by, "SANDBOX_ISOLATION=bubblewrap") == 0);
+    config_free(&c);
+    char *flag[] = {"airlockd", "--isolation=auto", NULL};
+    CHECK(load(&c, bw, 2, flag) == CONFIG_OK && c.sandbox.isolation == SANDBOX_ISOLATION_AUTO);
+    CHECK(strcmp(c.sandbox.isolation_by, "--isolation auto") == 0);
+    config_free(&c);
+    char *old0[] = {"SANDBOX_API_KEY=k", "SANDBOX_REQUIRE_GVISOR=0", NULL};
+    CHECK(load(&c, old0, 1, argv) == CONFIG_OK && c.sandbox.isolation == SANDBOX_ISOLATION_AUTO);
+    CHECK(strcmp(c.sandbox.isolation_by, "SANDBOX_REQUIRE_GVISOR=0") == 0);
+    config_free(&c);
+    char *old1[] = {"SANDBOX_API_KEY=k", "SANDBOX_REQUIRE_GVISOR=1", NULL};
+    CHECK(load(&c, old1, 1, argv) == CONFIG_OK && c.sandbox.isolation == SANDBOX_ISOLATION_GVISOR);
+    config_free(&c);
+    char *clash[] = {"SANDBOX_API_KEY=k", "SANDBOX_REQUIRE_GVISOR=1", "SANDBOX_ISOLATION=bubblewrap", NULL};
+    CHECK(load(&c, clash, 1, argv) == CONFIG_INVALID);
+    CHECK(strcmp(msg, "SANDBOX_REQUIRE_GVISOR: 1 refuses the weaker bubblewrap that SANDBOX_ISOLATION=bubblewrap "
+                      "asks for") == 0);
+    config_free(&c);
+    char *bad[] = {"SANDBOX_API_KEY=k", "SANDBOX_ISOLATION=gVisor", NULL};
+    CHECK(load(&c, bad, 1, argv) == CONFIG_INVALID);
+    CHECK(strcmp(msg, "SANDBOX_ISOLATION: must be one of gvisor, bubblewrap, auto, got 'gVisor'") == 0);
     config_free(&c);
 }
 
@@ -197,5 +237,6 @@ int main(void)
     test_secrets();
     test_load_defaults_and_flags();
     test_load_errors();
+    test_isolation();
     return CHECK_SUMMARY();
 }

@@ -390,6 +390,7 @@ describe("import limits", function()
     assert.are.equal(429, r.status, r.body)
     assert.are.equal("Too many commands running at once: 1 allowed. Wait for one to finish.", r.json.detail)
     assert.is_nil(r.headers["retry-after"])
+    assert.are.equal("1", r.headers["x-airlock-exec-limit"])
     assert.are.equal(0, running_exec.wait().exit_code)
 
     local slow = import_async(server, acme, id, { repo = "slow/hello", path = "slow" })

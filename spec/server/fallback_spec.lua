@@ -1,9 +1,11 @@
 -- luacheck: max line length 160
--- The bubblewrap fallback (issue #3 item 7): with runsc missing, airlockd still isolates every
--- command (uid 1000, only loopback, read-only root, memory and process limits, timeouts) but
--- says loudly that it is the weaker backend: a startup log line and the x-airlock-isolation
--- header on /healthz (the healthz body is the contract's, unchanged). SANDBOX_REQUIRE_GVISOR=1
--- refuses to start instead. Egress works there too (the sandbox joins its namespace pair).
+-- The bubblewrap sandbox (issue #3 item 7, issue 16): asked for with SANDBOX_ISOLATION=bubblewrap
+-- (or auto, when runsc is missing), airlockd still isolates every command (uid 1000, only
+-- loopback, read-only root, memory and process limits, timeouts) but says loudly that it is
+-- the weaker backend: the first log line and the x-airlock-isolation header on /healthz (the
+-- healthz body is the contract's, unchanged). Without that setting it never runs on it: no
+-- working runsc means no start. airlockd finds the checkout's fetched runsc by itself.
+-- Egress works on bubblewrap too (the sandbox joins its namespace pair).
 -- Lua 5.1-compatible (no <close>).
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
@@ -28,8 +30,8 @@ describe("airlockd without runsc (bubblewrap fallback)", function()
   end
 
   lazy_setup(function()
-    server = airlockd.start({ args = { "--runsc", "/nonexistent/runsc" },
-                              env = { AIRLOCK_TEST_SECRET = secret, SANDBOX_WORKSPACE_QUOTA_MB = "5" } })
+    server = airlockd.start({ env = { SANDBOX_ISOLATION = "bubblewrap", AIRLOCK_TEST_SECRET = secret,
+                                      SANDBOX_WORKSPACE_QUOTA_MB = "5" } })
     key = server.tenants.acme
     local r = http_client.create(server, key)
     assert.are.equal(201, r.status, r.body)
@@ -40,9 +42,10 @@ describe("airlockd without runsc (bubblewrap fallback)", function()
     if server then airlockd.stop(server) end
   end)
 
-  it("reports the weaker backend in the log and the healthz header, with the exact healthz body", function()
+  it("reports the weaker backend in the first log line and the healthz header, with the exact healthz body", function()
     local log = airlockd.log(server)
-    assert.truthy(log:find("airlockd: gVisor unavailable (runsc not found (/nonexistent/runsc)); using the weaker bubblewrap sandbox\n", 1, true), log)
+    assert.are.equal("airlockd: isolation: bubblewrap, the weaker sandbox: commands share the host kernel " ..
+      "(asked for by SANDBOX_ISOLATION=bubblewrap)", log:match("^[^\n]*"), log)
     assert.truthy(log:find("(isolation: bubblewrap)", 1, true), log)
     local h = http(server, "GET", "/healthz")
     assert.are.equal(200, h.status)
@@ -154,11 +157,58 @@ tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; getent hosts example.com; ec
   end)
 end)
 
-describe("SANDBOX_REQUIRE_GVISOR", function()
+describe("the isolation settings (SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR) and finding runsc", function()
   local bin = os.getenv("AIRLOCKD_BIN") or "build/airlockd"
   local dir = os.tmpname()
 
   after_each(function() os.execute("rm -rf " .. airlockd.shell_quote(dir) .. "-state") end)
+
+  -- airlockd started by hand (no AIRLOCK_RUNSC), its output and exit status
+  local function start_fails(env, args)
+    return run_capture("env -u AIRLOCK_RUNSC SANDBOX_API_KEYS=a:k1 " .. env .. " timeout 60 " .. airlockd.shell_quote(bin) ..
+      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " " .. (args or ""))
+  end
+
+  local function first_line(server)
+    return airlockd.log(server):match("^[^\n]*")
+  end
+
+  it("never falls back to bubblewrap unless asked: without a working runsc it does not start, saying how to ask", function()
+    assert.are.equal("airlockd: no isolation backend: gVisor is required (the default; SANDBOX_ISOLATION=bubblewrap runs " ..
+      "on bubblewrap instead) but does not work: runsc not found (/nonexistent/runsc); refusing the weaker bubblewrap " ..
+      "fallback\nrc=1\n", start_fails("", "--runsc /nonexistent/runsc"))
+    assert.are.equal("airlockd: invalid configuration: SANDBOX_ISOLATION: must be one of gvisor, bubblewrap, auto, " ..
+      "got 'bwrap'\nrc=2\n", start_fails("SANDBOX_ISOLATION=bwrap"))
+    assert.are.equal("airlockd: invalid configuration: SANDBOX_REQUIRE_GVISOR: 1 refuses the weaker bubblewrap that " ..
+      "--isolation auto asks for\nrc=2\n", start_fails("SANDBOX_REQUIRE_GVISOR=1", "--isolation auto"))
+  end)
+
+  it("finds the checkout's fetched runsc beside the binary with neither AIRLOCK_RUNSC nor runsc on PATH", function()
+    -- what `make deps` fetched, as airlockd should find it: .deps in the binary's directory or above
+    local p = io.popen("d=$(dirname " .. airlockd.shell_quote(bin) .. "); for up in '' ../ ../../; do " ..
+      "f=\"$d/$up.deps/runsc/usr/bin/runsc\"; if [ -x \"$f\" ]; then readlink -f \"$f\"; break; fi; done")
+    local runsc = p:read("*l")
+    p:close()
+    assert.truthy(runsc, "no .deps/runsc beside " .. bin .. ": run make deps")
+    local s = airlockd.start({ launcher = "env -u AIRLOCK_RUNSC PATH=/usr/sbin:/usr/bin:/sbin:/bin" })
+    local ok, err = pcall(function()
+      assert.are.equal("airlockd: isolation: gvisor (runsc " .. runsc .. ")", first_line(s))
+      assert.are.equal("gvisor", http(s, "GET", "/healthz").headers["x-airlock-isolation"])
+    end)
+    airlockd.stop(s)
+    assert(ok, err)
+  end)
+
+  it("falls back to bubblewrap with SANDBOX_ISOLATION=auto, saying why in the first line", function()
+    local s = airlockd.start({ env = { SANDBOX_ISOLATION = "auto" }, args = { "--runsc", "/nonexistent/runsc" } })
+    local ok, err = pcall(function()
+      assert.are.equal("airlockd: isolation: bubblewrap, the weaker sandbox: commands share the host kernel " ..
+        "(SANDBOX_ISOLATION=auto: gVisor unavailable: runsc not found (/nonexistent/runsc))", first_line(s))
+      assert.are.equal("bubblewrap", http(s, "GET", "/healthz").headers["x-airlock-isolation"])
+    end)
+    airlockd.stop(s)
+    assert(ok, err)
+  end)
 
   it("refuses to start without gVisor, naming the variable", function()
     local out = run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=1 timeout 60 " .. airlockd.shell_quote(bin) ..
@@ -189,7 +239,7 @@ describe("egress under the bubblewrap fallback", function()
   local ctx
 
   lazy_setup(function()
-    ctx = egress.start({ args = { "--runsc", "/nonexistent/runsc" } })
+    ctx = egress.start({ env = { SANDBOX_ISOLATION = "bubblewrap" } })
   end)
   lazy_teardown(function()
     if ctx then egress.stop(ctx) end

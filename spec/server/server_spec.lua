@@ -678,7 +678,7 @@ describe("airlockd exec", function()
       '"ctx":{"error":"Expecting value"}}]}', r.body)
   end)
 
-  it("limits concurrent commands per tenant without Retry-After", function()
+  it("limits concurrent commands per tenant without Retry-After, the limit also in X-Airlock-Exec-Limit", function()
     local okey = server.tenants.other
     local oid = create(server, okey)
     local done = os.tmpname()
@@ -694,7 +694,11 @@ describe("airlockd exec", function()
     assert.are.equal(429, r.status)
     assert.is_nil(r.headers["retry-after"])
     assert.are.equal('{"detail":"Too many commands running at once: 1 allowed. Wait for one to finish."}', r.body)
-    assert.are.equal(200, exec("true").status) -- other tenants are unaffected
+    -- the same number for clients, without reading the sentence (issue 17 item 3)
+    assert.are.equal("1", r.headers["x-airlock-exec-limit"])
+    local ok = exec("true")
+    assert.are.equal(200, ok.status) -- other tenants are unaffected
+    assert.is_nil(ok.headers["x-airlock-exec-limit"])
     for _ = 1, 100 do
       if (read_file(done) or ""):find("exit_code", 1, true) then break end
       airlockd.sleep(0.1)
@@ -704,7 +708,8 @@ describe("airlockd exec", function()
   end)
 
   it("warns when the workspace is over quota and then refuses writes", function()
-    local r = exec("head -c 3000000 /dev/zero > big.bin")
+    -- a little over the 2 MB quota: the disk holds the quota and at most ~0.6 MB more
+    local r = exec("head -c 2150000 /dev/zero > big.bin")
     assert.are.equal(0, r.json.exit_code)
     assert.are.equal(1, #r.json.warnings)
     assert.truthy(r.json.warnings[1]:match("^Workspace uses %d+%.%d MB, over its 2 MB disk quota%. Delete files before writing more%.$"),

@@ -13,6 +13,7 @@ and ref are then free):
   redirect-self  302 to /acme/<repo>/archive/<ref>.tar.gz on this server
   bytes          200 with N pseudo-random bytes where the repo is "n<N>" (Content-Length set)
   chunked        the same without a Content-Length (chunked transfer encoding)
+  stall          the first N bytes of "chunked", then nothing more for 60 s (a stalling archive)
   corrupt        200 with bytes that are not a gzip archive
   slow           waits 3 s, then answers as "acme"
 
@@ -96,6 +97,17 @@ class Handler(BaseHTTPRequestHandler):
         elif owner in ("bytes", "chunked"):
             n = int(repo[1:]) if repo[1:].isdigit() else 1000
             self.send(200, noise(n), length=owner == "bytes")
+        elif owner == "stall":
+            n = int(repo[1:]) if repo[1:].isdigit() else 1000
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            body = noise(n)
+            for i in range(0, n, 65536):
+                part = body[i:i + 65536]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.flush()
+            time.sleep(60)
         elif owner == "corrupt":
             self.send(200, b"this is not a gzip archive\n" * 10)
         else:

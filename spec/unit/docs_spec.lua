@@ -19,7 +19,8 @@ local airlock = require "airlock"
 local keys = require "airlock.keys"
 
 local ROOT = (debug.getinfo(1, "S").source:gsub("^@", "")):match("^(.*)spec/unit/docs_spec%.lua$") or ""
-local DOCS = { "README.md", "SECURITY.md", "CONTRIBUTING.md", "docs/api.md", "docs/hosts.md", "docs/server.md" }
+local DOCS = { "README.md", "SECURITY.md", "CONTRIBUTING.md", "docs/api.md", "docs/hosts.md", "docs/server.md",
+  "docs/fleet.md" }
 
 local function read(path)
   local f = io.open(ROOT .. path, "rb")

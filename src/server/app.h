@@ -10,6 +10,7 @@
 #include "domain/tenants.h"
 #include "domain/warm.h"
 #include "egress/egress.h"
+#include "fleet/fleet.h"
 #include "sandbox/sandbox.h"
 #include "store/audit.h"
 #include "store/keystore.h"
@@ -29,6 +30,8 @@ typedef struct app {
     keystore *keys;        /* SANDBOX_KEYSTORE, or NULL */
     egress_service *egress; /* the egress proxy and the sessions' egress state */
     warm_pool *warm;       /* sandboxes booted ahead for sessions; NULL: every command cold */
+    pg_pool *db;           /* a fleet's database (--database), or NULL */
+    fleet *fleet;          /* this node's place in the fleet, or NULL */
 } app;
 
 #endif

@@ -86,7 +86,9 @@ int main(int argc, char **argv)
         return status;
     }
     raise_fd_limit();
-    umask(022);
+    /* everything airlockd creates is private (0600 files, 0700 directories) unless it gives
+     * a mode on purpose; sandboxed commands get the usual 022 back (sandbox/proc.c) */
+    umask(077);
     server s;
     status = 1;
     if (server_open(&s, &cfg) != 0 || server_listen(&s) != 0)

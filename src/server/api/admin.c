@@ -33,6 +33,8 @@ void api_admin_keys_revoke(app *a, http_request *r, const api_call *c)
         http_send_json(r, 200, rec);
     else if (rc == KS_NOT_FOUND)
         send_detail_with(r, 404, "No key '%s'.", c->param);
+    else if (rc == KS_STORAGE)
+        send_not_saved(r, 507, "The revocation");
     else
         http_send_500(r);
 }

@@ -12,12 +12,29 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* A file-write body of the usual shape ({"path": str, "content": str, ...}) read without a
+ * JSON tree (api/body.c): the path decoded, the content left as its JSON literal in the
+ * request's body, decoded into the file as it is written. */
+typedef struct {
+    bool set;                /* the body had this shape (else the call's body is the tree) */
+    char *path;              /* malloc'd, decoded (may hold NUL) */
+    size_t path_len;
+    const char *path_raw;    /* the literals, inside their quotes, in the request's body */
+    size_t path_raw_len;
+    const char *content;
+    size_t content_raw_len;
+    size_t content_bytes;    /* decoded UTF-8 size */
+    size_t content_chars;    /* Python's len() */
+    bool large;              /* holds the one-large-parse lock (released by api_write_body_free) */
+} api_write_body;
+
 typedef struct api_call {
     size_t tenant;           /* API_TENANT routes: the caller's tenant index */
     const char *actor;       /* and its audit actor: "static key" | "key <key_id>" */
     long requests_available; /* request tokens the tenant has left after this one */
     const char *param;       /* the path's "{}" segment (cut at 255 bytes), or NULL */
     json_t *body;            /* json_body routes: the body (NULL when absent or null) */
+    const api_write_body *write; /* POST .../write of the usual shape: its fields, body NULL */
 } api_call;
 
 /* Answers the request with one http_send_*; the call is the dispatcher's (body freed after). */
@@ -54,14 +71,32 @@ bool limit_query(http_request *r, long long *limit);
 /* The caller's session c->param, touched and referenced (registry_release it);
  * NULL when a 404/403 was sent. */
 session *acquire_session(app *a, http_request *r, const api_call *c);
+/* The 429 of a tenant at its concurrent-command limit (exec, import): the reference's text
+ * "Too many commands running at once: N allowed. Wait for one to finish." and, ours, the same
+ * N in the header X-Airlock-Exec-Limit, so clients need not read it from the sentence. */
+void api_send_exec_limit(http_request *r, int allowed);
+/* acquire_session for a route that records an audit entry: fails closed (507 "<what> could
+ * not be saved: ...") while the audit log cannot be written, before anything runs. */
+session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what);
 /* Sends {"detail": fmt with arg} with arg made valid UTF-8 (fmt has one %s). */
 void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg);
+/* Fail closed on storage: a change that could not be made durable is refused, never
+ * acknowledged. Sends "<what> could not be saved: the server's storage is full or failing.
+ * Nothing was changed; try again later." (503 where the SDKs may retry: nothing was done;
+ * else 507). */
+void send_not_saved(http_request *r, unsigned status, const char *what);
 
 /* ---- body.c ------------------------------------------------------------------------ */
 
 /* Reads the request body the way Starlette/FastAPI does. false when a response
  * (400/422/500) was already sent. *out stays NULL for an absent body or JSON null. */
 bool api_parse_body(http_request *r, json_t **out);
+
+/* The same for a file-write body: the usual shape fills *w (w->set) without a tree; any
+ * other gets the tree in *out (large ones one at a time). false when an answer was sent.
+ * Release both with api_write_body_free after the handler. */
+bool api_parse_write_body(http_request *r, json_t **out, api_write_body *w);
+void api_write_body_free(api_write_body *w, json_t *tree);
 
 /* ---- keys.c: key creation, shared with admin.c ------------------------------------- */
 

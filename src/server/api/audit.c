@@ -20,8 +20,16 @@ void api_audit(app *a, http_request *r, const api_call *c)
     json_t *entries = NULL;
     char *next = NULL;
     const char *name = tenants_get(a->tenants, c->tenant)->name;
-    int rc = audit_query(a->audit, name, before, before_len, (int)limit, &entries, &next);
+    /* a fleet's: every node's rows, from the database */
+    int rc = a->fleet ? fleet_audit_query(a->fleet, name, before, (int)limit, audit_retention_days(a->audit), &entries,
+                                          &next)
+                      : audit_query(a->audit, name, before, before_len, (int)limit, &entries, &next);
     free(before);
+    if (rc != 0 && a->fleet) {
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The fleet's database cannot be reached."),
+                              "retry-after", "2");
+        return;
+    }
     if (rc != 0) {
         http_send_500(r);
         return;

@@ -1,6 +1,8 @@
 /* The checks route handlers share before doing their work: body shape, 422 replies,
- * the optional ?limit= query, and the session lookup with its 404/403 replies. */
+ * the optional ?limit= query, the session lookup with its 404/403 replies, and the 429 of the
+ * concurrent-command limit. */
 #include "api/api.h"
+#include "api/handlers.h"
 
 #include "text/utf8.h"
 
@@ -60,6 +62,8 @@ session *acquire_session(app *a, http_request *r, const api_call *c)
     /* every session route counts as activity, so the idle reaper spares it */
     session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
     /* the same strings on every session route */
+    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
+        return NULL;
     if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found or expired");
     else if (rc != SESSION_OK)
@@ -77,4 +81,32 @@ void send_detail_with(http_request *r, unsigned status, const char *fmt, const c
         http_send_500(r);
     free(msg);
     free(clean);
+}
+
+void api_send_exec_limit(http_request *r, int allowed)
+{
+    char text[128], n[16];
+    snprintf(text, sizeof text, "Too many commands running at once: %d allowed. Wait for one to finish.", allowed);
+    snprintf(n, sizeof n, "%d", allowed);
+    http_send_json_header(r, 429, json_pack("{s:s}", "detail", text), "X-Airlock-Exec-Limit", n);
+}
+
+void send_not_saved(http_request *r, unsigned status, const char *what)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s could not be saved: the server's storage is full or failing. Nothing was changed; "
+                              "try again later.",
+             what);
+    http_send_detail(r, status, msg);
+}
+
+session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what)
+{
+    session *s = acquire_session(a, r, c);
+    if (s && !audit_writable(a->audit)) {
+        registry_release(a->reg, s);
+        send_not_saved(r, 507, what);
+        return NULL;
+    }
+    return s;
 }

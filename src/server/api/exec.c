@@ -57,19 +57,6 @@ static bool accepts_ndjson(const http_request *r)
     return accept && strstr(accept, NDJSON) != NULL;
 }
 
-/* Answers a command that did not get one of the server's slots. */
-static void send_no_slot(app *a, http_request *r, slot_result sr)
-{
-    if (sr == SLOT_BUSY) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "All %d command slots of this server are in use; try again shortly.",
-                 slots_max(a->slots));
-        http_send_detail(r, 503, msg);
-    } else {
-        http_send_500(r); /* cancelled: the client is gone */
-    }
-}
-
 /* Boots the sandbox for the session's next command (unless the session is gone: it would
  * only be forgotten again). */
 static void want_next(app *a, session *s, const char *tenant)
@@ -104,187 +91,292 @@ static int run_command(app *a, session *s, const sandbox_opts *so, const char *c
     return rc;
 }
 
-void api_exec(app *a, http_request *r, const api_call *c)
+/* What the body asks: the contract's command and timeout, and ours (streaming, the output
+ * budget, spill files). */
+typedef struct {
+    const char *command;
+    size_t command_len;
+    long long timeout, output_limit;
+    bool streamed, spill;
+} exec_request;
+
+/* How the exec ends, answered once the session is released: result (200), or status with
+ * detail (NULL: the plain 500); exec_limit > 0 marks the tenant's concurrency refusal. */
+typedef struct {
+    unsigned status;
+    const char *detail;
+    char text[200];
+    int exec_limit;
+    json_t *result;
+} exec_answer;
+
+/* The body's fields into q; false when invalid (answered). */
+static bool read_request(app *a, http_request *r, json_t *body, exec_request *q)
 {
-    size_t tenant = c->tenant;
-    json_t *body = c->body;
     json_t *errs = json_array();
-    const char *command = NULL;
-    size_t command_len = 0;
-    long long timeout = 15, output_limit = (long long)a->cfg->output_limit;
-    bool streamed = false, spill = false;
+    *q = (exec_request){.timeout = 15, .output_limit = (long long)a->cfg->output_limit};
     if (body_is_object(errs, body)) {
-        v_string(errs, body, "command", true, 0, &command, &command_len);
-        v_lax_int(errs, body, "timeout_seconds", 15, 1, 60, &timeout);
+        v_string(errs, body, "command", true, 0, &q->command, &q->command_len);
+        v_lax_int(errs, body, "timeout_seconds", 15, 1, 60, &q->timeout);
         /* ours */
-        v_bool(errs, body, "stream", false, &streamed);
-        v_lax_int(errs, body, "output_limit_bytes", output_limit, 16, output_limit, &output_limit);
-        v_bool(errs, body, "spill", false, &spill);
+        v_bool(errs, body, "stream", false, &q->streamed);
+        v_lax_int(errs, body, "output_limit_bytes", q->output_limit, 16, q->output_limit, &q->output_limit);
+        v_bool(errs, body, "spill", false, &q->spill);
     }
     if (send_if_invalid(r, errs))
-        return;
-    streamed = streamed || accepts_ndjson(r);
-    session *s = acquire_session(a, r, c);
-    if (!s)
-        return;
-    const tenant_cfg *t = tenants_get(a->tenants, tenant);
+        return false;
+    q->streamed = q->streamed || accepts_ndjson(r);
+    return true;
+}
+
+static void answer_error(exec_answer *ans, unsigned status, const char *detail)
+{
+    ans->status = status;
+    ans->detail = detail;
+}
+
+/* The command's turn: one of the tenant's concurrent commands, then one of the server's
+ * slots (waiting for one up to the queue time; a client hanging up gives up). false with
+ * the refusal in ans and nothing held. */
+static bool take_turn(app *a, size_t tenant, const exec_request *q, int cancel_fd, exec_answer *ans)
+{
     if (!limits_exec_begin(a->lim, tenant)) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "Too many commands running at once: %d allowed. Wait for one to finish.",
-                 t->max_concurrent_exec);
-        http_send_detail(r, 429, msg);
-        registry_release(a->reg, s);
-        return;
+        ans->exec_limit = tenants_get(a->tenants, tenant)->max_concurrent_exec;
+        answer_error(ans, 429, NULL);
+        return false;
     }
-    if (memchr(command, '\0', command_len)) {
+    if (memchr(q->command, '\0', q->command_len)) {
         /* a NUL can't be passed to bash -c; the reference fails in Docker the same way */
         limits_exec_end(a->lim, tenant);
-        registry_release(a->reg, s);
-        http_send_500(r);
-        return;
+        answer_error(ans, 500, NULL);
+        return false;
     }
-    /* the command dies as soon as its client hangs up: its slot is free for the next one */
-    int cancel_fd = http_client_fd(r);
     slot_result sr = slots_acquire(a->slots, tenant, cancel_fd);
-    if (sr != SLOT_OK) {
-        limits_exec_end(a->lim, tenant);
-        registry_release(a->reg, s);
-        send_no_slot(a, r, sr);
-        return;
+    if (sr == SLOT_OK)
+        return true;
+    limits_exec_end(a->lim, tenant);
+    if (sr == SLOT_BUSY) {
+        snprintf(ans->text, sizeof ans->text, "All %d command slots of this server are in use; try again shortly.",
+                 slots_max(a->slots));
+        answer_error(ans, 503, ans->text);
+    } else {
+        answer_error(ans, 500, NULL); /* cancelled: the client is gone */
     }
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    char name[64], errbuf[512] = "";
-    unsigned long seq = (unsigned long)atomic_fetch_add(&a->exec_seq, 1);
-    snprintf(name, sizeof name, "%s-%lu", s->id, seq);
-    /* the streamed answer starts once the command has its turn: earlier refusals are plain */
-    exec_tap tap;
-    exec_tap_init(&tap, streamed ? http_stream_begin(r, NDJSON, EXEC_STREAM_QUEUE, (unsigned)timeout + 60) : NULL);
-    if (tap.stream)
-        cancel_fd = http_stream_cancel_fd(tap.stream);
-    char spill_id[48];
-    snprintf(spill_id, sizeof spill_id, "%lld-%lu", (long long)time(NULL), seq);
-    int rc = -1; /* no network when one was due, no spill file: errbuf says why */
-    bool spill_ok = !spill || exec_tap_spill(&tap, s->workspace, spill_id, s->quota_bytes, errbuf, sizeof errbuf) == 0;
-    sandbox_result res;
-    memset(&res, 0, sizeof res);
-    /* a session with egress rules gets a network whose only endpoint is the proxy */
-    bool wants_net = json_array_size(s->egress) > 0;
-    egress_sandbox *net = NULL;
-    if (wants_net && spill_ok)
-        net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, errbuf, sizeof errbuf);
-    if (spill_ok && (net || !wants_net)) {
-        if (net && registry_removed(a->reg, s)) /* deleted meanwhile: its egress ends now */
-            egress_forget_session(a->egress, s->id);
-        sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
-                           .output_limit = (size_t)output_limit, .cancel_fd = cancel_fd,
-                           .network = net ? egress_sandbox_network(net) : NULL,
-                           .tap = tap.stream || spill ? &tap.tap : NULL};
-        rc = run_command(a, s, &so, command, (int)timeout, &res, errbuf, sizeof errbuf);
-    }
-    egress_sandbox_close(a->egress, net);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return false;
+}
+
+static void give_turn_back(app *a, size_t tenant)
+{
     slots_release(a->slots, tenant);
     limits_exec_end(a->lim, tenant);
-    if (rc != 0) {
-        fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
-        sandbox_result_free(&res);
-        registry_release(a->reg, s);
-        send_failure(r, &tap, 500, NULL);
-        exec_tap_close(&tap);
-        return;
+}
+
+/* The command in a sandbox of the session: its spill files, its network (a session with
+ * egress rules gets one whose only endpoint is the proxy), the run. 0, or -1 with errbuf. */
+static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_request *q, exec_tap *tap,
+                          const char *name, const char *spill_id, int cancel_fd, sandbox_result *res, char *errbuf,
+                          size_t errlen)
+{
+    if (q->spill && exec_tap_spill(tap, s->workspace, spill_id, s->quota_bytes, errbuf, errlen) != 0)
+        return -1;
+    egress_sandbox *net = NULL;
+    if (json_array_size(s->egress) > 0 &&
+        !(net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, errbuf, errlen)))
+        return -1;
+    if (net && registry_removed(a->reg, s)) /* deleted meanwhile: its egress ends now */
+        egress_forget_session(a->egress, s->id);
+    sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
+                       .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
+                       .network = net ? egress_sandbox_network(net) : NULL,
+                       .tap = tap->stream || q->spill ? &tap->tap : NULL};
+    int rc = run_command(a, s, &so, q->command, (int)q->timeout, res, errbuf, errlen);
+    egress_sandbox_close(a->egress, net);
+    return rc;
+}
+
+/* The kept output of a finished command, decoded, and the warnings the contract gives (and
+ * ours: output left out, a spill file stopped short). */
+typedef struct {
+    char *out, *err;
+    size_t out_len, err_len;
+    const char *warnings[6];
+    size_t nw;
+    char timeout_warn[64];
+    char *quota_warn, *out_warn, *err_warn;
+    int exit_code;
+    bool timed_out, oom;
+} exec_output;
+
+static void collect_output(const session *s, const exec_request *q, const exec_tap *tap, const sandbox_result *res,
+                           exec_output *o)
+{
+    memset(o, 0, sizeof *o);
+    o->exit_code = res->exit_code;
+    o->timed_out = res->timed_out;
+    if (o->timed_out) {
+        /* the reference discards output produced before the timeout */
+        o->out = strdup("");
+        o->err = strdup("");
+        o->exit_code = -1;
+        snprintf(o->timeout_warn, sizeof o->timeout_warn, "Execution exceeded %llds limit.", q->timeout);
+        o->warnings[o->nw++] = o->timeout_warn;
+    } else {
+        o->out = utf8_replace(res->out ? res->out : "", res->out ? res->out_len : 0, &o->out_len);
+        o->err = utf8_replace(res->err ? res->err : "", res->err ? res->err_len : 0, &o->err_len);
+        o->oom = res->oom_killed;
+        if (o->oom)
+            o->warnings[o->nw++] = OOM_WARNING;
+        else if (o->exit_code == 137)
+            o->warnings[o->nw++] = KILLED_WARNING;
+        char *extra[] = {o->quota_warn = quota_exec_warning(s->workspace, s->quota_bytes),
+                         o->out_warn = truncation_warning("stdout", res->out_total, res->out_omitted,
+                                                          (size_t)q->output_limit),
+                         o->err_warn = truncation_warning("stderr", res->err_total, res->err_omitted,
+                                                          (size_t)q->output_limit)};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+            if (extra[i])
+                o->warnings[o->nw++] = extra[i];
     }
-    double duration = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    double duration_s = (double)(long long)(duration * 1000.0 + 0.5) / 1000.0;
-    if (res.cancelled) {
+    if (tap->spill_warning)
+        o->warnings[o->nw++] = tap->spill_warning;
+}
+
+static void free_output(exec_output *o)
+{
+    free(o->out);
+    free(o->err);
+    free(o->quota_warn);
+    free(o->out_warn);
+    free(o->err_warn);
+}
+
+/* The contract's result object (and ours: the spill files); NULL when out of memory. */
+static json_t *result_json(const exec_request *q, const exec_tap *tap, const exec_output *o)
+{
+    size_t output_len = 0;
+    char *output = o->out && o->err ? exec_format_output(o->out, o->out_len, o->err, o->err_len, o->warnings, o->nw,
+                                                         o->exit_code, o->timed_out, &output_len)
+                                    : NULL;
+    if (!output)
+        return NULL;
+    json_t *w = json_array();
+    for (size_t i = 0; i < o->nw; i++)
+        json_array_append_new(w, json_string(o->warnings[i]));
+    json_t *result = json_pack("{s:s%,s:o,s:o,s:o,s:i,s:b,s:b,s:o}",
+                               "command", q->command, q->command_len,
+                               "output", json_stringn_nocheck(output, output_len),
+                               "stdout", json_stringn_nocheck(o->out, o->out_len),
+                               "stderr", json_stringn_nocheck(o->err, o->err_len),
+                               "exit_code", o->exit_code, "timed_out", o->timed_out,
+                               "oom_killed", o->oom, "warnings", w);
+    free(output);
+    if (result && q->spill) { /* ours, after the contract's fields */
+        json_object_set_new(result, "stdout_file", json_string(tap->spill_path[1]));
+        json_object_set_new(result, "stderr_file", json_string(tap->spill_path[2]));
+    }
+    return result;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double d = (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+    return (double)(long long)(d * 1000.0 + 0.5) / 1000.0; /* to the millisecond */
+}
+
+/* A finished (or stopped) command: its audit record and its answer. */
+static void finish(app *a, const api_call *c, session *s, const exec_request *q, const exec_tap *tap,
+                   const sandbox_result *res, double duration_s, exec_answer *ans)
+{
+    const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
+    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
+                      .command = q->command, .has_duration = true, .duration_s = duration_s};
+    if (res->cancelled) {
         /* the client hung up (nobody reads this answer) or the server is stopping (503) */
         fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
-        audit_entry ce = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
-                          .command = command, .has_duration = true, .duration_s = duration_s,
-                          .detail = CANCEL_DETAIL};
-        audit_record(a->audit, &ce);
-        sandbox_result_free(&res);
-        registry_release(a->reg, s);
-        send_failure(r, &tap, 503, "The command was stopped before it finished.");
-        exec_tap_close(&tap);
+        ae.detail = CANCEL_DETAIL;
+        (void)audit_record(a->audit, &ae); /* nobody reads the answer (or it is a 503) */
+        answer_error(ans, 503, "The command was stopped before it finished.");
         return;
     }
-    char *out = NULL, *err = NULL, *quota_warn = NULL, *out_warn = NULL, *err_warn = NULL;
-    size_t out_len = 0, err_len = 0, nw = 0;
-    const char *warnings[6];
-    char timeout_warn[64];
-    int exit_code = res.exit_code;
-    bool timed_out = res.timed_out;
-    bool oom = false;
-    if (timed_out) {
-        /* the reference discards output produced before the timeout */
-        out = strdup("");
-        err = strdup("");
-        exit_code = -1;
-        snprintf(timeout_warn, sizeof timeout_warn, "Execution exceeded %llds limit.", timeout);
-        warnings[nw++] = timeout_warn;
-    } else {
-        out = utf8_replace(res.out ? res.out : "", res.out ? res.out_len : 0, &out_len);
-        err = utf8_replace(res.err ? res.err : "", res.err ? res.err_len : 0, &err_len);
-        oom = res.oom_killed;
-        if (oom)
-            warnings[nw++] = OOM_WARNING;
-        else if (exit_code == 137)
-            warnings[nw++] = KILLED_WARNING;
-        quota_warn = quota_exec_warning(s->workspace, s->quota_bytes);
-        if (quota_warn)
-            warnings[nw++] = quota_warn;
-        out_warn = truncation_warning("stdout", res.out_total, res.out_omitted, (size_t)output_limit);
-        if (out_warn)
-            warnings[nw++] = out_warn;
-        err_warn = truncation_warning("stderr", res.err_total, res.err_omitted, (size_t)output_limit);
-        if (err_warn)
-            warnings[nw++] = err_warn;
+    exec_output o;
+    collect_output(s, q, tap, res, &o);
+    ae.has_exit_code = true;
+    ae.exit_code = o.exit_code;
+    ae.timed_out = o.timed_out;
+    ae.oom_killed = o.oom;
+    if (audit_record(a->audit, &ae) != 0) { /* never acknowledged without its record */
+        snprintf(ans->text, sizeof ans->text, "The command ran (exit code %d) but its audit record could not be "
+                                              "saved: the server's storage is full or failing.", o.exit_code);
+        answer_error(ans, 507, ans->text);
+    } else if (!(ans->result = result_json(q, tap, &o))) {
+        answer_error(ans, 500, NULL);
     }
-    if (tap.spill_warning)
-        warnings[nw++] = tap.spill_warning;
-    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "exec",
-                      .command = command, .has_exit_code = true, .exit_code = exit_code,
-                      .has_duration = true, .duration_s = duration_s,
-                      .timed_out = timed_out, .oom_killed = oom, .detail = NULL};
-    audit_record(a->audit, &ae);
+    free_output(&o);
+}
+
+/* Everything that needs the session: the turn, the run, the audit record. The streamed answer
+ * starts once the command has its turn: earlier refusals are plain. */
+static void exec_in_session(app *a, http_request *r, const api_call *c, session *s, const exec_request *q,
+                            exec_tap *tap, exec_answer *ans)
+{
+    /* the command dies as soon as its client hangs up: its slot is free for the next one */
+    int cancel_fd = http_client_fd(r);
+    if (!take_turn(a, c->tenant, q, cancel_fd, ans))
+        return;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long seq = (unsigned long)atomic_fetch_add(&a->exec_seq, 1);
+    char name[64], spill_id[48], errbuf[512] = "";
+    snprintf(name, sizeof name, "%s-%lu", s->id, seq);
+    snprintf(spill_id, sizeof spill_id, "%lld-%lu", (long long)time(NULL), seq);
+    if (q->streamed)
+        exec_tap_init(tap, http_stream_begin(r, NDJSON, EXEC_STREAM_QUEUE, (unsigned)q->timeout + 60));
+    if (tap->stream)
+        cancel_fd = http_stream_cancel_fd(tap->stream);
+    sandbox_result res;
+    memset(&res, 0, sizeof res);
+    int rc = run_in_sandbox(a, s, tenants_get(a->tenants, c->tenant), q, tap, name, spill_id, cancel_fd, &res,
+                            errbuf, sizeof errbuf);
+    double duration_s = seconds_since(&t0);
+    give_turn_back(a, c->tenant);
+    if (rc != 0) {
+        fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
+        answer_error(ans, 500, NULL);
+    } else {
+        finish(a, c, s, q, tap, &res, duration_s, ans);
+    }
     sandbox_result_free(&res);
-    registry_release(a->reg, s);
-    size_t output_len = 0;
-    char *output = out && err ? exec_format_output(out, out_len, err, err_len, warnings, nw, exit_code,
-                                                   timed_out, &output_len)
-                              : NULL;
-    if (!output) {
-        send_failure(r, &tap, 500, NULL);
+}
+
+static void send_answer(http_request *r, exec_tap *tap, exec_answer *ans)
+{
+    if (ans->exec_limit > 0) {
+        api_send_exec_limit(r, ans->exec_limit);
+    } else if (!ans->result) {
+        send_failure(r, tap, ans->status, ans->detail);
+    } else if (tap->stream) {
+        exec_tap_flush(tap);
+        exec_tap_event(tap, json_pack("{s:s,s:o}", "type", "result", "result", ans->result));
     } else {
-        json_t *w = json_array();
-        for (size_t i = 0; i < nw; i++)
-            json_array_append_new(w, json_string(warnings[i]));
-        json_t *result = json_pack("{s:s%,s:o,s:o,s:o,s:i,s:b,s:b,s:o}",
-                                   "command", command, command_len,
-                                   "output", json_stringn_nocheck(output, output_len),
-                                   "stdout", json_stringn_nocheck(out, out_len),
-                                   "stderr", json_stringn_nocheck(err, err_len),
-                                   "exit_code", exit_code, "timed_out", timed_out,
-                                   "oom_killed", oom, "warnings", w);
-        if (result && spill) { /* ours, after the contract's fields */
-            json_object_set_new(result, "stdout_file", json_string(tap.spill_path[1]));
-            json_object_set_new(result, "stderr_file", json_string(tap.spill_path[2]));
-        }
-        if (tap.stream && !result) {
-            send_failure(r, &tap, 500, NULL);
-        } else if (tap.stream) {
-            exec_tap_flush(&tap);
-            exec_tap_event(&tap, json_pack("{s:s,s:o}", "type", "result", "result", result));
-        } else {
-            http_send_json(r, 200, result);
-        }
+        http_send_json(r, 200, ans->result);
     }
+}
+
+void api_exec(app *a, http_request *r, const api_call *c)
+{
+    exec_request q;
+    if (!read_request(a, r, c->body, &q))
+        return;
+    session *s = acquire_audited_session(a, r, c, "The command's audit record"); /* no command runs unaudited */
+    if (!s)
+        return;
+    exec_tap tap;
+    exec_tap_init(&tap, NULL);
+    exec_answer ans = {.status = 500};
+    exec_in_session(a, r, c, s, &q, &tap, &ans);
+    registry_release(a->reg, s); /* the one release, before the answer */
+    send_answer(r, &tap, &ans);
     exec_tap_close(&tap);
-    free(output);
-    free(out);
-    free(err);
-    free(quota_warn);
-    free(out_warn);
-    free(err_warn);
 }

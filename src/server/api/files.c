@@ -7,6 +7,7 @@
 
 #include "domain/paths.h"
 #include "domain/quota.h"
+#include "text/jstr.h"
 #include "text/utf8.h"
 #include "util/buf.h"
 
@@ -17,52 +18,55 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void files_send_denied(http_request *r, const char *path, size_t len)
+/* The content's JSON literal decoded into the file in pieces (api/body.c left it undecoded). */
+static int write_literal(void *ctx, int fd)
 {
-    char *p = strndup(path, len), *msg = NULL;
-    if (p && asprintf(&msg, "Access denied: symlink/path traversal outside workspace for '%s'", p) >= 0) {
-        http_send_detail(r, 403, msg);
-        free(msg);
-    } else {
-        http_send_500(r);
+    const api_write_body *w = ctx;
+    char buf[64 * 1024];
+    size_t pos = 0, n;
+    while ((n = jstr_decode(w->content, w->content_raw_len, &pos, buf, sizeof buf)) > 0) {
+        for (size_t off = 0; off < n;) {
+            ssize_t k = write(fd, buf + off, n - off);
+            if (k < 0 && errno == EINTR)
+                continue;
+            if (k < 0)
+                return -1;
+            off += (size_t)k;
+        }
     }
-    free(p);
-}
-
-bool files_send_path_bound(http_request *r, int rc)
-{
-    char msg[160];
-    if (rc == PATH_TOO_LONG)
-        snprintf(msg, sizeof msg, "Path too long: at most %d bytes, also once symlinks are resolved.",
-                 PATH_MAX_BYTES);
-    else if (rc == PATH_TOO_DEEP)
-        snprintf(msg, sizeof msg, "Path too deep: at most %d directory levels, also once symlinks are resolved.",
-                 PATH_MAX_DEPTH);
-    else
-        return false;
-    http_send_detail(r, 400, msg);
-    return true;
+    return 0;
 }
 
 void api_files_write(app *a, http_request *r, const api_call *c)
 {
-    json_t *body = c->body;
-    json_t *errs = json_array();
     const char *path = NULL, *content = NULL;
-    size_t path_len = 0, content_len = 0;
-    if (body_is_object(errs, body)) {
-        v_string(errs, body, "path", true, 0, &path, &path_len);
-        v_string(errs, body, "content", true, 0, &content, &content_len);
+    size_t path_len = 0, content_len = 0, chars = 0;
+    quota_source literal = {0};
+    if (c->write) { /* the usual shape: both are strings, the content still a literal */
+        path = c->write->path;
+        path_len = c->write->path_len;
+        chars = c->write->content_chars;
+        literal = (quota_source){.len = c->write->content_bytes, .write = write_literal, .ctx = (void *)c->write};
+    } else {
+        json_t *body = c->body;
+        json_t *errs = json_array();
+        if (body_is_object(errs, body)) {
+            v_string(errs, body, "path", true, 0, &path, &path_len);
+            v_string(errs, body, "content", true, 0, &content, &content_len);
+        }
+        if (send_if_invalid(r, errs))
+            return;
+        chars = utf8_count(content, content_len);
     }
-    if (send_if_invalid(r, errs))
-        return;
     session *s = acquire_session(a, r, c);
     if (!s)
         return;
     char *rel = NULL, *quota_msg = NULL;
     int rc = path_resolve(s->workspace, path, path_len, &rel);
     quota_write_result wr = QUOTA_FAILED;
-    if (rc == PATH_OK)
+    if (rc == PATH_OK && c->write)
+        wr = quota_write_from(s->workspace, rel, path, &literal, s->quota_bytes, &quota_msg);
+    else if (rc == PATH_OK)
         wr = quota_write_file(s->workspace, rel, path, content, content_len, s->quota_bytes, &quota_msg);
     if (rc == PATH_DENIED) {
         files_send_denied(r, path, path_len);
@@ -71,9 +75,12 @@ void api_files_write(app *a, http_request *r, const api_call *c)
         http_send_500(r);
     } else if (wr == QUOTA_EXCEEDED) {
         http_send_detail(r, 413, quota_msg);
+    } else if (wr == QUOTA_IO) {
+        send_detail_with(r, 507, "Writing %s failed: the workspace's disk could not store it (I/O error). "
+                                 "Nothing was saved under that name.", path);
     } else {
         char *msg = NULL;
-        if (asprintf(&msg, "Successfully wrote %zu characters to %s", utf8_count(content, content_len), path) >= 0) {
+        if (asprintf(&msg, "Successfully wrote %zu characters to %s", chars, path) >= 0) {
             http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "success", "message", msg));
             free(msg);
         } else {
@@ -117,24 +124,6 @@ static size_t normalize_newlines(char *s, size_t n)
         }
     }
     return o;
-}
-
-char *files_query_path(http_request *r, size_t *len)
-{
-    size_t raw_len;
-    char *raw = http_query(r, "path", &raw_len);
-    if (!raw) {
-        json_t *errs = json_array();
-        json_array_append_new(errs, verr("missing", loc_of("query", "path"), "Field required", NULL, NULL));
-        send_validation(r, errs);
-        return NULL;
-    }
-    /* Starlette decodes query values as UTF-8 with replacement */
-    char *path = utf8_replace(raw, raw_len, len);
-    free(raw);
-    if (!path)
-        http_send_500(r);
-    return path;
 }
 
 void api_files_read(app *a, http_request *r, const api_call *c)

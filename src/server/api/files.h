@@ -1,5 +1,6 @@
 /* What the files routes share (files.c: the contract's write and read; files_raw.c: the raw
- * bytes extension; files_list.c: the directory listing extension). */
+ * bytes extension; files_list.c: the directory listing extension; files_paths.c: the path
+ * query and the refusals of a path). */
 #ifndef AIRLOCKD_API_FILES_H
 #define AIRLOCKD_API_FILES_H
 
@@ -8,6 +9,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* ---- files_paths.c ---- */
+
 /* 403 quoting the path exactly as sent. */
 void files_send_denied(http_request *r, const char *path, size_t len);
 /* 400 for a path over the documented bounds (docs/server.md "Limits"); false for any other rc. */
@@ -15,6 +18,8 @@ bool files_send_path_bound(http_request *r, int rc);
 /* The ?path= query as Starlette decodes it (UTF-8 with replacement), malloc'd; NULL when a
  * 422 (missing) or 500 was sent. */
 char *files_query_path(http_request *r, size_t *len);
+
+/* ---- files_raw.c ---- */
 
 /* Whether the request's body is raw bytes (Content-Type: application/octet-stream). */
 bool files_raw_body(http_request *r);

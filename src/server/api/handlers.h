@@ -39,5 +39,12 @@ void api_keys_revoke(app *a, http_request *r, const api_call *c);
 void api_admin_keys_list(app *a, http_request *r, const api_call *c);
 void api_admin_keys_create(app *a, http_request *r, const api_call *c);
 void api_admin_keys_revoke(app *a, http_request *r, const api_call *c);
+/* nodes.c: the fleet */
+void api_admin_nodes(app *a, http_request *r, const api_call *c);
+void api_admin_node_drain(app *a, http_request *r, const api_call *c);
+void api_fleet_accepting(app *a, http_request *r, const api_call *c);
+/* A session route's answer when this fleet node does not hold session id: true when a
+ * 403/410/503 was sent from the fleet's registry (false: the local 404 stands). */
+bool fleet_answer_elsewhere(app *a, http_request *r, const char *id, size_t tenant);
 
 #endif

@@ -30,8 +30,8 @@ static double mono_s(void)
 
 /* ---- audit: kind "import", command as requested; as the reference records it, exit_code 0
  * on success and null on failure, duration_s (rounded to ms) either way ---------------- */
-static void audit_import(app *a, const api_call *c, const session *s, const char *command, const char *detail,
-                         bool ok, double started)
+static int audit_import(app *a, const api_call *c, const session *s, const char *command, const char *detail,
+                        bool ok, double started)
 {
     audit_entry e;
     memset(&e, 0, sizeof e);
@@ -45,7 +45,7 @@ static void audit_import(app *a, const api_call *c, const session *s, const char
     e.exit_code = 0;
     e.has_duration = true;
     e.duration_s = (double)(long long)((mono_s() - started) * 1000.0 + 0.5) / 1000.0;
-    audit_record(a->audit, &e);
+    return audit_record(a->audit, &e);
 }
 
 /* Copy of s (len bytes) cut to max characters; NULs end it early. */
@@ -97,22 +97,6 @@ static void fail(app *a, http_request *r, const api_call *c, const session *s, c
     http_send_json(r, status, json_pack("{s:s%}", "detail", msg, msg_len));
 }
 
-/* An anonymous file for the download, gone when closed. */
-static int temp_file(const char *dir)
-{
-    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd >= 0)
-        return fd;
-    char *path = NULL;
-    if (asprintf(&path, "%s/import-XXXXXX", dir) < 0)
-        return -1;
-    fd = mkostemp(path, O_CLOEXEC);
-    if (fd >= 0)
-        unlink(path);
-    free(path);
-    return fd;
-}
-
 /* "import <repo>[ @<ref>][ into <path>]" as requested. */
 static char *command_text(const char *repo, const char *ref, const char *path)
 {
@@ -146,23 +130,27 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         return;
     }
     if (!limits_exec_begin(a->lim, tenant)) {
-        char text[128];
-        snprintf(text, sizeof text, "Too many commands running at once: %d allowed. Wait for one to finish.",
-                 t->max_concurrent_exec);
-        http_send_detail(r, 429, text);
+        api_send_exec_limit(r, t->max_concurrent_exec);
         return;
     }
-    int fd = temp_file(a->state_dir);
+    /* The download goes to the session's own disk, so it is counted and reserved before a
+     * byte is written: it may take the workspace's free quota; an archive past that (or past
+     * the import limit) is refused (announced) or stopped (grown) with the 413. */
+    long long free_bytes = quota_free(s->workspace, s->quota_bytes);
+    int fd = import_archive_file(s->workspace);
+    if (fd < 0)
+        fprintf(stderr, "airlockd: import into %s: cannot make the download file: %s\n", s->id, strerror(errno));
     long long bytes = 0, files = 0;
-    import_result rc = fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, &bytes, &msg);
-    if (rc == IMPORT_OK) {
-        long long free_bytes = quota_free(s->workspace, s->quota_bytes);
-        if (bytes > free_bytes) {
-            rc = IMPORT_TOO_LARGE;
-            if (asprintf(&msg, "The archive (%.1f MB) doesn't fit in the workspace's free disk space (%.1f MB).",
-                         (double)bytes / MB, (double)free_bytes / MB) < 0)
-                msg = NULL, rc = IMPORT_FAILED;
-        }
+    import_result rc =
+        fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, free_bytes, &bytes, &msg);
+    if (rc == IMPORT_TOO_LARGE) {
+        int n = bytes > (long long)a->cfg->import_max_mb * 1048576
+                    ? asprintf(&msg, "%s/%s is larger than the %d MB import limit.", spec->owner, spec->name,
+                               a->cfg->import_max_mb)
+                    : asprintf(&msg, "The archive (%.1f MB) doesn't fit in the workspace's free disk space (%.1f MB).",
+                               (double)bytes / MB, (double)free_bytes / MB);
+        if (n < 0)
+            msg = NULL, rc = IMPORT_FAILED;
     }
     int cancel_fd = http_client_fd(r); /* a hang-up stops the unpacking */
     slot_result sr = rc == IMPORT_OK ? slots_acquire(a->slots, tenant, cancel_fd) : SLOT_OK;
@@ -191,12 +179,16 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         char *path = NULL, *detail = NULL;
         if (asprintf(&path, "/workspace/%s", spec->dest) < 0)
             path = NULL;
+        bool audited = false;
         if (path && asprintf(&detail, "%lld files into %s", files, path) >= 0) {
-            audit_import(a, c, s, command, detail, true, started);
+            audited = audit_import(a, c, s, command, detail, true, started) == 0;
             free(detail);
         }
         char *full = NULL;
-        if (path && asprintf(&full, "%s/%s", spec->owner, spec->name) >= 0) {
+        if (path && !audited) { /* never acknowledged without its record */
+            send_detail_with(r, 507, "The import into %s ran but its audit record could not be saved: the server's "
+                                     "storage is full or failing.", path);
+        } else if (path && asprintf(&full, "%s/%s", spec->owner, spec->name) >= 0) {
             http_send_json(r, 200, json_pack("{s:s,s:s,s:s,s:s,s:I,s:I}", "repo", full, "ref", spec->ref,
                                              "path", path, "dest", spec->dest, "files", (json_int_t)files,
                                              "archive_bytes", (json_int_t)bytes));
@@ -229,7 +221,7 @@ void api_import(app *a, http_request *r, const api_call *c)
     }
     if (send_if_invalid(r, errs))
         return;
-    session *s = acquire_session(a, r, c);
+    session *s = acquire_audited_session(a, r, c, "The import's audit record"); /* nothing is imported unaudited */
     if (!s)
         return;
     double started = mono_s();

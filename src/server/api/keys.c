@@ -76,6 +76,8 @@ void create_key(app *a, http_request *r, const char *tenant, size_t tenant_len, 
         else
             http_send_500(r);
         free(msg);
+    } else if (rc == KS_STORAGE) {
+        send_not_saved(r, 507, "The new key");
     } else {
         http_send_500(r);
     }
@@ -126,6 +128,8 @@ void api_keys_revoke(app *a, http_request *r, const api_call *c)
         send_detail_with(r, 404, "No key '%s' for this tenant.", c->param);
     else if (rc == KS_LAST_KEY)
         http_send_detail(r, 409, "This is the tenant's last active key; create a new one before revoking it.");
+    else if (rc == KS_STORAGE)
+        send_not_saved(r, 507, "The revocation");
     else
         http_send_500(r);
 }

@@ -42,6 +42,9 @@ static const api_route ROUTES[] = {
     {"GET",    "/v1/admin/keys",              API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_list},
     {"POST",   "/v1/admin/keys",              API_ADMIN,  true,  FIELDS,    QUICK, api_admin_keys_create},
     {"DELETE", "/v1/admin/keys/{}",           API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_revoke},
+    {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
+    {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
+    {"GET",    "/v1/fleet/accepting",         API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_fleet_accepting},
 };
 
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
@@ -261,15 +264,26 @@ static void run(app *a, http_request *r, const api_route *rt, const char *param)
         api_files_write_raw(a, r, ad->upload);
         return;
     }
-    if (rt->json_body && !api_parse_body(r, &c.body))
+    /* a file write's content goes from its body to the file without a copy (api/body.c) */
+    api_write_body wb;
+    bool file_write = rt->handler == api_files_write;
+    if (rt->json_body && !(file_write ? api_parse_write_body(r, &c.body, &wb) : api_parse_body(r, &c.body))) {
+        if (file_write)
+            api_write_body_free(&wb, NULL);
         return;
+    }
+    if (file_write && wb.set)
+        c.write = &wb;
     bool allowed = ad->authed && (rt->auth == API_ADMIN ||
                                   take_request_token(a, r, &c, &ad->who, frees_own_session(a, rt, param, &ad->who)));
     if (!ad->authed)
         send_unauthorized(r, rt, ad);
     else if (allowed)
         rt->handler(a, r, &c);
-    json_decref(c.body);
+    if (file_write)
+        api_write_body_free(&wb, c.body);
+    else
+        json_decref(c.body);
 }
 
 void api_handle(void *cls, http_request *r)

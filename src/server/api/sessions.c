@@ -120,6 +120,13 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         return;
     }
     json_decref(refused);
+    if (a->fleet && !fleet_accepting(a->fleet)) { /* draining, or no database: another node takes it */
+        json_decref(expanded);
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "This node takes no new sessions now "
+                                                "(draining, or its database cannot be reached); retry shortly."),
+                              "retry-after", "2");
+        return;
+    }
     session *s = NULL;
     int open_now = 0;
     session_result rc = registry_create(a->reg, c->tenant, t->max_sessions, expanded, &s, &open_now);
@@ -133,6 +140,16 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     }
     if (rc == SESSION_CAPACITY) {
         http_send_detail(r, 503, "All sandbox workspaces are in use; try again shortly.");
+        return;
+    }
+    if (rc == SESSION_UNAVAILABLE) { /* a fleet node fails closed without its database */
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The fleet's database cannot be reached; "
+                                                "no session can be created now. Retry shortly."),
+                              "retry-after", "2");
+        return;
+    }
+    if (rc == SESSION_STORAGE) { /* nothing was created: 503 like the contract's capacity answer */
+        send_not_saved(r, 503, "The new session");
         return;
     }
     if (rc != SESSION_OK) {
@@ -151,6 +168,15 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
 void api_sessions_list(app *a, http_request *r, const api_call *c)
 {
     const char *tname = tenants_get(a->tenants, c->tenant)->name;
+    if (a->fleet) { /* every node's sessions, from the fleet's registry */
+        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl);
+        if (all)
+            http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", all));
+        else
+            http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The fleet's database cannot be reached."),
+                                  "retry-after", "2");
+        return;
+    }
     size_t n = 0;
     session_info *v = registry_list(a->reg, c->tenant, &n);
     json_t *items = json_array();
@@ -169,6 +195,8 @@ void api_sessions_delete(app *a, http_request *r, const api_call *c)
 {
     const char *id = c->param;
     session_result rc = registry_delete(a->reg, id, c->tenant);
+    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, id, c->tenant))
+        return;
     if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found");
     else if (rc == SESSION_FORBIDDEN)

@@ -57,18 +57,26 @@ typedef struct config {
     size_t output_limit;        /* SANDBOX_OUTPUT_MAX_KB (1024) in bytes: kept of each output stream */
     size_t read_limit;          /* SANDBOX_READ_MAX_MB (8) in bytes: the largest file /read returns */
     egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
-    sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, SANDBOX_REQUIRE_GVISOR */
+    sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, --isolation /
+                                 * SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR */
     /* flags */
     char *listen_host;          /* --listen (allocated; default 127.0.0.1) */
     unsigned port;
     const char *unix_path;
     const char *state_dir;      /* --state-dir as given (main claims it: app.state_dir is its real path) */
     const char *port_file;
+    const char *isolation_flag; /* --isolation as given (wins over SANDBOX_ISOLATION) */
+    char isolation_by[64];      /* which setting chose the isolation (sandbox.isolation_by) */
     const char *import_base_url; /* --import-base-url, else $AIRLOCK_IMPORT_BASE_URL, else https://github.com */
     int warm_max;               /* SANDBOX_WARM_MAX: sandboxes booted ahead at most (4 per CPU; 0: none) */
     int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */
     int warm_booting;           /* boots ahead at once (the CPUs) */
     int warm_new;               /* SANDBOX_WARM_NEW: spares per tenant for new sessions (1; 0: none) */
+    /* the fleet (docs/fleet.md): all NULL / 0 without a database */
+    char *database_url;         /* --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names */
+    const char *node_id;        /* --node-id (default: the host name) */
+    const char *advertise;      /* --advertise URL (default: http://<listen address>:<port>) */
+    double fleet_lost_after;    /* SANDBOX_FLEET_LOST_AFTER: seconds a silent node keeps its sessions (120) */
 } config;
 
 typedef enum {

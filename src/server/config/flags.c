@@ -7,21 +7,31 @@
 void config_usage(FILE *f)
 {
     fputs("usage: airlockd [--listen HOST:PORT] [--unix PATH] [--state-dir DIR] [--port-file FILE]\n"
-          "                [--runsc PATH] [--import-base-url URL] [--help]\n"
+          "                [--runsc PATH] [--isolation gvisor|bubblewrap|auto] [--import-base-url URL]\n"
+          "                [--database URL] [--node-id ID] [--advertise URL] [--help]\n"
           "\n"
           "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
           "  --unix PATH         also listen on a unix socket\n"
           "  --state-dir DIR     sessions, workspace disks and sandbox state (default\n"
           "                      ./airlockd-state); a new or empty directory, or one airlockd made\n"
           "  --port-file FILE    write the bound TCP port here once listening\n"
-          "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then PATH)\n"
+          "  --runsc PATH        gVisor runsc binary (default $AIRLOCK_RUNSC, then the checkout's\n"
+          "                      .deps/runsc/usr/bin/runsc beside airlockd, then PATH)\n"
+          "  --isolation KIND    gvisor (the default: refuse to start without it), bubblewrap (the\n"
+          "                      weaker sandbox, asked for), auto (gVisor, else bubblewrap);\n"
+          "                      default $SANDBOX_ISOLATION\n"
           "  --import-base-url URL  where /import downloads archives (default\n"
           "                      $AIRLOCK_IMPORT_BASE_URL, then https://github.com)\n"
+          "  --database URL      join a fleet whose shared state is in this PostgreSQL database\n"
+          "                      (docs/fleet.md; prefer SANDBOX_DATABASE_URL or\n"
+          "                      SANDBOX_DATABASE_URL_FILE: it holds a password)\n"
+          "  --node-id ID        this node's name in the fleet (default: the host name)\n"
+          "  --advertise URL     how the router reaches this node (default: the listen address)\n"
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
           "SANDBOX_WORKSPACE_QUOTA_MB (512), SANDBOX_TENANT_LIMITS[_FILE], SANDBOX_EGRESS_POLICY[_FILE],\n"
-          "SANDBOX_REQUIRE_GVISOR=1, SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
+          "SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR=1|0 (gvisor|auto), SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
           "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"
           "SANDBOX_AUDIT=sqlite:PATH and SANDBOX_AUDIT_RETENTION_DAYS (90),\n"
           "SANDBOX_IMPORT_MAX_MB (100), AIRLOCK_IMPORT_BASE_URL (https://github.com),\n"
@@ -36,12 +46,14 @@ void config_usage(FILE *f)
           "space at start), SANDBOX_DISK_RESERVE_MB (1024: host space new images leave free),\n"
           "SANDBOX_EGRESS_DNS (ip[:port],...; default the host's resolver), SANDBOX_EGRESS_LOG_DIR,\n"
           "SANDBOX_EGRESS_MAX_TUNNELS (32 per session), SANDBOX_EGRESS_MAX_TUNNELS_TOTAL (1024),\n"
-          "SANDBOX_EGRESS_IDLE_SECONDS (300).\n",
+          "SANDBOX_EGRESS_IDLE_SECONDS (300). A fleet: SANDBOX_DATABASE_URL or SANDBOX_DATABASE_URL_FILE,\n"
+          "SANDBOX_FLEET_LOST_AFTER (120 s).\n",
           f);
 }
 
-static const char *const flags_with_value[] = {"--listen",    "--unix",  "--state-dir",
-                                               "--port-file", "--runsc", "--import-base-url"};
+static const char *const flags_with_value[] = {"--listen",    "--unix",      "--state-dir",      "--port-file",
+                                               "--runsc",     "--isolation", "--import-base-url", "--database",
+                                               "--node-id",   "--advertise"};
 
 static bool known_flag(const char *name)
 {
@@ -59,10 +71,27 @@ static int set_flag(config *c, const char *name, const char *val, config_err err
         c->listen_host = NULL;
         return config_host_port(err, "--listen", val, &c->listen_host, &c->port);
     }
+    if (strcmp(name, "--database") == 0) {
+        free(c->database_url);
+        if (!(c->database_url = strdup(val)))
+            return config_fail(err, name, NULL, "out of memory");
+        /* it may hold a password: blanked in our command line (ps) once copied */
+        memset((char *)val, '*', strlen(val));
+        return 0;
+    }
+    if (strcmp(name, "--node-id") == 0) {
+        c->node_id = val;
+        return 0;
+    }
+    if (strcmp(name, "--advertise") == 0) {
+        c->advertise = val;
+        return config_http_url(err, name, val);
+    }
     const char **slot = strcmp(name, "--unix") == 0        ? &c->unix_path
                         : strcmp(name, "--state-dir") == 0 ? &c->state_dir
                         : strcmp(name, "--port-file") == 0 ? &c->port_file
                         : strcmp(name, "--runsc") == 0     ? &c->sandbox.runsc
+                        : strcmp(name, "--isolation") == 0 ? &c->isolation_flag
                                                            : &c->import_base_url;
     *slot = val;
     return 0;

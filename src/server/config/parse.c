@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The settings holding keys: their text never appears in an error or a log. */
-static const char *const secrets[] = {"SANDBOX_API_KEYS", "SANDBOX_API_KEY", "SANDBOX_ADMIN_KEY"};
+/* The settings holding keys (or a fleet's database password): their text never appears in
+ * an error or a log. */
+static const char *const secrets[] = {"SANDBOX_API_KEYS", "SANDBOX_API_KEY", "SANDBOX_ADMIN_KEY",
+                                      "SANDBOX_DATABASE_URL", "SANDBOX_DATABASE_URL_FILE", "--database"};
 
 bool config_is_secret(const char *name)
 {
@@ -78,6 +80,19 @@ int config_switch(config_err e, const char *name, const char *text, const char *
                             : config_fail(e, name, text, "must be 1 or 0");
     *out = text[0] == '1';
     return 0;
+}
+
+int config_choice(config_err e, const char *name, const char *text, const char *const *choices, int *out)
+{
+    char list[256] = "";
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(text, choices[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", choices[i]);
+    }
+    return config_fail(e, name, text, "must be one of %s", list);
 }
 
 static bool is_space(char c)

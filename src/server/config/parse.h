@@ -1,8 +1,8 @@
 /* One parser per kind of setting value (whole number in bounds, megabytes, positive number,
- * 0/1 switch, comma list, HOST:PORT, sqlite:<path>, http(s) URL). Each takes the setting's
+ * 0/1 switch, choice, comma list, HOST:PORT, sqlite:<path>, http(s) URL). Each takes the setting's
  * name (a variable or a flag) and its text, and on a bad value writes "NAME: what was wrong"
  * to err and returns -1; the text is quoted back unless the setting is a secret (a key). No
- * parser reads the environment: config/load.c hands them the text. */
+ * parser reads the environment: config/env.c hands them the text. */
 #ifndef AIRLOCKD_CONFIG_PARSE_H
 #define AIRLOCKD_CONFIG_PARSE_H
 
@@ -34,6 +34,9 @@ int config_positive(config_err e, const char *name, const char *text, double *ou
 
 /* "1" or "0"; meaning_of_1 says what 1 does ("must be 1 (<meaning>) or 0"); NULL: plain. */
 int config_switch(config_err e, const char *name, const char *text, const char *meaning_of_1, bool *out);
+
+/* One of choices (NULL-terminated): *out is its index. */
+int config_choice(config_err e, const char *name, const char *text, const char *const *choices, int *out);
 
 /* Calls item(ctx, start, len) for each comma-separated entry with the spaces around it
  * trimmed and empty entries skipped; stops at the first item returning non-zero. */

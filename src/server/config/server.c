@@ -3,6 +3,7 @@
  * ahead, the workspace disks, /import, and where the sandbox backend finds its programs. */
 #include "config/internal.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -130,8 +131,39 @@ int config_load_server(config *c, const config_src *src)
                : 0;
 }
 
-/* A typo in SANDBOX_REQUIRE_GVISOR must not silently allow the weaker bubblewrap fallback:
- * only 1 or 0. */
+static const char *const isolations[] = {"gvisor", "bubblewrap", "auto", NULL};
+
+/* The isolation: --isolation, else SANDBOX_ISOLATION, else SANDBOX_REQUIRE_GVISOR (1: gvisor,
+ * 0: auto, the fallback allowed as before), else gvisor. A typo must not silently allow the
+ * weaker bubblewrap: only the listed values, and SANDBOX_REQUIRE_GVISOR=1 with a weaker
+ * isolation is refused. */
+static int load_isolation(config *c, const config_src *src)
+{
+    sandbox_settings *s = &c->sandbox;
+    const char *rq = config_var(src, "SANDBOX_REQUIRE_GVISOR");
+    bool require = false;
+    if (rq && config_switch(src->err, "SANDBOX_REQUIRE_GVISOR", rq, "refuse to run without gVisor", &require))
+        return -1;
+    const char *name = c->isolation_flag ? "--isolation" : "SANDBOX_ISOLATION";
+    const char *iso = c->isolation_flag ? c->isolation_flag : config_var(src, name);
+    int kind = SANDBOX_ISOLATION_GVISOR;
+    if (iso) {
+        if (config_choice(src->err, name, iso, isolations, &kind))
+            return -1;
+        snprintf(c->isolation_by, sizeof c->isolation_by, "%s%s%s", name, c->isolation_flag ? " " : "=", iso);
+    } else if (rq) {
+        kind = require ? SANDBOX_ISOLATION_GVISOR : SANDBOX_ISOLATION_AUTO;
+        snprintf(c->isolation_by, sizeof c->isolation_by, "SANDBOX_REQUIRE_GVISOR=%s", rq);
+    }
+    if (require && kind != SANDBOX_ISOLATION_GVISOR)
+        return config_fail(src->err, "SANDBOX_REQUIRE_GVISOR", NULL, "1 refuses the weaker bubblewrap that %s asks for",
+                           c->isolation_by);
+    s->isolation = (sandbox_isolation)kind;
+    s->isolation_by = c->isolation_by[0] ? c->isolation_by : NULL;
+    return 0;
+}
+
+/* Where the backend finds runsc (the flag first), the waiter and bwrap, and the isolation. */
 int config_load_sandbox(config *c, const config_src *src)
 {
     sandbox_settings *s = &c->sandbox;
@@ -139,5 +171,5 @@ int config_load_sandbox(config *c, const config_src *src)
         s->runsc = config_var(src, "AIRLOCK_RUNSC");
     s->waiter = config_var(src, "AIRLOCK_WAITER");
     s->search_path = config_var(src, "PATH");
-    return config_var_switch(src, "SANDBOX_REQUIRE_GVISOR", "refuse to run without gVisor", &s->require_gvisor);
+    return load_isolation(c, src);
 }

@@ -110,9 +110,10 @@ static int load_admin_key(config *c, const config_src *src)
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)admin[i] > 0x7E || (unsigned char)admin[i] < 0x21)
             return config_fail(src->err, var, NULL, "must be printable ASCII without spaces");
-    if (!c->keystore_path)
+    if (!c->keystore_path && !c->database_url)
         return config_fail(src->err, var, NULL,
-                           "the admin API manages self-service keys; set SANDBOX_KEYSTORE=sqlite:<path> too");
+                           "the admin API manages self-service keys; set SANDBOX_KEYSTORE=sqlite:<path> (or a "
+                           "fleet's database) too");
     for (size_t i = 0; i < c->nkeys; i++)
         if (strcmp(c->keys[i].key, admin) == 0)
             return config_fail(src->err, var, NULL, "must differ from every tenant key");
@@ -139,7 +140,7 @@ int config_load_keys(config *c, const config_src *src)
         config_var_int(src, "SANDBOX_AUDIT_RETENTION_DAYS", 90, 1, 36500, "days", &c->audit_retention_days) ||
         load_admin_key(c, src))
         return -1;
-    if (c->nkeys == 0 && !c->keystore_path)
+    if (c->nkeys == 0 && !c->keystore_path && !c->database_url) /* a fleet's keys may all be in its database */
         return config_fail(src->err, "SANDBOX_API_KEYS / SANDBOX_API_KEY", NULL,
                            "no API key configured; set SANDBOX_API_KEYS=tenant:key[,tenant:key], SANDBOX_API_KEY "
                            "or SANDBOX_KEYSTORE");
@@ -281,6 +282,11 @@ void config_free(config *c)
     json_decref(c->egress_json);
     free(c->keystore_path);
     free(c->audit_path);
+    if (c->database_url) {
+        memset(c->database_url, 0, strlen(c->database_url));
+        free(c->database_url);
+        c->database_url = NULL;
+    }
     if (c->admin_key) {
         memset(c->admin_key, 0, c->admin_key_len);
         free(c->admin_key);

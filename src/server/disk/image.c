@@ -61,6 +61,7 @@ void image_tools_free(image_tools *t)
     t->mke2fs = t->e2fsck = NULL;
 }
 
+/* The first estimate, never less than the quota needs (image_create then shrinks it). */
 long long image_bytes_for(long long quota_bytes)
 {
     long long bytes = quota_bytes + quota_bytes / 16 + 2 * MIB;
@@ -139,7 +140,8 @@ static int run_tool(char *const argv[], char *err, size_t errlen)
     return WEXITSTATUS(status);
 }
 
-image_result image_create(const image_tools *t, const char *path, long long bytes, char *err, size_t errlen)
+/* A fresh, fully reserved file of bytes at path (which must not exist). */
+static image_result reserve_file(const char *path, long long bytes, char *err, size_t errlen)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
@@ -159,18 +161,93 @@ image_result image_create(const image_tools *t, const char *path, long long byte
         snprintf(err, errlen, "cannot reserve %lld bytes for %s: %s", bytes, path, strerror(e));
         return e == ENOSPC || e == EDQUOT ? IMAGE_NOSPACE : IMAGE_FAILED;
     }
-    /* -m 0: no blocks reserved for root (the files API writes as root, commands as uid 1000:
-     * one limit for both); -i 8192: inodes are part of the quota; a small journal; nodiscard
-     * keeps the reserved blocks; lazy init: mke2fs writes ~0.4 MB, whatever the size. */
-    bool big = bytes >= BIG_IMAGE;
+    return IMAGE_OK;
+}
+
+static unsigned long long le32(const unsigned char *p)
+{
+    return (unsigned long long)p[0] | (unsigned long long)p[1] << 8 | (unsigned long long)p[2] << 16 |
+           (unsigned long long)p[3] << 24;
+}
+
+/* What a command can write on the filesystem made in the image: its free blocks less the
+ * blocks reserved for root (none: -m 0) and those ext4 keeps for its own metadata (2 % of
+ * the blocks, at most 4096) — statvfs's f_bavail once mounted. -1 when unreadable. */
+static long long usable_bytes(const char *path)
+{
+    unsigned char sb[1024];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    ssize_t n = fd >= 0 ? pread(fd, sb, sizeof sb, 1024) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n != (ssize_t)sizeof sb || sb[0x38] != 0x53 || sb[0x39] != 0xEF) /* the ext4 magic */
+        return -1;
+    unsigned long long blocks = le32(sb + 0x4), reserved = le32(sb + 0x8), free_blocks = le32(sb + 0xC);
+    unsigned long long bs = 1024ULL << le32(sb + 0x18);
+    unsigned long long resv = blocks / 50 < 4096 ? blocks / 50 : 4096;
+    if (free_blocks < reserved + resv)
+        return 0;
+    return (long long)((free_blocks - reserved - resv) * bs);
+}
+
+/* mke2fs on the image at path: -m 0: no blocks reserved for root (the files API writes as
+ * root, commands as uid 1000: one limit for both); -i 8192: inodes are part of the quota;
+ * a small journal; nodiscard keeps the reserved blocks; lazy init: mke2fs writes ~0.4 MB,
+ * whatever the size. */
+static int make_fs(const image_tools *t, const char *path, bool big, char *err, size_t errlen)
+{
     char *argv[] = {t->mke2fs, "-q", "-F", "-t", "ext4", "-b", big ? "4096" : "1024", "-m", "0", "-i", "8192",
                     "-J", big ? "size=4" : "size=1", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
                     "-L", "airlock-ws", (char *)path, NULL};
-    if (run_tool(argv, err, errlen) != 0) {
-        unlink(path);
-        return IMAGE_FAILED;
+    return run_tool(argv, err, errlen);
+}
+
+/* The writable space may pass the quota by this much at most (the quota holds within 1 MB:
+ * what the workspace directory and a few blocks take, and the sizing's step). */
+#define SIZE_SLACK (64 * 1024LL)
+#define SIZE_TOLERANCE (512 * 1024LL)
+#define SIZE_PASSES 6
+
+image_result image_create(const image_tools *t, const char *path, long long quota_bytes, long long *bytes_out,
+                          char *err, size_t errlen)
+{
+    /* The filesystem's own costs (journal, inode tables, group metadata, ext4's reserve) are
+     * not a fixed share: make it at the estimate (which holds the quota), read what it can
+     * hold, and make it again smaller until what a command can write is the quota plus at
+     * most SIZE_SLACK + SIZE_TOLERANCE. Its metadata shrinks with it, so shrinking by the
+     * excess converges from above (two passes, measured: 1 MB to 2 GB quotas). */
+    long long estimate = image_bytes_for(quota_bytes), bytes = estimate, want = quota_bytes + SIZE_SLACK;
+    bool big = estimate >= BIG_IMAGE;
+    for (int pass = 0;; pass++) {
+        image_result r = reserve_file(path, bytes, err, errlen);
+        if (r != IMAGE_OK)
+            return r;
+        if (make_fs(t, path, big, err, errlen) != 0) {
+            unlink(path);
+            return IMAGE_FAILED;
+        }
+        long long usable = usable_bytes(path);
+        if (usable < 0) {
+            snprintf(err, errlen, "%s: mke2fs made no readable ext4 superblock", path);
+            unlink(path);
+            return IMAGE_FAILED;
+        }
+        long long excess = usable - want;
+        bool last = pass >= SIZE_PASSES;
+        /* done when it fits; at the end, whatever holds the quota (the estimate always does) */
+        if ((excess >= 0 && (excess <= SIZE_TOLERANCE || last)) || (last && bytes == estimate)) {
+            *bytes_out = bytes;
+            return IMAGE_OK;
+        }
+        long long next = excess > 0 ? bytes - excess : bytes - 2 * excess + 65536;
+        if (last || next > estimate)
+            next = estimate;
+        next = next / 4096 * 4096;
+        if (next == bytes)
+            next -= 4096;
+        unlink(path); /* made again from scratch: no stale metadata of the larger one */
+        bytes = next;
     }
-    return IMAGE_OK;
 }
 
 image_result image_check(const image_tools *t, const char *path, char *err, size_t errlen)

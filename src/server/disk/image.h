@@ -20,9 +20,8 @@ typedef struct {
 int image_tools_find(image_tools *t, char *err, size_t errlen);
 void image_tools_free(image_tools *t);
 
-/* Bytes of the image file for a quota: the filesystem's usable space (statvfs f_bavail) is
- * then at least the quota (100-102 % from 64 MiB up; more below, where the journal and the
- * inode tables are fixed costs). */
+/* The most bytes the image file for a quota takes (what the pool reserves before making it):
+ * the filesystem's usable space at that size is at least the quota. */
 long long image_bytes_for(long long quota_bytes);
 
 typedef enum {
@@ -33,9 +32,12 @@ typedef enum {
     IMAGE_FAILED,  /* anything else (message in err) */
 } image_result;
 
-/* Creates path (which must not exist) with `bytes` reserved on the host and an empty ext4
- * filesystem. Nothing is left behind on failure. */
-image_result image_create(const image_tools *t, const char *path, long long bytes, char *err, size_t errlen);
+/* Creates path (which must not exist) fully reserved on the host with an empty ext4
+ * filesystem where a command can write the quota and at most ~0.6 MB more (whatever the
+ * size: the filesystem's own costs are measured, not guessed), in *bytes (at most
+ * image_bytes_for(quota_bytes)). Nothing is left behind on failure. */
+image_result image_create(const image_tools *t, const char *path, long long quota_bytes, long long *bytes,
+                          char *err, size_t errlen);
 
 /* Checks an image that no loop serves (e2fsck -p: repairs what is safe to repair). */
 image_result image_check(const image_tools *t, const char *path, char *err, size_t errlen);

@@ -6,6 +6,7 @@
 #include "disk/loop.h"
 #include "disk/mounts.h"
 #include "fs/walk.h"
+#include "util/sync.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -167,13 +168,20 @@ disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, cha
     } else if (!reserve_kept(p, bytes)) {
         rc = DISK_FULL;
     } else {
-        image_result ir = image_create(&p->tools, img, bytes, err, sizeof err);
+        long long made_bytes = 0;
+        image_result ir = image_create(&p->tools, img, quota_bytes, &made_bytes, err, sizeof err);
         made = ir == IMAGE_OK;
+        if (made) { /* what it really takes (at most what was reserved) */
+            account(p, made_bytes - bytes);
+            bytes = made_bytes;
+        }
         if (ir == IMAGE_NOSPACE)
             rc = DISK_FULL;
+        else if (made && sync_dir(p->images) != 0) /* a saved session's image survives a crash */
+            snprintf(err, sizeof err, "cannot sync %s: %s", p->images, strerror(errno));
         else if (made && !reserve_kept(p, 0)) /* another program took the space meanwhile */
             rc = DISK_FULL;
-        else if (made && mkdir(mnt, 0755) != 0)
+        else if (made && mkdir(mnt, 0700) != 0)
             snprintf(err, sizeof err, "cannot create %s: %s", mnt, strerror(errno));
         else if (made)
             mounted = image_mount(&p->tools, img, mnt, false, err, sizeof err) == IMAGE_OK;
@@ -218,7 +226,7 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
             if (mounts_is_mount_point(mnt))
                 mounts_unmount(mnt);
             image_result ir = IMAGE_FAILED;
-            if (mkdir(mnt, 0755) != 0 && errno != EEXIST)
+            if (mkdir(mnt, 0700) != 0 && errno != EEXIST)
                 snprintf(err, sizeof err, "cannot create %s: %s", mnt, strerror(errno));
             else
                 ir = image_mount(&p->tools, img, mnt, true, err, sizeof err);

@@ -8,7 +8,8 @@
 typedef struct {
     double tokens;
     double last; /* monotonic seconds of the last refill */
-    int running;
+    int running;  /* commands counted here (all of them without a fleet's shared counters) */
+    int shared;   /* commands counted in the fleet's shared counters */
     bool started; /* a bucket starts full at the tenant's first request */
 } tenant_state;
 
@@ -16,6 +17,7 @@ struct limits {
     const tenants *tenants;
     pthread_mutex_t mu;
     tenant_state *t;
+    limits_shared sh; /* all NULL on one machine */
 };
 
 static double mono_now(void)
@@ -50,9 +52,29 @@ void limits_free(limits *l)
     free(l);
 }
 
+void limits_set_shared(limits *l, const limits_shared *s)
+{
+    l->sh = *s;
+}
+
+/* A tenant's limit as this node holds it alone: all of it on one machine, its share of a
+ * fleet's while the fleet's database cannot be reached. */
+static double local_share(const limits *l, int limit)
+{
+    int n = l->sh.nodes ? l->sh.nodes(l->sh.ctx) : 1;
+    double share = n > 1 ? (double)limit / n : limit;
+    return share < 1 ? 1 : share;
+}
+
 bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_after)
 {
-    double cap = tenants_get(l->tenants, tenant)->requests_per_minute, rate = cap / 60.0;
+    if (l->sh.take_token) {
+        const tenant_cfg *tc = tenants_get(l->tenants, tenant);
+        int rc = l->sh.take_token(l->sh.ctx, tc->name, tc->requests_per_minute, available, retry_after);
+        if (rc >= 0)
+            return rc == 1;
+    }
+    double cap = local_share(l, tenants_get(l->tenants, tenant)->requests_per_minute), rate = cap / 60.0;
     pthread_mutex_lock(&l->mu);
     tenant_state *s = &l->t[tenant];
     double now = mono_now();
@@ -81,8 +103,18 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
 
 bool limits_exec_begin(limits *l, size_t tenant)
 {
+    if (l->sh.exec_begin) {
+        const tenant_cfg *tc = tenants_get(l->tenants, tenant);
+        int rc = l->sh.exec_begin(l->sh.ctx, tc->name, tc->max_concurrent_exec);
+        if (rc >= 0) {
+            pthread_mutex_lock(&l->mu);
+            l->t[tenant].shared += rc;
+            pthread_mutex_unlock(&l->mu);
+            return rc == 1;
+        }
+    }
     pthread_mutex_lock(&l->mu);
-    bool ok = l->t[tenant].running < tenants_get(l->tenants, tenant)->max_concurrent_exec;
+    bool ok = l->t[tenant].running < (int)local_share(l, tenants_get(l->tenants, tenant)->max_concurrent_exec);
     if (ok)
         l->t[tenant].running++;
     pthread_mutex_unlock(&l->mu);
@@ -92,13 +124,21 @@ bool limits_exec_begin(limits *l, size_t tenant)
 void limits_exec_end(limits *l, size_t tenant)
 {
     pthread_mutex_lock(&l->mu);
-    if (l->t[tenant].running > 0)
+    bool shared = l->t[tenant].running == 0 && l->t[tenant].shared > 0;
+    if (shared)
+        l->t[tenant].shared--;
+    else if (l->t[tenant].running > 0)
         l->t[tenant].running--;
     pthread_mutex_unlock(&l->mu);
+    if (shared)
+        l->sh.exec_end(l->sh.ctx, tenants_get(l->tenants, tenant)->name);
 }
 
 int limits_running(limits *l, size_t tenant)
 {
+    long all = l->sh.running ? l->sh.running(l->sh.ctx, tenants_get(l->tenants, tenant)->name) : -1;
+    if (all >= 0)
+        return (int)all;
     pthread_mutex_lock(&l->mu);
     int n = l->t[tenant].running;
     pthread_mutex_unlock(&l->mu);

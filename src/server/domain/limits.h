@@ -9,9 +9,25 @@
 
 typedef struct limits limits;
 
+/* A fleet's shared counters (fleet/fleet.h), exact across nodes. take_token and exec_begin
+ * return 1 granted, 0 refused, -1 unreachable (then this node's own counters decide, as on
+ * one machine, until the database answers again). */
+typedef struct {
+    int (*take_token)(void *ctx, const char *tenant, int per_minute, long *available, long *retry_after);
+    int (*exec_begin)(void *ctx, const char *tenant, int max);
+    void (*exec_end)(void *ctx, const char *tenant);
+    long (*running)(void *ctx, const char *tenant); /* -1 unreachable */
+    /* how many nodes share the limits (≥ 1): while the database is unreachable, this node
+     * holds each tenant to its share, the limit divided by this (at least 1) */
+    int (*nodes)(void *ctx);
+    void *ctx;
+} limits_shared;
+
 /* Per-tenant state for every tenant t can hold; static tenants start with full buckets. */
 limits *limits_new(const tenants *t);
 void limits_free(limits *l);
+/* Decides through a fleet's shared counters from now on (set before serving). */
+void limits_set_shared(limits *l, const limits_shared *s);
 
 /* Takes one request token. Returns true when granted (then *available = floor of the
  * tokens left), false with the whole seconds to wait in *retry_after (≥ 1). */

@@ -2,6 +2,7 @@
 #include "domain/quota.h"
 
 #include "domain/paths.h"
+#include "util/sync.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -68,10 +69,18 @@ static int write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
-quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
-                                    size_t len, long long quota_bytes, char **msg)
+/* The written file's directory entry is durable once its directory is synced. */
+static int sync_entry(const char *ws, const char *rel)
+{
+    const char *last;
+    return sync_close(path_open_parent(ws, rel, false, &last));
+}
+
+quota_write_result quota_write_from(const char *ws, const char *rel, const char *path_as_sent, const quota_source *src,
+                                    long long quota_bytes, char **msg)
 {
     *msg = NULL;
+    size_t len = src->len;
     struct statvfs sv;
     if (statvfs(ws, &sv) != 0)
         return QUOTA_FAILED;
@@ -94,8 +103,11 @@ quota_write_result quota_write_file(const char *ws, const char *rel, const char 
         return QUOTA_FAILED;
     struct stat written; /* identifies the file to remove if the write fails */
     bool known = fstat(fd, &written) == 0;
-    int err = write_all(fd, data, len) == 0 ? 0 : errno;
+    /* acknowledged only once on the disk: the data, then the directory entry */
+    int err = src->write(src->ctx, fd) == 0 && fdatasync(fd) == 0 ? 0 : errno;
     if (close(fd) != 0 && !err && errno != EINTR)
+        err = errno;
+    if (!err && sync_entry(ws, rel) != 0)
         err = errno;
     if (!err)
         return QUOTA_WRITTEN;
@@ -103,12 +115,31 @@ quota_write_result quota_write_file(const char *ws, const char *rel, const char 
     if (known)
         path_remove_file(ws, rel, &written);
     if (err != ENOSPC && err != EDQUOT)
-        return QUOTA_FAILED;
+        return QUOTA_IO;
     /* the usage now, with the partial file (and so the replaced content) gone */
     long long now = quota_usage(ws);
     projected = (now >= 0 ? now : used - replaced) + (long long)len;
     *msg = quota_exceeded_text(path_as_sent, projected, quota_bytes);
     return QUOTA_EXCEEDED;
+}
+
+typedef struct {
+    const char *data;
+    size_t len;
+} memory_source;
+
+static int write_memory(void *ctx, int fd)
+{
+    const memory_source *m = ctx;
+    return write_all(fd, m->data, m->len);
+}
+
+quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
+                                    size_t len, long long quota_bytes, char **msg)
+{
+    memory_source m = {data, len};
+    quota_source src = {.len = len, .write = write_memory, .ctx = &m};
+    return quota_write_from(ws, rel, path_as_sent, &src, quota_bytes, msg);
 }
 
 char *quota_exec_warning(const char *ws, long long quota_bytes)

@@ -19,6 +19,8 @@ typedef enum {
     QUOTA_WRITTEN = 0,
     QUOTA_EXCEEDED, /* *msg is the 413 text; nothing was left behind */
     QUOTA_FAILED,   /* not written (500) */
+    QUOTA_IO,       /* the disk failed to store it (an I/O error writing or syncing): the
+                     * partial file is removed, never acknowledged (507) */
 } quota_write_result;
 
 /* Writes data to ws/rel (rel as path_resolve gave it; parents made as needed), whole, or not
@@ -29,6 +31,19 @@ typedef enum {
  * files first." */
 quota_write_result quota_write_file(const char *ws, const char *rel, const char *path_as_sent, const char *data,
                                     size_t len, long long quota_bytes, char **msg);
+
+/* Where a write's bytes come from: len of them, written to fd by write (0, or -1 with errno;
+ * a short write is an error). */
+typedef struct {
+    size_t len;
+    int (*write)(void *ctx, int fd);
+    void *ctx;
+} quota_source;
+
+/* quota_write_file with the bytes from src. The file and its directory entry are synced
+ * before QUOTA_WRITTEN (fail closed: a write the disk could not keep is not acknowledged). */
+quota_write_result quota_write_from(const char *ws, const char *rel, const char *path_as_sent, const quota_source *src,
+                                    long long quota_bytes, char **msg);
 
 /* The 413 text of a write that does not fit (malloc'd; projected: the workspace's usage with
  * the write done). */

@@ -40,6 +40,8 @@ struct registry {
     registry_destroy_hook on_destroy; /* set before serving, then only read */
     void *on_destroy_ctx;
     registry_spares spares;           /* set before serving, then only read */
+    registry_shared shared;           /* a fleet's, or all NULL */
+    int id_slot;
 };
 
 double epoch_now(void)
@@ -59,6 +61,8 @@ static void session_free(session *s)
 /* The last reference is gone: the disk goes with the session (or stays, at shutdown). */
 static void session_destroy(registry *r, session *s)
 {
+    if (!s->keep_disk && r->shared.release)
+        r->shared.release(r->shared.ctx, s->id);
     if (r->on_destroy)
         r->on_destroy(r->on_destroy_ctx, s->id);
     if (s->keep_disk)
@@ -76,17 +80,19 @@ static void destroy_all(registry *r, session *doomed)
     }
 }
 
-/* Writes every ready session and every parked one to the state file. */
-static void save(registry *r)
+/* Writes every ready session and every parked one to the state file, durably (the file and
+ * its directory synced). false when it could not be written (logged): the file still holds
+ * the previous list. */
+static bool save(registry *r)
 {
     if (!r->state_file)
-        return;
+        return true;
     pthread_mutex_lock(&r->save_mu);
     pthread_mutex_lock(&r->mu);
     if (r->shut_down) {
         pthread_mutex_unlock(&r->mu);
         pthread_mutex_unlock(&r->save_mu);
-        return;
+        return true;
     }
     size_t count = r->nparked, n = 0;
     for (session *s = r->head; s; s = s->next)
@@ -119,7 +125,8 @@ static void save(registry *r)
         ok = session_state_save(r->state_file, r->state_dir, v, n, err, sizeof err) == 0;
     if (!ok) {
         if (!r->save_failing)
-            fprintf(stderr, "airlockd: sessions not saved (a restart would lose the latest): %s\n", err);
+            fprintf(stderr, "airlockd: sessions not saved (new sessions are refused until a save works): %s\n",
+                    err);
         pthread_mutex_lock(&r->mu);
         r->dirty = true; /* the reaper tries again */
         pthread_mutex_unlock(&r->mu);
@@ -127,6 +134,7 @@ static void save(registry *r)
     r->save_failing = !ok;
     session_records_free(v, n);
     pthread_mutex_unlock(&r->save_mu);
+    return ok;
 }
 
 static session *find_locked(registry *r, const char *id)
@@ -173,6 +181,8 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
     if (now - rec->last_accessed_at > r->ttl) {
         fprintf(stderr, "airlockd: session %s expired while the server was down\n", rec->id);
         (*expired)++;
+        if (r->shared.release)
+            r->shared.release(r->shared.ctx, rec->id);
         return; /* its disk is a leftover now */
     }
     long tenant = tenants_intern(r->tenants, rec->tenant);
@@ -251,6 +261,9 @@ registry *registry_new(const registry_opts *o, char *err, size_t errlen)
     r->quota_bytes = o->quota_bytes;
     r->tenants = o->tenants;
     r->disk = o->disk;
+    r->id_slot = o->id_slot;
+    if (o->shared)
+        r->shared = *o->shared;
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->save_mu, NULL);
     pthread_cond_init(&r->cond, NULL);
@@ -426,7 +439,8 @@ void registry_free(registry *r)
     free(r);
 }
 
-static int new_id(char out[17])
+/* A fresh random id; a fleet node's ids open with its slot (the router's key). */
+static int new_id(char out[17], int slot)
 {
     unsigned char b[6];
     size_t got = 0;
@@ -439,6 +453,8 @@ static int new_id(char out[17])
         }
         got += (size_t)n;
     }
+    if (slot > 0)
+        b[0] = (unsigned char)slot;
     snprintf(out, 17, "sbx_%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5]);
     return 0;
 }
@@ -449,7 +465,7 @@ int registry_make_spare_disk(registry *r, char *id, size_t id_len, char **worksp
     pthread_mutex_lock(&r->mu);
     int rc = 0;
     do
-        rc = r->shut_down ? -1 : new_id(fresh);
+        rc = r->shut_down ? -1 : new_id(fresh, r->id_slot);
     while (rc == 0 && id_taken_locked(r, fresh));
     pthread_mutex_unlock(&r->mu);
     if (rc != 0 || id_len < sizeof fresh)
@@ -508,7 +524,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
         return r->shut_down ? SESSION_ERROR : SESSION_LIMIT;
     }
     do {
-        if (new_id(s->id) != 0) {
+        if (new_id(s->id, r->id_slot) != 0) {
             pthread_mutex_unlock(&r->mu);
             session_free(s);
             return SESSION_ERROR;
@@ -519,20 +535,42 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
     r->head = s;
     pthread_mutex_unlock(&r->mu);
 
+    /* a fleet's count decides (exact across nodes) before any disk is made */
+    char reserved[sizeof s->id];
+    memcpy(reserved, s->id, sizeof reserved);
+    int shared = r->shared.reserve ? r->shared.reserve(r->shared.ctx, reserved, tenants_get(r->tenants, tenant)->name,
+                                                       max_sessions, s->egress, s->quota_bytes, open_now)
+                                   : 0;
     char *ws = NULL;
-    disk_result dr = take_disk(r, s, &ws);
+    disk_result dr = shared == 0 ? take_disk(r, s, &ws) : DISK_ERROR;
     pthread_mutex_lock(&r->mu);
     if (dr != DISK_OK) {
         unlink_locked(r, s);
         pthread_mutex_unlock(&r->mu);
         session_free(s);
+        if (shared != 0)
+            return shared > 0 ? SESSION_LIMIT : SESSION_UNAVAILABLE;
+        if (r->shared.release)
+            r->shared.release(r->shared.ctx, reserved);
         return dr == DISK_FULL ? SESSION_CAPACITY : SESSION_ERROR;
     }
     s->workspace = ws;
     s->created_at = s->last_accessed_at = epoch_now();
     s->ready = true;
     pthread_mutex_unlock(&r->mu);
-    save(r);
+    if (r->shared.ready)
+        r->shared.ready(r->shared.ctx, reserved, s->id, s->created_at);
+    if (!save(r)) {
+        /* fail closed: a session a restart would not bring back is never handed out; its
+         * disk goes with it */
+        pthread_mutex_lock(&r->mu);
+        unlink_locked(r, s);          /* the registry's reference */
+        bool last = --s->refs == 0;   /* and the caller's */
+        pthread_mutex_unlock(&r->mu);
+        if (last)
+            session_destroy(r, s);
+        return SESSION_STORAGE;
+    }
     *out = s;
     return SESSION_OK;
 }
@@ -583,6 +621,27 @@ session_result registry_delete(registry *r, const char *id, size_t tenant)
     return rc;
 }
 
+bool registry_has(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    bool found = id_taken_locked(r, id); /* being created or parked counts */
+    pthread_mutex_unlock(&r->mu);
+    return found;
+}
+
+bool registry_forget(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    session *s = find_locked(r, id);
+    bool destroy = s && unlink_locked(r, s);
+    pthread_mutex_unlock(&r->mu);
+    if (s)
+        save(r);
+    if (destroy)
+        session_destroy(r, s);
+    return s != NULL;
+}
+
 session_info *registry_list(registry *r, size_t tenant, size_t *n)
 {
     *n = 0;
@@ -620,6 +679,24 @@ void session_info_free(session_info *v, size_t n)
     for (size_t i = 0; i < n; i++)
         json_decref(v[i].egress);
     free(v);
+}
+
+size_t registry_times(registry *r, char (**ids)[17], double **times)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = 0, count = 0;
+    for (session *s = r->head; s; s = s->next)
+        count += s->ready;
+    *ids = calloc(count ? count : 1, sizeof **ids);
+    *times = calloc(count ? count : 1, sizeof **times);
+    for (session *s = r->head; *ids && *times && s; s = s->next) {
+        if (!s->ready)
+            continue;
+        memcpy((*ids)[n], s->id, sizeof s->id);
+        (*times)[n++] = s->last_accessed_at;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
 }
 
 size_t registry_count(registry *r)

@@ -29,6 +29,18 @@ typedef struct session {
 
 typedef struct registry registry;
 
+/* A fleet's shared session registry (fleet/fleet.h), which decides max_sessions across nodes:
+ * reserve registers a new id (0; 1 over the limit with *open_now; -1 unreachable), ready gives
+ * the reserved row its final id and time, release drops a session gone for good. Called
+ * outside the registry's lock. */
+typedef struct {
+    int (*reserve)(void *ctx, const char *id, const char *tenant, int max, const json_t *egress, long long quota_bytes,
+                   int *open_now);
+    void (*ready)(void *ctx, const char *reserved_id, const char *id, double created_at);
+    void (*release)(void *ctx, const char *id);
+    void *ctx;
+} registry_shared;
+
 typedef struct {
     const char *state_dir;   /* absolute, symlink-free */
     double ttl;              /* idle seconds */
@@ -36,6 +48,8 @@ typedef struct {
     const char *state_file;  /* where sessions are saved; NULL: not persisted (wiped at shutdown) */
     tenants *tenants;        /* names the saved sessions' tenants */
     disk_pool *disk;
+    int id_slot;             /* 1..255: new ids open with it in two hex digits (a fleet node's slot) */
+    const registry_shared *shared; /* a fleet's shared registry, or NULL */
 } registry_opts;
 
 /* Opens the registry and, with a state file, brings back its sessions that have not expired:
@@ -99,10 +113,14 @@ typedef enum {
     SESSION_LIMIT,     /* the tenant already has max_sessions open */
     SESSION_CAPACITY,  /* no disk room for another workspace (server-wide cap or host disk) */
     SESSION_ERROR,     /* the workspace could not be made (logged) */
+    SESSION_UNAVAILABLE, /* the fleet's shared registry cannot be reached: no new session */
+    SESSION_STORAGE,   /* made, but the state file could not be saved: undone (fail closed) */
 } session_result;
 
 /* Creates a session (checked against max_sessions atomically) with its disk: a spare's when
- * the session has no egress and the tenant has one, else a new one. egress is copied.
+ * the session has no egress and the tenant has one, else a new one, and saves it (with a
+ * state file) before it is handed out: SESSION_STORAGE when that save failed (nothing is
+ * left of it). egress is copied.
  * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
  * in *out. */
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
@@ -117,6 +135,13 @@ void registry_release(registry *r, session *s);
  * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
 session_result registry_delete(registry *r, const char *id, size_t tenant);
 
+/* Whether session id is here (ready, being created, or kept for a later start). */
+bool registry_has(registry *r, const char *id);
+
+/* Removes session id whoever its tenant (a fleet declared it lost while this node was away):
+ * true when it was here. */
+bool registry_forget(registry *r, const char *id);
+
 /* What a session list shows of one session. */
 typedef struct {
     char id[17];
@@ -129,6 +154,9 @@ typedef struct {
  * none or memory ran out); free it with session_info_free. */
 session_info *registry_list(registry *r, size_t tenant, size_t *n);
 void session_info_free(session_info *v, size_t n);
+
+/* Every ready session's id and last access time (malloc'd arrays of the returned count). */
+size_t registry_times(registry *r, char (**ids)[17], double **times);
 
 size_t registry_count(registry *r);
 size_t registry_count_tenant(registry *r, size_t tenant);

@@ -21,7 +21,7 @@ tenants *tenants_new(const config *c)
     tenants *t = calloc(1, sizeof *t);
     if (!t)
         return NULL;
-    t->cap = c->ntenants + (c->keystore_path ? RUNTIME_TENANTS : 0);
+    t->cap = c->ntenants + (c->keystore_path || c->database_url ? RUNTIME_TENANTS : 0);
     t->t = calloc(t->cap ? t->cap : 1, sizeof *t->t);
     if (!t->t) {
         free(t);

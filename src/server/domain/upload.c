@@ -80,12 +80,17 @@ int upload_commit(upload_file *u)
 {
     char tmp[64];
     int err = 0;
-    if (link_hidden(u, tmp) != 0) {
+    /* acknowledged only once on the disk: the data before it is named, the name after */
+    if (fdatasync(u->fd) != 0) {
+        err = errno;
+    } else if (link_hidden(u, tmp) != 0) {
         err = errno ? errno : EIO;
     } else if (renameat(u->dir_fd, tmp, u->dir_fd, u->last) != 0) {
         err = errno; /* the target is a directory, say: the hidden name goes too */
         if (unlinkat(u->dir_fd, tmp, 0) != 0)
             perror("airlockd: upload: removing a temporary name");
+    } else if (fsync(u->dir_fd) != 0) {
+        err = errno;
     }
     if (close(u->fd) != 0 && !err && errno != EINTR)
         err = errno;

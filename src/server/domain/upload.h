@@ -22,7 +22,8 @@ int upload_open(const char *ws, const char *rel, upload_file *u);
 /* Appends n bytes: 0, or an errno (ENOSPC/EDQUOT: the disk is full). */
 int upload_write(upload_file *u, const char *data, size_t n);
 
-/* Gives the file its name, replacing the target: 0, or an errno. The upload is closed. */
+/* Gives the file its name, replacing the target, durably (its data synced before, its directory
+ * after): 0, or an errno. The upload is closed. */
 int upload_commit(upload_file *u);
 
 /* Drops the file (its blocks return to the disk at once); harmless when closed. */

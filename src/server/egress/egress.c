@@ -42,17 +42,6 @@ struct egress_sandbox {
     sandbox_network net;
 };
 
-void egress_session_unref(egress_session *s)
-{
-    if (atomic_fetch_sub(&s->refs, 1) != 1)
-        return;
-    egress_log_close(s->log);
-    json_decref(s->rules);
-    free(s->tenant);
-    OPENSSL_cleanse(s->pass, sizeof s->pass);
-    free(s);
-}
-
 static int make_dir(const char *dir, char *errbuf, size_t errlen)
 {
     char *p = strdup(dir);

@@ -26,7 +26,7 @@ struct egress_log {
 
 static int open_file(egress_log *l)
 {
-    l->fd = open(l->path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
+    l->fd = open(l->path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (l->fd < 0)
         return -1;
     struct stat st;

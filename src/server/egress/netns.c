@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -271,23 +270,4 @@ int egress_pair_create(int root_ns, egress_pair *out, char *errbuf, size_t errle
         return -1;
     }
     return 0;
-}
-
-int egress_hide_proc_sys_net(void)
-{
-    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
-        mount("tmpfs", "/proc/sys/net", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "size=4k,mode=555") != 0)
-        return errno ? errno : EIO;
-    return 0;
-}
-
-int egress_join_netns(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno ? errno : EIO;
-    int rc = setns(fd, CLONE_NEWNET) == 0 ? 0 : (errno ? errno : EIO);
-    close(fd);
-    return rc;
 }

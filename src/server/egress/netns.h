@@ -26,14 +26,4 @@ int egress_pair_create(int root_ns, egress_pair *out, char *errbuf, size_t errle
 /* Closes what egress_pair_create returned (-1 entries are skipped). */
 void egress_pair_close(egress_pair *p);
 
-/* For runsc --network=sandbox, in the launcher child before exec (async-signal-safe; 0 or an
- * errno): a private mount namespace where /proc/sys/net is an empty read-only tmpfs. This
- * runsc's root-namespace check looks for /proc/sys/net/core/rmem_default, which exists in
- * every namespace on Linux >= 6.10 (gVisor issue 10704), so it would refuse to start. It
- * fails closed: if a runsc checks something else, the sandbox does not start. */
-int egress_hide_proc_sys_net(void);
-
-/* For bubblewrap, in the launcher child before exec: joins the namespace at path. */
-int egress_join_netns(const char *path);
-
 #endif

@@ -17,8 +17,12 @@
 typedef struct {
     CURL *h;
     int fd;
-    long long written, max;
-    bool too_big, io_error;
+    long long limit;   /* the import limit: past it the download stops */
+    long long room;    /* what fd may take (reserved): past it bytes are counted, not written */
+    long long written, seen;
+    bool too_big;      /* past the limit (announced or grown) */
+    bool overflow;     /* past the room (announced or grown), or fd's disk filled meanwhile */
+    bool io_error;
     int cancel_fd;  /* > 0: the client's socket; a hang-up on it stops the download */
     bool cancelled;
 } sink;
@@ -43,7 +47,9 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     return k->cancelled;
 }
 
-/* Only the body of a 200 answer is kept; redirect and error pages are dropped. */
+/* Only the body of a 200 answer is kept; redirect and error pages are dropped. Bytes past
+ * the room are never written: the download goes on only to learn the archive's size (for the
+ * contract's 413 texts), and stops at the import limit. */
 static size_t on_data(char *p, size_t size, size_t n, void *ud)
 {
     sink *k = ud;
@@ -53,14 +59,22 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud)
     if (code != 200)
         return len;
     curl_off_t announced = -1;
-    if (curl_easy_getinfo(k->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK &&
-        announced > k->max) {
+    if (curl_easy_getinfo(k->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced) == CURLE_OK && announced >= 0 &&
+        (announced > k->limit || announced > k->room)) {
+        /* refused before a byte of it is written */
+        k->too_big = announced > k->limit;
+        k->overflow = !k->too_big;
+        k->seen = (long long)announced;
+        return 0;
+    }
+    k->seen += (long long)len;
+    if (k->seen > k->limit) {
         k->too_big = true;
         return 0;
     }
-    if (k->written + (long long)len > k->max) {
-        k->too_big = true;
-        return 0;
+    if (k->overflow || k->written + (long long)len > k->room) {
+        k->overflow = true;
+        return len;
     }
     size_t done = 0;
     while (done < len) {
@@ -68,6 +82,10 @@ static size_t on_data(char *p, size_t size, size_t n, void *ud)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == ENOSPC || errno == EDQUOT) { /* a command filled the workspace meanwhile */
+                k->overflow = true;
+                return len;
+            }
             k->io_error = true;
             return 0;
         }
@@ -129,8 +147,8 @@ static bool is_default_base(const char *base)
     return n == strlen("https://github.com") && strncasecmp(base, "https://github.com", n) == 0;
 }
 
-import_result import_fetch(const config *cfg, const import_spec *spec, int cancel_fd, int fd, long long *bytes,
-                           char **msg)
+import_result import_fetch(const config *cfg, const import_spec *spec, int cancel_fd, int fd, long long room,
+                           long long *bytes, char **msg)
 {
     *bytes = 0;
     *msg = NULL;
@@ -154,7 +172,8 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int cance
         return IMPORT_FAILED;
     }
     char errbuf[CURL_ERROR_SIZE];
-    sink k = {.h = h, .fd = fd, .max = (long long)cfg->import_max_mb * 1048576, .cancel_fd = cancel_fd};
+    sink k = {.h = h, .fd = fd, .limit = (long long)cfg->import_max_mb * 1048576, .room = room,
+              .cancel_fd = cancel_fd};
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -174,7 +193,7 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int cance
     import_result status = IMPORT_FAILED;
     for (int hop = 0;; hop++) {
         errbuf[0] = '\0';
-        k.written = 0;
+        k.written = k.seen = 0;
         curl_easy_setopt(h, CURLOPT_URL, url);
         CURLcode rc = curl_easy_perform(h);
         long code = 0;
@@ -183,11 +202,9 @@ import_result import_fetch(const config *cfg, const import_spec *spec, int cance
             status = IMPORT_FAILED;
             break;
         }
-        if (k.too_big) {
+        if (k.too_big || (k.overflow && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR))) {
             status = IMPORT_TOO_LARGE;
-            if (asprintf(msg, "%s/%s is larger than the %d MB import limit.", spec->owner, spec->name,
-                         cfg->import_max_mb) < 0)
-                *msg = NULL, status = IMPORT_FAILED;
+            *bytes = k.seen;
             break;
         }
         if (rc != CURLE_OK) {

@@ -12,8 +12,13 @@
  * component not followed): 1 yes, 0 no, -1 when a symlink leads it out of the workspace. */
 int import_dest_exists(const char *ws, const char *dest);
 
-/* Copies the archive (archive_fd, read from offset 0) into the workspace under a
- * temporary name, runs `mkdir -p <dest> && tar -xzf <archive> -C <dest>
+/* The file an archive is downloaded into: unnamed (O_TMPFILE) in the workspace ws itself,
+ * so every byte of it is on the session's own disk, under its quota, and nothing is left
+ * behind by a failure or a crash. -1 with errno. */
+int import_archive_file(const char *ws);
+
+/* Names the archive (archive_fd, from import_archive_file on the same workspace) in the
+ * workspace under a temporary name, runs `mkdir -p <dest> && tar -xzf <archive> -C <dest>
  * --strip-components=1` in a sandbox made with o (its workspace_dir, name, tenant and
  * cancel_fd; 120 s), counts the regular files under
  * dest and removes the temporary archive (and dest, new until then, when tar fails).

@@ -3,6 +3,7 @@
 #include "run/server.h"
 
 #include "api/routes.h"
+#include "run/fleet.h"
 #include "run/signals.h"
 #include "sandbox/guard.h"
 #include "store/state_dir.h"
@@ -38,12 +39,15 @@ static int claim_state_dir(server *s)
     return 0;
 }
 
-/* The isolation backend, and the guard that cleans its cgroups if this process is killed. */
+/* The isolation backend (said first in the log), and the guard that cleans its cgroups if this
+ * process is killed. */
 static int open_sandboxes(server *s)
 {
     char why[512] = "";
     if (!(s->a.sb = sandbox_backend_open(s->state, &s->cfg->sandbox, why, sizeof why)))
         return fail(s, "no isolation backend: %s", why);
+    /* the first line of the log says what the sandboxes run on */
+    fprintf(stderr, "airlockd: isolation: %s\n%s", sandbox_backend_summary(s->a.sb), sandbox_backend_notes(s->a.sb));
     const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
         fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", why);
@@ -52,11 +56,19 @@ static int open_sandboxes(server *s)
     return 0;
 }
 
-/* SANDBOX_AUDIT and SANDBOX_KEYSTORE, when set. */
+/* SANDBOX_AUDIT and SANDBOX_KEYSTORE, when set; a fleet node always keeps an audit outbox. */
 static int open_stores(server *s)
 {
     const config *c = s->cfg;
-    if (c->audit_path && !(s->a.audit = audit_open(c->audit_path, c->audit_retention_days, s->err, sizeof s->err)))
+    const char *audit = c->audit_path;
+    if (!audit && c->database_url) {
+        if (asprintf(&s->audit_file, "%s/audit.db", s->state) < 0) {
+            s->audit_file = NULL;
+            return fail(s, "out of memory");
+        }
+        audit = s->audit_file;
+    }
+    if (audit && !(s->a.audit = audit_open(audit, c->audit_retention_days, s->err, sizeof s->err)))
         return -1;
     if (c->keystore_path && !(s->a.keys = keystore_open(c->keystore_path, s->err, sizeof s->err)))
         return -1;
@@ -144,7 +156,8 @@ static int open_sessions(server *s)
     }
     registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
                         .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
-                        .tenants = a->tenants, .disk = s->disk};
+                        .tenants = a->tenants, .disk = s->disk, .id_slot = a->fleet ? fleet_slot(a->fleet) : 0,
+                        .shared = a->fleet ? &s->shared : NULL};
     if (!(a->reg = registry_new(&ro, s->err, sizeof s->err)))
         return -1;
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
@@ -164,8 +177,9 @@ int server_open(server *s, const config *cfg)
     s->lock_fd = -1;
     s->a.cfg = cfg;
     atomic_init(&s->a.exec_seq, 1);
-    int (*const steps[])(server *) = {claim_state_dir, open_sandboxes, open_stores,    open_disks,
-                                      open_egress,     open_tenants,   open_warm_pool, open_sessions};
+    int (*const steps[])(server *) = {claim_state_dir, open_sandboxes, open_stores,       open_disks,
+                                      open_egress,     open_tenants,   server_join_fleet, open_warm_pool,
+                                      open_sessions};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
         if (steps[i](s) != 0)
             return -1;
@@ -202,6 +216,8 @@ int server_listen(server *s)
         return -1;
     if (registry_start_reaper(s->a.reg) != 0)
         return fail(s, "cannot start the session reaper");
+    if (server_start_fleet(s) != 0)
+        return -1;
     if (c->port_file && write_port_file(c->port_file, http_port(s->srv)) != 0)
         return fail(s, "--port-file %s: %s", c->port_file, strerror(errno));
     fprintf(stderr, "airlockd listening on http://%s:%u%s%s (isolation: %s)\n", c->listen_host, http_port(s->srv),
@@ -246,6 +262,7 @@ bool server_stop(server *s)
     /* spares are no session's: their sandboxes and disks go; sessions are saved and their
      * disks unmounted (those still in use once their request ends) */
     warm_drop_spares(s->a.warm);
+    server_stop_fleet(s);
     registry_shutdown(s->a.reg);
     return stopped;
 }
@@ -269,6 +286,7 @@ void server_close(server *s, int status)
     if (s->srv && !http_stop(s->srv))
         _exit(status);
     warm_drop_spares(a->warm); /* their disks are the registry's */
+    server_stop_fleet(s);
     registry_free(a->reg);     /* before egress: removing sessions tells egress */
     a->reg = NULL;
     warm_free(a->warm);        /* after the sessions, whose removal forgets their sandboxes */
@@ -279,12 +297,14 @@ void server_close(server *s, int status)
     tenants_free(a->tenants);
     audit_close(a->audit);
     keystore_close(a->keys);
+    server_close_fleet(s);     /* after the sessions, which release their rows in it */
     if (a->sb)
         sandbox_backend_close(a->sb);
     if (s->cfg->port_file && status == 0)
         unlink(s->cfg->port_file);
     free(s->state);
     free(s->state_file);
+    free(s->audit_file);
     if (s->lock_fd >= 0)
         close(s->lock_fd); /* the state directory is free for the next server */
 }

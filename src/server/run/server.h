@@ -16,6 +16,8 @@ typedef struct {
     char *state_file;   /* <state>/sessions.json when SANDBOX_SESSION_STATE names none */
     disk_pool *disk;
     registry_spares spares; /* how the sessions take and drop the warm pool's spares */
+    registry_shared shared; /* a fleet's session registry (run/fleet.h) */
+    char *audit_file;   /* <state>/audit.db: a fleet node's audit outbox when SANDBOX_AUDIT names none */
     http_server *srv;
     char err[512];      /* why a step failed */
 } server;

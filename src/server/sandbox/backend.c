@@ -4,9 +4,11 @@
 
 #include "fs/walk.h"
 #include "sandbox/leftovers.h"
+#include "sandbox/programs.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,42 +23,6 @@
  * even across several open backends. Atomic, so it needs no lock. */
 static atomic_uint run_counter;
 
-const char *const sandbox_env[] = {
-    "HOME=/tmp",
-    "PYTHONUSERBASE=/workspace/.local",
-    "PIP_USER=1",
-    "PIP_NO_CACHE_DIR=1",
-    "PIP_DISABLE_PIP_VERSION_CHECK=1",
-    "PATH=/workspace/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    NULL,
-};
-
-const char *const launcher_env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
-
-_Static_assert(sizeof sandbox_env / sizeof sandbox_env[0] <= SANDBOX_ENV_MAX + 1, "SANDBOX_ENV_MAX");
-
-void sbx_env_with_network(const sandbox *s, const char **out)
-{
-    size_t n = 0;
-    for (size_t i = 0; sandbox_env[i]; i++)
-        out[n++] = sandbox_env[i];
-    for (size_t i = 0; s->network && s->network->env && s->network->env[i] && n < SBX_ENV_ALL_MAX - 1; i++)
-        out[n++] = s->network->env[i];
-    out[n] = NULL;
-}
-
-char *sbx_path_join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *p = malloc(la + 1 + lb + 1);
-    if (p) {
-        memcpy(p, a, la);
-        p[la] = '/';
-        memcpy(p + la + 1, b, lb + 1);
-    }
-    return p;
-}
-
 static int mkdir_mode(const char *path, mode_t mode, char *errbuf, size_t errlen)
 {
     if ((mkdir(path, mode) != 0 && errno != EEXIST) || chmod(path, mode) != 0) {
@@ -66,28 +32,17 @@ static int mkdir_mode(const char *path, mode_t mode, char *errbuf, size_t errlen
     return 0;
 }
 
-/* Finds an executable: an explicit path, else each directory of path (PATH). */
-static char *find_program(const char *explicit_path, const char *path, const char *name)
+/* Something the open has to say: kept for after the isolation line (sandbox_backend_notes). */
+static void note(sandbox_backend *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(sandbox_backend *b, const char *fmt, ...)
 {
-    if (explicit_path && *explicit_path) {
-        if (access(explicit_path, X_OK) != 0)
-            return NULL;
-        return realpath(explicit_path, NULL);
-    }
-    if (!path || !*path)
-        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    char *copy = strdup(path);
-    if (!copy)
-        return NULL;
-    char *found = NULL, *save = NULL;
-    for (char *dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
-        char *cand = sbx_path_join(*dir ? dir : ".", name);
-        if (cand && access(cand, X_OK) == 0)
-            found = realpath(cand, NULL);
-        free(cand);
-    }
-    free(copy);
-    return found;
+    size_t used = strlen(b->notes);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = used < sizeof b->notes ? vsnprintf(b->notes + used, sizeof b->notes - used, fmt, ap) : -1;
+    va_end(ap);
+    if (n > 0 && used + (size_t)n + 1 < sizeof b->notes)
+        strcat(b->notes, "\n");
 }
 
 /* The waiter (airlock-waiter) into the root: AIRLOCK_WAITER (env), else beside airlockd's own
@@ -98,19 +53,15 @@ static void add_waiter(sandbox_backend *b, const char *env)
     if (env && *env) {
         path = strdup(env);
     } else {
-        char *self = realpath("/proc/self/exe", NULL);
-        char *slash = self ? strrchr(self, '/') : NULL;
-        if (slash) {
-            *slash = '\0';
-            path = sbx_path_join(self, "airlock-waiter");
-        }
+        char *self = sbx_self_dir();
+        path = self ? sbx_path_join(self, "airlock-waiter") : NULL;
         free(self);
     }
     char why[512] = "out of memory";
     if (path && sbx_rootfs_add_waiter(b->rootfs_dir, path, why, sizeof why) == 0)
         b->have_waiter = true;
     else
-        fprintf(stderr, "airlockd: sandboxes boot with their command (no warm sandboxes): %s\n", why);
+        note(b, "airlockd: sandboxes boot with their command (no warm sandboxes): %s", why);
     free(path);
 }
 
@@ -135,48 +86,14 @@ static void make_id(const char *name, char *id, size_t idlen)
     snprintf(id, idlen, "%s-%x-%x", clean, (unsigned)getpid() & 0xffffffffu, k);
 }
 
-void sbx_err_from_capture(const capture *err, const char *prefix, char *errbuf, size_t errlen)
+const char *sandbox_backend_summary(const sandbox_backend *b)
 {
-    size_t len;
-    const char *text = capture_head(err, &len);
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
-        len--;
-    snprintf(errbuf, errlen, "%s%s%.*s", prefix, len ? ": " : "", (int)(len > 400 ? 400 : len),
-             text);
+    return b->summary;
 }
 
-void sbx_proc_opts_for(const sandbox *s, sbx_proc_opts *o)
+const char *sandbox_backend_notes(const sandbox_backend *b)
 {
-    o->cg = s->have_cg ? &s->cg : NULL;
-    o->output_limit = s->output_limit;
-    o->cancel_fd = s->cancel_fd;
-    o->tap = s->tap;
-}
-
-int sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed)
-{
-    memset(out, 0, sizeof *out);
-    if (r->timed_out || r->cancelled) {
-        sbx_proc_result_free(r);
-        out->timed_out = r->timed_out && !r->cancelled;
-        out->cancelled = r->cancelled;
-        out->exit_code = -1;
-        return 0;
-    }
-    out->exit_code = code;
-    out->oom_killed = oom_killed;
-    out->out_total = r->out.total;
-    out->err_total = r->err.total;
-    uint64_t out_omitted, err_omitted;
-    out->out = capture_take(&r->out, &out->out_len, &out_omitted);
-    out->err = capture_take(&r->err, &out->err_len, &err_omitted);
-    out->out_omitted = out_omitted;
-    out->err_omitted = err_omitted;
-    if (!out->out || !out->err) {
-        sandbox_result_free(out);
-        return -1;
-    }
-    return 0;
+    return b->notes;
 }
 
 const char *sandbox_backend_name(const sandbox_backend *b)
@@ -332,15 +249,6 @@ int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *err
     return sbx_rootfs_append_ca(b->rootfs_dir, pem_path, errbuf, errlen);
 }
 
-void sandbox_result_free(sandbox_result *r)
-{
-    if (!r)
-        return;
-    free(r->out);
-    free(r->err);
-    r->out = r->err = NULL;
-    r->out_len = r->err_len = 0;
-}
 
 /* Runs `true` in a scratch workspace to prove the backend works here. */
 static int probe_backend(sandbox_backend *b, const char *state_dir, char *errbuf, size_t errlen)
@@ -431,6 +339,54 @@ static char *runsc_root_in_tmp(const char *state_dir, char *errbuf, size_t errle
     return strdup(name);
 }
 
+#define WEAKER "bubblewrap, the weaker sandbox: commands share the host kernel"
+
+/* bubblewrap, proven by a probe; why_not_gvisor: what made it the choice. */
+static int open_bwrap(sandbox_backend *b, const sandbox_settings *set, const char *state_dir,
+                      const char *why_not_gvisor, char *errbuf, size_t errlen)
+{
+    b->bwrap = sbx_find_program(NULL, set->search_path, "bwrap");
+    if (!b->bwrap) {
+        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap (bwrap) not found", why_not_gvisor);
+        return -1;
+    }
+    b->ops = &sandbox_bwrap_ops;
+    char why[512] = "";
+    if (probe_backend(b, state_dir, why, sizeof why) != 0) {
+        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap: %s", why_not_gvisor, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The isolation the settings ask for: bubblewrap when asked for; else gVisor (runsc found as
+ * sandbox/programs.h says, proven by a probe), falling back to bubblewrap only with
+ * SANDBOX_ISOLATION=auto (or SANDBOX_REQUIRE_GVISOR=0). */
+static int choose_isolation(sandbox_backend *b, const sandbox_settings *set, const char *state_dir, char *errbuf,
+                            size_t errlen)
+{
+    const char *by = set->isolation_by;
+    if (set->isolation == SANDBOX_ISOLATION_BUBBLEWRAP) {
+        snprintf(b->summary, sizeof b->summary, WEAKER " (asked for by %s)", by ? by : "the settings");
+        return open_bwrap(b, set, state_dir, "bubblewrap asked for", errbuf, errlen);
+    }
+    char why[512] = "";
+    if ((b->runsc = sbx_find_runsc(set, why, sizeof why))) {
+        b->ops = &sandbox_gvisor_ops;
+        if (probe_backend(b, state_dir, why, sizeof why) == 0) {
+            snprintf(b->summary, sizeof b->summary, "gvisor (runsc %s)", b->runsc);
+            return 0;
+        }
+    }
+    if (set->isolation == SANDBOX_ISOLATION_GVISOR) {
+        snprintf(errbuf, errlen, "gVisor is required (%s) but does not work: %s; refusing the weaker bubblewrap fallback",
+                 by ? by : "the default; SANDBOX_ISOLATION=bubblewrap runs on bubblewrap instead", why);
+        return -1;
+    }
+    snprintf(b->summary, sizeof b->summary, WEAKER " (%s: gVisor unavailable: %s)", by ? by : "auto", why);
+    return open_bwrap(b, set, state_dir, why, errbuf, errlen);
+}
+
 sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_settings *set, char *errbuf,
                                       size_t errlen)
 {
@@ -480,8 +436,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
     b->have_cgroups = true;
     int stray = sbx_kill_runsc_leftovers(b->runsc_root);
     if (stray > 0)
-        fprintf(stderr, "airlockd: killed %d process(es) of runsc containers left under %s\n", stray,
-                b->runsc_root);
+        note(b, "airlockd: killed %d process(es) of runsc containers left under %s", stray, b->runsc_root);
     if (fs_rmtree(b->runsc_root) != 0 || mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));
@@ -496,38 +451,10 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
         goto fail;
     }
 
-    const char *want = set->runsc;
-    b->runsc = find_program(want, set->search_path, "runsc");
-    char why[512] = "";
-    if (!b->runsc) {
-        snprintf(why, sizeof why, "runsc not found (%s)",
-                 want && *want ? want : "not on PATH; set AIRLOCK_RUNSC");
-    } else {
-        b->ops = &sandbox_gvisor_ops;
-        if (probe_backend(b, state_dir, why, sizeof why) == 0)
-            return b;
-    }
-    if (set->require_gvisor) {
-        snprintf(errbuf, errlen,
-                 "gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: %s; "
-                 "refusing the weaker bubblewrap fallback", why);
-        goto fail;
-    }
-    b->bwrap = find_program(NULL, set->search_path, "bwrap");
-    if (!b->bwrap) {
-        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap (bwrap) not found", why);
-        goto fail;
-    }
-    b->ops = &sandbox_bwrap_ops;
-    char bwhy[512] = "";
-    if (probe_backend(b, state_dir, bwhy, sizeof bwhy) != 0) {
-        snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap: %s", why, bwhy);
-        goto fail;
-    }
-    fprintf(stderr, "airlockd: gVisor unavailable (%s); using the weaker bubblewrap sandbox\n",
-            why);
-    return b;
+    if (choose_isolation(b, set, state_dir, errbuf, errlen) == 0)
+        return b;
 fail:
+    fputs(b->notes, stderr); /* the error comes next */
     sandbox_backend_close(b);
     return NULL;
 }

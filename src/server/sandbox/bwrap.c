@@ -2,7 +2,7 @@
  * on the host kernel. */
 #include "sandbox/internal.h"
 
-#include "egress/netns.h"
+#include "sandbox/netjoin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,7 +53,7 @@ static int bwrap_pre_exec(void *arg)
 {
     const bwrap_stage *st = arg;
     if (st->netns) {
-        int e = egress_join_netns(st->netns);
+        int e = sbx_join_netns(st->netns);
         if (e)
             return e;
     }

@@ -6,7 +6,7 @@
  * enforces on sandboxed tasks only; the host pids limit just stops runaway gVisor stubs. */
 #include "sandbox/internal.h"
 
-#include "egress/netns.h"
+#include "sandbox/netjoin.h"
 #include "fs/walk.h"
 #include "sandbox/oci.h"
 
@@ -96,11 +96,11 @@ static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
     return s->ahead ? gvisor_boot(s, errbuf, errlen) : 0;
 }
 
-/* runsc's pre-exec step for a sandbox with network (see egress_hide_proc_sys_net). */
+/* runsc's pre-exec step for a sandbox with network (see sbx_hide_proc_sys_net). */
 static int hide_proc_sys_net(void *ctx)
 {
     (void)ctx;
-    return egress_hide_proc_sys_net();
+    return sbx_hide_proc_sys_net();
 }
 
 /* The spec and argv of a run: command is the run's (cold), or NULL for a sandbox booted ahead

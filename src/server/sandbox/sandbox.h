@@ -85,17 +85,26 @@ typedef struct {
     bool boot_ahead;
 } sandbox_opts;
 
-/* Where the backend finds its programs, and what it may fall back to (config/config.h
+/* The isolation a server may run on (--isolation, SANDBOX_ISOLATION). */
+typedef enum {
+    SANDBOX_ISOLATION_GVISOR,     /* gVisor, or the server does not start (the default) */
+    SANDBOX_ISOLATION_BUBBLEWRAP, /* bubblewrap, asked for: the weaker boundary (the host kernel) */
+    SANDBOX_ISOLATION_AUTO,       /* gVisor when it works, else bubblewrap */
+} sandbox_isolation;
+
+/* Where the backend finds its programs, and which isolation it may run on (config/config.h
  * loads them from the flags and the environment). */
 typedef struct {
-    const char *runsc;       /* --runsc, else AIRLOCK_RUNSC; NULL: search search_path */
+    const char *runsc;       /* --runsc, else AIRLOCK_RUNSC; NULL: the search (sandbox/programs.h) */
     const char *waiter;      /* AIRLOCK_WAITER; NULL: airlock-waiter beside airlockd */
     const char *search_path; /* PATH, for runsc and bwrap; NULL: the standard directories */
-    bool require_gvisor;     /* SANDBOX_REQUIRE_GVISOR=1: no bubblewrap fallback */
+    sandbox_isolation isolation;
+    const char *isolation_by; /* the setting that chose it ("SANDBOX_ISOLATION=auto"); NULL: the default */
 } sandbox_settings;
 
-/* Prepares the backend under state_dir (root filesystem, runsc state), finding runsc as
- * s says. With s->require_gvisor and no working runsc, fails.
+/* Prepares the backend under state_dir (root filesystem, runsc state) on the isolation s
+ * asks for, finding runsc as sandbox/programs.h says. Without a working runsc it fails unless
+ * s allows bubblewrap.
  * First removes what a killed predecessor on the same state dir left on the host: the
  * processes and cgroups under this server's cgroup root (airlockd-<16 hex of SHA-256 of
  * the state dir's real path>, in every hierarchy), the processes of runsc containers under
@@ -106,6 +115,15 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
 
 /* "gvisor" or "bubblewrap". */
 const char *sandbox_backend_name(const sandbox_backend *b);
+
+/* The isolation line: which backend runs the sandboxes and why, e.g. "gvisor (runsc /x/runsc)"
+ * or "bubblewrap, the weaker sandbox: commands share the host kernel (asked for by
+ * SANDBOX_ISOLATION=bubblewrap)". */
+const char *sandbox_backend_summary(const sandbox_backend *b);
+
+/* What opening the backend had to say besides (leftovers removed, no waiter), one line each,
+ * said after the isolation line; "" when nothing. */
+const char *sandbox_backend_notes(const sandbox_backend *b);
 
 /* This server's cgroup root name ("airlockd-<16 hex>", the same in every hierarchy), or NULL
  * when it runs without cgroups. */

@@ -21,16 +21,19 @@ struct audit_store {
     pthread_mutex_t mu; /* one statement at a time; also guards last_prune_us */
     int retention_days;
     long long last_prune_us;
+    bool failing; /* the last record could not be stored */
 };
 
 static const char SCHEMA[] =
-    "PRAGMA journal_mode=WAL;"
     "CREATE TABLE IF NOT EXISTS audit ("
     " tenant_id TEXT NOT NULL, sk TEXT NOT NULL, ts_us INTEGER NOT NULL,"
     " session_id TEXT, actor TEXT, kind TEXT, command TEXT, truncated INTEGER NOT NULL,"
     " exit_code INTEGER, duration_s REAL, timed_out INTEGER NOT NULL, oom_killed INTEGER NOT NULL,"
     " detail TEXT, PRIMARY KEY (tenant_id, sk)) WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);";
+    "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);"
+    "CREATE TABLE IF NOT EXISTS audit_probe (x INTEGER);"
+    /* a fleet node's outbox: the sort key up to which rows reached the database */
+    "CREATE TABLE IF NOT EXISTS audit_shipped (one INTEGER PRIMARY KEY CHECK (one = 1), sk TEXT NOT NULL);";
 
 static long long now_us(void)
 {
@@ -124,10 +127,10 @@ static size_t prefix_bytes(const char *s, size_t max, bool *cut)
     return i;
 }
 
-void audit_record(audit_store *s, const audit_entry *e)
+int audit_record(audit_store *s, const audit_entry *e)
 {
     if (!s || !e || !e->tenant)
-        return;
+        return 0;
     const char *cmd = e->command ? e->command : "";
     bool truncated;
     size_t cmd_len = prefix_bytes(cmd, AUDIT_MAX_COMMAND, &truncated);
@@ -181,7 +184,27 @@ void audit_record(audit_store *s, const audit_entry *e)
         fprintf(stderr, "airlockd: audit: cannot record a %s entry: %s\n", e->kind ? e->kind : "?",
                 sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
+    s->failing = rc != SQLITE_OK;
     pthread_mutex_unlock(&s->mu);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+bool audit_writable(audit_store *s)
+{
+    if (!s)
+        return true;
+    pthread_mutex_lock(&s->mu);
+    if (s->failing) {
+        /* a real commit (one page through the WAL, synced), leaving nothing behind */
+        int rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE; INSERT INTO audit_probe VALUES (1);"
+                                     " DELETE FROM audit_probe; COMMIT;", NULL, NULL, NULL);
+        if (rc != SQLITE_OK)
+            sqlite3_exec(s->db, "ROLLBACK;", NULL, NULL, NULL);
+        s->failing = rc != SQLITE_OK;
+    }
+    bool ok = !s->failing;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }
 
 static json_t *column_text(sqlite3_stmt *st, int i)
@@ -200,24 +223,31 @@ static json_t *column_text(sqlite3_stmt *st, int i)
     return v;
 }
 
+/* The fields of an entry from session_id on, at column first (then actor, kind, command,
+ * truncated, exit_code, duration_s, timed_out, oom_killed, detail). */
+static void set_fields(json_t *o, sqlite3_stmt *st, int first)
+{
+    json_object_set_new(o, "session_id", column_text(st, first));
+    json_object_set_new(o, "actor", column_text(st, first + 1));
+    json_object_set_new(o, "kind", column_text(st, first + 2));
+    json_object_set_new(o, "command", column_text(st, first + 3));
+    json_object_set_new(o, "truncated", json_boolean(sqlite3_column_int(st, first + 4)));
+    json_object_set_new(o, "exit_code", sqlite3_column_type(st, first + 5) == SQLITE_NULL
+                                            ? json_null()
+                                            : json_integer(sqlite3_column_int64(st, first + 5)));
+    json_object_set_new(o, "duration_s", sqlite3_column_type(st, first + 6) == SQLITE_NULL
+                                             ? json_null()
+                                             : json_real(sqlite3_column_double(st, first + 6)));
+    json_object_set_new(o, "timed_out", json_boolean(sqlite3_column_int(st, first + 7)));
+    json_object_set_new(o, "oom_killed", json_boolean(sqlite3_column_int(st, first + 8)));
+    json_object_set_new(o, "detail", column_text(st, first + 9));
+}
+
 static json_t *row_entry(sqlite3_stmt *st)
 {
     json_t *o = json_object();
     json_object_set_new(o, "ts", json_real((double)sqlite3_column_int64(st, 1) / 1e6));
-    json_object_set_new(o, "session_id", column_text(st, 2));
-    json_object_set_new(o, "actor", column_text(st, 3));
-    json_object_set_new(o, "kind", column_text(st, 4));
-    json_object_set_new(o, "command", column_text(st, 5));
-    json_object_set_new(o, "truncated", json_boolean(sqlite3_column_int(st, 6)));
-    json_object_set_new(o, "exit_code", sqlite3_column_type(st, 7) == SQLITE_NULL
-                                            ? json_null()
-                                            : json_integer(sqlite3_column_int64(st, 7)));
-    json_object_set_new(o, "duration_s", sqlite3_column_type(st, 8) == SQLITE_NULL
-                                             ? json_null()
-                                             : json_real(sqlite3_column_double(st, 8)));
-    json_object_set_new(o, "timed_out", json_boolean(sqlite3_column_int(st, 9)));
-    json_object_set_new(o, "oom_killed", json_boolean(sqlite3_column_int(st, 10)));
-    json_object_set_new(o, "detail", column_text(st, 11));
+    set_fields(o, st, 2);
     return o;
 }
 
@@ -279,4 +309,59 @@ int audit_query(audit_store *s, const char *tenant, const char *before, size_t b
     else
         free(last_sk);
     return 0;
+}
+
+int audit_outbox_read(audit_store *s, int limit, json_t **rows)
+{
+    *rows = NULL;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    /* sort keys grow with time: rows are written under mu with the time taken under it */
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT tenant_id, sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
+                                " duration_s, timed_out, oom_killed, detail FROM audit"
+                                " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')"
+                                " ORDER BY sk LIMIT ?",
+                                -1, &st, NULL);
+    json_t *arr = json_array();
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int(st, 1, limit);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            json_t *o = json_object();
+            json_object_set_new(o, "tenant_id", column_text(st, 0));
+            json_object_set_new(o, "sk", column_text(st, 1));
+            json_object_set_new(o, "ts_us", json_integer(sqlite3_column_int64(st, 2)));
+            set_fields(o, st, 3);
+            json_array_append_new(arr, o);
+        }
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: reading the outbox failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SQLITE_OK) {
+        json_decref(arr);
+        return -1;
+    }
+    *rows = arr;
+    return 0;
+}
+
+int audit_outbox_mark(audit_store *s, const char *sk)
+{
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "INSERT INTO audit_shipped (one, sk) VALUES (1, ?)"
+                                       " ON CONFLICT (one) DO UPDATE SET sk = excluded.sk", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: marking the outbox failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    return rc == SQLITE_OK ? 0 : -1;
 }

@@ -1,6 +1,7 @@
 /* The audit log (SANDBOX_AUDIT=sqlite:<path>): one row per exec / import, per tenant,
- * kept SANDBOX_AUDIT_RETENTION_DAYS days. Thread-safe; a failing store never fails the
- * request (errors are logged). */
+ * kept SANDBOX_AUDIT_RETENTION_DAYS days. Thread-safe. Fails closed: a record that cannot be
+ * stored is reported to the caller (which refuses the request), and while the store is
+ * failing, audit_writable says so before anything runs. */
 #ifndef AIRLOCKD_AUDIT_H
 #define AIRLOCKD_AUDIT_H
 
@@ -36,8 +37,13 @@ int audit_retention_days(const audit_store *store);
  * audit_record). */
 void audit_prune(audit_store *store);
 
-/* Never fails the request; logs errors. NULL store: no-op. */
-void audit_record(audit_store *store, const audit_entry *e);
+/* Stores the entry durably (synchronous=FULL): 0, or -1 when it could not be stored
+ * (logged). NULL store: 0. */
+int audit_record(audit_store *store, const audit_entry *e);
+
+/* false while the store cannot write: its last record failed and a small write made now
+ * (a probe, nothing kept) fails too. NULL store: true. */
+bool audit_writable(audit_store *store);
 
 /* GET /v1/audit: the tenant's entries older than the cursor `before` (NULL: from the
  * newest; any other string is compared like a cursor, "<20-digit µs>#<8 hex>"), newest
@@ -45,5 +51,12 @@ void audit_record(audit_store *store, const audit_entry *e);
  * or NULL when no more exist); -1 on a store error (logged). */
 int audit_query(audit_store *store, const char *tenant, const char *before, size_t before_len,
                 int limit, json_t **entries, char **next);
+
+/* A fleet node's store is also its outbox (fleet/audit.c ships it to the database): up to
+ * limit rows recorded after the shipped mark, oldest first, as objects with the columns of
+ * the table ("tenant_id", "sk", "ts_us", ...), in *rows; 0 or -1. */
+int audit_outbox_read(audit_store *store, int limit, json_t **rows);
+/* Everything up to sort key sk has reached the database. */
+int audit_outbox_mark(audit_store *store, const char *sk);
 
 #endif

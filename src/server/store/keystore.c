@@ -1,6 +1,7 @@
 /* Self-service keys on SQLite. Every operation runs under one mutex, so the
  * "max 10 active keys" and "last active key" checks and their writes are atomic. */
 #include "store/keystore.h"
+#include "store/keystore_pg.h"
 #include "store/sqlite.h"
 
 #include <openssl/crypto.h>
@@ -18,10 +19,10 @@
 struct keystore {
     sqlite3 *db;
     pthread_mutex_t mu;
+    keystore_pg *pg; /* a fleet's key store in PostgreSQL instead (db NULL) */
 };
 
 static const char SCHEMA[] =
-    "PRAGMA journal_mode=WAL;"
     "CREATE TABLE IF NOT EXISTS api_keys ("
     " key_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL,"
     " key_hash TEXT NOT NULL, created_at REAL NOT NULL, revoked_at REAL);"
@@ -29,7 +30,16 @@ static const char SCHEMA[] =
 
 static const char COLS[] = "key_id, tenant_id, name, created_at, revoked_at";
 
-static const char NOTE[] = "Store this key now: it is shown only once and can't be recovered.";
+
+keystore *keystore_open_pg(pg_pool *db)
+{
+    keystore *ks = calloc(1, sizeof *ks);
+    if (ks && !(ks->pg = keystore_pg_new(db))) {
+        free(ks);
+        ks = NULL;
+    }
+    return ks;
+}
 
 keystore *keystore_open(const char *path, char *err, size_t errlen)
 {
@@ -51,6 +61,11 @@ void keystore_close(keystore *ks)
 {
     if (!ks)
         return;
+    if (ks->pg) {
+        keystore_pg_free(ks->pg);
+        free(ks);
+        return;
+    }
     sqlite3_close(ks->db);
     pthread_mutex_destroy(&ks->mu);
     free(ks);
@@ -65,7 +80,7 @@ static double epoch(void)
 }
 
 /* Lowercase hex SHA-256 of s. */
-static bool sha256_hex(const char *s, size_t n, char out[HASH_HEX + 1])
+bool keystore_hash(const char *s, size_t n, char out[HASH_HEX + 1])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
@@ -90,6 +105,37 @@ static bool fill_random(unsigned char *buf, size_t n)
             return false;
         got += (size_t)r;
     }
+    return true;
+}
+
+/* A new random key "asb_<10 base32>_<43 base64url>" into key. */
+bool keystore_new_key(char key[KEYSTORE_KEY_MAX])
+{
+    static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    unsigned char rnd[KEY_ID_LEN + 32];
+    if (!fill_random(rnd, sizeof rnd))
+        return false;
+    memcpy(key, "asb_", 4);
+    for (int i = 0; i < KEY_ID_LEN; i++)
+        key[4 + i] = b32[rnd[i] & 31];
+    key[4 + KEY_ID_LEN] = '_';
+    /* 32 random bytes as unpadded URL-safe base64: 43 characters */
+    char *o = key + 4 + KEY_ID_LEN + 1;
+    const unsigned char *in = rnd + KEY_ID_LEN;
+    for (int i = 0; i < 30; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
+        *o++ = b64[v >> 18 & 63];
+        *o++ = b64[v >> 12 & 63];
+        *o++ = b64[v >> 6 & 63];
+        *o++ = b64[v & 63];
+    }
+    unsigned v = (unsigned)in[30] << 16 | (unsigned)in[31] << 8;
+    *o++ = b64[v >> 18 & 63];
+    *o++ = b64[v >> 12 & 63];
+    *o++ = b64[v >> 6 & 63];
+    *o = '\0';
+    OPENSSL_cleanse(rnd, sizeof rnd);
     return true;
 }
 
@@ -149,10 +195,15 @@ bool keystore_auth(keystore *ks, const char *key, char **tenant, char key_id[KEY
         if (!((key[i] >= 'a' && key[i] <= 'z') || (key[i] >= '2' && key[i] <= '7')))
             return false;
     char given[HASH_HEX + 1];
-    if (!sha256_hex(key, n, given))
+    if (!keystore_hash(key, n, given))
         return false;
     memcpy(key_id, key + 4, KEY_ID_LEN);
     key_id[KEY_ID_LEN] = '\0';
+    if (ks->pg) {
+        bool found = keystore_pg_auth(ks->pg, given, key_id, tenant);
+        OPENSSL_cleanse(given, sizeof given);
+        return found;
+    }
     bool ok = false;
     pthread_mutex_lock(&ks->mu);
     sqlite3_stmt *st = NULL;
@@ -180,6 +231,8 @@ int keystore_create(keystore *ks, const char *tenant, const char *name, json_t *
 {
     *record = NULL;
     *active = 0;
+    if (ks->pg)
+        return keystore_pg_create(ks->pg, tenant, name, record, active);
     pthread_mutex_lock(&ks->mu);
     int rc = KS_ERROR;
     int n = count_active(ks, tenant);
@@ -190,37 +243,14 @@ int keystore_create(keystore *ks, const char *tenant, const char *name, json_t *
         rc = KS_LIMIT;
         goto out;
     }
-    static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     for (int attempt = 0; attempt < 5 && rc == KS_ERROR; attempt++) {
-        unsigned char rnd[KEY_ID_LEN + 32];
-        char key[4 + KEY_ID_LEN + 1 + 43 + 1], hash[HASH_HEX + 1];
-        if (!fill_random(rnd, sizeof rnd))
+        char key[KEYSTORE_KEY_MAX], hash[HASH_HEX + 1];
+        if (!keystore_new_key(key))
             break;
-        memcpy(key, "asb_", 4);
-        for (int i = 0; i < KEY_ID_LEN; i++)
-            key[4 + i] = b32[rnd[i] & 31];
-        key[4 + KEY_ID_LEN] = '_';
-        /* 32 random bytes as unpadded URL-safe base64: 43 characters */
-        char *o = key + 4 + KEY_ID_LEN + 1;
-        const unsigned char *in = rnd + KEY_ID_LEN;
-        for (int i = 0; i < 30; i += 3) {
-            unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
-            *o++ = b64[v >> 18 & 63];
-            *o++ = b64[v >> 12 & 63];
-            *o++ = b64[v >> 6 & 63];
-            *o++ = b64[v & 63];
-        }
-        unsigned v = (unsigned)in[30] << 16 | (unsigned)in[31] << 8;
-        *o++ = b64[v >> 18 & 63];
-        *o++ = b64[v >> 12 & 63];
-        *o++ = b64[v >> 6 & 63];
-        *o = '\0';
-        OPENSSL_cleanse(rnd, sizeof rnd);
         char key_id[KEY_ID_LEN + 1];
         memcpy(key_id, key + 4, KEY_ID_LEN);
         key_id[KEY_ID_LEN] = '\0';
-        if (!sha256_hex(key, strlen(key), hash)) {
+        if (!keystore_hash(key, strlen(key), hash)) {
             OPENSSL_cleanse(key, sizeof key);
             break;
         }
@@ -241,13 +271,13 @@ int keystore_create(keystore *ks, const char *tenant, const char *name, json_t *
             json_t *rec = get_record(ks, key_id);
             if (rec) {
                 json_object_set_new(rec, "api_key", json_string(key));
-                json_object_set_new(rec, "note", json_string(NOTE));
+                json_object_set_new(rec, "note", json_string(KEYSTORE_NOTE));
                 *record = rec;
                 rc = KS_OK;
             }
         } else if (src != SQLITE_CONSTRAINT) { /* a key id clash is retried with new ids */
             fprintf(stderr, "airlockd: keystore: cannot store a key: %s\n", sqlite3_errmsg(ks->db));
-            attempt = 5;
+            rc = KS_STORAGE;
         }
         OPENSSL_cleanse(key, sizeof key);
     }
@@ -258,6 +288,8 @@ out:
 
 json_t *keystore_list(keystore *ks, const char *tenant)
 {
+    if (ks->pg)
+        return keystore_pg_list(ks->pg, tenant);
     char sql[200];
     snprintf(sql, sizeof sql, "SELECT %s FROM api_keys%s ORDER BY created_at, key_id", COLS,
              tenant ? " WHERE tenant_id = ?" : "");
@@ -284,6 +316,8 @@ json_t *keystore_list(keystore *ks, const char *tenant)
 int keystore_revoke(keystore *ks, const char *tenant, const char *key_id, bool keep_last, json_t **record)
 {
     *record = NULL;
+    if (ks->pg)
+        return keystore_pg_revoke(ks->pg, tenant, key_id, keep_last, record);
     pthread_mutex_lock(&ks->mu);
     int rc = KS_ERROR;
     json_t *rec = get_record(ks, key_id);
@@ -317,6 +351,7 @@ int keystore_revoke(keystore *ks, const char *tenant, const char *key_id, bool k
     sqlite3_finalize(st);
     if (src != SQLITE_DONE) {
         fprintf(stderr, "airlockd: keystore: cannot revoke a key: %s\n", sqlite3_errmsg(ks->db));
+        rc = KS_STORAGE;
         goto out;
     }
     *record = get_record(ks, key_id);

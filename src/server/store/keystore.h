@@ -9,17 +9,24 @@
 
 #define KEYSTORE_MAX_ACTIVE 10
 #define KEY_ID_LEN 10
+#define KEYSTORE_KEY_MAX (4 + KEY_ID_LEN + 1 + 43 + 1)
+#define KEYSTORE_NOTE "Store this key now: it is shown only once and can't be recovered."
+
+typedef struct pg_pool pg_pool;
 
 typedef struct keystore keystore;
 
 keystore *keystore_open(const char *path, char *err, size_t errlen);
+/* The same key store on a fleet's database (store/keystore_pg.h); NULL when out of memory. */
+keystore *keystore_open_pg(pg_pool *db);
 void keystore_close(keystore *ks);
 
 /* Checks an "asb_..." key. true with the tenant name (malloc'd) and key id when it is
  * a stored, active key; the hash comparison is constant-time. */
 bool keystore_auth(keystore *ks, const char *key, char **tenant, char key_id[KEY_ID_LEN + 1]);
 
-enum { KS_OK = 0, KS_NOT_FOUND, KS_LIMIT, KS_LAST_KEY, KS_ERROR };
+/* KS_STORAGE: the store could not write the change (disk full, I/O error): nothing changed. */
+enum { KS_OK = 0, KS_NOT_FOUND, KS_LIMIT, KS_LAST_KEY, KS_ERROR, KS_STORAGE };
 
 /* Issues a key: KS_OK with *record (public record + "api_key" + "note"); KS_LIMIT with
  * *active = the tenant's active key count. */
@@ -32,5 +39,9 @@ json_t *keystore_list(keystore *ks, const char *tenant);
  * back unchanged. With keep_last, refuses (KS_LAST_KEY) to revoke the tenant's last active
  * key. KS_OK with *record. */
 int keystore_revoke(keystore *ks, const char *tenant, const char *key_id, bool keep_last, json_t **record);
+
+/* Shared with store/keystore_pg.c: the lowercase hex SHA-256 of s; a new random key. */
+bool keystore_hash(const char *s, size_t n, char out[65]);
+bool keystore_new_key(char key[KEYSTORE_KEY_MAX]);
 
 #endif

@@ -1,6 +1,8 @@
 /* Session state as one JSON document: {"airlockd_sessions": 1, "state_dir": ..., "sessions": [...]}. */
 #include "store/session_state.h"
 
+#include "util/sync.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -164,8 +166,8 @@ int session_state_save(const char *path, const char *state_dir, const session_re
             off += (size_t)w;
         }
         /* flushed before the rename, so a crash leaves the old file or the new one, whole */
-        bool ok = off == len && write(fd, "\n", 1) == 1 && fdatasync(fd) == 0;
-        if (close(fd) == 0 && ok && rename(tmp, path) == 0)
+        bool ok = off == len && write(fd, "\n", 1) == 1 && fchmod(fd, 0600) == 0 && fdatasync(fd) == 0;
+        if (close(fd) == 0 && ok && rename(tmp, path) == 0 && sync_parent(path) == 0)
             rc = 0;
     }
     if (rc != 0) {

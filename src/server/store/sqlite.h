@@ -5,8 +5,9 @@
 #include <sqlite3.h>
 #include <stddef.h>
 
-/* Opens (creating) the database at path, shareable across threads, and applies schema.
- * NULL on failure, with err saying "<setting>: cannot open <path>: <reason>". */
+/* Opens (creating, 0600) the database at path, shareable across threads, in WAL mode with
+ * synchronous=FULL, and applies schema. NULL on failure, with err saying "<setting>: cannot
+ * open <path>: <reason>". */
 sqlite3 *sqlite_open_store(const char *path, const char *schema, const char *setting, char *err,
                            size_t errlen);
 

@@ -1,0 +1,434 @@
+#!/usr/bin/env bash
+# A whole airlockd fleet on one machine, for specs, benches and demos (docs/fleet.md):
+#
+#   scripts/fleet.sh up DIR [--nodes N]   a private PostgreSQL 15 cluster (initdb in DIR/pg, run
+#                                         as the system user airlock-pg, on a free loopback
+#                                         port), N airlockd nodes on 127.0.0.2 .. 127.0.0.N+1
+#                                         (state in DIR/nodes/<id>), HAProxy on 127.0.0.1;
+#                                         waits until all are healthy, writes DIR/fleet.json
+#   scripts/fleet.sh down DIR             stops everything `up` started in DIR, nothing else
+#   scripts/fleet.sh router DIR           writes HAProxy's configuration again from the nodes
+#                                         table and reloads it (after a node joined or left)
+#   scripts/fleet.sh start-node DIR ID    starts node ID again on its state directory
+#   scripts/fleet.sh db-stop DIR / db-start DIR
+#                                         stops / starts the fleet's PostgreSQL (outage tests)
+#   scripts/fleet.sh exec [--nodes N] -- CMD...
+#                                         a fresh fleet in a temporary DIR, CMD run with
+#                                         SANDBOX_API_URL (the router) and SANDBOX_API_KEY set,
+#                                         then the fleet taken down (make fleet)
+#
+# The nodes take SANDBOX_API_KEYS, SANDBOX_API_KEY, SANDBOX_ADMIN_KEY, SANDBOX_TENANT_LIMITS
+# (and every other SANDBOX_* setting) from this script's environment. The database URL, which
+# holds the password, reaches them in a file (SANDBOX_DATABASE_URL_FILE), never on a command
+# line. The system's own PostgreSQL service is neither used nor touched.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+AIRLOCKD=${AIRLOCKD_BIN:-$top/build/airlockd}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+HAPROXY=${HAPROXY:-haproxy}
+# the nodes' gVisor: the project's own runsc unless told otherwise
+if [ -z "${AIRLOCK_RUNSC:-}" ] && [ -x "$top/.deps/runsc/usr/bin/runsc" ]; then
+  export AIRLOCK_RUNSC="$top/.deps/runsc/usr/bin/runsc"
+fi
+PG_USER=airlock-pg   # the OS user PostgreSQL runs as when this script runs as root
+# seconds a node that stopped answering keeps its sessions before they are declared lost
+FLEET_LOST_AFTER=${SANDBOX_FLEET_LOST_AFTER:-60}
+
+die() { echo "fleet.sh: $*" >&2; exit 1; }
+
+# A TCP port free on 127.0.0.1 right now (the kernel picks it).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Runs a command as the PostgreSQL user (ourselves when not root).
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u "$PG_USER" -- "$@"; else "$@"; fi
+}
+
+# psql on the fleet's database; the password comes from DIR/pg/pgpass, never argv.
+fleet_psql() {
+  local dir=$1; shift
+  PGPASSFILE="$dir/pg/pgpass" psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(cat "$dir/pg/port")" \
+    -U airlock -d airlock "$@"
+}
+
+# true when pid is alive and its command line mentions needle (a pid reused by another
+# program is never signalled).
+pid_is() {
+  local pid=$1 needle=$2
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF -- "$needle"
+}
+
+wait_gone() { # pid seconds
+  local pid=$1 i
+  for ((i = 0; i < $2 * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# Starts the cluster of DIR/pg on the port in DIR/pg/port.
+pg_start() {
+  local dir=$1
+  # a test cluster: durability traded for speed on a shared machine (docs/fleet.md)
+  as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 30 start \
+    -o "-c listen_addresses=127.0.0.1 -c port=$(cat "$dir/pg/port") -c unix_socket_directories=$dir/pg/sock \
+        -c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+        -c shared_buffers=32MB" > /dev/null
+}
+
+start_postgres() {
+  local dir=$1 port password
+  mkdir -p "$dir/pg"
+  if [ "$(id -u)" -eq 0 ]; then
+    id "$PG_USER" >/dev/null 2>&1 ||
+      useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin "$PG_USER"
+    chmod o+x "$dir" # PostgreSQL reaches DIR/pg through DIR; nothing else of DIR is readable
+    chown "$PG_USER" "$dir/pg"
+    runuser -u "$PG_USER" -- test -w "$dir/pg" ||
+      die "$PG_USER cannot reach $dir/pg (a parent directory of $dir is closed to other users)"
+  fi
+  chmod 700 "$dir/pg"
+  password=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  umask 077
+  printf '%s\n' "$password" > "$dir/pg/pwfile"
+  [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$dir/pg/pwfile"
+  as_pg "$PG_BIN/initdb" -D "$dir/pg/data" -U airlock --pwfile="$dir/pg/pwfile" --auth=scram-sha-256 \
+    -E UTF8 --locale=C.UTF-8 > "$dir/pg/initdb.log" 2>&1 || { cat "$dir/pg/initdb.log" >&2; die "initdb failed"; }
+  rm -f "$dir/pg/pwfile"
+  mkdir -p "$dir/pg/sock"
+  [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$dir/pg/sock"
+  local tries
+  for tries in 1 2 3; do
+    port=$(free_port)
+    echo "$port" > "$dir/pg/port"
+    pg_start "$dir" && break
+    [ "$tries" -eq 3 ] && { cat "$dir/pg/postgres.log" >&2; die "PostgreSQL did not start"; }
+  done
+  printf '127.0.0.1:%s:*:airlock:%s\n' "$port" "$password" > "$dir/pg/pgpass"
+  PGPASSFILE="$dir/pg/pgpass" psql -X -q -h 127.0.0.1 -p "$port" -U airlock -d postgres \
+    -c 'CREATE DATABASE airlock' > /dev/null
+  printf 'postgresql://airlock:%s@127.0.0.1:%s/airlock\n' "$password" "$port" > "$dir/database.url"
+  umask 022
+}
+
+start_node() { # dir id index
+  local dir=$1 id=$2 i=$3 nd="$dir/nodes/$2" port=0
+  mkdir -p "$nd"
+  # a node started again keeps its address, so the router's configuration stays right
+  [ -s "$nd/port" ] && port=$(cat "$nd/port")
+  rm -f "$nd/port"
+  SANDBOX_DATABASE_URL_FILE="$dir/database.url" SANDBOX_FLEET_LOST_AFTER=$FLEET_LOST_AFTER \
+    setsid "$AIRLOCKD" --listen "127.0.0.$((i + 1)):$port" --state-dir "$nd/state" --port-file "$nd/port" \
+    --node-id "$id" < /dev/null >> "$nd/log" 2>&1 &
+  echo $! > "$nd/pid"
+  echo "127.0.0.$((i + 1))" > "$nd/host"
+}
+
+wait_node() { # dir id
+  local nd="$1/nodes/$2" pid i
+  pid=$(cat "$nd/pid")
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$nd/port" ] && break
+    kill -0 "$pid" 2>/dev/null || { tail -20 "$nd/log" >&2; die "node $2 exited at start"; }
+    sleep 0.1
+  done
+  [ -s "$nd/port" ] || { tail -20 "$nd/log" >&2; die "node $2 did not start"; }
+  curl -fsS --max-time 5 "http://$(cat "$nd/host"):$(cat "$nd/port")/healthz" > /dev/null ||
+    die "node $2 is not healthy"
+}
+
+# HAProxy's configuration from the nodes table: one backend per node slot (the first two hex
+# digits of a session id), each falling back to the other nodes when its own is down (they
+# answer from the database); new sessions round robin over the nodes that accept them.
+write_router_config() {
+  local dir=$1 hd="$dir/haproxy" port
+  port=$(cat "$hd/port")
+  local nodes
+  nodes=$(fleet_psql "$dir" -At -F ' ' -c \
+    "SELECT id, lpad(to_hex(slot), 2, '0'), regexp_replace(url, '^https?://', '') FROM nodes
+     WHERE state <> 'dead' ORDER BY slot")
+  [ -n "$nodes" ] || die "no node in the nodes table"
+  {
+    cat <<EOF
+# Generated by scripts/fleet.sh from the nodes table; docs/fleet.md explains each part.
+global
+    maxconn 4096
+    stats socket $hd/admin.sock mode 600 level admin
+    pidfile $hd/haproxy.pid
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout check 1s
+    timeout client 120s
+    timeout server 120s
+    timeout http-request 10s
+    option http-keep-alive
+    errorfile 503 $hd/503.http
+
+frontend api
+    bind 127.0.0.1:$port
+    # a session's requests go to the node whose slot opens its id
+    acl session_path path_reg ^/v1/sessions/sbx_[0-9a-f]{12}(/|\$)
+    http-request set-var(txn.slot) path,field(4,/),bytes(4,2) if session_path
+    use_backend slot_%[var(txn.slot)] if session_path
+    acl create method POST
+    acl sessions_root path /v1/sessions
+    use_backend create if create sessions_root
+    default_backend any
+
+backend create
+    # a create a node refuses (503: draining, full, no database) or never received (its port
+    # closed) is retried on another node; never one that may have run (no empty-response or
+    # response-timeout retries: a session could be made twice)
+    balance roundrobin
+    option http-buffer-request
+    retry-on 503 conn-failure
+    retries 3
+    option redispatch 1
+    option httpchk GET /v1/fleet/accepting
+    default-server inter 500ms fall 2 rise 2
+EOF
+    while read -r id slot addr; do
+      echo "    server $id $addr check"
+    done <<< "$nodes"
+    cat <<EOF
+
+backend any
+    # tenant-level requests: any live node answers from PostgreSQL (retried only when the
+    # connection was refused: POST /v1/keys must not run twice)
+    balance roundrobin
+    retry-on conn-failure
+    option redispatch 1
+    option httpchk GET /healthz
+    default-server inter 500ms fall 2 rise 2
+EOF
+    while read -r id slot addr; do
+      echo "    server $id $addr check"
+    done <<< "$nodes"
+    while read -r id slot addr; do
+      echo
+      echo "backend slot_$slot"
+      echo "    # node $id; while it is down another node answers 503 / 410 from the database"
+      echo "    option httpchk GET /healthz"
+      echo "    default-server inter 500ms fall 2 rise 2"
+      echo "    server $id $addr check"
+      while read -r oid _ oaddr; do
+        [ "$oid" = "$id" ] || echo "    server $oid $oaddr check backup"
+      done <<< "$nodes"
+    done <<< "$nodes"
+  } > "$hd/haproxy.cfg.new"
+  printf 'HTTP/1.0 503 Service Unavailable\r\nCache-Control: no-cache\r\nConnection: close\r\nContent-Type: application/json\r\nRetry-After: 1\r\n\r\n{"detail": "No airlockd node can take this request right now; retry shortly."}\n' \
+    > "$hd/503.http"
+  "$HAPROXY" -c -q -f "$hd/haproxy.cfg.new" || die "the generated HAProxy configuration is invalid"
+  mv "$hd/haproxy.cfg.new" "$hd/haproxy.cfg"
+}
+
+start_router() {
+  local dir=$1 hd="$1/haproxy" i
+  mkdir -p "$hd"
+  free_port > "$hd/port"
+  write_router_config "$dir"
+  "$HAPROXY" -D -f "$hd/haproxy.cfg" -p "$hd/haproxy.pid" > "$hd/log" 2>&1 || { cat "$hd/log" >&2; die "HAProxy did not start"; }
+  for ((i = 0; i < 100; i++)); do
+    curl -fsS --max-time 2 "http://127.0.0.1:$(cat "$hd/port")/healthz" > /dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "HAProxy does not answer"
+}
+
+write_fleet_json() {
+  local dir=$1
+  DIR="$dir" python3 - <<'EOF'
+import json, os
+d = os.environ["DIR"]
+def read(p):
+    with open(os.path.join(d, p)) as f:
+        return f.read().strip()
+nodes = []
+for nid in sorted(os.listdir(os.path.join(d, "nodes")), key=lambda n: int(read(f"nodes/{n}/index"))):
+    nodes.append({"id": nid, "url": f"http://{read(f'nodes/{nid}/host')}:{read(f'nodes/{nid}/port')}",
+                  "pid": int(read(f"nodes/{nid}/pid")), "state_dir": os.path.join(d, "nodes", nid, "state")})
+with open(os.path.join(d, "pg/data/postmaster.pid")) as f:
+    pg_pid = int(f.readline())
+out = {"router": f"http://127.0.0.1:{read('haproxy/port')}", "database": read("database.url"),
+       "postgres": {"data_dir": os.path.join(d, "pg/data"), "pid": pg_pid, "port": int(read("pg/port"))},
+       "haproxy": {"pid": int(read("haproxy/haproxy.pid")), "config": os.path.join(d, "haproxy/haproxy.cfg"),
+                   "stats_socket": os.path.join(d, "haproxy/admin.sock")},
+       "nodes": nodes}
+tmp = os.path.join(d, "fleet.json.tmp")
+fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the database password
+with os.fdopen(fd, "w") as f:
+    json.dump(out, f, indent=2)
+os.rename(tmp, os.path.join(d, "fleet.json"))
+EOF
+}
+
+stop_nodes() {
+  local dir=$1 nd pid
+  [ -d "$dir/nodes" ] || return 0
+  for nd in "$dir"/nodes/*/; do
+    pid=$(cat "$nd/pid" 2>/dev/null || true)
+    pid_is "$pid" "$nd" && kill -TERM "$pid" 2>/dev/null || true
+  done
+  for nd in "$dir"/nodes/*/; do
+    pid=$(cat "$nd/pid" 2>/dev/null || true)
+    [ -n "$pid" ] || continue
+    if pid_is "$pid" "$nd" && ! wait_gone "$pid" 90; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait_gone "$pid" 10 || true
+    fi
+  done
+}
+
+# What a killed node left on the host under DIR/nodes (workspace mounts, loop devices): a node
+# that runs again takes it over; `down` releases it, deepest mount first.
+release_host_objects() {
+  local prefix="$1/nodes/" mp dev back i
+  for i in 1 2 3 4; do
+    local left=0
+    while read -r mp; do
+      umount -l "$mp" 2>/dev/null || true
+      left=1
+    done < <(awk -v p="$prefix" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+    for dev in /sys/block/loop*; do
+      back=$(cat "$dev/loop/backing_file" 2>/dev/null || true)
+      case "$back" in "$prefix"*) losetup -d "/dev/${dev##*/}" 2>/dev/null || true; left=1 ;; esac
+    done
+    [ "$left" -eq 0 ] && return 0
+    sleep 0.1
+  done
+}
+
+stop_router() {
+  local hd="$1/haproxy" pid
+  pid=$(cat "$hd/haproxy.pid" 2>/dev/null || true)
+  if pid_is "$pid" "$hd/haproxy.cfg"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait_gone "$pid" 10 || kill -KILL "$pid" 2>/dev/null || true
+  fi
+}
+
+stop_postgres() {
+  local dir=$1
+  [ -f "$dir/pg/data/postmaster.pid" ] || return 0
+  as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -m fast -w -t 30 stop > /dev/null 2>&1 ||
+    as_pg "$PG_BIN/pg_ctl" -D "$dir/pg/data" -m immediate -w -t 30 stop > /dev/null 2>&1 || true
+}
+
+cmd_down() {
+  local dir=$1
+  [ -d "$dir" ] || die "no directory $dir"
+  dir=$(cd "$dir" && pwd)
+  stop_router "$dir"
+  stop_nodes "$dir"
+  release_host_objects "$dir"
+  stop_postgres "$dir"
+}
+
+cmd_up() {
+  local dir=$1 n=$2 i
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "--nodes: a number from 1 to 200"
+  [ -x "$AIRLOCKD" ] || die "no airlockd at $AIRLOCKD (make build)"
+  [ -x "$PG_BIN/initdb" ] || die "no PostgreSQL 15 in $PG_BIN (scripts/install-deps.sh)"
+  command -v "$HAPROXY" > /dev/null || die "no haproxy (scripts/install-deps.sh)"
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  if [ -f "$dir/pg/data/postmaster.pid" ] || [ -f "$dir/haproxy/haproxy.pid" ]; then
+    die "$dir holds a fleet already (scripts/fleet.sh down $dir first)"
+  fi
+  rm -rf "$dir/pg" "$dir/nodes" "$dir/haproxy" "$dir/fleet.json"
+  # a failed start (a failing command or die) leaves nothing running
+  up_dir=$dir
+  trap 'cmd_down "$up_dir" >/dev/null 2>&1 || true' EXIT
+  start_postgres "$dir"
+  for ((i = 1; i <= n; i++)); do
+    start_node "$dir" "node$i" "$i"
+    echo "$i" > "$dir/nodes/node$i/index"
+  done
+  for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; done
+  start_router "$dir"
+  write_fleet_json "$dir"
+  trap - EXIT
+  echo "fleet.sh: $n nodes up; router $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$dir/fleet.json")"
+}
+
+cmd_router() {
+  local dir=$1 pid
+  dir=$(cd "$dir" && pwd)
+  write_router_config "$dir"
+  pid=$(cat "$dir/haproxy/haproxy.pid")
+  # a soft reload: the old process finishes its connections, the new one takes the listener
+  "$HAPROXY" -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" -sf "$pid"
+  write_fleet_json "$dir"
+}
+
+cmd_start_node() {
+  local dir=$1 id=$2 pid
+  dir=$(cd "$dir" && pwd)
+  [ -f "$dir/nodes/$id/index" ] || die "no node $id in $dir"
+  pid=$(cat "$dir/nodes/$id/pid")
+  pid_is "$pid" "$dir/nodes/$id/" && die "node $id is running"
+  start_node "$dir" "$id" "$(cat "$dir/nodes/$id/index")"
+  wait_node "$dir" "$id"
+  write_fleet_json "$dir"
+}
+
+exec_dir=
+up_dir=
+cmd_exec() {
+  local n=$1; shift
+  local key
+  exec_dir=$(mktemp -d)
+  key=${SANDBOX_API_KEY:-alk_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+  SANDBOX_API_KEYS=${SANDBOX_API_KEYS:-demo:$key} cmd_up "$exec_dir" "$n"
+  # the fleet goes down however CMD ends (exec_dir is global: the trap runs after this returns)
+  trap 'cmd_down "$exec_dir" >/dev/null 2>&1; rm -rf "$exec_dir"' EXIT
+  SANDBOX_API_URL=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$exec_dir/fleet.json") \
+    SANDBOX_API_KEY=$key LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;;" LUA_CPATH="$top/build/?.so;;" "$@"
+}
+
+usage() {
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+[ $# -ge 1 ] || usage
+cmd=$1; shift
+case "$cmd" in
+  up)
+    [ $# -ge 1 ] || usage
+    dir=$1; shift; nodes=3
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --nodes) nodes=${2:-}; shift 2 || usage ;;
+        --nodes=*) nodes=${1#--nodes=}; shift ;;
+        *) usage ;;
+      esac
+    done
+    cmd_up "$dir" "$nodes" ;;
+  down) [ $# -eq 1 ] || usage; cmd_down "$1" ;;
+  router) [ $# -eq 1 ] || usage; cmd_router "$1" ;;
+  start-node) [ $# -eq 2 ] || usage; cmd_start_node "$1" "$2" ;;
+  db-stop) [ $# -eq 1 ] || usage; stop_postgres "$(cd "$1" && pwd)" ;;
+  db-start)
+    [ $# -eq 1 ] || usage
+    d=$(cd "$1" && pwd)
+    pg_start "$d" || die "PostgreSQL did not start"
+    write_fleet_json "$d" ;;
+  exec)
+    nodes=3
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+      case "$1" in
+        --nodes) nodes=${2:-}; shift 2 || usage ;;
+        *) usage ;;
+      esac
+    done
+    [ "${1:-}" = "--" ] && shift
+    [ $# -ge 1 ] || usage
+    cmd_exec "$nodes" "$@" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,438 @@
+-- A real 3-node fleet on loopback (scripts/fleet.sh: a private PostgreSQL, HAProxy, airlockd
+-- on 127.0.0.2-4), brought up once for this file and always taken down: routing by the slot
+-- in a session id, spread of new sessions, exact limits under parallel load, key revocation
+-- across nodes, the Lua SDK's quick start through the router, a database outage, kill -9 of
+-- a node, and nothing left running after `down`.
+local cjson = require "cjson"
+local fleet = require "support.fleet"
+local http = require "support.http_client"
+local proc = require "support.proc"
+
+local KEY = "fleet-key-" .. string.rep("a", 24)
+local LIMITED = "fleet-limited-" .. string.rep("b", 20)
+local RATED = "fleet-rated-" .. string.rep("c", 22)
+local BUSY = "fleet-busy-" .. string.rep("d", 23)
+local ADMIN = "fleet-admin-" .. string.rep("e", 30)
+local LOST_AFTER = 10
+
+describe("a 3-node fleet", function()
+  local f
+
+  setup(function()
+    f = fleet.up{ nodes = 3, env = {
+      SANDBOX_API_KEYS = "main:" .. KEY .. ",limited:" .. LIMITED .. ",rated:" .. RATED .. ",busy:" .. BUSY,
+      SANDBOX_ADMIN_KEY = ADMIN,
+      SANDBOX_TENANT_LIMITS = cjson.encode{
+        main = { max_sessions = 100, requests_per_minute = 100000 }, limited = { max_sessions = 10 },
+        rated = { requests_per_minute = 10 }, busy = { max_concurrent_exec = 2, max_sessions = 20 } },
+      SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
+    } }
+  end)
+
+  teardown(function()
+    fleet.down(f)
+  end)
+
+  local function nodes()
+    local res = http.request(f.router, "GET", "/v1/admin/nodes", { key = ADMIN })
+    assert.are.equal(200, res.status, res.body)
+    local by_slot, by_id = {}, {}
+    for _, n in ipairs(res.json.nodes) do
+      by_slot[n.slot] = n
+      by_id[n.id] = n
+    end
+    return by_slot, by_id, res.json.nodes
+  end
+
+  -- A new session of KEY's tenant on node_id (creates elsewhere are deleted again; a 503
+  -- while HAProxy's checks take a node that came back is tried again).
+  local function create_on(node_id)
+    local by_slot = nodes()
+    for _ = 1, 100 do
+      local res
+      proc.wait_until(10, function()
+        res = http.create(f.router, KEY)
+        return res.status ~= 503
+      end)
+      assert.are.equal(201, res.status, res.body)
+      local s = res.json.session_id
+      if by_slot[s:sub(5, 6)].id == node_id then return s end
+      assert.are.equal(200, http.delete(f.router, KEY, s).status)
+    end
+    error("no create landed on " .. node_id)
+  end
+
+  it("writes fleet.json with the router, the database, PostgreSQL, HAProxy and each node", function()
+    local info = f.info
+    assert.matches("^http://127%.0%.0%.1:%d+$", info.router)
+    assert.matches("^postgresql://", info.database)
+    assert.is_true(proc.alive(info.postgres.pid))
+    assert.is_string(info.postgres.data_dir)
+    assert.is_true(proc.alive(info.haproxy.pid))
+    assert.is_string(proc.read_file(info.haproxy.config))
+    assert.are.equal(3, #info.nodes)
+    for i, n in ipairs(info.nodes) do
+      assert.are.equal("node" .. i, n.id)
+      assert.matches("^http://127%.0%.0%." .. (i + 1) .. ":%d+$", n.url)
+      assert.is_true(proc.alive(n.pid))
+      assert.is_string(n.state_dir)
+    end
+  end)
+
+  it("keeps the database password out of every command line and every log", function()
+    local password = f.info.database:match("^postgresql://[^:]+:([^@]+)@")
+    assert.is_string(password)
+    local ps = proc.output("ps -eo args")
+    assert.is_nil(ps:find(password, 1, true))
+    for _, n in ipairs(f.info.nodes) do
+      assert.is_nil(fleet.node_log(f, n.id):find(password, 1, true))
+    end
+  end)
+
+  it("never shows a database password when it cannot connect, from the variable or the flag", function()
+    local bin = proc.shell_quote(os.getenv("AIRLOCKD_BIN") or (proc.repo_root() .. "/build/airlockd"))
+    local dir = proc.make_temp_dir()
+    local wrong = f.info.database:gsub("^(postgresql://[^:]+:)[^@]+@", "%1not-the-Secret-pw@")
+    local nowhere = "postgresql://u:not-the-Secret-pw@127.0.0.1:1/x"
+    for _, how in ipairs({
+      { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote(wrong), args = "" },
+      { env = "", args = "--database " .. proc.shell_quote(wrong) },
+      { env = "SANDBOX_DATABASE_URL=" .. proc.shell_quote(nowhere), args = "" },
+    }) do
+      local rc, out = proc.run_capture(string.format(
+        "SANDBOX_API_KEY=k-%s %s timeout 60 %s --listen 127.0.0.1:0 --state-dir %s %s",
+        string.rep("z", 20), how.env, bin, proc.shell_quote(dir .. "/state"), how.args))
+      assert.are_not.equal(0, rc)
+      assert.matches("database", out)
+      assert.is_nil(out:find("not-the-Secret-pw", 1, true), out)
+    end
+    proc.remove_tree(dir)
+  end)
+
+  it("lists every node with its state, sessions, commands and heartbeat (admin key only)", function()
+    local _, by_id, list = nodes()
+    assert.are.equal(3, #list)
+    for _, n in ipairs(f.info.nodes) do
+      local row = by_id[n.id]
+      assert.are.equal("active", row.state)
+      assert.are.equal(n.url, row.url)
+      assert.matches("^%x%x$", row.slot)
+      assert.is_number(row.sessions)
+      assert.is_number(row.commands_running)
+      assert.is_number(row.last_heartbeat)
+    end
+    assert.are.equal(401, http.request(f.router, "GET", "/v1/admin/nodes", { key = KEY }).status)
+  end)
+
+  it("routes each session's requests to the node its id names, and spreads new sessions", function()
+    local by_slot = nodes()
+    local ids, per_node = {}, {}
+    for i = 1, 9 do
+      local res = http.create(f.router, KEY)
+      assert.are.equal(201, res.status, res.body)
+      local id = res.json.session_id
+      assert.matches("^sbx_%x%x%x%x%x%x%x%x%x%x%x%x$", id)
+      local owner = by_slot[id:sub(5, 6)]
+      assert.is_table(owner, "no node has the slot of " .. id)
+      per_node[owner.id] = (per_node[owner.id] or 0) + 1
+      ids[i] = { id = id, node = owner }
+      assert.are.equal(200, http.write(f.router, KEY, id, "who.txt", "session " .. i).status)
+    end
+    -- round robin over three accepting nodes: every node takes some
+    for _, n in ipairs(f.info.nodes) do assert.is_true((per_node[n.id] or 0) >= 1, n.id) end
+    for i, s in ipairs(ids) do
+      local res = http.read(f.router, KEY, s.id, "who.txt")
+      assert.are.equal(200, res.status)
+      assert.are.equal("session " .. i, res.json.content)
+      -- straight to its node: the same file; to another node: never another workspace
+      assert.are.equal("session " .. i, http.read({ url = s.node.url }, KEY, s.id, "who.txt").json.content)
+      for _, other in ipairs(f.info.nodes) do
+        if other.id ~= s.node.id then
+          local wrong = http.read({ url = other.url }, KEY, s.id, "who.txt")
+          assert.are.equal(503, wrong.status, wrong.body)
+          assert.matches(s.node.id, wrong.json.detail, 1, true)
+          assert.is_string(wrong.headers["retry-after"])
+        end
+      end
+    end
+    -- a tenant-level request on any node sees every node's sessions
+    for _, n in ipairs(f.info.nodes) do
+      local list = http.request({ url = n.url }, "GET", "/v1/sessions", { key = KEY })
+      assert.are.equal(200, list.status)
+      local seen = {}
+      for _, s in ipairs(list.json.sessions) do seen[s.session_id] = true end
+      for _, s in ipairs(ids) do assert.is_true(seen[s.id], s.id) end
+    end
+    -- an id no node ever made: 404 through the router and on every node
+    assert.are.equal(404, http.read(f.router, KEY, "sbx_01aaaaaaaaaa", "x").status)
+    assert.are.equal(404, http.read(f.router, KEY, "sbx_ffaaaaaaaaaa", "x").status)
+    for _, s in ipairs(ids) do assert.are.equal(200, http.delete(f.router, KEY, s.id).status) end
+  end)
+
+  it("admits exactly max_sessions of 60 parallel creates spread over the nodes", function()
+    local counts = fleet.parallel(f.router.url, 60, 30, "POST", "/v1/sessions", LIMITED, "{}")
+    assert.are.equal(10, counts[201])
+    assert.are.equal(50, counts[429])
+    local usage = http.request(f.router, "GET", "/v1/usage", { key = LIMITED })
+    assert.are.equal(10, usage.json.sessions_open)
+    local list = http.request(f.router, "GET", "/v1/sessions", { key = LIMITED })
+    assert.are.equal(10, #list.json.sessions)
+    local slots = {}
+    for _, s in ipairs(list.json.sessions) do slots[s.session_id:sub(5, 6)] = true end
+    local n = 0
+    for _ in pairs(slots) do n = n + 1 end
+    assert.is_true(n >= 2, "the 10 sessions landed on one node")
+    for _, s in ipairs(list.json.sessions) do http.delete(f.router, LIMITED, s.session_id) end
+    assert.are.equal(0, http.request(f.router, "GET", "/v1/usage", { key = LIMITED }).json.sessions_open)
+  end)
+
+  it("grants the fleet one request bucket per tenant: 10 per minute across all nodes", function()
+    local t0 = os.time()
+    local counts = fleet.parallel(f.router.url, 40, 20, "GET", "/v1/egress/policy", RATED)
+    -- the bucket holds 10 and refills one every 6 s (whole seconds elapsed, rounded up)
+    local refilled = math.floor((os.time() - t0 + 1) / 6)
+    local seen = string.format("%d granted, %d refused", counts[200] or 0, counts[429] or 0)
+    assert.is_true(counts[200] >= 10 and counts[200] <= 10 + refilled, seen)
+    assert.are.equal(40, counts[200] + (counts[429] or 0))
+  end)
+
+  it("holds max_concurrent_exec across nodes", function()
+    local by_slot = nodes()
+    local ids, on = {}, {}
+    while #ids < 3 do -- one session on each node
+      local s = http.create(f.router, BUSY).json.session_id
+      local node = by_slot[s:sub(5, 6)].id
+      if on[node] then http.delete(f.router, BUSY, s) else on[node] = true; ids[#ids + 1] = s end
+    end
+    local running = {}
+    for i = 1, 6 do running[i] = http.exec_async(f.router, BUSY, ids[(i - 1) % 3 + 1], "sleep 3", 20) end
+    local ok, refused = 0, 0
+    for i = 1, 6 do
+      local body = running[i].wait(120)
+      if body and body.exit_code == 0 then ok = ok + 1
+      elseif body and tostring(body.detail):find("Too many commands", 1, true) then refused = refused + 1 end
+    end
+    -- two at once at most: the six overlap (a refused one returns at once, a run takes 3 s)
+    assert.is_true(ok >= 2, "ok " .. ok)
+    assert.are.equal(6, ok + refused)
+    assert.is_true(refused >= 1, "none refused")
+    assert.are.equal(0, http.request(f.router, "GET", "/v1/usage", { key = BUSY }).json.commands_running)
+    for _, s in ipairs(ids) do http.delete(f.router, BUSY, s) end
+  end)
+
+  it("stops a revoked key on every node within seconds", function()
+    local made = http.request(f.router, "POST", "/v1/admin/keys",
+      { key = ADMIN, body = cjson.encode{ tenant = "selfserve", name = "ci" } })
+    assert.are.equal(201, made.status, made.body)
+    local key = made.json.api_key
+    for _, n in ipairs(f.info.nodes) do -- each node looks it up (and caches it)
+      assert.are.equal(200, http.request({ url = n.url }, "GET", "/v1/usage", { key = key }).status)
+    end
+    local revoked = http.request(f.router, "DELETE", "/v1/admin/keys/" .. made.json.key_id, { key = ADMIN })
+    assert.are.equal(200, revoked.status)
+    assert.is_false(revoked.json.active)
+    for _, n in ipairs(f.info.nodes) do
+      assert.is_true(proc.wait_until(10, function()
+        return http.request({ url = n.url }, "GET", "/v1/usage", { key = key }).status == 401
+      end), n.id)
+    end
+  end)
+
+  -- the audit entries of command, from any node (polled: each node ships its outbox every second)
+  local function audited(command)
+    local n = 0
+    local res = http.request(f.router, "GET", "/v1/audit?limit=500", { key = KEY })
+    if res.status == 503 then return -1 end -- the database is back, a node's pool not yet
+    assert.are.equal(200, res.status, res.body)
+    for _, e in ipairs(res.json.entries) do if e.command == command then n = n + 1 end end
+    return n
+  end
+
+  it("keeps one audit log of every node's commands", function()
+    local by_slot = nodes()
+    local on = {}
+    for i = 1, 6 do
+      local s = http.create(f.router, KEY).json.session_id
+      on[by_slot[s:sub(5, 6)].id] = true
+      assert.are.equal(200, http.exec(f.router, KEY, s, "echo audited " .. i).status)
+      http.delete(f.router, KEY, s)
+    end
+    for _, n in ipairs(f.info.nodes) do assert.is_true(on[n.id], n.id) end
+    for i = 1, 6 do
+      assert.is_true(proc.wait_until(10, function() return audited("echo audited " .. i) == 1 end), i)
+    end
+    -- the same answer from every node
+    for _, n in ipairs(f.info.nodes) do
+      local res = http.request({ url = n.url }, "GET", "/v1/audit?limit=2", { key = KEY })
+      assert.are.equal(2, #res.json.entries)
+      assert.is_string(res.json.next)
+    end
+  end)
+
+  it("runs the Lua SDK's quick start through the router", function()
+    local root = proc.repo_root()
+    local cmd = string.format("cd %s && SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s examples/quickstart.lua 2>&1",
+      proc.shell_quote(root), proc.shell_quote(f.router.url), proc.shell_quote(KEY), proc.lua_interpreter())
+    assert.are.equal("65536\n0\n", proc.output(cmd))
+  end)
+
+  it("fails creates closed while the database is down, keeps commands running, then recovers", function()
+    local s = http.create(f.router, KEY).json.session_id
+    local ok, out = fleet.sh(f.env, { "db-stop", f.dir })
+    assert.is_true(ok, out)
+    local refused = http.create(f.router, KEY)
+    assert.are.equal(503, refused.status, refused.body)
+    assert.is_string(refused.json.detail)
+    local ran = http.exec(f.router, KEY, s, "echo still here")
+    assert.are.equal(200, ran.status, ran.body)
+    assert.are.equal("still here\n", ran.json.stdout)
+    ok, out = fleet.sh(f.env, { "db-start", f.dir })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.is_true(proc.wait_until(20, function() return http.create(f.router, KEY).status == 201 end))
+    -- the command run during the outage reaches the audit log once, with what follows it
+    assert.are.equal(200, http.exec(f.router, KEY, s, "echo after the outage").status)
+    assert.is_true(proc.wait_until(10, function() return audited("echo after the outage") == 1 end))
+    assert.are.equal(1, audited("echo still here"))
+    local list = http.request(f.router, "GET", "/v1/sessions", { key = KEY })
+    for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
+  end)
+
+  it("drains a node: it takes no new session, and is drained once its sessions end", function()
+    local by_slot = nodes()
+    local kept = create_on("node2") -- a session that outlives the drain
+    local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
+    assert.are.equal(200, res.status, res.body)
+    assert.are.equal("draining", res.json.state)
+    assert.are.equal(404, http.request(f.router, "POST", "/v1/admin/nodes/nope/drain", { key = ADMIN }).status)
+    assert.is_true(proc.wait_until(5, function()
+      return http.request({ url = f.nodes.node2.url }, "GET", "/v1/fleet/accepting").status == 503
+    end))
+    -- a create the draining node refuses is retried by HAProxy on another node
+    local made = {}
+    for i = 1, 6 do
+      local c = http.create(f.router, KEY)
+      assert.are.equal(201, c.status, c.body)
+      assert.are_not.equal("node2", by_slot[c.json.session_id:sub(5, 6)].id)
+      made[i] = c.json.session_id
+    end
+    assert.are.equal(503, http.create({ url = f.nodes.node2.url }, KEY).status)
+    -- its session keeps working until it ends; then the node is drained
+    assert.are.equal(200, http.exec(f.router, KEY, kept, "true").status)
+    assert.are.equal(200, http.delete(f.router, KEY, kept).status)
+    assert.is_true(proc.wait_until(5, function()
+      local _, b = nodes()
+      return b.node2.state == "drained"
+    end))
+    for _, s in ipairs(made) do http.delete(f.router, KEY, s) end
+  end)
+
+  it("answers 503 naming a killed node's sessions, then 410 lost, freeing the tenant's slots", function()
+    local _, by_id = nodes()
+    local victim = by_id.node3
+    local mine = { create_on("node3"), create_on("node3") }
+    local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
+    assert.is_true(proc.succeeded(os.execute("kill -9 " .. f.nodes.node3.pid)))
+    assert.is_true(proc.wait_until(5, function() return not proc.alive(f.nodes.node3.pid) end))
+    -- creates keep succeeding on the other nodes (HAProxy retries a refused connection)
+    local created = {}
+    for i = 1, 6 do
+      local res = http.create(f.router, KEY)
+      assert.are.equal(201, res.status, res.body)
+      assert.are_not.equal(victim.slot, res.json.session_id:sub(5, 6))
+      created[i] = res.json.session_id
+    end
+    -- until HAProxy's checks mark node3 down, HAProxy itself answers 503; then another node
+    -- answers from the database, naming node3
+    local waiting
+    assert.is_true(proc.wait_until(10, function()
+      waiting = http.read(f.router, KEY, mine[1], "x")
+      assert.are.equal(503, waiting.status, waiting.body)
+      assert.is_string(waiting.headers["retry-after"])
+      return waiting.json.detail:find("node3", 1, true) ~= nil
+    end), waiting.body)
+    local lost
+    assert.is_true(proc.wait_until(LOST_AFTER + 15, function()
+      lost = http.read(f.router, KEY, mine[1], "x")
+      return lost.status == 410
+    end), lost and lost.body)
+    assert.matches("lost with its node 'node3'", lost.json.detail, 1, true)
+    local usage = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json
+    assert.are.equal(open_before - 2 + 6, usage.sessions_open)
+    local _, after = nodes()
+    assert.are.equal("dead", after.node3.state)
+    -- the node comes back on its state directory: alive again, its lost sessions stay lost
+    local ok, out = fleet.sh(f.env, { "start-node", f.dir, "node3" })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.is_true(proc.wait_until(10, function()
+      local _, b = nodes()
+      return b.node3.state == "active"
+    end))
+    assert.are.equal(410, http.read(f.router, KEY, mine[2], "x").status)
+    assert.are.equal(410, http.read({ url = f.nodes.node3.url }, KEY, mine[2], "x").status)
+    for _, s in ipairs(created) do http.delete(f.router, KEY, s) end
+  end)
+
+  it("keeps every route when the router is reloaded", function()
+    local ids = {}
+    for i = 1, 4 do
+      ids[i] = http.create(f.router, KEY).json.session_id
+      assert.are.equal(200, http.write(f.router, KEY, ids[i], "keep.txt", "kept " .. i).status)
+    end
+    local before = f.info.haproxy.pid
+    local ok, out = fleet.sh(f.env, { "router", f.dir })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.are_not.equal(before, f.info.haproxy.pid)
+    assert.is_true(proc.wait_until(10, function() return not proc.alive(before) end))
+    for i, id in ipairs(ids) do
+      assert.are.equal("kept " .. i, http.read(f.router, KEY, id, "keep.txt").json.content)
+      assert.are.equal(200, http.delete(f.router, KEY, id).status)
+    end
+  end)
+
+  it("declares a stopped (SIGSTOP) node's sessions lost, and the node drops them on SIGCONT", function()
+    local s = create_on("node1")
+    local pid = f.nodes.node1.pid
+    assert.is_true(proc.succeeded(os.execute("kill -STOP " .. pid)))
+    local ok, err = pcall(function()
+      -- a request may hang on the stopped node until HAProxy's checks take it out: short tries
+      local answer
+      assert.is_true(proc.wait_until(LOST_AFTER + 20, function()
+        local tried, res = pcall(http.request, f.router, "GET", "/v1/sessions/" .. s .. "/read?path=x",
+          { key = KEY, max_time = 3 })
+        answer = tried and res or answer
+        return tried and res.status == 410
+      end), answer and answer.body)
+      assert.matches("lost with its node 'node1'", answer.json.detail, 1, true)
+    end)
+    os.execute("kill -CONT " .. pid)
+    assert.is_true(ok, err)
+    assert.is_true(proc.wait_until(10, function()
+      local _, b = nodes()
+      return b.node1.state == "active"
+    end))
+    assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
+  end)
+
+  it("declares lost at once the sessions a node comes back without (its state wiped)", function()
+    local s = create_on("node1")
+    local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
+    local pid = f.nodes.node1.pid
+    assert.is_true(proc.succeeded(os.execute("kill -9 " .. pid)))
+    assert.is_true(proc.wait_until(5, function() return not proc.alive(pid) end))
+    os.remove(f.dir .. "/nodes/node1/state/sessions.json")
+    local ok, out = fleet.sh(f.env, { "start-node", f.dir, "node1" })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
+    assert.are.equal(open_before - 1, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+  end)
+
+  it("leaves nothing running after down", function()
+    local pids = fleet.pids(f)
+    fleet.down(f)
+    for _, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "pid " .. pid .. " still runs") end
+  end)
+end)

@@ -1,0 +1,92 @@
+-- A fleet for the specs: scripts/fleet.sh up in a fresh temporary directory (a private
+-- PostgreSQL, HAProxy, N airlockd nodes on 127.0.0.2..), its fleet.json decoded, and down,
+-- which always runs (call it from teardown / finally) and leaves nothing running.
+local cjson = require "cjson"
+local proc = require "support.proc"
+
+local M = {}
+local q = proc.shell_quote
+
+local function script()
+  return proc.repo_root() .. "/scripts/fleet.sh"
+end
+
+-- Runs `fleet.sh <args>` with env (a table of NAME = value); returns ok and its output.
+local function fleet_sh(env, args)
+  local words = {}
+  for k, v in pairs(env or {}) do words[#words + 1] = k .. "=" .. q(v) end
+  words[#words + 1] = q(script())
+  for _, a in ipairs(args) do words[#words + 1] = q(a) end
+  local rc, out = proc.run_capture(table.concat(words, " "))
+  return rc == 0, out
+end
+M.sh = fleet_sh
+
+-- Reads DIR/fleet.json again (after a node restart).
+local function int(x) return tonumber(string.format("%d", x)) end
+
+function M.reload(f)
+  f.info = cjson.decode(assert(proc.read_file(f.dir .. "/fleet.json")))
+  -- cjson may give whole numbers as floats (4400.0): pids are made integers
+  f.info.postgres.pid = int(f.info.postgres.pid)
+  f.info.haproxy.pid = int(f.info.haproxy.pid)
+  for _, n in ipairs(f.info.nodes) do n.pid = int(n.pid) end
+  f.router = { url = f.info.router }
+  f.nodes = {}
+  for _, n in ipairs(f.info.nodes) do f.nodes[n.id] = { url = n.url, pid = n.pid, id = n.id } end
+  return f
+end
+
+-- Brings up a fleet of opts.nodes (3) nodes with opts.env; errors (after taking down what
+-- started) when it did not come up.
+function M.up(opts)
+  local dir = proc.make_temp_dir()
+  -- small workspace disks (each is a fully allocated image) under a cap per node, no spares,
+  -- and never this machine's resolver for egress: the machine is shared (as support.airlockd)
+  local env = { SANDBOX_WARM_NEW = "0", SANDBOX_WORKSPACE_QUOTA_MB = "16", SANDBOX_DISK_TOTAL_MB = "2048",
+                SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
+  for k, v in pairs(opts.env or {}) do env[k] = v end
+  local ok, out = fleet_sh(env, { "up", dir, "--nodes", tostring(opts.nodes or 3) })
+  local f = { dir = dir, env = env }
+  if not ok then
+    M.down(f)
+    error("fleet.sh up failed:\n" .. out, 2)
+  end
+  return M.reload(f)
+end
+
+-- Every process of the fleet (postgres, haproxy, nodes) as pids, from fleet.json.
+function M.pids(f)
+  local pids = { f.info.postgres.pid, f.info.haproxy.pid }
+  for _, n in ipairs(f.info.nodes) do pids[#pids + 1] = n.pid end
+  return pids
+end
+
+function M.down(f)
+  if not f or not f.dir then return end
+  local ok, out = fleet_sh(f.env, { "down", f.dir })
+  if not ok then io.stderr:write("fleet.sh down: ", out, "\n") end
+  proc.remove_tree(f.dir)
+  f.dir = nil
+end
+
+-- n requests at once (curl, `parallel` at a time) of method path with key and body; returns
+-- the count of each status code ({ [201] = 10, [429] = 50 }).
+function M.parallel(url, n, parallel, method, path, key, body)
+  local cmd = string.format(
+    "seq %d | xargs -P %d -I@ curl -s -o /dev/null -w '%%{http_code}\\n' --max-time 60 -X %s -H %s %s %s",
+    n, parallel, method, q("X-API-Key: " .. key),
+    body and ("-H 'Content-Type: application/json' --data-binary " .. q(body)) or "", q(url .. path))
+  local counts = {}
+  for code in proc.output(cmd):gmatch("%d+") do
+    counts[tonumber(code)] = (counts[tonumber(code)] or 0) + 1
+  end
+  return counts
+end
+
+-- The router's or a node's log lines.
+function M.node_log(f, id)
+  return proc.read_file(f.dir .. "/nodes/" .. id .. "/log") or ""
+end
+
+return M

@@ -1,0 +1,89 @@
+/* The fleet's audit log: each node records into its own SQLite store (store/audit.c), which is
+ * also its outbox; every heartbeat ships what is new to the database's audit table, where a
+ * row's key (tenant, node, sort key) makes a repeated shipment write nothing twice. While the
+ * database is down, rows wait in the outbox. GET /v1/audit reads every node's rows. */
+#include "fleet/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SHIP_BATCH 500
+
+void fleet_audit_ship(fleet *f, audit_store *store)
+{
+    for (int round = 0; store && round < 20; round++) {
+        json_t *rows = NULL;
+        if (audit_outbox_read(store, SHIP_BATCH, &rows) != 0 || json_array_size(rows) == 0) {
+            json_decref(rows);
+            return;
+        }
+        size_t n = json_array_size(rows);
+        char *last = strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk")));
+        char *text = json_dumps(rows, JSON_COMPACT);
+        json_decref(rows);
+        const char *p[] = {text, f->id};
+        PGresult *res = text && last ? pg_query(f->db,
+            "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
+            " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
+            " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING", 2, p) : NULL;
+        free(text);
+        bool shipped = res != NULL;
+        PQclear(res);
+        if (shipped)
+            audit_outbox_mark(store, last);
+        free(last);
+        if (!shipped || n < SHIP_BATCH)
+            return;
+    }
+}
+
+static json_t *text_or_null(PGresult *res, int i, int col)
+{
+    return PQgetisnull(res, i, col) ? json_null() : json_string(PQgetvalue(res, i, col));
+}
+
+int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
+                      json_t **entries, char **next)
+{
+    *entries = NULL;
+    *next = NULL;
+    char cutoff[32], lim[16];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    snprintf(cutoff, sizeof cutoff, "%lld", now - (long long)retention_days * 86400LL * 1000000LL);
+    snprintf(lim, sizeof lim, "%d", limit + 1); /* one extra row tells whether more exist */
+    const char *p[] = {tenant, cutoff, lim, before};
+    PGresult *res = pg_query(f->db,
+        "SELECT sk, ts_us, session_id, actor, kind, command, truncated, exit_code, duration_s, timed_out,"
+        " oom_killed, detail FROM audit WHERE tenant_id = $1 AND ts_us >= $2::bigint"
+        " AND ($4::text IS NULL OR sk < $4) ORDER BY sk DESC, node LIMIT $3::integer", 4, p);
+    if (!res)
+        return -1;
+    json_t *arr = json_array();
+    int rows = PQntuples(res);
+    for (int i = 0; i < rows && i < limit; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "ts", json_real((double)atoll(PQgetvalue(res, i, 1)) / 1e6));
+        json_object_set_new(o, "session_id", text_or_null(res, i, 2));
+        json_object_set_new(o, "actor", text_or_null(res, i, 3));
+        json_object_set_new(o, "kind", text_or_null(res, i, 4));
+        json_object_set_new(o, "command", text_or_null(res, i, 5));
+        json_object_set_new(o, "truncated", json_boolean(strcmp(PQgetvalue(res, i, 6), "t") == 0));
+        json_object_set_new(o, "exit_code", PQgetisnull(res, i, 7) ? json_null()
+                                                                   : json_integer(atoll(PQgetvalue(res, i, 7))));
+        json_object_set_new(o, "duration_s", PQgetisnull(res, i, 8) ? json_null()
+                                                                    : json_real(atof(PQgetvalue(res, i, 8))));
+        json_object_set_new(o, "timed_out", json_boolean(strcmp(PQgetvalue(res, i, 9), "t") == 0));
+        json_object_set_new(o, "oom_killed", json_boolean(strcmp(PQgetvalue(res, i, 10), "t") == 0));
+        json_object_set_new(o, "detail", text_or_null(res, i, 11));
+        json_array_append_new(arr, o);
+    }
+    if (rows > limit && limit > 0)
+        *next = strdup(PQgetvalue(res, limit - 1, 0));
+    PQclear(res);
+    *entries = arr;
+    return 0;
+}

@@ -1,0 +1,111 @@
+/* This node's place in a fleet (--database): its row in the nodes table (registered at start,
+ * a slot that opens the ids of its sessions, a heartbeat every second), the sessions of the
+ * whole fleet in PostgreSQL, and the tenants' shared counters. Every function that decides a
+ * limit is one call of a database function (store/pg_schema.c), exact across nodes. */
+#ifndef AIRLOCKD_FLEET_H
+#define AIRLOCKD_FLEET_H
+
+#include "store/audit.h"
+#include "store/pg.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct fleet fleet;
+
+typedef struct {
+    const char *node_id;   /* --node-id */
+    const char *advertise; /* --advertise: how the router and the other nodes reach it */
+    double lost_after;     /* seconds a silent node keeps its sessions (SANDBOX_FLEET_LOST_AFTER) */
+    int capacity;          /* sessions it takes at most (0: no cap of its own) */
+} fleet_opts;
+
+/* What this node reports with each heartbeat (it may call fleet_session_touch). */
+typedef int (*fleet_load_fn)(void *ctx);
+/* Told, at start and after the node was declared dead, each of its sessions the fleet
+ * declared lost meanwhile: the node must drop it (its slot was freed, its id answers 410). */
+typedef void (*fleet_lost_fn)(void *ctx, const char *session_id);
+
+/* Registers the node (its slot assigned on its first start). NULL with a message in err. */
+fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen);
+/* Drops the sessions declared lost (lost), then starts the heartbeat thread; load(ctx) is
+ * the number of sessions it holds. */
+int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx);
+/* The advertised URL once the listening port is known; 0 or -1. */
+int fleet_set_url(fleet *f, const char *url);
+/* Stops the heartbeat (NULL: nothing); fleet_close then frees. */
+void fleet_stop(fleet *f);
+void fleet_close(fleet *f);
+
+int fleet_slot(const fleet *f);
+const char *fleet_node_id(const fleet *f);
+double fleet_lost_after(const fleet *f);
+/* The slot a session id names (its first two hex digits), or -1. */
+int fleet_slot_of(const char *session_id);
+/* Whether the node takes new sessions: it is active and its last heartbeat reached the
+ * database. */
+bool fleet_accepting(fleet *f);
+/* How many nodes were not dead at the last heartbeat that reached the database (≥ 1). */
+int fleet_live_nodes(fleet *f);
+
+/* GET /v1/admin/nodes: every node with its state, sessions, commands running and last
+ * heartbeat; NULL when the database cannot be read. */
+json_t *fleet_nodes(fleet *f);
+
+/* POST /v1/admin/nodes/{id}/drain: the node takes no new session from now on (it becomes
+ * `drained` once its sessions have ended; starting it again makes it active). The node's row
+ * after the change in *row; 0, 1 no such node, -1 unreachable. */
+int fleet_drain(fleet *f, const char *node_id, json_t **row);
+
+/* ---- sessions (fleet/registry.c) ---- */
+
+/* A new session id of tenant against max: 0 registered, 1 refused with *open_now (the
+ * tenant's sessions), -1 the database cannot be reached. */
+int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max, const json_t *egress,
+                          long long quota_bytes, int *open_now);
+/* The reserved row takes its final id (a spare's) and creation time. */
+void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at);
+/* The session is gone for good (deleted, expired, its disk failed). */
+void fleet_session_release(fleet *f, const char *id);
+/* At start: this node's sessions the database lists as active but the node no longer holds
+ * (its state was lost, e.g. a wiped state directory) are declared lost, so they free their
+ * tenant's slots and answer 410. held(ctx, id) says whether the node holds id. */
+void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx);
+/* Last-use times of this node's sessions (ids[i] at times[i]). */
+void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times);
+
+typedef enum {
+    FLEET_WHERE_NONE,      /* no such session anywhere */
+    FLEET_WHERE_FORBIDDEN, /* another tenant's */
+    FLEET_WHERE_WAIT,      /* on another node that may come back: 503 + Retry-After */
+    FLEET_WHERE_LOST,      /* lost with its node */
+    FLEET_WHERE_UNKNOWN,   /* the database cannot be reached */
+} fleet_where;
+/* Where a session that this node does not hold lives; node (its id) filled for WAIT/LOST. */
+fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, char *node, size_t nodelen);
+/* The tenant's live sessions on every node, newest first, as the list route shows them
+ * (tenant_id, expires_at = last use + ttl); NULL when the database cannot be read. */
+json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
+/* The tenant's live sessions on every node, or -1. */
+long fleet_session_count(fleet *f, const char *tenant);
+
+/* ---- shared counters (fleet/counters.c) ---- */
+
+/* One request token: 1 granted (*available), 0 refused (*retry_after ≥ 1 s), -1 unreachable. */
+int fleet_take_token(fleet *f, const char *tenant, int per_minute, long *available, long *retry_after);
+/* A running command against max: 1 admitted, 0 refused, -1 unreachable. */
+int fleet_command_begin(fleet *f, const char *tenant, int max);
+void fleet_command_end(fleet *f, const char *tenant);
+/* The tenant's commands running on every node, or -1. */
+long fleet_commands_running(fleet *f, const char *tenant);
+
+/* ---- the audit log (fleet/audit.c) ---- */
+
+/* Ships what is new in this node's audit outbox to the database (each heartbeat). */
+void fleet_audit_ship(fleet *f, audit_store *store);
+/* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
+int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
+                      json_t **entries, char **next);
+
+#endif

@@ -1,0 +1,234 @@
+/* The node's row: registration, the heartbeat thread, the admin list of nodes. */
+#include "fleet/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define HEARTBEAT_S 1
+
+fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
+{
+    fleet *f = calloc(1, sizeof *f);
+    if (!f || !(f->id = strdup(o->node_id)) || !(f->url = strdup(o->advertise))) {
+        if (f)
+            free(f->id);
+        free(f);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    f->db = db;
+    f->lost_after = o->lost_after;
+    char cap[24];
+    snprintf(cap, sizeof cap, "%d", o->capacity);
+    const char *p[] = {f->id, f->url, cap};
+    char *slot = pg_value(db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, p);
+    if (!slot) {
+        snprintf(err, errlen, "cannot register node '%s' in the database (see the message above)", f->id);
+        fleet_close(f);
+        return NULL;
+    }
+    f->slot = atoi(slot);
+    free(slot);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    f->locks_ready = true;
+    atomic_store(&f->accepting, true);
+    fprintf(stderr, "airlockd: fleet node '%s' (slot %02x) at %s\n", f->id, (unsigned)f->slot, f->url);
+    return f;
+}
+
+/* This node's sessions the fleet declared lost: dropped here too. */
+static void drop_lost(fleet *f)
+{
+    const char *p[] = {f->id};
+    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'lost'", 1, p);
+    for (int i = 0; res && f->lost && i < PQntuples(res); i++)
+        f->lost(f->load_ctx, PQgetvalue(res, i, 0));
+    PQclear(res);
+}
+
+static void beat(fleet *f)
+{
+    int load = f->load ? f->load(f->load_ctx) : 0;
+    char l[24], g[32];
+    snprintf(l, sizeof l, "%d", load);
+    snprintf(g, sizeof g, "%.3f", f->lost_after);
+    const char *p[] = {f->id, l, g};
+    char *state = pg_value(f->db, "SELECT airlock_node_heartbeat($1, $2::integer, $3::double precision)", 3, p);
+    bool active = state && strcmp(state, "active") == 0;
+    if (state && strcmp(state, "dead") == 0) {
+        /* declared dead while it could not reach the database: it registers again (its
+         * sessions stayed lost: their ids answer 410 from the database) */
+        const char *rp[] = {f->id, f->url, "0"};
+        free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
+        fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
+        drop_lost(f);
+    }
+    atomic_store(&f->accepting, active);
+    long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
+    if (live > 0)
+        atomic_store(&f->live_nodes, (int)live);
+    free(state);
+}
+
+static void *heartbeat_main(void *arg)
+{
+    fleet *f = arg;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stopping) {
+        pthread_mutex_unlock(&f->mu);
+        beat(f);
+        pthread_mutex_lock(&f->mu);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += HEARTBEAT_S;
+        while (!f->stopping && pthread_cond_timedwait(&f->cond, &f->mu, &until) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx)
+{
+    f->load = load;
+    f->lost = lost;
+    f->load_ctx = ctx;
+    drop_lost(f);
+    if (pthread_create(&f->beater, NULL, heartbeat_main, f) != 0)
+        return -1;
+    f->beating = true;
+    return 0;
+}
+
+int fleet_set_url(fleet *f, const char *url)
+{
+    char *u = strdup(url);
+    if (!u)
+        return -1;
+    const char *p[] = {f->id, u};
+    PGresult *res = pg_query(f->db, "UPDATE nodes SET url = $2 WHERE id = $1", 2, p);
+    if (!res) {
+        free(u);
+        return -1;
+    }
+    PQclear(res);
+    free(f->url);
+    f->url = u;
+    fprintf(stderr, "airlockd: fleet node '%s' advertised at %s\n", f->id, f->url);
+    return 0;
+}
+
+void fleet_stop(fleet *f)
+{
+    if (!f || !f->beating)
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->stopping = true;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->beater, NULL);
+    f->beating = false;
+}
+
+void fleet_close(fleet *f)
+{
+    if (!f)
+        return;
+    fleet_stop(f);
+    if (f->locks_ready) {
+        pthread_mutex_destroy(&f->mu);
+        pthread_cond_destroy(&f->cond);
+    }
+    free(f->id);
+    free(f->url);
+    free(f);
+}
+
+int fleet_slot(const fleet *f)
+{
+    return f->slot;
+}
+
+const char *fleet_node_id(const fleet *f)
+{
+    return f->id;
+}
+
+double fleet_lost_after(const fleet *f)
+{
+    return f->lost_after;
+}
+
+int fleet_live_nodes(fleet *f)
+{
+    int n = atomic_load(&f->live_nodes);
+    return n > 0 ? n : 1;
+}
+
+bool fleet_accepting(fleet *f)
+{
+    return atomic_load(&f->accepting) && pg_reachable(f->db);
+}
+
+int fleet_slot_of(const char *id)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (strncmp(id, "sbx_", 4) != 0 || strlen(id) != 16)
+        return -1;
+    const char *a = strchr(hex, id[4]), *b = strchr(hex, id[5]);
+    if (!a || !b || !id[4] || !id[5])
+        return -1;
+    return (int)((a - hex) * 16 + (b - hex));
+}
+
+json_t *fleet_nodes(fleet *f)
+{
+    PGresult *res = pg_query(f->db,
+        "SELECT n.id, n.slot, n.url, n.state, extract(epoch FROM n.heartbeat)::double precision,"
+        " extract(epoch FROM now() - n.heartbeat)::double precision, n.capacity, n.load,"
+        " (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
+        " (SELECT count(*) FROM commands c WHERE c.node = n.id)"
+        " FROM nodes n ORDER BY n.slot", 0, NULL);
+    if (!res)
+        return NULL;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(res); i++) {
+        char slot[8];
+        snprintf(slot, sizeof slot, "%02x", (unsigned)atoi(PQgetvalue(res, i, 1)));
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:i,s:i,s:I,s:I}",
+            "id", PQgetvalue(res, i, 0), "slot", slot, "url", PQgetvalue(res, i, 2),
+            "state", PQgetvalue(res, i, 3), "last_heartbeat", atof(PQgetvalue(res, i, 4)),
+            "heartbeat_age_s", atof(PQgetvalue(res, i, 5)), "capacity", atoi(PQgetvalue(res, i, 6)),
+            "load", atoi(PQgetvalue(res, i, 7)), "sessions", (json_int_t)atoll(PQgetvalue(res, i, 8)),
+            "commands_running", (json_int_t)atoll(PQgetvalue(res, i, 9))));
+    }
+    PQclear(res);
+    return arr;
+}
+
+int fleet_drain(fleet *f, const char *node_id, json_t **row)
+{
+    *row = NULL;
+    const char *p[] = {node_id};
+    PGresult *res = pg_query(f->db, "UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END"
+                                    " WHERE id = $1 RETURNING id, state", 1, p);
+    if (!res)
+        return -1;
+    int rc = PQntuples(res) == 1 ? 0 : 1;
+    if (rc == 0)
+        *row = json_pack("{s:s,s:s}", "id", PQgetvalue(res, 0, 0), "state", PQgetvalue(res, 0, 1));
+    PQclear(res);
+    return rc;
+}
+
+long fleet_count(fleet *f, const char *sql, const char *tenant)
+{
+    const char *p[] = {tenant};
+    char *v = pg_value(f->db, sql, 1, p);
+    long n = v ? atol(v) : -1;
+    free(v);
+    return n;
+}

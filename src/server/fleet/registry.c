@@ -1,0 +1,128 @@
+/* The fleet's session registry in PostgreSQL: which node holds which session, the tenants'
+ * session counts, the answers for a session whose node is not this one. */
+#include "fleet/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max, const json_t *egress,
+                          long long quota_bytes, int *open_now)
+{
+    char m[24], q[24];
+    char *eg = json_dumps(egress, JSON_COMPACT);
+    snprintf(m, sizeof m, "%d", max);
+    snprintf(q, sizeof q, "%lld", quota_bytes >> 20);
+    const char *p[] = {id, tenant, f->id, m, eg ? eg : "[]", q};
+    char *v = pg_value(f->db, "SELECT airlock_session_reserve($1, $2, $3, $4::integer, $5::jsonb, $6::integer)", 6, p);
+    free(eg);
+    if (!v)
+        return -1;
+    int n = atoi(v);
+    free(v);
+    if (n < 0)
+        return 0;
+    *open_now = n;
+    return 1;
+}
+
+void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at)
+{
+    char t[40];
+    snprintf(t, sizeof t, "%.6f", created_at);
+    const char *p[] = {reserved_id, id, t};
+    PQclear(pg_query(f->db, "UPDATE sessions SET id = $2, created_at = $3::double precision,"
+                            " last_used = $3::double precision WHERE id = $1", 3, p));
+}
+
+void fleet_session_release(fleet *f, const char *id)
+{
+    const char *p[] = {id, f->id};
+    /* a lost session's row stays: its id answers 410 until the row is pruned */
+    PQclear(pg_query(f->db, "DELETE FROM sessions WHERE id = $1 AND node = $2 AND state = 'active'", 2, p));
+}
+
+void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx)
+{
+    const char *p[] = {f->id};
+    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'", 1, p);
+    for (int i = 0; res && i < PQntuples(res); i++) {
+        const char *id = PQgetvalue(res, i, 0);
+        if (held(ctx, id))
+            continue;
+        const char *q[] = {id, f->id};
+        PQclear(pg_query(f->db, "UPDATE sessions SET state = 'lost', lost_at = now() WHERE id = $1 AND node = $2"
+                                " AND state = 'active'", 2, q));
+        fprintf(stderr, "airlockd: session %s is not on this node any more: declared lost\n", id);
+    }
+    PQclear(res);
+}
+
+void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times)
+{
+    if (n == 0)
+        return;
+    /* two Postgres arrays: {id,...} and {time,...} */
+    size_t cap = n * 40 + 8;
+    char *a = malloc(cap), *b = malloc(cap);
+    if (a && b) {
+        size_t ao = 0, bo = 0;
+        a[ao++] = '{';
+        b[bo++] = '{';
+        for (size_t i = 0; i < n; i++) {
+            ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", i ? "," : "", ids[i]);
+            bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", i ? "," : "", times[i]);
+        }
+        snprintf(a + ao, cap - ao, "}");
+        snprintf(b + bo, cap - bo, "}");
+        const char *p[] = {a, b, f->id};
+        PQclear(pg_query(f->db, "UPDATE sessions s SET last_used = u.t"
+                                " FROM unnest($1::text[], $2::double precision[]) AS u(id, t)"
+                                " WHERE s.id = u.id AND s.node = $3 AND s.last_used < u.t", 3, p));
+    }
+    free(a);
+    free(b);
+}
+
+fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, char *node, size_t nodelen)
+{
+    const char *p[] = {id};
+    PGresult *res = pg_query(f->db, "SELECT tenant, node, state FROM sessions WHERE id = $1", 1, p);
+    if (!res)
+        return FLEET_WHERE_UNKNOWN;
+    fleet_where w = FLEET_WHERE_NONE;
+    if (PQntuples(res) == 1) {
+        snprintf(node, nodelen, "%s", PQgetvalue(res, 0, 1));
+        w = strcmp(PQgetvalue(res, 0, 0), tenant) != 0   ? FLEET_WHERE_FORBIDDEN
+            : strcmp(PQgetvalue(res, 0, 2), "lost") == 0 ? FLEET_WHERE_LOST
+                                                         : FLEET_WHERE_WAIT;
+    }
+    PQclear(res);
+    return w;
+}
+
+json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
+{
+    const char *p[] = {tenant};
+    PGresult *res = pg_query(f->db, "SELECT id, egress::text, created_at, last_used, quota_mb FROM sessions"
+                                    " WHERE tenant = $1 AND state = 'active' ORDER BY created_at DESC, id", 1, p);
+    if (!res)
+        return NULL;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(res); i++) {
+        json_t *eg = json_loads(PQgetvalue(res, i, 1), 0, NULL);
+        double last = atof(PQgetvalue(res, i, 3));
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:f,s:f,s:f,s:I}", "session_id", PQgetvalue(res, i, 0),
+                                             "tenant_id", tenant, "egress", eg ? eg : json_array(), "created_at",
+                                             atof(PQgetvalue(res, i, 2)), "last_accessed_at", last,
+                                             "expires_at", last + ttl, "disk_quota_mb",
+                                             (json_int_t)atoll(PQgetvalue(res, i, 4))));
+    }
+    PQclear(res);
+    return arr;
+}
+
+long fleet_session_count(fleet *f, const char *tenant)
+{
+    return fleet_count(f, "SELECT count(*) FROM sessions WHERE tenant = $1 AND state = 'active'", tenant);
+}

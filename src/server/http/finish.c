@@ -1,0 +1,39 @@
+/* The end of a request (http/internal.h): its one log line, the in-flight count, the body
+ * budget it held, its response and its memory. Whoever holds it last (the connection's
+ * completion, or a streamed answer's worker) frees it. */
+#include "http/internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static void log_request(const http_request *r)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (double)(t1.tv_sec - r->t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - r->t0.tv_nsec) / 1e6;
+    /* the path only (never headers or the query): no key or file content ends up in logs */
+    char path[256];
+    size_t i = 0;
+    for (const char *p = r->raw_uri ? r->raw_uri : "?"; *p && *p != '?' && i < sizeof path - 1; p++)
+        path[i++] = isprint((unsigned char)*p) ? *p : '?';
+    path[i] = '\0';
+    fprintf(stderr, "airlockd: %s %s %u %.1fms\n", r->log_method[0] ? r->log_method : "-", path, r->status, ms);
+}
+
+void http_request_free(http_server *s, http_request *r)
+{
+    if (r->started)
+        log_request(r);
+    if (r->counted)
+        atomic_fetch_sub(&s->in_flight, 1);
+    budget_give(&s->budget, r->adm.owner, r->budget_held);
+    if (r->adm.sink.done)
+        r->adm.sink.done(r->adm.sink.ctx);
+    if (r->response)
+        MHD_destroy_response(r->response);
+    free(r->raw_uri);
+    buf_free(&r->body);
+    free(r);
+}

@@ -1,0 +1,99 @@
+/* Joining a fleet: its database, this node's row and heartbeat, the shared store of the
+ * sessions, the limits, the keys and the audit log. */
+#include "run/fleet.h"
+
+#include "fleet/wire.h"
+#include "store/pg_schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Each heartbeat: the sessions' last uses and the audit outbox go to the database; the load
+ * is the number of sessions held. */
+static int beat(void *ctx)
+{
+    app *a = ctx;
+    char(*ids)[17] = NULL;
+    double *times = NULL;
+    size_t n = registry_times(a->reg, &ids, &times);
+    fleet_session_touch(a->fleet, n, ids, times);
+    free(ids);
+    free(times);
+    fleet_audit_ship(a->fleet, a->audit);
+    return (int)n;
+}
+
+/* A session the fleet declared lost while this node was away goes (its files with it). */
+static void lost(void *ctx, const char *session_id)
+{
+    app *a = ctx;
+    if (registry_forget(a->reg, session_id))
+        fprintf(stderr, "airlockd: session %s was declared lost while this node was away; removed\n", session_id);
+}
+
+static bool held(void *ctx, const char *id)
+{
+    return registry_has(ctx, id);
+}
+
+int server_join_fleet(server *s)
+{
+    const config *c = s->cfg;
+    app *a = &s->a;
+    if (!c->database_url)
+        return 0;
+    if (!(a->db = pg_open(c->database_url, 8, s->err, sizeof s->err)) ||
+        pg_schema_migrate(a->db, s->err, sizeof s->err) != 0)
+        return -1;
+    char host[256] = "", url[300];
+    if (!c->node_id && gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "node");
+    snprintf(url, sizeof url, "http://%s:%u", c->listen_host, c->port);
+    fleet_opts fo = {.node_id = c->node_id ? c->node_id : host, .advertise = c->advertise ? c->advertise : url,
+                     .lost_after = c->fleet_lost_after};
+    if (!(a->fleet = fleet_open(a->db, &fo, s->err, sizeof s->err)))
+        return -1;
+    limits_shared ls;
+    fleet_wire(a->fleet, &s->shared, &ls);
+    limits_set_shared(a->lim, &ls);
+    /* the fleet's keys are in its database (a SANDBOX_KEYSTORE file would be this node's alone) */
+    if (c->keystore_path)
+        fprintf(stderr, "airlockd: fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database\n");
+    keystore_close(a->keys);
+    if (!(a->keys = keystore_open_pg(a->db))) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+int server_start_fleet(server *s)
+{
+    app *a = &s->a;
+    if (!a->fleet)
+        return 0;
+    char url[300];
+    snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
+    /* the sessions are restored by now: what the database still gives this node beyond them is lost */
+    fleet_session_reconcile(a->fleet, held, a->reg);
+    if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat, lost, a) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
+        return -1;
+    }
+    return 0;
+}
+
+void server_stop_fleet(server *s)
+{
+    fleet_stop(s->a.fleet);
+}
+
+void server_close_fleet(server *s)
+{
+    fleet_close(s->a.fleet);
+    s->a.fleet = NULL;
+    pg_close(s->a.db);
+    s->a.db = NULL;
+}

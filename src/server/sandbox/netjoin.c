@@ -1,0 +1,27 @@
+/* Entering a sandbox's network namespace from its launcher child (sandbox/netjoin.h). */
+#include "sandbox/netjoin.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+int sbx_hide_proc_sys_net(void)
+{
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", "/proc/sys/net", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=4k,mode=555") != 0)
+        return errno ? errno : EIO;
+    return 0;
+}
+
+int sbx_join_netns(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno ? errno : EIO;
+    int rc = setns(fd, CLONE_NEWNET) == 0 ? 0 : (errno ? errno : EIO);
+    close(fd);
+    return rc;
+}

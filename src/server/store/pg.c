@@ -1,0 +1,246 @@
+/* A small pool of libpq connections: taken under a mutex, reset after a failure, the
+ * password kept out of every message. */
+#include "store/pg.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_CONNS 16
+/* after a failed connection, statements fail at once for this long instead of each waiting
+ * for its own connection attempt (up to the connect timeout while the database is away) */
+#define RETRY_AFTER_MS 1000
+
+struct pg_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t freed;
+    char *url;
+    char *password;              /* from the URL (redaction), or NULL */
+    PGconn *conns[MAX_CONNS];
+    bool busy[MAX_CONNS];
+    unsigned n;
+    atomic_bool reachable;
+    atomic_llong last_log;       /* seconds: errors are logged at most once a second */
+    atomic_llong down_until_ms;  /* monotonic: no new connection attempt before */
+};
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* libpq's connection options: the URL expanded, a short connect timeout, our name. */
+static PGconn *connect_url(const char *url)
+{
+    const char *keys[] = {"dbname", "connect_timeout", "application_name", "tcp_user_timeout", NULL};
+    const char *vals[] = {url, "3", "airlockd", "5000", NULL};
+    return PQconnectdbParams(keys, vals, 1);
+}
+
+void pg_redact(const pg_pool *p, const char *msg, char *out, size_t outlen)
+{
+    size_t o = 0, pl = p && p->password ? strlen(p->password) : 0;
+    for (const char *s = msg; *s && o + 1 < outlen;) {
+        if (pl && strncmp(s, p->password, pl) == 0) {
+            for (const char *r = "***"; *r && o + 1 < outlen; r++)
+                out[o++] = *r;
+            s += pl;
+            continue;
+        }
+        /* one line: libpq's "\n\t" between its sentences becomes one space */
+        bool blank = *s == '\n' || *s == '\t';
+        if (!blank || (o > 0 && out[o - 1] != ' '))
+            out[o++] = blank ? ' ' : *s;
+        s++;
+    }
+    while (o && out[o - 1] == ' ')
+        o--;
+    out[o] = '\0';
+}
+
+static void log_error(pg_pool *p, const char *what, const char *msg)
+{
+    long long now = (long long)time(NULL);
+    if (atomic_exchange(&p->last_log, now) == now)
+        return;
+    char clean[512];
+    pg_redact(p, msg, clean, sizeof clean);
+    fprintf(stderr, "airlockd: database: %s: %s\n", what, clean);
+}
+
+/* The password of url, or NULL (PQconninfoParse knows every way to write it). */
+static char *url_password(const char *url)
+{
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(url, &perr);
+    PQfreemem(perr); /* may quote the URL: never shown */
+    char *pw = NULL;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, "password") == 0 && o->val && *o->val)
+            pw = strdup(o->val);
+    PQconninfoFree(opts);
+    return pw;
+}
+
+pg_pool *pg_open(const char *url, unsigned nconns, char *err, size_t errlen)
+{
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(url, &perr);
+    bool parsed = opts != NULL;
+    PQfreemem(perr); /* may quote the URL: never shown */
+    PQconninfoFree(opts);
+    if (!parsed || (strncmp(url, "postgresql://", 13) != 0 && strncmp(url, "postgres://", 11) != 0)) {
+        snprintf(err, errlen, "the database URL is not a valid postgresql:// URL");
+        return NULL;
+    }
+    pg_pool *p = calloc(1, sizeof *p);
+    if (!p || !(p->url = strdup(url))) {
+        free(p);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    p->password = url_password(url);
+    p->n = nconns < 1 ? 1 : nconns > MAX_CONNS ? MAX_CONNS : nconns;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->freed, NULL);
+    p->conns[0] = connect_url(url);
+    if (PQstatus(p->conns[0]) != CONNECTION_OK) {
+        char clean[400];
+        pg_redact(p, PQerrorMessage(p->conns[0]), clean, sizeof clean);
+        snprintf(err, errlen, "cannot connect to the database: %s", clean);
+        pg_close(p);
+        return NULL;
+    }
+    atomic_store(&p->reachable, true);
+    return p;
+}
+
+void pg_close(pg_pool *p)
+{
+    if (!p)
+        return;
+    for (unsigned i = 0; i < MAX_CONNS; i++)
+        if (p->conns[i])
+            PQfinish(p->conns[i]);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->freed);
+    if (p->url) {
+        memset(p->url, 0, strlen(p->url));
+        free(p->url);
+    }
+    if (p->password) {
+        memset(p->password, 0, strlen(p->password));
+        free(p->password);
+    }
+    free(p);
+}
+
+/* A free connection slot (waits while all are busy). */
+static unsigned take(pg_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        for (unsigned i = 0; i < p->n; i++) {
+            if (!p->busy[i]) {
+                p->busy[i] = true;
+                pthread_mutex_unlock(&p->mu);
+                return i;
+            }
+        }
+        pthread_cond_wait(&p->freed, &p->mu);
+    }
+}
+
+static void give(pg_pool *p, unsigned i)
+{
+    pthread_mutex_lock(&p->mu);
+    p->busy[i] = false;
+    pthread_cond_signal(&p->freed);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The slot's connection, (re)connected; NULL when the database cannot be reached. */
+static PGconn *conn_of(pg_pool *p, unsigned i)
+{
+    bool usable = p->conns[i] && PQstatus(p->conns[i]) == CONNECTION_OK;
+    if (!usable && mono_ms() < atomic_load(&p->down_until_ms))
+        return NULL;
+    if (!p->conns[i])
+        p->conns[i] = connect_url(p->url);
+    else if (PQstatus(p->conns[i]) != CONNECTION_OK)
+        PQreset(p->conns[i]);
+    if (PQstatus(p->conns[i]) != CONNECTION_OK) {
+        log_error(p, "cannot connect", PQerrorMessage(p->conns[i]));
+        atomic_store(&p->reachable, false);
+        atomic_store(&p->down_until_ms, mono_ms() + RETRY_AFTER_MS);
+        return NULL;
+    }
+    return p->conns[i];
+}
+
+PGresult *pg_query(pg_pool *p, const char *sql, int nparams, const char *const *params)
+{
+    unsigned i = take(p);
+    PGconn *c = conn_of(p, i);
+    PGresult *res = c ? PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0) : NULL;
+    if (c && PQstatus(c) == CONNECTION_BAD) {
+        /* a connection the database closed (it restarted): one more try on a new one */
+        PQclear(res);
+        c = conn_of(p, i);
+        res = c ? PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0) : NULL;
+    }
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (c && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+        log_error(p, "statement failed", PQerrorMessage(c));
+        PQclear(res);
+        res = NULL;
+    }
+    if (c)
+        atomic_store(&p->reachable, PQstatus(c) == CONNECTION_OK);
+    give(p, i);
+    return res;
+}
+
+char *pg_value(pg_pool *p, const char *sql, int nparams, const char *const *params)
+{
+    PGresult *res = pg_query(p, sql, nparams, params);
+    char *v = res && PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? strdup(PQgetvalue(res, 0, 0)) : NULL;
+    PQclear(res);
+    return v;
+}
+
+int pg_exec_locked(pg_pool *p, long long lock_key, int (*fn)(PGconn *c, void *ctx, char *err, size_t errlen),
+                   void *ctx, char *err, size_t errlen)
+{
+    unsigned i = take(p);
+    PGconn *c = conn_of(p, i);
+    int rc = -1;
+    if (!c) {
+        snprintf(err, errlen, "the database cannot be reached");
+    } else {
+        char sql[96];
+        snprintf(sql, sizeof sql, "SELECT pg_advisory_lock(%lld)", lock_key);
+        PGresult *res = PQexec(c, sql);
+        bool locked = PQresultStatus(res) == PGRES_TUPLES_OK;
+        PQclear(res);
+        if (locked) {
+            rc = fn(c, ctx, err, errlen);
+            snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%lld)", lock_key);
+            PQclear(PQexec(c, sql));
+        } else {
+            pg_redact(p, PQerrorMessage(c), err, errlen);
+        }
+    }
+    give(p, i);
+    return rc;
+}
+
+bool pg_reachable(pg_pool *p)
+{
+    return atomic_load(&p->reachable);
+}

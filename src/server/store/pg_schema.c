@@ -1,0 +1,231 @@
+/* The fleet's tables and the functions that decide its limits, as numbered migrations.
+ * Every decision on a limit is one call of one of these functions: it takes a transaction
+ * advisory lock on (what, tenant), counts and writes inside that one transaction, so any
+ * number of nodes get exact answers. A migration is never edited once released: a change
+ * is a new entry at the end. */
+#include "store/pg_schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* pg_advisory_lock key of the migrations ("airlock" in ASCII) */
+#define MIGRATION_LOCK 0x6169726c6f636bLL
+
+static const char *const MIGRATIONS[] = {
+    /* 1: nodes, sessions, commands, request buckets, keys */
+    "CREATE TABLE nodes ("
+    " id text PRIMARY KEY,"
+    " slot integer NOT NULL UNIQUE CHECK (slot BETWEEN 1 AND 255),"
+    " url text NOT NULL,"
+    " state text NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'draining', 'drained', 'dead')),"
+    " started_at timestamptz NOT NULL DEFAULT now(),"
+    " heartbeat timestamptz NOT NULL DEFAULT now(),"
+    " capacity integer NOT NULL DEFAULT 0,"
+    " load integer NOT NULL DEFAULT 0);"
+    "CREATE TABLE sessions ("
+    " id text PRIMARY KEY,"
+    " tenant text NOT NULL,"
+    " node text NOT NULL REFERENCES nodes (id),"
+    " state text NOT NULL DEFAULT 'active' CHECK (state IN ('active', 'lost')),"
+    " egress jsonb NOT NULL DEFAULT '[]',"
+    " quota_mb integer NOT NULL DEFAULT 0,"
+    " created_at double precision NOT NULL,"
+    " last_used double precision NOT NULL,"
+    " lost_at timestamptz);"
+    "CREATE INDEX sessions_tenant ON sessions (tenant, state);"
+    "CREATE INDEX sessions_node ON sessions (node, state);"
+    "CREATE TABLE commands ("
+    " id bigserial PRIMARY KEY,"
+    " tenant text NOT NULL,"
+    " node text NOT NULL,"
+    " started_at timestamptz NOT NULL DEFAULT now());"
+    "CREATE INDEX commands_tenant ON commands (tenant);"
+    "CREATE INDEX commands_node ON commands (node);"
+    "CREATE TABLE rate_buckets ("
+    " tenant text PRIMARY KEY,"
+    " tokens double precision NOT NULL,"
+    " updated double precision NOT NULL);"
+    "CREATE TABLE api_keys ("
+    " key_id text PRIMARY KEY,"
+    " tenant_id text NOT NULL,"
+    " name text NOT NULL,"
+    " key_hash text NOT NULL,"
+    " created_at double precision NOT NULL,"
+    " revoked_at double precision);"
+    "CREATE INDEX api_keys_tenant ON api_keys (tenant_id, created_at);"
+    /* epoch seconds now (not the transaction's start) */
+    "CREATE FUNCTION airlock_now() RETURNS double precision LANGUAGE sql VOLATILE AS"
+    " $$ SELECT extract(epoch FROM clock_timestamp())::double precision $$;"
+    /* a node's slot: its own since its first start, else the lowest free one */
+    "CREATE FUNCTION airlock_node_register(p_id text, p_url text, p_capacity integer) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE s integer; BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.nodes'));"
+    "  DELETE FROM commands WHERE node = p_id;" /* what ran there before this start ended */
+    "  SELECT slot INTO s FROM nodes WHERE id = p_id;"
+    "  IF FOUND THEN"
+    "   UPDATE nodes SET url = p_url, capacity = p_capacity, heartbeat = now(), started_at = now(),"
+    "    state = CASE WHEN state IN ('dead', 'drained') THEN 'active' ELSE state END WHERE id = p_id;"
+    "   RETURN s;"
+    "  END IF;"
+    "  SELECT min(g) INTO s FROM generate_series(1, 255) g WHERE g NOT IN (SELECT slot FROM nodes);"
+    "  IF s IS NULL THEN RAISE EXCEPTION 'all 255 node slots are taken'; END IF;"
+    "  INSERT INTO nodes (id, slot, url, capacity) VALUES (p_id, s, p_url, p_capacity);"
+    "  RETURN s;"
+    " END $$;"
+    /* a heartbeat; nodes silent longer than the grace are dead: their sessions lost (slots
+     * freed), their commands gone. Returns the node's state. */
+    "CREATE FUNCTION airlock_node_heartbeat(p_id text, p_load integer, p_grace double precision) RETURNS text"
+    " LANGUAGE plpgsql AS $$ DECLARE st text; BEGIN"
+    "  UPDATE nodes SET heartbeat = now(), load = p_load WHERE id = p_id RETURNING state INTO st;"
+    /* a draining node whose sessions have all ended is drained */
+    "  UPDATE nodes SET state = 'drained' WHERE id = p_id AND state = 'draining' AND NOT EXISTS"
+    "   (SELECT 1 FROM sessions WHERE node = p_id AND state = 'active') RETURNING state INTO st;"
+    "  IF st IS NULL THEN SELECT state INTO st FROM nodes WHERE id = p_id; END IF;"
+    "  WITH dead AS (UPDATE nodes SET state = 'dead' WHERE state <> 'dead'"
+    "                 AND heartbeat < now() - make_interval(secs => p_grace) RETURNING id),"
+    "   lost AS (UPDATE sessions SET state = 'lost', lost_at = now()"
+    "            WHERE state = 'active' AND node IN (SELECT id FROM dead))"
+    "  DELETE FROM commands WHERE node IN (SELECT id FROM dead);"
+    "  DELETE FROM sessions WHERE state = 'lost' AND lost_at < now() - interval '7 days';"
+    "  RETURN st;"
+    " END $$;"
+    /* a new session against the tenant's max_sessions: -1 when registered, else the count */
+    "CREATE FUNCTION airlock_session_reserve(p_id text, p_tenant text, p_node text, p_max integer,"
+    "  p_egress jsonb, p_quota_mb integer) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE n integer; t double precision := airlock_now(); BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.sessions'), hashtext(p_tenant));"
+    "  SELECT count(*) INTO n FROM sessions WHERE tenant = p_tenant AND state = 'active';"
+    "  IF n >= p_max THEN RETURN n; END IF;"
+    "  INSERT INTO sessions (id, tenant, node, egress, quota_mb, created_at, last_used)"
+    "   VALUES (p_id, p_tenant, p_node, p_egress, p_quota_mb, t, t);"
+    "  RETURN -1;"
+    " END $$;"
+    /* one request token of the tenant's bucket: the tokens left (>= 0), or minus the
+     * seconds until the next one */
+    "CREATE FUNCTION airlock_take_token(p_tenant text, p_per_minute double precision) RETURNS double precision"
+    " LANGUAGE plpgsql AS $$ DECLARE tk double precision; up double precision;"
+    "  t double precision := airlock_now(); BEGIN"
+    "  INSERT INTO rate_buckets VALUES (p_tenant, p_per_minute, t) ON CONFLICT (tenant) DO NOTHING;"
+    "  SELECT tokens, updated INTO tk, up FROM rate_buckets WHERE tenant = p_tenant FOR UPDATE;"
+    "  tk := least(p_per_minute, tk + greatest(t - up, 0) * p_per_minute / 60);"
+    "  IF tk >= 1 THEN"
+    "   UPDATE rate_buckets SET tokens = tk - 1, updated = t WHERE tenant = p_tenant;"
+    "   RETURN tk - 1;"
+    "  END IF;"
+    "  UPDATE rate_buckets SET tokens = tk, updated = t WHERE tenant = p_tenant;"
+    "  RETURN -((1 - tk) * 60 / p_per_minute);"
+    " END $$;"
+    /* a running command against the tenant's max_concurrent_exec: true when admitted */
+    "CREATE FUNCTION airlock_command_begin(p_tenant text, p_node text, p_max integer) RETURNS boolean"
+    " LANGUAGE plpgsql AS $$ DECLARE n integer; BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.commands'), hashtext(p_tenant));"
+    "  SELECT count(*) INTO n FROM commands WHERE tenant = p_tenant;"
+    "  IF n >= p_max THEN RETURN false; END IF;"
+    "  INSERT INTO commands (tenant, node) VALUES (p_tenant, p_node);"
+    "  RETURN true;"
+    " END $$;"
+    /* a new key against the 10 active keys of a tenant: -1 stored, -2 key id taken, else the
+     * active count */
+    "CREATE FUNCTION airlock_key_insert(p_id text, p_tenant text, p_name text, p_hash text, p_max integer)"
+    " RETURNS integer LANGUAGE plpgsql AS $$ DECLARE n integer; BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.keys'), hashtext(p_tenant));"
+    "  SELECT count(*) INTO n FROM api_keys WHERE tenant_id = p_tenant AND revoked_at IS NULL;"
+    "  IF n >= p_max THEN RETURN n; END IF;"
+    "  INSERT INTO api_keys VALUES (p_id, p_tenant, p_name, p_hash, airlock_now(), NULL)"
+    "   ON CONFLICT (key_id) DO NOTHING;"
+    "  IF NOT FOUND THEN RETURN -2; END IF;"
+    "  RETURN -1;"
+    " END $$;"
+    /* revokes a key (of p_tenant; NULL: any): 0 done or already revoked, 1 no such key,
+     * 2 refused, the tenant's last active key (p_keep_last) */
+    "CREATE FUNCTION airlock_key_revoke(p_id text, p_tenant text, p_keep_last boolean) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE tn text; rv double precision; n integer; BEGIN"
+    "  SELECT tenant_id, revoked_at INTO tn, rv FROM api_keys WHERE key_id = p_id;"
+    "  IF NOT FOUND OR (p_tenant IS NOT NULL AND tn <> p_tenant) THEN RETURN 1; END IF;"
+    "  IF rv IS NOT NULL THEN RETURN 0; END IF;"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.keys'), hashtext(tn));"
+    "  SELECT count(*) INTO n FROM api_keys WHERE tenant_id = tn AND revoked_at IS NULL;"
+    "  IF p_keep_last AND n <= 1 THEN RETURN 2; END IF;"
+    "  UPDATE api_keys SET revoked_at = airlock_now() WHERE key_id = p_id AND revoked_at IS NULL;"
+    "  RETURN 0;"
+    " END $$;",
+    /* 2: the audit log of every node, shipped from each node's outbox (written once: a row's
+     * key is its node's) */
+    "CREATE TABLE audit ("
+    " tenant_id text NOT NULL,"
+    " node text NOT NULL,"
+    " sk text COLLATE \"C\" NOT NULL," /* compared byte by byte, as the cursor is */
+    " ts_us bigint NOT NULL,"
+    " session_id text,"
+    " actor text,"
+    " kind text,"
+    " command text,"
+    " truncated boolean NOT NULL,"
+    " exit_code integer,"
+    " duration_s double precision,"
+    " timed_out boolean NOT NULL,"
+    " oom_killed boolean NOT NULL,"
+    " detail text,"
+    " PRIMARY KEY (tenant_id, node, sk));"
+    "CREATE INDEX audit_tenant_sk ON audit (tenant_id, sk DESC);"
+    "CREATE INDEX audit_ts ON audit (ts_us);",
+};
+
+#define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
+
+static int fail(PGconn *c, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "schema: %s: %s", what, PQerrorMessage(c));
+    for (char *s = err; *s; s++)
+        if (*s == '\n')
+            *s = ' ';
+    return -1;
+}
+
+static bool run(PGconn *c, const char *sql)
+{
+    PGresult *res = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(res);
+    PQclear(res);
+    return st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+}
+
+/* Under the migration lock: the version, then each missing migration in a transaction. */
+static int migrate(PGconn *c, void *ctx, char *err, size_t errlen)
+{
+    (void)ctx;
+    if (!run(c, "CREATE TABLE IF NOT EXISTS schema_version (version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"))
+        return fail(c, "schema_version", err, errlen);
+    PGresult *res = PQexec(c, "SELECT coalesce(max(version), 0) FROM schema_version");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        PQclear(res);
+        return fail(c, "reading the version", err, errlen);
+    }
+    int have = atoi(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    if (have > N_MIGRATIONS) {
+        snprintf(err, errlen, "schema: the database is at version %d, newer than this airlockd (%d)", have,
+                 N_MIGRATIONS);
+        return -1;
+    }
+    for (int v = have + 1; v <= N_MIGRATIONS; v++) {
+        char mark[96];
+        snprintf(mark, sizeof mark, "INSERT INTO schema_version (version) VALUES (%d)", v);
+        if (!run(c, "BEGIN") || !run(c, MIGRATIONS[v - 1]) || !run(c, mark) || !run(c, "COMMIT")) {
+            char what[48];
+            snprintf(what, sizeof what, "migration %d", v);
+            fail(c, what, err, errlen);
+            run(c, "ROLLBACK");
+            return -1;
+        }
+        fprintf(stderr, "airlockd: database schema migrated to version %d\n", v);
+    }
+    return 0;
+}
+
+int pg_schema_migrate(pg_pool *p, char *err, size_t errlen)
+{
+    return pg_exec_locked(p, MIGRATION_LOCK, migrate, NULL, err, errlen);
+}

@@ -1,0 +1,37 @@
+/* Directory syncs: what makes a new name (a rename, a created file) survive a crash. */
+#include "util/sync.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int sync_close(int fd)
+{
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+int sync_dir(const char *dir)
+{
+    return sync_close(open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+int sync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir)
+        return -1;
+    int rc = sync_dir(dir);
+    int e = errno;
+    free(dir);
+    errno = e;
+    return rc;
+}
