@@ -171,7 +171,7 @@ $(ASAN_HOST): spec/c/lua_host.c
 
 # The specs whose Lua 5.4 run goes through the ASan/UBSan build (the core in the ASan host,
 # an ASan airlockd): the unit specs, every airlockd spec (spec/server, but a file tagged
-# #noasan, which starts a plain lua5.4 child) and the integration specs below. Every sanitizer
+# #noasan: a plain lua5.4 child, or memory figures) and the integration specs below. Every sanitizer
 # report (the host's or an airlockd's, leaks included) lands in build/asan/reports; any report
 # fails. In `make ci` this is those specs' only Lua 5.4 run.
 ASAN_SPECS ?= spec/unit spec/server $(patsubst %,spec/integration/%_spec.lua,sdk badserver \

@@ -20,7 +20,7 @@
 #   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
 #   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
 # Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (the Makefile's: files
-# or whole folders); a file whose text holds the tag #noasan (it starts a plain lua5.4 child)
+# or whole folders); a file whose text holds the tag #noasan (a plain lua5.4 child, memory figures)
 # stays plain. --only=KIND keeps the jobs of one kind (make asan-test, make valgrind-test).
 # Every job's output is printed whole when it ends. Ends with one line
 # `N passed, N failed, N skipped` over all jobs; exits non-zero on any failure.
