@@ -170,13 +170,10 @@ $(ASAN_HOST): spec/c/lua_host.c
 	  $< $(shell $(PKG_CONFIG) --libs lua5.4)
 
 # The specs whose Lua 5.4 run goes through the ASan/UBSan build (the core in the ASan host,
-# an ASan airlockd): the unit specs, every airlockd spec (spec/server, but a file tagged
-# #noasan: a plain lua5.4 child, or memory figures) and the integration specs below. Every sanitizer
-# report (the host's or an airlockd's, leaks included) lands in build/asan/reports; any report
-# fails. In `make ci` this is those specs' only Lua 5.4 run.
-ASAN_SPECS ?= spec/unit spec/server $(patsubst %,spec/integration/%_spec.lua,sdk badserver \
-              driver_hooks uv_transport keys tls leaks import files_binary stream)
-export ASAN_SPECS
+# an ASan airlockd) are ASAN_SPECS in scripts/test.sh: spec/unit, every spec/server file (but
+# one tagged #noasan) and the integration specs listed there. Every sanitizer report (the
+# host's or an airlockd's, leaks included) lands in build/asan/reports; any report fails. In
+# `make ci` this is those specs' only Lua 5.4 run.
 asan-test: sanitize $(ASAN_HOST)
 	./scripts/test.sh --asan --only=asan
 

@@ -19,7 +19,7 @@
 #   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd
 #   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
 #   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
-# Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (the Makefile's: files
+# Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (below: files
 # or whole folders); a file whose text holds the tag #noasan (a plain lua5.4 child, memory figures)
 # stays plain. --only=KIND keeps the jobs of one kind (make asan-test, make valgrind-test).
 # Every job's output is printed whole when it ends. Ends with one line
@@ -40,8 +40,11 @@ done
 
 # the integration specs that differ under Lua 5.1 (PUC) from what LuaJIT already runs
 LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary"}
-# the files and folders whose Lua 5.4 run is the ASan one under --asan (the Makefile's)
-ASAN_SPECS=${ASAN_SPECS:-spec/unit spec/server}
+# the files and folders whose Lua 5.4 run is the ASan one under --asan: the unit specs, every
+# airlockd spec (spec/server, but a file tagged #noasan: a plain lua5.4 child, or memory
+# figures) and the integration specs that start no plain lua5.4 child loading the core
+ASAN_SPECS=${ASAN_SPECS:-"spec/unit spec/server $(printf 'spec/integration/%s_spec.lua ' sdk badserver \
+  driver_hooks uv_transport keys tls leaks import files_binary stream)"}
 # the core under valgrind: its unit spec, the failure paths against the misbehaving server,
 # the host-loop hooks and the libuv transport on them
 VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
