@@ -41,11 +41,9 @@ BUILD      ?= build
 RUNSC      ?= $(CURDIR)/.deps/runsc/usr/bin/runsc
 
 CORE_SRC   := src/core/core.c
-CORE_PARTS := $(wildcard src/core/*.c src/core/*.h)
 # airlockd's sources live in folders under src/server (http/, api/, domain/, sandbox/, ...);
 # every include is spelled from src/server ("http/http.h"), hence -I src/server.
 SERVER_SRC := $(sort $(shell find src/server -name '*.c'))
-SERVER_HDR := $(sort $(shell find src/server -name '*.h'))
 CORE_SO    := $(BUILD)/airlock/core.so
 AIRLOCKD   := $(BUILD)/airlockd
 # the first process of a sandbox booted ahead of its command (static: the sandbox has no loader
@@ -69,32 +67,58 @@ export LUA_CPATH := $(CURDIR)/$(BUILD)/?.so;;
 export AIRLOCKD_BIN := $(CURDIR)/$(AIRLOCKD)
 export AIRLOCK_RUNSC := $(RUNSC)
 
-.PHONY: all build deps run fleet test luajit-core compat-builds lint sanitize asan-test valgrind-test \
-        bench install dist clean
+.PHONY: all build deps run fleet test luajit-core lua51-core lua53-core compat-builds lint sanitize \
+        asan-test valgrind-test ci ci-builds bench install dist clean
 
 all: build
 
 build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(RAW_CURL_RATE)
 
-$(CORE_SO): $(CORE_PARTS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) \
-	  $(LIBFLAG) -o $@ $(CORE_SRC) $(CURL_LIBS) $(SANITIZE)
+# Every build variant has its own folder (build/, build/asan, build/luajit, build/lua51, ...)
+# with its objects under $(BUILD)/obj, so variants never share an object and `make -j` builds
+# them side by side. -MMD writes each object's header dependencies beside it (.d, read back
+# below); the flags file makes every object of a variant rebuild when its compile flags change.
+OBJ         := $(BUILD)/obj
+FLAGS_FILE  := $(OBJ)/flags
+COMPILE     := $(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE)
+SERVER_CFLAGS := -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) $(SQLITE_CFLAGS) \
+  $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS)
+SERVER_LIBS := $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) \
+  $(CARES_LIBS) $(PQ_LIBS) -lm -pthread
+SERVER_OBJ  := $(SERVER_SRC:src/server/%.c=$(OBJ)/server/%.o)
+# the core is one translation unit: core.c includes its parts
+CORE_OBJ    := $(OBJ)/core/core.o
 
-$(AIRLOCKD): $(SERVER_SRC) $(SERVER_HDR) src/agent/frames.h
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE) -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) \
-	  $(SQLITE_CFLAGS) $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS) -o $@ $(SERVER_SRC) \
-	  $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) $(CARES_LIBS) $(PQ_LIBS) -lm \
-	  -pthread $(SANITIZE)
+.PHONY: FORCE
+$(FLAGS_FILE): FORCE
+	@mkdir -p $(@D)
+	@echo '$(COMPILE) $(LUA_CFLAGS)' | cmp -s - $@ || echo '$(COMPILE) $(LUA_CFLAGS)' > $@
+
+$(CORE_OBJ): $(CORE_SRC) $(FLAGS_FILE)
+	@mkdir -p $(@D)
+	$(COMPILE) -MMD -MP -fPIC $(LUA_CFLAGS) $(CURL_CFLAGS) -c -o $@ $<
+
+$(CORE_SO): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LIBFLAG) $(SANITIZE) -o $@ $< $(CURL_LIBS)
+
+$(OBJ)/server/%.o: src/server/%.c $(FLAGS_FILE)
+	@mkdir -p $(@D)
+	$(COMPILE) -MMD -MP $(SERVER_CFLAGS) -c -o $@ $<
+
+$(AIRLOCKD): $(SERVER_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(SANITIZE) -o $@ $(SERVER_OBJ) $(SERVER_LIBS)
 
 $(WAITER): src/waiter/waiter.c
-	@mkdir -p $(dir $@)
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
 
 $(AGENT): src/agent/agent.c src/agent/frames.h
-	@mkdir -p $(dir $@)
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/agent/agent.c
+
+-include $(CORE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d)
 
 deps:
 	./scripts/install-deps.sh
@@ -110,9 +134,11 @@ fleet: deps
 	$(MAKE) build
 	./scripts/fleet.sh exec --nodes 3 -- $(LUA) examples/quickstart.lua
 
-# make test: the same preparation, then the whole suite under Lua 5.4 and LuaJIT.
+# make test: the same preparation, then every spec where its result can differ (Lua 5.4,
+# LuaJIT, Lua 5.1, Lua 5.3 for the core's ABI; airlockd's specs once), as parallel jobs.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	$(MAKE) build luajit-core compat-builds
+	$(MAKE) -j$(NPROC) build luajit-core compat-builds
 	LUA=$(LUA) ./scripts/test.sh
 
 # The same C core built against LuaJIT's headers (the module is ABI-specific).
@@ -120,17 +146,16 @@ luajit-core:
 	$(MAKE) BUILD=build/luajit LUA_PC=luajit build/luajit/airlock/core.so
 
 # The core against the Lua 5.1 and 5.3 headers (build/lua51, build/lua53), each loaded by its
-# own interpreter with the whole Lua API, then the unit specs under it.
+# own interpreter with the whole Lua API (scripts/test.sh then runs the specs under them).
 COMPAT_CHECK := local c = require "airlock.core"; assert(require("airlock").VERSION == c._VERSION); \
   assert(require("airlock.keys").client); print(_VERSION .. ": airlock.core " .. c._VERSION .. " loads")
-compat-builds:
+lua51-core:
 	$(MAKE) BUILD=build/lua51 LUA_PC=lua5.1 build/lua51/airlock/core.so
+lua53-core:
 	$(MAKE) BUILD=build/lua53 LUA_PC=lua5.3 build/lua53/airlock/core.so
+compat-builds: lua51-core lua53-core
 	@for v in 5.1 5.3; do \
-	  d=build/lua$$(echo $$v | tr -d .); \
-	  LUA_CPATH="$(CURDIR)/$$d/?.so;;" lua$$v -e '$(COMPAT_CHECK)' || exit 1; \
-	  LUA_CPATH="$(CURDIR)/$$d/?.so;;" lua$$v /usr/bin/busted -o spec/support/summary_handler.lua \
-	    spec/unit || exit 1; \
+	  LUA_CPATH="$(CURDIR)/build/lua$$(echo $$v | tr -d .)/?.so;;" lua$$v -e '$(COMPAT_CHECK)' || exit 1; \
 	done
 
 lint: deps
@@ -142,46 +167,36 @@ sanitize:
 	$(MAKE) build BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
 	  SANITIZE="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
-# The core and airlockd built with ASan/UBSan (make sanitize), under the unit and SDK
-# integration specs and airlockd's own HTTP specs. The specs run in spec/c/lua_host.c, a Lua 5.4 host linked with ASan (no
-# LD_PRELOAD leaking into sh/python3/nginx). Every sanitizer report (the host's or an
-# airlockd's, leaks included) lands in build/asan/reports; any report fails the target.
-ASAN_HOST  := build/asan/lua-host
-ASAN_SPECS ?= spec/unit spec/integration/sdk_spec.lua spec/integration/badserver_spec.lua \
-              spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua \
-              spec/integration/keys_spec.lua spec/integration/tls_spec.lua spec/integration/leaks_spec.lua \
-              spec/integration/import_spec.lua spec/server/server_spec.lua spec/server/keys_audit_spec.lua \
-              spec/server/deep_tree_spec.lua spec/server/http_bounds_spec.lua spec/server/shutdown_spec.lua \
-              spec/server/output_bounds_spec.lua spec/server/fairness_spec.lua spec/server/cleanup_spec.lua \
-              spec/server/persistence_spec.lua spec/server/disk_quota_spec.lua spec/server/warm_spec.lua \
-              spec/server/warm_spares_spec.lua spec/server/storage_spec.lua \
-              spec/server/egress_spec.lua spec/server/egress_redteam_spec.lua spec/server/egress_robustness_spec.lua \
-              spec/server/files_raw_spec.lua spec/integration/files_binary_spec.lua \
-              spec/server/exec_stream_spec.lua spec/integration/stream_spec.lua \
-              spec/server/http_framing_spec.lua spec/server/connection_flood_spec.lua \
-              spec/server/agent_redteam_spec.lua
-asan-test: sanitize
+# spec/c/lua_host.c: a Lua 5.4 host linked with ASan, so the ASan core loads without LD_PRELOAD
+# (which would leak libasan into sh/python3/nginx).
+ASAN_HOST := build/asan/lua-host
+$(ASAN_HOST): spec/c/lua_host.c
+	@mkdir -p $(@D)
 	$(CC) -O1 -g -fno-omit-frame-pointer $(WARN) $(WERROR) -fsanitize=address,undefined \
-	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $(ASAN_HOST) \
-	  spec/c/lua_host.c $(shell $(PKG_CONFIG) --libs lua5.4)
-	rm -rf build/asan/reports && mkdir -p build/asan/reports
-	@ASAN_OPTIONS=detect_leaks=1:log_path=$(CURDIR)/build/asan/reports/asan \
-	LSAN_OPTIONS=suppressions=$(CURDIR)/spec/c/lsan.supp:print_suppressions=0 \
-	UBSAN_OPTIONS=print_stacktrace=1:log_path=$(CURDIR)/build/asan/reports/ubsan \
-	LUA_CPATH="$(CURDIR)/build/asan/?.so;;" AIRLOCKD_BIN=$(CURDIR)/build/asan/airlockd \
-	  $(ASAN_HOST) /usr/bin/busted -o spec/support/summary_handler.lua $(ASAN_SPECS); rc=$$?; \
-	if ls build/asan/reports/* >/dev/null 2>&1; then \
-	  cat build/asan/reports/*; echo "asan-test: sanitizer reports (above)"; exit 1; fi; \
-	[ $$rc -eq 0 ] && echo "asan-test: specs passed, no sanitizer reports"
+	  -fno-sanitize-recover=undefined $(shell $(PKG_CONFIG) --cflags lua5.4) -o $@ \
+	  $< $(shell $(PKG_CONFIG) --libs lua5.4)
+
+# The specs whose Lua 5.4 run goes through the ASan/UBSan build (the core in the ASan host,
+# an ASan airlockd) are ASAN_SPECS in scripts/test.sh: spec/unit, every spec/server file (but
+# one tagged #noasan) and the integration specs listed there. Every sanitizer report (the
+# host's or an airlockd's, leaks included) lands in build/asan/reports; any report fails. In
+# `make ci` this is those specs' only Lua 5.4 run.
+asan-test: sanitize $(ASAN_HOST)
+	./scripts/test.sh --asan --only=asan
 
 # valgrind over the core (Lua 5.4, the regular build): its unit spec, the failure paths
 # against the misbehaving server, the host-loop hooks and the libuv transport on them.
 # Definite leaks and memory errors fail (exit 99).
-VALGRIND := valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99
 valgrind-test: build
-	LD_PRELOAD=libcurl.so.4 $(VALGRIND) $(LUA) /usr/bin/busted -o spec/support/summary_handler.lua --exclude-tags=timing \
-	  spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua \
-	  spec/integration/uv_transport_spec.lua
+	./scripts/test.sh --valgrind --only=valgrind
+
+# make ci (what .ci/run runs after make lint): every build variant at once (make -j), then
+# the suite with the ASan build standing in for Lua 5.4 where it can, plus valgrind.
+ci: deps
+	$(MAKE) -j$(NPROC) ci-builds
+	LUA=$(LUA) ./scripts/test.sh --asan --valgrind
+
+ci-builds: build luajit-core compat-builds sanitize $(ASAN_HOST)
 
 # make bench: every benchmark prints ratios measured side by side in one run (needs root for runsc).
 # airlockd_latency: create/write/read/exec p50/p95 and exec vs the bare `runsc run` it wraps.

@@ -1,47 +1,163 @@
 #!/usr/bin/env bash
-# The whole suite: every spec under Lua 5.4; then, when its core is built, the library's specs
-# (spec/unit, spec/integration) again under LuaJIT; then, under PUC Lua 5.1, the unit specs
-# and the integration specs of what differs there (tasks and pcall, with, the agent tools,
-# the command line, the host-loop hooks, the libuv transport), not the HTTP failure paths that LuaJIT already runs
-# on the same 5.1 API. spec/server tests airlockd itself and spec/lua54 uses <close>, so those
-# run once. Integration specs start their own airlockd. spec/hosts then drives the SDK's real
-# hosts from Lua 5.4 (nginx with the Lua module, nvim --headless, LÖVE headless;
-# spec/support/hosts), which load the LuaJIT build of the core.
-# Ends with one line `N passed, N failed, N skipped` over all runs; exits non-zero on failure.
+# The whole suite, each spec file run once for every place its result can differ, as jobs
+# spread over the CPUs (TEST_JOBS, default nproc; specs use ephemeral ports and temp dirs).
+#
+#   scripts/test.sh              make test: plain builds (build/, build/luajit, build/lua51, build/lua53)
+#   scripts/test.sh --asan --valgrind
+#                                CI: the same, but the Lua 5.4 run of every spec that can load
+#                                the ASan core goes through the ASan/UBSan build instead
+#                                (build/asan: the core in spec/c/lua_host.c, an ASan airlockd),
+#                                plus the core under valgrind
+#
+# Where each spec runs (the C core's ABI is what differs between interpreters; airlockd is the
+# same whoever calls it):
+#   spec/unit         Lua 5.4, LuaJIT, Lua 5.1, Lua 5.3 (one job each: they take seconds)
+#   spec/integration  Lua 5.4, LuaJIT; Lua 5.1 for LUA51_SPECS (what differs there: tasks and
+#                     pcall, the host-loop hooks, the libuv transport, ...; not the HTTP failure
+#                     paths LuaJIT already runs on the same 5.1 API)
+#   spec/lua54        Lua 5.4 only (<close>)
+#   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd
+#   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
+#   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
+# Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (below: files
+# or whole folders); a file whose text holds the tag #noasan (a plain lua5.4 child, memory figures)
+# stays plain. --only=KIND keeps the jobs of one kind (make asan-test, make valgrind-test).
+# Every job's output is printed whole when it ends. Ends with one line
+# `N passed, N failed, N skipped` over all jobs; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-summary=$(mktemp)
-trap 'rm -f "$summary"' EXIT
-export AIRLOCK_SUMMARY_FILE=$summary
-export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
-export AIRLOCKD_BIN=${AIRLOCKD_BIN:-$top/build/airlockd}
-export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
+asan=0 valgrind=0 only=
+for a in "$@"; do
+  case $a in
+    --asan) asan=1 ;;
+    --valgrind) valgrind=1 ;;
+    --only=*) only=${a#--only=} ;;
+    *) echo "usage: $0 [--asan] [--valgrind] [--only=asan|valgrind|plain|luajit|lua51|lua53]" >&2; exit 2 ;;
+  esac
+done
 
-run_suite() {
-  local lua=$1 cpath=$2
-  shift 2
-  local before after
-  before=$(wc -l < "$summary")
-  echo "== $lua: busted $*"
-  LUA_CPATH="$cpath;;" "$lua" /usr/bin/busted -o spec/support/summary_handler.lua "$@"
-  after=$(wc -l < "$summary")
-  # A run that died before its summary (a crash, a syntax error) counts as one failure.
-  [ "$after" -gt "$before" ] || echo "0 1 0" >> "$summary"
+# the integration specs that differ under Lua 5.1 (PUC) from what LuaJIT already runs
+LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary"}
+# the files and folders whose Lua 5.4 run is the ASan one under --asan: the unit specs, every
+# airlockd spec (spec/server, but a file tagged #noasan: a plain lua5.4 child, or memory
+# figures) and the integration specs that start no plain lua5.4 child loading the core
+ASAN_SPECS=${ASAN_SPECS:-"spec/unit spec/server $(printf 'spec/integration/%s_spec.lua ' sdk badserver \
+  driver_hooks uv_transport keys tls leaks import files_binary stream)"}
+# the core under valgrind: its unit spec, the failure paths against the misbehaving server,
+# the host-loop hooks and the libuv transport on them
+VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
+TEST_JOBS=${TEST_JOBS:-$(nproc)}
+
+export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
+export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
+plain_airlockd=${AIRLOCKD_BIN:-$top/build/airlockd}
+busted=(/usr/bin/busted -o spec/support/summary_handler.lua)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/jobs"
+asan_reports=$top/build/asan/reports
+if [ $asan = 1 ]; then rm -rf "$asan_reports" && mkdir -p "$asan_reports"; fi
+
+jobs=()
+# job KIND ARGS...: KIND is the interpreter's build (plain, luajit, lua51, lua53, asan,
+# valgrind); ARGS are busted's. The longest jobs are listed first.
+job() { [ -z "$only" ] || [ "$only" = "$1" ] && jobs+=("$*"); }
+
+has_core() { [ -f "$1/airlock/core.so" ]; }
+# whether spec file or folder $1 is in ASAN_SPECS (itself or its folder) and not tagged #noasan
+asan_ok() {
+  local s
+  for s in $ASAN_SPECS; do
+    if [ "$1" = "$s" ] || [ "$(dirname "$1")" = "$s" ]; then
+      ! { [ -f "$1" ] && grep -q '#noasan' "$1"; }
+      return
+    fi
+  done
+  return 1
+}
+lua54_job() { if [ $asan = 1 ] && asan_ok "$1"; then job asan "$1"; else job plain "$1"; fi; }
+
+if [ $valgrind = 1 ]; then job valgrind --exclude-tags=timing $VALGRIND_SPECS; fi
+# Lua 5.4: spec/server and spec/hosts first (the longest files), then every other folder of
+# specs (spec/lua54, any new one), each file once; then spec/integration and spec/unit
+once=(spec/server spec/hosts)
+for d in spec/*/; do
+  d=${d%/}
+  case $d in spec/c|spec/support|spec/unit|spec/integration|spec/server|spec/hosts) ;; *) once+=("$d") ;; esac
+done
+for d in "${once[@]}" spec/integration; do
+  for f in "$d"/*_spec.lua; do [ -f "$f" ] && lua54_job "$f"; done
+done
+lua54_job spec/unit
+if has_core build/luajit && command -v luajit >/dev/null; then
+  for f in spec/integration/*_spec.lua; do job luajit "$f"; done
+  job luajit spec/unit
+fi
+if has_core build/lua51 && command -v lua5.1 >/dev/null; then
+  for name in $LUA51_SPECS; do job lua51 "spec/integration/${name}_spec.lua"; done
+  job lua51 spec/unit
+fi
+if has_core build/lua53 && command -v lua5.3 >/dev/null; then job lua53 spec/unit; fi
+
+# Runs job number $1 ("KIND ARGS..."), output to its log, counts to its summary file.
+run_job() {
+  local n=$1 kind=${2%% *} args=${2#* } rc start
+  local log=$work/jobs/$n.log sum=$work/jobs/$n.sum
+  local -a cmd
+  case $kind in
+    plain)    cmd=(env LUA_CPATH="$top/build/?.so;;" AIRLOCKD_BIN="$plain_airlockd" "${LUA:-lua5.4}") ;;
+    luajit)   cmd=(env LUA_CPATH="$top/build/luajit/?.so;;" AIRLOCKD_BIN="$plain_airlockd" luajit) ;;
+    lua51)    cmd=(env LUA_CPATH="$top/build/lua51/?.so;;" AIRLOCKD_BIN="$plain_airlockd" lua5.1) ;;
+    lua53)    cmd=(env LUA_CPATH="$top/build/lua53/?.so;;" AIRLOCKD_BIN="$plain_airlockd" lua5.3) ;;
+    asan)     cmd=(env LUA_CPATH="$top/build/asan/?.so;;" AIRLOCKD_BIN="$top/build/asan/airlockd"
+                   ASAN_OPTIONS="detect_leaks=1:log_path=$asan_reports/asan"
+                   LSAN_OPTIONS="suppressions=$top/spec/c/lsan.supp:print_suppressions=0"
+                   UBSAN_OPTIONS="print_stacktrace=1:log_path=$asan_reports/ubsan"
+                   "$top/build/asan/lua-host") ;;
+    valgrind) cmd=(env LUA_CPATH="$top/build/?.so;;" AIRLOCKD_BIN="$plain_airlockd" LD_PRELOAD=libcurl.so.4
+                   valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99 lua5.4) ;;
+  esac
+  start=$(date +%s%N)
+  # shellcheck disable=SC2086 # ARGS are words
+  AIRLOCK_SUMMARY_FILE=$sum "${cmd[@]}" "${busted[@]}" $args > "$log" 2>&1
+  rc=$?
+  # a run that died before its summary (a crash, a syntax error), or that failed after it
+  # (valgrind's exit 99), counts as one failure
+  if [ ! -s "$sum" ]; then
+    echo "0 1 0" >> "$sum"
+  elif [ $rc -ne 0 ] && [ "$(awk '{ f += $2 } END { print f }' "$sum")" = 0 ]; then
+    echo "0 1 0" >> "$sum"; echo "(exit status $rc after the specs)" >> "$log"
+  fi
+  local secs
+  secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+  printf '%6.1f s  %-8s %s\n' "$secs" "$kind" "$args" >> "$work/times"
+  {
+    flock 9
+    printf '== %s: busted %s (%.1f s, exit %d)\n' "$kind" "$args" "$secs" "$rc"
+    cat "$log"
+  } 9> "$work/lock"
 }
 
-run_suite "${LUA:-lua5.4}" "$top/build/?.so" spec/unit spec/integration spec/lua54 spec/server
-# a real fleet on loopback (scripts/fleet.sh: PostgreSQL, HAProxy, 3 nodes), once
-run_suite lua5.4 "$top/build/?.so" spec/fleet
-if [ -f build/luajit/airlock/core.so ] && command -v luajit >/dev/null; then
-  run_suite luajit "$top/build/luajit/?.so" spec/unit spec/integration
-fi
-if [ -f build/lua51/airlock/core.so ] && command -v lua5.1 >/dev/null; then
-  run_suite lua5.1 "$top/build/lua51/?.so" spec/unit \
-    spec/integration/{sdk,leaks,close_queue,tools,agents,mcp,exec_queue,driver_hooks,uv_transport,examples,keys,http,stream,files_binary}_spec.lua
-fi
-run_suite lua5.4 "$top/build/?.so" spec/hosts
+started=$(date +%s)
+n=0
+for j in "${jobs[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$TEST_JOBS" ]; do wait -n; done
+  n=$((n + 1))
+  run_job "$n" "$j" &
+done
+wait
 
-awk '{ p += $1; f += $2; s += $3 }
-     END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0 || p == 0) }' "$summary"
+if [ $asan = 1 ] && ls "$asan_reports"/* >/dev/null 2>&1; then
+  cat "$asan_reports"/*
+  echo "sanitizer reports (above)"
+  echo "0 1 0" >> "$work/jobs/asan-reports.sum"
+fi
+echo
+echo "== $n spec jobs in $(( $(date +%s) - started )) s on $TEST_JOBS CPUs; the slowest:"
+sort -rn "$work/times" | head -12
+cat "$work"/jobs/*.sum |
+  awk '{ p += $1; f += $2; s += $3 }
+       END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0 || p == 0) }'

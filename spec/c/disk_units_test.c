@@ -119,10 +119,12 @@ static void test_image(void)
     char path[600];
     snprintf(path, sizeof path, "%s/a.img", img);
     free(img);
-    CHECK(image_create(&t, path, image_bytes_for(5LL * MIB), err, sizeof err) == IMAGE_OK);
+    long long bytes = 0;
+    CHECK(image_create(&t, path, 5LL * MIB, &bytes, err, sizeof err) == IMAGE_OK);
+    CHECK(bytes > 5LL * MIB && bytes <= image_bytes_for(5LL * MIB)); /* sized for the quota */
     struct stat st;
-    CHECK(stat(path, &st) == 0 && st.st_size == 8 * MIB && st.st_blocks * 512 >= st.st_size); /* allocated */
-    CHECK(image_create(&t, path, MIB, err, sizeof err) == IMAGE_FAILED); /* never over an existing one */
+    CHECK(stat(path, &st) == 0 && st.st_size == bytes && st.st_blocks * 512 >= st.st_size); /* allocated */
+    CHECK(image_create(&t, path, MIB, &bytes, err, sizeof err) == IMAGE_FAILED); /* never over an existing one */
     CHECK(image_mount(&t, path, at("mnt"), false, err, sizeof err) == IMAGE_OK);
     CHECK(image_mounted_at(path, at("mnt")));
     CHECK(!image_mounted_at(path, at("images")));

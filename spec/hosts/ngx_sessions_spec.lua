@@ -91,9 +91,12 @@ local HANDLERS = [[
   location = /killed_task {
     content_by_lua_block {
       local airlock = require "airlock"
-      airlock.spawn(function() local sbx = airlock.sandbox{}; sbx:run("sleep 20", { timeout = 30 }) end)
-      ngx.sleep(1)
-      ngx.exit(200)
+      -- the light thread is killed once its command is in flight (it yields only in I/O: once
+      -- started is set, its next yield is in the run's request)
+      local started = false
+      airlock.spawn(function() local sbx = airlock.sandbox{}; started = true; sbx:run("sleep 20", { timeout = 30 }) end)
+      for _ = 1, 1200 do if started then break end; ngx.sleep(0.05) end
+      ngx.exit(started and 200 or 504)
     }
     log_by_lua_block { require("airlock.ngx").finish() }
   }

@@ -83,7 +83,7 @@ describe("airlock SDK against a misbehaving server", function()
     assert.are.equal(3600, err.retry_after)
     assert.are.equal(429, err.status)
     assert.are.equal(1, badserver.count(srv, key))
-    assert.is_true(clock() - t < 5)
+    assert.is_true(clock() - t < 60, "waited for the Retry-After") -- not a measure: at once, or an hour
   end)
 
   it("max_retries = 0 raises RateLimitError with retry_after", function()
@@ -102,12 +102,10 @@ describe("airlock SDK against a misbehaving server", function()
 
   it("a full server: CapacityError after max_retries backoffs, also for POST", function()
     local key = "503:99"
-    local t = clock()
     local err = expect_error("CapacityError", airlock.sandbox, opts(key, { max_retries = 2 }))
     assert.are.equal(503, err.status)
     assert.are.equal("All sandbox workspaces are in use; try again shortly.", err.message)
     assert.are.equal(3, badserver.count(srv, key))
-    assert.is_true(clock() - t < 10)
   end)
 
   it("retries a dropped connection for GET", function()
@@ -138,12 +136,13 @@ describe("airlock SDK against a misbehaving server", function()
     local key = "stall"
     local t = clock()
     expect_error("APIConnectionError", airlock.sandbox, opts(key, { timeout = 1 }))
-    assert.is_true(clock() - t < 5)
+    -- not measures: ended by the 1 s timeout, never by the stall's own end at 30 s
+    assert.is_true(clock() - t < 20)
     -- GET: retried once, each try bounded by the timeout
     t = clock()
     local sbx = airlock.attach("sbx_0123456789ab", opts(key, { timeout = 1, max_retries = 1 }))
     expect_error("APIConnectionError", sbx.usage, sbx)
-    assert.is_true(clock() - t < 8)
+    assert.is_true(clock() - t < 25)
     assert.are.equal(3, badserver.count(srv, key))
   end)
 

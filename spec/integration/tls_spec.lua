@@ -8,7 +8,6 @@ local airlockd = require "support.airlockd"
 local tlsproxy = require "support.tlsproxy"
 local proc = require "support.proc"
 
-local function clock() return require("socket").gettime() end
 
 local expect_error = require "support.expect_error"
 
@@ -57,7 +56,6 @@ describe("TLS", function()
   end
 
   it("verifies by default: an unknown CA is an APIConnectionError naming the problem", function()
-    local t = clock()
     local err = expect_error("APIConnectionError", airlock.sandbox, { api_key = key, base_url = proxy.url })
     assert.is_nil(err.status)
     assert.is_truthy(err.message:find("Could not reach " .. proxy.url .. ": ", 1, true), err.message)
@@ -68,7 +66,6 @@ describe("TLS", function()
     err = expect_error("APIConnectionError", airlock.list_sessions, { api_key = key, base_url = proxy.url })
     assert.is_truthy(err.message:lower():find("certificate", 1, true), err.message)
     assert.are.equal(before, airlock.stats().retries)
-    assert.is_true(clock() - t < 10)
   end)
 
   it("verify = <CA file> trusts the private CA: create, write, run, close", function()

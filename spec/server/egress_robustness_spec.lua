@@ -86,6 +86,17 @@ describe("egress proxy robustness", function()
     assert.are.equal(200, http_client.request(server, "GET", "/healthz").status)
   end)
 
+  it("answers a client that shuts its side after the head while the name is looked up", function()
+    -- a half-close is not a hang-up: the client still reads the answer, which comes after the
+    -- DNS lookup (names no other test looks up, so no cache answers at once): 403, both
+    -- resolve to reserved addresses
+    local sid = egress.session(server, key, { "private.test", "cgnat.test" })
+    local head = "CONNECT %s:443 HTTP/1.1\r\nProxy-Authorization: Basic @OWN@\r\n\r\n"
+    local r = egress.probe(server, key, sid, { { op = "raw", cases = {
+      { fuzz_proxy.base64(head:format("private.test")), true }, { fuzz_proxy.base64(head:format("cgnat.test")), true } } } })
+    assert.are.same({ 403, 403 }, r[1].statuses)
+  end)
+
   it("answers every random request head with an allowed status and one event; the proxy works after", function()
     local seed = tonumber(os.getenv("AIRLOCK_FUZZ_SEED") or "") or (os.time() % 100000) * 7 + 13
     print(string.format("\n  proxy fuzz: seed %d (set AIRLOCK_FUZZ_SEED=%d to repeat)", seed, seed))

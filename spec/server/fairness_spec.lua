@@ -30,6 +30,15 @@ local function with_server(opts, fn)
   assert(ok, err)
 end
 
+-- A command that runs until the spec writes the file go in its workspace (50 s at most): it
+-- holds its slot for as long as the spec needs, whatever the machine's load.
+local UNTIL_GO = "for _ in $(seq 500); do [ -e go ] && break; sleep 0.1; done"
+
+-- Commands the tenant of key has begun, those waiting for a slot included (GET /v1/usage).
+local function commands_running(server, key)
+  return http_client.request(server, "GET", "/v1/usage", { key = key }).json.commands_running
+end
+
 local function wait_runs(server, n)
   proc.wait_until(30, function() return host_state.runsc_runs(server) >= n end, 0.05)
   return host_state.runsc_runs(server)
@@ -51,9 +60,9 @@ describe("airlockd cgroups per tenant", function()
     local acme, other = server.tenants.acme, server.tenants.other
     local a = http_client.create(server, acme).json.session_id
     local o = http_client.create(server, other).json.session_id
-    local ja = http_client.exec_async(server, acme, a, "sleep 5", 30)
-    local ja2 = http_client.exec_async(server, acme, a, "sleep 5", 30)
-    local jo = http_client.exec_async(server, other, o, "sleep 5", 30)
+    local ja = http_client.exec_async(server, acme, a, UNTIL_GO, 60)
+    local ja2 = http_client.exec_async(server, acme, a, UNTIL_GO, 60)
+    local jo = http_client.exec_async(server, other, o, UNTIL_GO, 60)
     assert.truthy(wait_runs(server, 3) >= 3)
     local cpus = tonumber(proc.output("getconf _NPROCESSORS_ONLN"))
     assert.are.equal(tostring(math.floor(1024 * cpus / math.min(2, cpus))), read_value("/sys/fs/cgroup/cpu/" .. root .. "/t-acme/cpu.shares"))
@@ -81,6 +90,8 @@ describe("airlockd cgroups per tenant", function()
       -- the sandbox's processes are in it: runsc's sentry among them
       assert.truthy(read_value("/sys/fs/cgroup/memory/" .. rel .. "/cgroup.procs") ~= "")
     end
+    assert.are.equal(200, http_client.write(server, acme, a, "go", "").status)
+    assert.are.equal(200, http_client.write(server, other, o, "go", "").status)
     assert.are.equal(0, ja.wait(60).exit_code)
     assert.are.equal(0, ja2.wait(60).exit_code)
     assert.are.equal(0, jo.wait(60).exit_code)
@@ -131,7 +142,7 @@ describe("airlockd host-wide command cap", function()
       local acme, other = server.tenants.acme, server.tenants.other
       local a = http_client.create(server, acme).json.session_id
       local o = http_client.create(server, other).json.session_id
-      local jobs = { http_client.exec_async(server, acme, a, "sleep 6", 30), http_client.exec_async(server, acme, a, "sleep 6", 30) }
+      local jobs = { http_client.exec_async(server, acme, a, UNTIL_GO, 60), http_client.exec_async(server, acme, a, UNTIL_GO, 60) }
       assert.are.equal(2, wait_runs(server, 2))
       local most = 0
       local third = http_client.exec_async(server, other, o, "echo over the cap", 30)
@@ -142,7 +153,8 @@ describe("airlockd host-wide command cap", function()
       local res, raw = third.wait(30)
       assert.are.same({ detail = "All 2 command slots of this server are in use; try again shortly." }, res, raw)
       assert.truthy(most <= 2, "runs at once: " .. most)
-      for _, j in ipairs(jobs) do assert.are.equal(0, j.wait(60).exit_code) end
+      assert.are.equal(200, http_client.write(server, acme, a, "go", "").status)
+      for _, j in ipairs(jobs) do assert.are.equal(0, j.wait(90).exit_code) end
       -- a slot is free again
       assert.are.equal("ok\n", http_client.exec(server, other, o, "echo ok").json.stdout)
       local usage = http_client.request(server, "GET", "/v1/usage", { key = other }).json
@@ -155,11 +167,14 @@ describe("airlockd host-wide command cap", function()
       local acme, other = server.tenants.acme, server.tenants.other
       local a = http_client.create(server, acme).json.session_id
       local o = http_client.create(server, other).json.session_id
-      local first = http_client.exec_async(server, acme, a, "sleep 4", 30)
+      local first = http_client.exec_async(server, acme, a, UNTIL_GO, 60)
       assert.are.equal(1, wait_runs(server, 1))
-      local second = http_client.exec_async(server, acme, a, "date +%s%N", 30)
-      proc.sleep(0.5)
-      local others = http_client.exec_async(server, other, o, "date +%s%N", 30)
+      -- acme's second command waits for the slot first, then the other tenant's
+      local second = http_client.exec_async(server, acme, a, "date +%s%N", 60)
+      assert.is_true(proc.wait_until(30, function() return commands_running(server, acme) == 2 end))
+      local others = http_client.exec_async(server, other, o, "date +%s%N", 60)
+      assert.is_true(proc.wait_until(30, function() return commands_running(server, other) == 1 end))
+      assert.are.equal(200, http_client.write(server, acme, a, "go", "").status)
       local most = 0
       while not (second.done() and others.done()) do
         most = math.max(most, host_state.runsc_runs(server))

@@ -9,6 +9,7 @@
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
+local tcp_queues = require "support.tcp_queues"
 local socket = require "socket"
 
 local q = proc.shell_quote
@@ -155,7 +156,8 @@ describe("airlockd raw files (airlock extension)", function()
     assert(c:connect("127.0.0.1", server.port))
     assert(c:send("POST /v1/sessions/" .. id .. "/write?path=cut/part.bin HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. key ..
       "\r\nContent-Type: application/octet-stream\r\nContent-Length: 4000000\r\n\r\n" .. ("p"):rep(1500000)))
-    socket.sleep(0.3)
+    -- hang up once airlockd has read the 1.5 MB (its file is half written)
+    assert.is_true(proc.wait_until(10, function() return tcp_queues.all_read(c) end, 0.05))
     c:close()
     assert.is_true(proc.wait_until(10, function()
       return airlockd.log(server):find("/write 0 ", 1, true) ~= nil

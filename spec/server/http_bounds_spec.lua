@@ -179,10 +179,14 @@ describe("airlockd against hostile HTTP clients", function()
     local ida = http_client.create(server, key).json.session_id
     local ido = http_client.create(server, other).json.session_id
     local held = {}
-    local function start_upload(k, id, bytes)
+    -- an upload's head alone; with expect, it returns once airlockd has taken the head (and
+    -- reserved the body's memory): its 100 Continue asks for the body, which never comes
+    local function start_upload(k, id, bytes, expect)
       local c = connect(server)
-      c:send(request_head("POST", "/v1/sessions/" .. id .. "/write", k, { "Content-Length: " .. bytes }))
+      c:send(request_head("POST", "/v1/sessions/" .. id .. "/write", k,
+        { "Content-Length: " .. bytes, expect and "Expect: 100-continue" or nil }))
       held[#held + 1] = c
+      if expect then assert.are.equal(100, (read_response(c, 10))) end
       return c
     end
     local function refused(c)
@@ -190,16 +194,14 @@ describe("airlockd against hostile HTTP clients", function()
       return status == 503 and head["retry-after"] == "1" and body
     end
     local rss0 = status_field(server, "VmRSS")
-    start_upload(key, ida, 30 * MB)
-    start_upload(key, ida, 30 * MB)
-    socket.sleep(0.3)
+    start_upload(key, ida, 30 * MB, true)
+    start_upload(key, ida, 30 * MB, true)
     local body = refused(start_upload(key, ida, 30 * MB)) -- acme's share is used up
     assert.are.equal('{"detail":"The server is busy with other uploads; retry later."}', body)
     -- another tenant still uploads, up to what is left of the budget
     local small = http_client.write(server, other, ido, "small.txt", string.rep("s", 100000))
     assert.are.equal(200, small.status, small.body)
-    start_upload(other, ido, 30 * MB)
-    socket.sleep(0.3)
+    start_upload(other, ido, 30 * MB, true)
     assert.truthy(refused(start_upload(other, ido, 30 * MB))) -- 90 of 100 MiB held: the budget is
     -- reserved, not used: the held uploads cost no memory until their bytes arrive
     local rss1 = status_field(server, "VmRSS")
@@ -313,9 +315,12 @@ describe("airlockd's connection caps", function()
       local idle = slow_clients.start(server, { mode = "idle", count = 6, first = 3, addrs = 1 })
       local held, st = idle.wait_for(10, function(s) return s.open >= 6 end)
       assert.is_true(held, slow_clients.describe(st))
-      socket.sleep(0.3)
-      local code, body = curl(server, "/healthz", { from = "127.0.0.3" })
-      assert.are.equal(503, code)
+      -- the client sees its connections open before airlockd has accepted them all
+      local code, body
+      assert.is_true(proc.wait_until(10, function()
+        code, body = curl(server, "/healthz", { from = "127.0.0.3" })
+        return code == 503
+      end, 0.1), "never 503 from 127.0.0.3: " .. tostring(code))
       assert.are.equal('{"detail":"Too many connections from your address (limit 4); retry later."}', body)
       assert.are.equal(200, curl(server, "/healthz"))
       idle.stop()

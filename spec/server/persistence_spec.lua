@@ -293,12 +293,15 @@ describe("airlockd --state-dir", function()
     local dir = proc.make_temp_dir()
     proc.write_file(dir .. "/notes.txt", "mine")
     assert.is_true(proc.run("mkdir " .. q(dir .. "/workspaces") .. " " .. q(dir .. "/runsc") .. " && echo keep > " .. q(dir .. "/workspaces/x")))
-    local listing = proc.output("ls -laR " .. q(dir))
+    -- every file and folder, itself included, with its size and mtime (not `ls -la`, whose ..
+    -- line changes with whatever else the machine puts in /tmp)
+    local function list() return proc.output("find " .. q(dir) .. " -printf '%p %y %m %s %T@\\n' | sort") end
+    local listing = list()
     local rc, out = start_on(dir)
     assert.are.equal(1, rc, out)
     assert.truthy(out:find("airlockd: --state-dir " .. dir .. ": the directory is not empty and was not made by airlockd " ..
       "(no .airlockd-state file); airlockd never takes over or deletes files it did not create", 1, true), out)
-    assert.are.equal(listing, proc.output("ls -laR " .. q(dir)))
+    assert.are.equal(listing, list())
     proc.remove_tree(dir)
   end)
 

@@ -72,7 +72,9 @@ end
 describe("airlockd on SIGTERM", function()
   it("refuses new connections, lets a running command finish and answer, keeps the workspace, then exits", function()
     with_server(nil, function(server, key, id)
-      local job = exec_in_background(server, key, id, "sleep 3; echo done")
+      -- the command runs until the spec puts go in its workspace (from the host: airlockd
+      -- takes no new connection now), so it is still running whatever the machine's load
+      local job = exec_in_background(server, key, id, "for _ in $(seq 400); do [ -e go ] && break; sleep 0.1; done; echo done")
       assert.is_true(proc.wait_until(30, function() return running_commands(server) >= 1 end))
       os.execute("kill -TERM " .. server.pid)
       -- the listening socket is closed at once: a new client is refused, not queued
@@ -80,6 +82,8 @@ describe("airlockd on SIGTERM", function()
         return not proc.run("curl -s -m 2 -o /dev/null " .. q(server.url .. "/healthz"))
       end, 0.1))
       assert.is_true(airlockd.alive(server), "it waits for the command")
+      assert.is_false(job.done())
+      proc.write_file(server.dir .. "/state/workspaces/" .. id .. "/w/go", "") -- the disk's w/ is /workspace
       local code, res, raw = job.result(60)
       assert.are.equal(200, code, raw)
       assert.are.equal("done\n", res.stdout)

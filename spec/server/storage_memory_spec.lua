@@ -2,7 +2,7 @@
 -- Memory of JSON file writes (issue #16): four tenants each sending one 64 MiB JSON write at
 -- once keep airlockd within the body budget (256 MiB) plus a small constant, parsing
 -- included, and the memory returns afterwards (VmHWM / VmRSS from /proc/<pid>/status). Not
--- in the ASan run (its figures are the sanitizer's). Loopback only. Lua 5.1-compatible.
+-- in the ASan run (its figures would be the sanitizer's): tagged #noasan. Loopback only. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
@@ -16,7 +16,7 @@ local function proc_status_kb(pid, field)
 end
 
 describe("airlockd storage", function()
-  describe("memory", function()
+  describe("memory #noasan", function()
     it("four 64 MiB JSON writes at once stay within the body budget, and memory returns", function()
       local tenants = {}
       for i = 1, 4 do tenants["t" .. i] = "k" .. i .. "_" .. airlockd.random_hex(16) end

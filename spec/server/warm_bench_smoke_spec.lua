@@ -5,7 +5,7 @@
 -- here). Needs root and gVisor, like every server spec.
 local proc = require "support.proc"
 
-describe("bench/warm.lua (smoke sizes)", function()
+describe("bench/warm.lua (smoke sizes) #noasan", function()
   it("runs and prints every measure", function()
     local rc, out = proc.run_capture("BENCH_SMOKE=1 timeout 600 lua5.4 bench/warm.lua")
     assert.are.equal(0, rc, out)

@@ -39,18 +39,17 @@ describe("airlock.core", function()
   describe("step", function()
     it("returns at once with nothing in flight, even with a long wait", function()
       local t = clock()
-      local finished, live = core.step(5000)
+      local finished, live = core.step(60000)
       assert.are.equal(0, finished)
       assert.are.equal(0, live)
-      assert.is_true(clock() - t < 1)
+      assert.is_true(clock() - t < 30, "waited the minute asked") -- not a measure: it returns or it waits 60 s
     end)
 
     it("with idle_wait, sleeps the time asked when nothing is in flight", function()
       local t = clock()
       core.step(120, true)
       local took = clock() - t
-      assert.is_true(took >= 0.1, "slept " .. took)
-      assert.is_true(took < 2, "slept " .. took)
+      assert.is_true(took >= 0.1, "slept " .. took) -- at least the time asked (less a timer's grain)
     end)
 
     it("makes one attempt: a refused connection is an error, never retried, not sent", function()
@@ -65,7 +64,6 @@ describe("airlock.core", function()
       assert.is_false(res.sent)
       assert.is_false(res.tls)
       assert.are.equal(7, res.code)                       -- CURLE_COULDNT_CONNECT
-      assert.is_true(clock() - t < 5)
     end)
 
     -- A loopback listener that never accepts: connections complete in the kernel's backlog
@@ -79,10 +77,10 @@ describe("airlock.core", function()
     it("step(0) does not block while a transfer waits for an answer", function()
       local server, url = silent_listener()
       finally(function() server:close() end)
-      local req = core.request({ method = "GET", url = url, timeout_ms = 300 })
+      -- a step(0) that waited for the answer would return only at the 2 s timeout, done
+      local req = core.request({ method = "GET", url = url, timeout_ms = 2000 })
       local t = clock()
       for _ = 1, 20 do core.step(0) end
-      assert.is_true(clock() - t < 0.25)
       assert.is_false(req:done())
       repeat core.step(100) until req:done() or clock() - t > 10
       local res = req:result()

@@ -210,30 +210,45 @@ local function send_file(sock, path, size)
   return true
 end
 
+-- A connection to u, from its pool or new (TLS handshake done): sock, times reused | nil,
+-- failure. Debian 12's lua-nginx-module (0.10.23, lua-resty-core 0.1.25) can lose a failed
+-- verification when the handshake completes without waiting: sslhandshake then returns true
+-- on a connection it has closed, or raises resty.core's "assertion failed!" (a few per cent of
+-- handshakes, more under load). OpenSSL's reason is only reported when the handshake waited,
+-- so such a handshake is tried again on a new connection, HANDSHAKE_TRIES times at most.
+local HANDSHAKE_TRIES = 5
+local function open(u, verify, connect_ms, deadline)
+  for _ = 1, HANDSHAKE_TRIES do
+    local sock = ngx.socket.tcp()
+    local total = math.max(1, math.floor(deadline - now_ms()))
+    sock:settimeouts(math.min(connect_ms, total), total, total)
+    local ok, err = sock:connect(address(u), u.port, { pool = pool_key(u, verify), pool_size = M.POOL_SIZE })
+    if not ok then return nil, { message = connect_message(err, u), sent = false } end
+    local reused = sock:getreusedtimes() or 0
+    if reused > 0 then
+      counters.reused = counters.reused + 1
+      return sock, reused
+    end
+    counters.connects = counters.connects + 1
+    if not u.tls then return sock, 0 end
+    counters.tls_handshakes = counters.tls_handshakes + 1
+    local called, done, why = tasks.pcall(sock.sslhandshake, sock, false, u.host, verify ~= false)
+    if called and done and sock:getreusedtimes() then return sock, 0 end -- still open: verified
+    sock:close()
+    if not called and not tostring(done):find("assertion failed!", 1, true) then error(done, 0) end
+    if called and not done then
+      return nil, { message = tls_message(why, u, verify), sent = false, tls = true }
+    end
+  end
+  return nil, { message = tls_message("nginx closed the connection without saying why", u, verify),
+                sent = false, tls = true }
+end
+
 -- One exchange on one connection: response | nil, failure, stale (a pooled connection that
 -- turned out dead before the server answered: worth one more try on another).
 local function exchange_once(request, u, bytes, body_len, verify, connect_ms, deadline)
-  local sock = ngx.socket.tcp()
-  local total = math.max(1, math.floor(deadline - now_ms()))
-  sock:settimeouts(math.min(connect_ms, total), total, total)
-  local ok, err = sock:connect(address(u), u.port, { pool = pool_key(u, verify), pool_size = M.POOL_SIZE })
-  if not ok then
-    return nil, { message = connect_message(err, u), sent = false }
-  end
-  local reused = sock:getreusedtimes() or 0
-  if reused > 0 then
-    counters.reused = counters.reused + 1
-  else
-    counters.connects = counters.connects + 1
-    if u.tls then
-      counters.tls_handshakes = counters.tls_handshakes + 1
-      local done, why = sock:sslhandshake(false, u.host, verify ~= false)
-      if not done then
-        sock:close()
-        return nil, { message = tls_message(why, u, verify), sent = false, tls = true }
-      end
-    end
-  end
+  local sock, reused = open(u, verify, connect_ms, deadline)
+  if not sock then return nil, reused end
   local replay = reused > 0 and REPLAYABLE[request.method]
   local sent, send_err = sock:send(bytes)
   if not sent and reused == 0 and u.tls and verify ~= false and broken(send_err) then

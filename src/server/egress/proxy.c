@@ -854,9 +854,12 @@ static void dispatch(egress_proxy *p, egress_ev *ev, uint32_t events)
             break;
         case C_DNS:
         case C_CONNECTING:
-            if (client && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+            if (client && (events & (EPOLLHUP | EPOLLERR)))
                 finish(p, c, false, "proxy error: ConnectionClosed", c->st == C_CONNECTING);
-            else if (!client)
+            else if (client) /* a half-close (EPOLLRDHUP): the client still reads our answer,
+                              * which comes within the lookup's and the connect's bounds */
+                watch(p, c->cfd, &c->cev, &c->cmask, 0);
+            else
                 upstream_ready(p, c);
             break;
         case C_TUNNEL:
