@@ -115,6 +115,12 @@ describe("airlockd storage", function()
         -- the sandboxed commands keep the usual umask (their files are the user's)
         local r = http_client.exec(server, key, id, "umask", 30)
         assert.are.equal("0022\n", r.json.stdout)
+        -- and what the API writes, and the sandbox's root, keep the usual modes too
+        assert.are.equal(200, http_client.write(server, key, id, "d/b.txt", "x").status)
+        r = http_client.exec(server, key, id, "stat -c '%a %U %n' /workspace /workspace/d /workspace/d/b.txt; " ..
+          "find / -xdev -path /proc -prune -o \\( -type d -o -type f \\) ! -readable -print 2>/dev/null | grep -v '^/workspace' | head -3", 30)
+        assert.are.equal("755 sandboxuser /workspace\n755 sandboxuser /workspace/d\n644 sandboxuser /workspace/d/b.txt\n",
+          r.json.stdout)
       end)
       airlockd.stop(server)
       assert(ok, err)

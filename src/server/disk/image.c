@@ -269,7 +269,8 @@ int image_workspace_dir(const char *mnt, char *err, size_t errlen)
     }
     int rc = 0;
     if (mkdir(w, 0755) == 0) {
-        if (chown(w, SANDBOX_UID, SANDBOX_GID) != 0) {
+        /* chmod: /workspace keeps its usual 0755 whatever airlockd's own umask (077) */
+        if (chown(w, SANDBOX_UID, SANDBOX_GID) != 0 || chmod(w, 0755) != 0) {
             snprintf(err, errlen, "cannot chown %s: %s", w, strerror(errno));
             rc = -1;
         }

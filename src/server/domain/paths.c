@@ -337,8 +337,10 @@ static int open_parent(const char *ws, const char *rel, bool create, const char 
         int nfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0 && errno == ENOENT && create) {
             if (mkdirat(dfd, name, 0755) == 0) {
-                /* the sandbox user must be able to modify what the API created */
-                if (fchownat(dfd, name, SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW) != 0 && errno != EPERM) {
+                /* the sandbox user must be able to modify what the API created; 0755 whatever
+                 * airlockd's own umask (077), as the reference server makes it */
+                if ((fchownat(dfd, name, SANDBOX_UID, SANDBOX_GID, AT_SYMLINK_NOFOLLOW) != 0 && errno != EPERM) ||
+                    fchmodat(dfd, name, 0755, 0) != 0) {
                     int e = errno;
                     close(dfd);
                     errno = e;
@@ -419,13 +421,19 @@ int path_open_write(const char *ws, const char *rel, int *fd)
     int dfd = open_parent(ws, rel, true, &last);
     if (dfd < 0)
         return disk_full(errno) ? PATH_NOSPACE : PATH_ERROR;
-    *fd = openat(dfd, last, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    /* A new file is 0644 whatever airlockd's own umask (077), as the reference server makes it;
+     * an existing one keeps its mode. */
+    const int flags = O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    *fd = openat(dfd, last, flags | O_CREAT | O_EXCL, 0644);
+    bool created = *fd >= 0;
+    if (!created && errno == EEXIST)
+        *fd = openat(dfd, last, flags | O_TRUNC);
     int e = errno;
     close(dfd);
     if (*fd < 0)
         return disk_full(e) ? PATH_NOSPACE : PATH_ERROR;
     struct stat st;
-    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode) || (created && fchmod(*fd, 0644) != 0)) {
         close(*fd);
         return PATH_ERROR;
     }

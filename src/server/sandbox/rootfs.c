@@ -178,7 +178,8 @@ static int copy_python_dirs(const char *root, char *errbuf, size_t errlen)
         char rel[PATH_MAX], dst[PATH_MAX];
         if (join(rel, sizeof rel, "etc", base) != 0 || join(dst, sizeof dst, root, rel) != 0)
             continue;
-        if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
+        /* chmod: airlockd's umask (077) must not hide the directory from uid 1000 */
+        if ((mkdir(dst, 0755) != 0 && errno != EEXIST) || chmod(dst, 0755) != 0) {
             snprintf(errbuf, errlen, "cannot create %s: %s", dst, strerror(errno));
             rc = -1;
             break;
@@ -290,7 +291,7 @@ int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errl
                 return -1;
         } else if (S_ISDIR(st.st_mode) && out->nbinds < SBX_ROOTFS_MAX_BINDS) {
             /* Non-merged host: a mount point for a read-only bind of the host directory. */
-            if (mkdir(path, 0755) != 0) {
+            if (mkdir(path, 0755) != 0 || chmod(path, 0755) != 0) {
                 snprintf(errbuf, errlen, "cannot create %s: %s", path, strerror(errno));
                 return -1;
             }
