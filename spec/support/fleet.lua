@@ -62,10 +62,22 @@ function M.pids(f)
   return pids
 end
 
+-- With AIRLOCK_FLEET_LOGS=DIR set, copies the fleet's logs (each node's, HAProxy's,
+-- PostgreSQL's) into a fresh folder of DIR after `down`, before the fleet's folder goes.
+local function keep_logs(f)
+  local to = os.getenv("AIRLOCK_FLEET_LOGS")
+  if not to or to == "" then return end
+  local dest = to .. "/fleet-" .. os.time() .. "-" .. math.random(1e6)
+  os.execute(string.format("mkdir -p %s && cd %s && cp --parents nodes/*/log haproxy/*.cfg haproxy/log "
+    .. "pg/postgres.log %s 2>/dev/null", q(dest), q(f.dir), q(dest)))
+  io.stderr:write("fleet logs kept in ", dest, "\n")
+end
+
 function M.down(f)
   if not f or not f.dir then return end
   local ok, out = fleet_sh(f.env, { "down", f.dir })
   if not ok then io.stderr:write("fleet.sh down: ", out, "\n") end
+  keep_logs(f)
   proc.remove_tree(f.dir)
   f.dir = nil
 end
