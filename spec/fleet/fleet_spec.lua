@@ -427,16 +427,17 @@ describe("a 3-node fleet", function()
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. f.nodes.node3.pid)))
     assert.is_true(proc.wait_until(5, function() return not proc.alive(f.nodes.node3.pid) end))
-    -- creates keep succeeding on the other nodes (HAProxy retries a refused connection)
-    local created = {}
-    for i = 1, 6 do
+    -- a create at once: HAProxy retries the connection node3 refuses on another node
+    local function create_elsewhere()
       local res = http.create(f.router, KEY)
       assert.are.equal(201, res.status, res.body)
       assert.are_not.equal(victim.slot, res.json.session_id:sub(5, 6))
-      created[i] = res.json.session_id
+      return res.json.session_id
     end
+    local created = { create_elsewhere() }
     -- until HAProxy's checks mark node3 down, HAProxy itself answers 503; then another node
-    -- answers from the database, naming node3
+    -- answers from the database, naming node3 (checked before more creates: its sessions
+    -- are declared lost LOST_AFTER s after its last heartbeat)
     local waiting
     assert.is_true(proc.wait_until(10, function()
       waiting = http.read(f.router, KEY, mine[1], "x")
@@ -444,6 +445,8 @@ describe("a 3-node fleet", function()
       assert.is_string(waiting.headers["retry-after"])
       return waiting.json.detail:find("node3", 1, true) ~= nil
     end), waiting.body)
+    -- creates keep succeeding on the other nodes
+    for i = 2, 6 do created[i] = create_elsewhere() end
     local lost
     assert.is_true(proc.wait_until(LOST_AFTER + 15, function()
       lost = http.read(f.router, KEY, mine[1], "x")

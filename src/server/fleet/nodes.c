@@ -105,12 +105,16 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx)
+int fleet_drop_lost(fleet *f, fleet_lost_fn lost, void *ctx)
 {
-    f->load = load;
     f->lost = lost;
     f->load_ctx = ctx;
-    drop_lost(f);
+    return drop_lost(f) ? 0 : -1;
+}
+
+int fleet_start(fleet *f, fleet_load_fn load)
+{
+    f->load = load;
     if (f->agent_port > 0) {
         char err[200];
         if (!(f->agent = fleet_agent_start(f, f->agent_host, f->agent_port, err, sizeof err))) {

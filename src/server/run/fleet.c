@@ -76,6 +76,22 @@ int server_join_fleet(server *s)
     return 0;
 }
 
+int server_settle_fleet(server *s)
+{
+    app *a = &s->a;
+    if (!a->fleet)
+        return 0;
+    /* the sessions are restored by now: what the database still gives this node beyond them
+     * is lost, and what the fleet declared lost while it was away goes, before any request
+     * could reach them */
+    fleet_session_reconcile(a->fleet, held, a->reg);
+    if (fleet_drop_lost(a->fleet, lost, a) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot read this node's lost sessions from the database");
+        return -1;
+    }
+    return 0;
+}
+
 int server_start_fleet(server *s)
 {
     app *a = &s->a;
@@ -83,11 +99,9 @@ int server_start_fleet(server *s)
         return 0;
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
-    /* the sessions are restored by now: what the database still gives this node beyond them is lost */
-    fleet_session_reconcile(a->fleet, held, a->reg);
     fleet_set_count(a->fleet, count, a->reg);
     fleet_set_drain(a->fleet, move_drain_step, a);
-    if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat, lost, a) != 0) {
+    if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
         return -1;
     }
