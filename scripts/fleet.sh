@@ -82,6 +82,55 @@ wait_gone() { # pid seconds
   return 1
 }
 
+# "pid:start" of each process that pid's node left behind or would: pid itself, its
+# descendants (its cgroup guard, sandboxes, helpers) and every process in the cgroups its
+# guards clear (their root's name is on each guard's command line). start, the process's
+# start time, tells a pid the kernel gave to another program since apart.
+node_tree() {
+  local pid=$1 p roots="" root
+  local pids
+  pids=$(ps -e -o pid=,ppid= | awk -v root="$pid" '
+    { parent[$1] = $2 }
+    END {
+      n = 1; want[root] = 1
+      while (n) { n = 0; for (p in parent) if (!(p in want) && (parent[p] in want)) { want[p] = 1; n = 1 } }
+      for (p in want) print p
+    }')
+  for p in $pids; do
+    root=$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | sed -n 's/.*--cgroup-guard \(airlockd-[0-9a-f]\{16\}\).*/\1/p')
+    [ -n "$root" ] && roots="$roots $root"
+  done
+  for root in $roots; do
+    pids="$pids $(grep -l -- "/$root/" /proc/[0-9]*/cgroup 2>/dev/null | cut -d/ -f3)"
+  done
+  # shellcheck disable=SC2086 # one pid a word
+  for p in $(printf '%s\n' $pids | sort -un); do
+    echo "$p:$(proc_start "$p")"
+  done
+}
+
+# The start time of pid (field 22 of /proc/PID/stat), empty when it is gone.
+proc_start() {
+  local st
+  st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+  st=${st##*) }
+  # shellcheck disable=SC2086 # fields on purpose
+  set -- $st
+  echo "${20}"
+}
+
+# Waits until the process "pid:start" has ended (a zombie, gone, or its pid now another
+# program's), SIGKILL after grace seconds.
+end_recorded() { # pid:start grace
+  local pid=${1%%:*} start=${1#*:} i
+  for ((i = 0; i < $2 * 10; i++)); do
+    { pid_gone "$pid" || [ "$(proc_start "$pid")" != "$start" ]; } && return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait_gone "$pid" 30
+}
+
 # Ends pid (already sent SIGTERM): waits up to grace seconds, then SIGKILL and waits until
 # the kernel has ended it; false only when it outlives that too.
 end_process() { # pid grace
@@ -319,16 +368,22 @@ EOF
 }
 
 stop_nodes() {
-  local dir=$1 nd pid
+  local dir=$1 nd pid tree="" p
   [ -d "$dir/nodes" ] || return 0
   for nd in "$dir"/nodes/*/; do
     pid=$(cat "$nd/pid" 2>/dev/null || true)
-    pid_is "$pid" "$nd" && kill -TERM "$pid" 2>/dev/null || true
+    pid_is "$pid" "$nd" || continue
+    tree="$tree $(node_tree "$pid")"
+    kill -TERM "$pid" 2>/dev/null || true
   done
   for nd in "$dir"/nodes/*/; do
     pid=$(cat "$nd/pid" 2>/dev/null || true)
     [ -n "$pid" ] || continue
     pid_is "$pid" "$nd" && { end_process "$pid" 90 || echo "fleet.sh: node pid $pid does not end" >&2; }
+  done
+  # what the nodes leave: each cgroup guard clears its node's sandboxes, then ends
+  for p in $tree; do
+    end_recorded "$p" 30 || echo "fleet.sh: pid ${p%%:*} of a node does not end" >&2
   done
   return 0
 }

@@ -55,10 +55,32 @@ function M.up(opts)
   return M.reload(f)
 end
 
--- Every process of the fleet (postgres, haproxy, nodes) as pids, from fleet.json.
+-- Every process of the fleet as pids: PostgreSQL, HAProxy and the nodes from fleet.json, and
+-- every process each of them started (PostgreSQL's backends, each node's cgroup guard and
+-- sandboxes).
 function M.pids(f)
-  local pids = { f.info.postgres.pid, f.info.haproxy.pid }
-  for _, n in ipairs(f.info.nodes) do pids[#pids + 1] = n.pid end
+  local pids, mine = {}, {}
+  local function add(pid)
+    mine[pid] = true
+    pids[#pids + 1] = pid
+  end
+  add(f.info.postgres.pid)
+  add(f.info.haproxy.pid)
+  for _, n in ipairs(f.info.nodes) do add(n.pid) end
+  local parent = {}
+  for pid, ppid in proc.output("ps -e -o pid=,ppid="):gmatch("(%d+)%s+(%d+)") do
+    parent[tonumber(pid)] = tonumber(ppid)
+  end
+  local grew = true
+  while grew do
+    grew = false
+    for pid, ppid in pairs(parent) do
+      if not mine[pid] and mine[ppid] then
+        add(pid)
+        grew = true
+      end
+    end
+  end
   return pids
 end
 
