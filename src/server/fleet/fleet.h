@@ -145,4 +145,13 @@ void fleet_audit_ship(fleet *f, audit_store *store);
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next);
 
+/* ---- the egress log (fleet/egress.c) ---- */
+
+/* Ships what waits in this node's egress outbox to the database (each heartbeat, and before
+ * a read): 0, or -1 (it stays in the outbox). */
+int fleet_egress_ship(fleet *f, audit_store *store);
+/* The last limit events of a session from every node that held it, oldest first; NULL when
+ * the database cannot be read. */
+json_t *fleet_egress_events(fleet *f, const char *session_id, int limit);
+
 #endif

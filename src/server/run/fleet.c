@@ -23,7 +23,15 @@ static int beat(void *ctx)
     free(ids);
     free(times);
     fleet_audit_ship(a->fleet, a->audit);
+    fleet_egress_ship(a->fleet, a->audit);
     return (int)n;
+}
+
+/* Each egress event of this node's sessions waits in the outbox until the heartbeat ships it. */
+static void egress_event(void *ctx, const char *session_id, const json_t *event)
+{
+    app *a = ctx;
+    audit_egress_record(a->audit, session_id, event);
 }
 
 /* A session the fleet declared lost while this node was away goes (its files with it). */
@@ -100,6 +108,8 @@ int server_start_fleet(server *s)
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
     fleet_set_count(a->fleet, count, a->reg);
+    if (a->egress && a->audit)
+        egress_set_sink(a->egress, egress_event, a);
     fleet_set_drain(a->fleet, move_drain_step, a);
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");

@@ -33,7 +33,10 @@ static const char SCHEMA[] =
     "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);"
     "CREATE TABLE IF NOT EXISTS audit_probe (x INTEGER);"
     /* a fleet node's outbox: the sort key up to which rows reached the database */
-    "CREATE TABLE IF NOT EXISTS audit_shipped (one INTEGER PRIMARY KEY CHECK (one = 1), sk TEXT NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS audit_shipped (one INTEGER PRIMARY KEY CHECK (one = 1), sk TEXT NOT NULL);"
+    /* a fleet node's egress events on their way to the database (deleted once there) */
+    "CREATE TABLE IF NOT EXISTS egress_outbox (sk TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+    " event TEXT NOT NULL) WITHOUT ROWID;";
 
 static long long now_us(void)
 {
@@ -361,6 +364,80 @@ int audit_outbox_mark(audit_store *s, const char *sk)
     }
     if (rc != SQLITE_OK)
         fprintf(stderr, "airlockd: audit: marking the outbox failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+int audit_egress_record(audit_store *s, const char *session_id, const json_t *event)
+{
+    char *text = json_dumps(event, JSON_COMPACT);
+    if (!s || !text) {
+        free(text);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    unsigned int rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (unsigned int)now_us();
+    char sk[40];
+    snprintf(sk, sizeof sk, "%020lld#%08x", now_us(), rnd);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "INSERT INTO egress_outbox (sk, session_id, event) VALUES (?, ?, ?)", -1,
+                                &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, session_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, text, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: storing an egress event failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    free(text);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+int audit_egress_outbox_read(audit_store *s, int limit, json_t **rows)
+{
+    *rows = NULL;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT sk, session_id, event FROM egress_outbox ORDER BY sk LIMIT ?", -1,
+                                &st, NULL);
+    json_t *arr = json_array();
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int(st, 1, limit);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+            json_array_append_new(arr, json_pack("{s:o,s:o,s:o}", "sk", column_text(st, 0), "session_id",
+                                                 column_text(st, 1), "event", column_text(st, 2)));
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: reading the egress outbox failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SQLITE_OK) {
+        json_decref(arr);
+        return -1;
+    }
+    *rows = arr;
+    return 0;
+}
+
+int audit_egress_outbox_done(audit_store *s, const char *sk)
+{
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "DELETE FROM egress_outbox WHERE sk <= ?", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: clearing the egress outbox failed: %s\n", sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     return rc == SQLITE_OK ? 0 : -1;
