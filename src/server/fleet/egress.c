@@ -8,41 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SHIP_BATCH 500
-
 int fleet_egress_ship(fleet *f, audit_store *store)
 {
-    for (int round = 0; store && round < 20; round++) {
-        json_t *rows = NULL;
-        if (audit_egress_outbox_read(store, SHIP_BATCH, &rows) != 0) {
-            json_decref(rows);
-            return -1;
-        }
-        size_t n = json_array_size(rows);
-        if (n == 0) {
-            json_decref(rows);
-            return 0;
-        }
-        char *last = strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk")));
-        char *text = json_dumps(rows, JSON_COMPACT);
-        json_decref(rows);
-        const char *p[] = {text, f->id};
-        PGresult *res = text && last ? pg_query(f->db,
-            "INSERT INTO egress_events SELECT r.session_id, $2, r.sk, r.event::jsonb"
-            " FROM json_to_recordset($1::json) AS r(sk text, session_id text, event text)"
-            " ON CONFLICT DO NOTHING", 2, p) : NULL;
-        free(text);
-        bool shipped = res != NULL;
-        PQclear(res);
-        if (shipped)
-            audit_egress_outbox_done(store, last);
-        free(last);
-        if (!shipped)
-            return -1;
-        if (n < SHIP_BATCH)
-            return 0;
-    }
-    return 0;
+    return fleet_outbox_ship(f, store, audit_egress_outbox_read, audit_egress_outbox_done,
+        "INSERT INTO egress_events SELECT r.session_id, $2, r.sk, r.event::jsonb"
+        " FROM json_to_recordset($1::json) AS r(sk text, session_id text, event text) ON CONFLICT DO NOTHING");
 }
 
 json_t *fleet_egress_events(fleet *f, const char *session_id, int limit)

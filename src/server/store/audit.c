@@ -352,21 +352,27 @@ int audit_outbox_read(audit_store *s, int limit, json_t **rows)
     return 0;
 }
 
-int audit_outbox_mark(audit_store *s, const char *sk)
+/* One statement with the sort key sk as its parameter (what: for the message); 0 or -1. */
+static int run_with_sk(audit_store *s, const char *sql, const char *sk, const char *what)
 {
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, "INSERT INTO audit_shipped (one, sk) VALUES (1, ?)"
-                                       " ON CONFLICT (one) DO UPDATE SET sk = excluded.sk", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: marking the outbox failed: %s\n", sqlite3_errmsg(s->db));
+        fprintf(stderr, "airlockd: audit: %s failed: %s\n", what, sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     return rc == SQLITE_OK ? 0 : -1;
+}
+
+int audit_outbox_mark(audit_store *s, const char *sk)
+{
+    return run_with_sk(s, "INSERT INTO audit_shipped (one, sk) VALUES (1, ?)"
+                          " ON CONFLICT (one) DO UPDATE SET sk = excluded.sk", sk, "marking the outbox");
 }
 
 int audit_egress_record(audit_store *s, const char *session_id, const json_t *event)
@@ -429,16 +435,5 @@ int audit_egress_outbox_read(audit_store *s, int limit, json_t **rows)
 
 int audit_egress_outbox_done(audit_store *s, const char *sk)
 {
-    pthread_mutex_lock(&s->mu);
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, "DELETE FROM egress_outbox WHERE sk <= ?", -1, &st, NULL);
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
-        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
-    }
-    if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: clearing the egress outbox failed: %s\n", sqlite3_errmsg(s->db));
-    sqlite3_finalize(st);
-    pthread_mutex_unlock(&s->mu);
-    return rc == SQLITE_OK ? 0 : -1;
+    return run_with_sk(s, "DELETE FROM egress_outbox WHERE sk <= ?", sk, "clearing the egress outbox");
 }
