@@ -314,34 +314,25 @@ int audit_query(audit_store *s, const char *tenant, const char *before, size_t b
     return 0;
 }
 
-int audit_outbox_read(audit_store *s, int limit, json_t **rows)
+/* Up to limit rows of an outbox (sql, its LIMIT the one parameter), each made an object by
+ * row; 0 with *rows, or -1 (what: for the message). */
+static int outbox_rows(audit_store *s, const char *sql, int limit, json_t *(*row)(sqlite3_stmt *st), json_t **rows,
+                       const char *what)
 {
     *rows = NULL;
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = NULL;
-    /* sort keys grow with time: rows are written under mu with the time taken under it */
-    int rc = sqlite3_prepare_v2(s->db,
-                                "SELECT tenant_id, sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
-                                " duration_s, timed_out, oom_killed, detail FROM audit"
-                                " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')"
-                                " ORDER BY sk LIMIT ?",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     json_t *arr = json_array();
     if (rc == SQLITE_OK) {
         sqlite3_bind_int(st, 1, limit);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            json_t *o = json_object();
-            json_object_set_new(o, "tenant_id", column_text(st, 0));
-            json_object_set_new(o, "sk", column_text(st, 1));
-            json_object_set_new(o, "ts_us", json_integer(sqlite3_column_int64(st, 2)));
-            set_fields(o, st, 3);
-            json_array_append_new(arr, o);
-        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+            json_array_append_new(arr, row(st));
         if (rc == SQLITE_DONE)
             rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: reading the outbox failed: %s\n", sqlite3_errmsg(s->db));
+        fprintf(stderr, "airlockd: audit: reading the %s failed: %s\n", what, sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     if (rc != SQLITE_OK) {
@@ -350,6 +341,27 @@ int audit_outbox_read(audit_store *s, int limit, json_t **rows)
     }
     *rows = arr;
     return 0;
+}
+
+static json_t *audit_row(sqlite3_stmt *st)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "tenant_id", column_text(st, 0));
+    json_object_set_new(o, "sk", column_text(st, 1));
+    json_object_set_new(o, "ts_us", json_integer(sqlite3_column_int64(st, 2)));
+    set_fields(o, st, 3);
+    return o;
+}
+
+int audit_outbox_read(audit_store *s, int limit, json_t **rows)
+{
+    /* sort keys grow with time: rows are written under mu with the time taken under it */
+    return outbox_rows(s,
+                       "SELECT tenant_id, sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
+                       " duration_s, timed_out, oom_killed, detail FROM audit"
+                       " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')"
+                       " ORDER BY sk LIMIT ?",
+                       limit, audit_row, rows, "outbox");
 }
 
 /* One statement with the sort key sk as its parameter (what: for the message); 0 or -1. */
@@ -405,32 +417,16 @@ int audit_egress_record(audit_store *s, const char *session_id, const json_t *ev
     return rc == SQLITE_OK ? 0 : -1;
 }
 
+static json_t *egress_row(sqlite3_stmt *st)
+{
+    return json_pack("{s:o,s:o,s:o}", "sk", column_text(st, 0), "session_id", column_text(st, 1), "event",
+                     column_text(st, 2));
+}
+
 int audit_egress_outbox_read(audit_store *s, int limit, json_t **rows)
 {
-    *rows = NULL;
-    pthread_mutex_lock(&s->mu);
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, "SELECT sk, session_id, event FROM egress_outbox ORDER BY sk LIMIT ?", -1,
-                                &st, NULL);
-    json_t *arr = json_array();
-    if (rc == SQLITE_OK) {
-        sqlite3_bind_int(st, 1, limit);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-            json_array_append_new(arr, json_pack("{s:o,s:o,s:o}", "sk", column_text(st, 0), "session_id",
-                                                 column_text(st, 1), "event", column_text(st, 2)));
-        if (rc == SQLITE_DONE)
-            rc = SQLITE_OK;
-    }
-    if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: reading the egress outbox failed: %s\n", sqlite3_errmsg(s->db));
-    sqlite3_finalize(st);
-    pthread_mutex_unlock(&s->mu);
-    if (rc != SQLITE_OK) {
-        json_decref(arr);
-        return -1;
-    }
-    *rows = arr;
-    return 0;
+    return outbox_rows(s, "SELECT sk, session_id, event FROM egress_outbox ORDER BY sk LIMIT ?", limit, egress_row,
+                       rows, "egress outbox");
 }
 
 int audit_egress_outbox_done(audit_store *s, const char *sk)
