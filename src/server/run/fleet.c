@@ -3,7 +3,7 @@
 #include "run/fleet.h"
 
 #include "fleet/wire.h"
-#include "run/move.h"
+#include "drain/move.h"
 #include "store/pg_schema.h"
 
 #include <stdio.h>
