@@ -1,6 +1,6 @@
 /* The checks route handlers share before doing their work: body shape, 422 replies,
- * the optional ?limit= query, the session lookup with its 404/403 replies, and the 429 of the
- * concurrent-command limit. */
+ * the optional ?limit= query, the 503 of a moving session, the 507 of a change that could
+ * not be saved, and the 429 of the concurrent-command limit. */
 #include "api/api.h"
 #include "api/handlers.h"
 
@@ -63,23 +63,6 @@ void send_moving(http_request *r, const char *id)
     http_send_retry(r, 503, msg, 1);
 }
 
-session *acquire_session(app *a, http_request *r, const api_call *c)
-{
-    session *s = NULL;
-    /* every session route counts as activity, so the idle reaper spares it */
-    session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
-    /* the same strings on every session route */
-    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
-        return NULL;
-    if (rc == SESSION_NOT_FOUND)
-        http_send_detail(r, 404, "Session not found or expired");
-    else if (rc == SESSION_MOVING)
-        send_moving(r, c->param);
-    else if (rc != SESSION_OK)
-        http_send_detail(r, 403, "Forbidden: Access denied to this session");
-    return rc == SESSION_OK ? s : NULL;
-}
-
 void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg)
 {
     size_t n;
@@ -107,15 +90,4 @@ void send_not_saved(http_request *r, unsigned status, const char *what)
                               "try again later.",
              what);
     http_send_detail(r, status, msg);
-}
-
-session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what)
-{
-    session *s = acquire_session(a, r, c);
-    if (s && !audit_writable(a->audit)) {
-        registry_release(a->reg, s);
-        send_not_saved(r, 507, what);
-        return NULL;
-    }
-    return s;
 }

@@ -4,7 +4,7 @@
  * to this node (its archive fetched from the draining node); GET .../{id}/archive: the
  * draining node's tar archive of a session it is moving out. */
 #include "api/handlers.h"
-#include "run/move.h"
+#include "drain/move.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>

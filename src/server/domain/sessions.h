@@ -145,7 +145,7 @@ bool registry_has(registry *r, const char *id);
  * true when it was here. */
 bool registry_forget(registry *r, const char *id);
 
-/* ---- a fleet's drain (run/move.c) ---- */
+/* ---- a fleet's drain (drain/move.c) ---- */
 
 /* Takes idle session id out of service for a move (requests get SESSION_MOVING), with a
  * reference in *out; false when a request holds it (a command runs: it finishes first) or it

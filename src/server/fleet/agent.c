@@ -1,7 +1,10 @@
 /* The node's load report for HAProxy's agent-check (SANDBOX_FLEET_AGENT_PORT): a TCP listener
- * that answers each connection with one line (fleet_agent_reply) and closes it. HAProxy sets
- * the node's weight in the `create` backend from it, so new sessions go where there is room. */
-#include "fleet/internal.h"
+ * that answers each connection with one line (the reply function it was given: nodes.c's
+ * fleet_agent_reply) and closes it. HAProxy sets the node's weight in the `create` backend
+ * from it, so new sessions go where there is room. */
+#include "fleet/agent.h"
+
+#include <pthread.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +18,8 @@
 #include <unistd.h>
 
 struct fleet_agent {
-    fleet *f;
+    fleet_agent_reply_fn reply;
+    void *ctx;
     int fd;
     int wake[2]; /* written once to stop the thread */
     pthread_t thread;
@@ -27,7 +31,7 @@ static void answer(struct fleet_agent *ag, int c)
     struct timeval tv = {.tv_sec = 1};
     setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     char line[64];
-    fleet_agent_reply(ag->f, line, sizeof line);
+    ag->reply(ag->ctx, line, sizeof line);
     ssize_t w = send(c, line, strlen(line), MSG_NOSIGNAL);
     (void)w; /* HAProxy counts a short answer as a failed check */
     close(c);
@@ -75,14 +79,16 @@ static int listen_on(const char *host, int port, char *err, size_t errlen)
     return fd;
 }
 
-struct fleet_agent *fleet_agent_start(fleet *f, const char *host, int port, char *err, size_t errlen)
+struct fleet_agent *fleet_agent_start(fleet_agent_reply_fn reply, void *ctx, const char *host, int port, char *err,
+                                     size_t errlen)
 {
     struct fleet_agent *ag = calloc(1, sizeof *ag);
     if (!ag) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    ag->f = f;
+    ag->reply = reply;
+    ag->ctx = ctx;
     ag->wake[0] = ag->wake[1] = -1;
     if ((ag->fd = listen_on(host, port, err, errlen)) < 0 || pipe2(ag->wake, O_CLOEXEC) != 0 ||
         pthread_create(&ag->thread, NULL, agent_main, ag) != 0) {

@@ -110,7 +110,7 @@ long fleet_session_count(fleet *f, const char *tenant);
 /* ---- a drain's moves (fleet/moves.c) ---- */
 
 /* Called from the heartbeat while this node is draining: moves what it can of its idle
- * sessions, within a few seconds (run/move.c). */
+ * sessions, within a few seconds (drain/move.c). */
 typedef void (*fleet_drain_fn)(void *ctx);
 void fleet_set_drain(fleet *f, fleet_drain_fn step, void *ctx);
 /* The draining node: session sid (its own) is moving to the active node with the most free

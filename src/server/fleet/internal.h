@@ -31,9 +31,6 @@ struct fleet {
     pthread_cond_t cond;
 };
 
-/* The agent-check listener (fleet/agent.c): NULL with a message in err when it cannot listen. */
-struct fleet_agent *fleet_agent_start(fleet *f, const char *host, int port, char *err, size_t errlen);
-void fleet_agent_stop(struct fleet_agent *ag);
 
 /* The number a statement counts for its one parameter ($1), or -1 when the database cannot
  * be read. */

@@ -1,4 +1,5 @@
 /* The node's row: registration, the heartbeat thread, the admin list of nodes. */
+#include "fleet/agent.h"
 #include "fleet/internal.h"
 
 #include <stdio.h>
@@ -105,6 +106,11 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
+static void agent_reply(void *ctx, char *out, size_t outlen)
+{
+    fleet_agent_reply(ctx, out, outlen);
+}
+
 int fleet_drop_lost(fleet *f, fleet_lost_fn lost, void *ctx)
 {
     f->lost = lost;
@@ -117,7 +123,7 @@ int fleet_start(fleet *f, fleet_load_fn load)
     f->load = load;
     if (f->agent_port > 0) {
         char err[200];
-        if (!(f->agent = fleet_agent_start(f, f->agent_host, f->agent_port, err, sizeof err))) {
+        if (!(f->agent = fleet_agent_start(agent_reply, f, f->agent_host, f->agent_port, err, sizeof err))) {
             fprintf(stderr, "airlockd: fleet: %s\n", err);
             return -1;
         }

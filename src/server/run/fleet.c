@@ -3,7 +3,7 @@
 #include "run/fleet.h"
 
 #include "fleet/wire.h"
-#include "run/move.h"
+#include "drain/move.h"
 #include "store/pg_schema.h"
 
 #include <stdio.h>
@@ -97,6 +97,8 @@ int server_settle_fleet(server *s)
         snprintf(s->err, sizeof s->err, "fleet: cannot read this node's lost sessions from the database");
         return -1;
     }
+    if (a->egress && a->audit)
+        egress_set_sink(a->egress, egress_event, a);
     return 0;
 }
 
@@ -108,8 +110,6 @@ int server_start_fleet(server *s)
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
     fleet_set_count(a->fleet, count, a->reg);
-    if (a->egress && a->audit)
-        egress_set_sink(a->egress, egress_event, a);
     fleet_set_drain(a->fleet, move_drain_step, a);
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");

@@ -1,20 +1,18 @@
 /* Self-service keys on SQLite. Every operation runs under one mutex, so the
  * "max 10 active keys" and "last active key" checks and their writes are atomic. */
 #include "store/keystore.h"
+#include "store/key_material.h"
 #include "store/keystore_pg.h"
 #include "store/sqlite.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
-#define HASH_HEX 64
 
 struct keystore {
     sqlite3 *db;
@@ -79,66 +77,6 @@ static double epoch(void)
     return (double)us / 1e6;
 }
 
-/* Lowercase hex SHA-256 of s. */
-bool keystore_hash(const char *s, size_t n, char out[HASH_HEX + 1])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    if (!EVP_Digest(s, n, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32)
-        return false;
-    static const char hex[] = "0123456789abcdef";
-    for (unsigned i = 0; i < 32; i++) {
-        out[2 * i] = hex[md[i] >> 4];
-        out[2 * i + 1] = hex[md[i] & 15];
-    }
-    out[HASH_HEX] = '\0';
-    OPENSSL_cleanse(md, sizeof md);
-    return true;
-}
-
-static bool fill_random(unsigned char *buf, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(buf + got, n - got, 0);
-        if (r <= 0)
-            return false;
-        got += (size_t)r;
-    }
-    return true;
-}
-
-/* A new random key "asb_<10 base32>_<43 base64url>" into key. */
-bool keystore_new_key(char key[KEYSTORE_KEY_MAX])
-{
-    static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    unsigned char rnd[KEY_ID_LEN + 32];
-    if (!fill_random(rnd, sizeof rnd))
-        return false;
-    memcpy(key, "asb_", 4);
-    for (int i = 0; i < KEY_ID_LEN; i++)
-        key[4 + i] = b32[rnd[i] & 31];
-    key[4 + KEY_ID_LEN] = '_';
-    /* 32 random bytes as unpadded URL-safe base64: 43 characters */
-    char *o = key + 4 + KEY_ID_LEN + 1;
-    const unsigned char *in = rnd + KEY_ID_LEN;
-    for (int i = 0; i < 30; i += 3) {
-        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
-        *o++ = b64[v >> 18 & 63];
-        *o++ = b64[v >> 12 & 63];
-        *o++ = b64[v >> 6 & 63];
-        *o++ = b64[v & 63];
-    }
-    unsigned v = (unsigned)in[30] << 16 | (unsigned)in[31] << 8;
-    *o++ = b64[v >> 18 & 63];
-    *o++ = b64[v >> 12 & 63];
-    *o++ = b64[v >> 6 & 63];
-    *o = '\0';
-    OPENSSL_cleanse(rnd, sizeof rnd);
-    return true;
-}
-
 /* The public record of the row the statement is on (columns as in COLS). */
 static json_t *row_record(sqlite3_stmt *st)
 {
@@ -194,7 +132,7 @@ bool keystore_auth(keystore *ks, const char *key, char **tenant, char key_id[KEY
     for (size_t i = 4; i < 4 + KEY_ID_LEN; i++)
         if (!((key[i] >= 'a' && key[i] <= 'z') || (key[i] >= '2' && key[i] <= '7')))
             return false;
-    char given[HASH_HEX + 1];
+    char given[KEY_HASH_HEX + 1];
     if (!keystore_hash(key, n, given))
         return false;
     memcpy(key_id, key + 4, KEY_ID_LEN);
@@ -213,7 +151,7 @@ bool keystore_auth(keystore *ks, const char *key, char **tenant, char key_id[KEY
         if (sqlite3_step(st) == SQLITE_ROW) {
             const char *t = (const char *)sqlite3_column_text(st, 0);
             const char *h = (const char *)sqlite3_column_text(st, 1);
-            if (t && h && strlen(h) == HASH_HEX && CRYPTO_memcmp(h, given, HASH_HEX) == 0) {
+            if (t && h && strlen(h) == KEY_HASH_HEX && CRYPTO_memcmp(h, given, KEY_HASH_HEX) == 0) {
                 *tenant = strdup(t);
                 ok = *tenant != NULL;
             }
@@ -244,7 +182,7 @@ int keystore_create(keystore *ks, const char *tenant, const char *name, json_t *
         goto out;
     }
     for (int attempt = 0; attempt < 5 && rc == KS_ERROR; attempt++) {
-        char key[KEYSTORE_KEY_MAX], hash[HASH_HEX + 1];
+        char key[KEYSTORE_KEY_MAX], hash[KEY_HASH_HEX + 1];
         if (!keystore_new_key(key))
             break;
         char key_id[KEY_ID_LEN + 1];

@@ -7,9 +7,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "store/key_material.h"
+
 #define KEYSTORE_MAX_ACTIVE 10
-#define KEY_ID_LEN 10
-#define KEYSTORE_KEY_MAX (4 + KEY_ID_LEN + 1 + 43 + 1)
 #define KEYSTORE_NOTE "Store this key now: it is shown only once and can't be recovered."
 
 typedef struct pg_pool pg_pool;
@@ -39,9 +39,5 @@ json_t *keystore_list(keystore *ks, const char *tenant);
  * back unchanged. With keep_last, refuses (KS_LAST_KEY) to revoke the tenant's last active
  * key. KS_OK with *record. */
 int keystore_revoke(keystore *ks, const char *tenant, const char *key_id, bool keep_last, json_t **record);
-
-/* Shared with store/keystore_pg.c: the lowercase hex SHA-256 of s; a new random key. */
-bool keystore_hash(const char *s, size_t n, char out[65]);
-bool keystore_new_key(char key[KEYSTORE_KEY_MAX]);
 
 #endif

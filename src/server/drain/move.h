@@ -1,7 +1,7 @@
-/* A drain's moves between nodes (run/move.c, docs/fleet.md "Drain"): the draining node's
+/* A drain's moves between nodes (drain/move.c, docs/fleet.md "Drain"): the draining node's
  * step (from its heartbeat) and the two halves of a workspace's transfer. */
-#ifndef AIRLOCKD_RUN_MOVE_H
-#define AIRLOCKD_RUN_MOVE_H
+#ifndef AIRLOCKD_DRAIN_MOVE_H
+#define AIRLOCKD_DRAIN_MOVE_H
 
 #include "app.h"
 

@@ -4,7 +4,7 @@
  * database, fetches the workspace as a tar archive from the draining node
  * (GET /v1/fleet/internal/sessions/{id}/archive), unpacks it on a new disk and becomes the
  * owner. Both requests carry the fleet's secret as a bearer token. */
-#include "run/move.h"
+#include "drain/move.h"
 
 #include <curl/curl.h>
 #include <errno.h>
