@@ -4,6 +4,7 @@
 -- across nodes, the Lua SDK's quick start through the router, a database outage, kill -9 of
 -- a node, and nothing left running after `down`.
 local cjson = require "cjson"
+local egress = require "support.egress"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
 local proc = require "support.proc"
@@ -28,6 +29,7 @@ describe("a 3-node fleet", function()
         rated = { requests_per_minute = 10 }, busy = { max_concurrent_exec = 2, max_sessions = 20 } },
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
       SANDBOX_FLEET_CAPACITY = tostring(CAPACITY),
+      SANDBOX_EGRESS_POLICY = cjson.encode{ main = { "pypi" } },
     } }
   end)
 
@@ -46,14 +48,14 @@ describe("a 3-node fleet", function()
     return by_slot, by_id, res.json.nodes
   end
 
-  -- A new session of KEY's tenant on node_id (creates elsewhere are deleted again; a 503
-  -- while HAProxy's checks take a node that came back is tried again).
-  local function create_on(node_id)
+  -- A new session of KEY's tenant on node_id, made with body (creates elsewhere are deleted
+  -- again; a 503 while HAProxy's checks take a node that came back is tried again).
+  local function create_on(node_id, body)
     local by_slot = nodes()
     for _ = 1, 100 do
       local res
       proc.wait_until(10, function()
-        res = http.create(f.router, KEY)
+        res = http.create(f.router, KEY, body)
         return res.status ~= 503
       end)
       assert.are.equal(201, res.status, res.body)
@@ -319,6 +321,7 @@ describe("a 3-node fleet", function()
 
   it("fails creates closed while the database is down, keeps commands running, then recovers", function()
     local s = http.create(f.router, KEY).json.session_id
+    local eg = http.create(f.router, KEY, cjson.encode{ egress = { "pypi" } }).json.session_id
     local ok, out = fleet.sh(f.env, { "db-stop", f.dir })
     assert.is_true(ok, out)
     local refused = http.create(f.router, KEY)
@@ -327,6 +330,10 @@ describe("a 3-node fleet", function()
     local ran = http.exec(f.router, KEY, s, "echo still here")
     assert.are.equal(200, ran.status, ran.body)
     assert.are.equal("still here\n", ran.json.stdout)
+    -- an egress event meanwhile waits in its node's outbox (the log shows it from the node)
+    assert.are.same({ { status = 403 } },
+      egress.probe(f.router, KEY, eg, { { op = "connect", target = "outage.example:443" } }))
+    assert.are.equal("outage.example", egress.events(f.router, KEY, eg)[1].host)
     ok, out = fleet.sh(f.env, { "db-start", f.dir })
     assert.is_true(ok, out)
     fleet.reload(f)
@@ -335,6 +342,10 @@ describe("a 3-node fleet", function()
     assert.are.equal(200, http.exec(f.router, KEY, s, "echo after the outage").status)
     assert.is_true(proc.wait_until(10, function() return audited("echo after the outage") == 1 end))
     assert.are.equal(1, audited("echo still here"))
+    -- and reaches the database once (the log now read from there)
+    local events = egress.events(f.router, KEY, eg)
+    assert.are.equal(1, #events)
+    assert.are.same({ "outage.example", "deny" }, { events[1].host, events[1].decision })
     local list = http.request(f.router, "GET", "/v1/sessions", { key = KEY })
     for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
   end)
@@ -366,6 +377,15 @@ describe("a 3-node fleet", function()
       assert.are.equal(200, res.status, res.body)
       sums[i] = res.json.stdout
     end
+    -- a session with egress: its proxy's events (denials here: no traffic leaves the machine)
+    -- go through its node's outbox to the database, so they move with it
+    local eg = create_on("node2", cjson.encode{ egress = { "pypi" } })
+    assert.are.same({ { status = 403 }, { status = 403 } }, egress.probe(f.router, KEY, eg,
+      { { op = "connect", target = "evil.example:443" }, { op = "connect", target = "pypi.org:22" } }))
+    local eg_events = egress.events(f.router, KEY, eg)
+    assert.are.same({ "evil.example", "host not on allowlist" }, { eg_events[1].host, eg_events[1].reason })
+    assert.are.same({ "pypi.org", "port 22 not allowed" }, { eg_events[2].host, eg_events[2].reason })
+    assert.are.equal(2, #eg_events)
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     -- node-to-node routes: never through the router; never without the fleet's secret; and a
     -- node takes only a session the database says is moving to it
@@ -407,6 +427,9 @@ describe("a 3-node fleet", function()
       assert.are.equal(503, http.read({ url = f.nodes.node2.url }, KEY, id, "b.txt").status)
     end
     assert.are.equal(open_before, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+    -- the egress log moved with its session: the same events, once each, from its new node
+    assert.are.same(eg_events, egress.events(f.router, KEY, eg))
+    assert.are.equal(200, http.delete(f.router, KEY, eg).status)
     -- new sessions go elsewhere; the drained node refuses them
     local made = {}
     for i = 1, 3 do
@@ -427,16 +450,17 @@ describe("a 3-node fleet", function()
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. f.nodes.node3.pid)))
     assert.is_true(proc.wait_until(5, function() return not proc.alive(f.nodes.node3.pid) end))
-    -- creates keep succeeding on the other nodes (HAProxy retries a refused connection)
-    local created = {}
-    for i = 1, 6 do
+    -- a create at once: HAProxy retries the connection node3 refuses on another node
+    local function create_elsewhere()
       local res = http.create(f.router, KEY)
       assert.are.equal(201, res.status, res.body)
       assert.are_not.equal(victim.slot, res.json.session_id:sub(5, 6))
-      created[i] = res.json.session_id
+      return res.json.session_id
     end
+    local created = { create_elsewhere() }
     -- until HAProxy's checks mark node3 down, HAProxy itself answers 503; then another node
-    -- answers from the database, naming node3
+    -- answers from the database, naming node3 (checked before more creates: its sessions
+    -- are declared lost LOST_AFTER s after its last heartbeat)
     local waiting
     assert.is_true(proc.wait_until(10, function()
       waiting = http.read(f.router, KEY, mine[1], "x")
@@ -444,6 +468,8 @@ describe("a 3-node fleet", function()
       assert.is_string(waiting.headers["retry-after"])
       return waiting.json.detail:find("node3", 1, true) ~= nil
     end), waiting.body)
+    -- creates keep succeeding on the other nodes
+    for i = 2, 6 do created[i] = create_elsewhere() end
     local lost
     assert.is_true(proc.wait_until(LOST_AFTER + 15, function()
       lost = http.read(f.router, KEY, mine[1], "x")
@@ -525,6 +551,8 @@ describe("a 3-node fleet", function()
 
   it("leaves nothing running after down", function()
     local pids = fleet.pids(f)
+    -- beside the fleet.json ones: PostgreSQL's backends, each node's cgroup guard
+    assert.is_true(#pids > 2 + 2 * #f.info.nodes, #pids .. " processes")
     fleet.down(f)
     for _, pid in ipairs(pids) do assert.is_false(proc.alive(pid), "pid " .. pid .. " still runs") end
   end)

@@ -55,17 +55,51 @@ function M.up(opts)
   return M.reload(f)
 end
 
--- Every process of the fleet (postgres, haproxy, nodes) as pids, from fleet.json.
+-- Every process of the fleet as pids: PostgreSQL, HAProxy and the nodes from fleet.json, and
+-- every process each of them started (PostgreSQL's backends, each node's cgroup guard and
+-- sandboxes).
 function M.pids(f)
-  local pids = { f.info.postgres.pid, f.info.haproxy.pid }
-  for _, n in ipairs(f.info.nodes) do pids[#pids + 1] = n.pid end
+  local pids, mine = {}, {}
+  local function add(pid)
+    mine[pid] = true
+    pids[#pids + 1] = pid
+  end
+  add(f.info.postgres.pid)
+  add(f.info.haproxy.pid)
+  for _, n in ipairs(f.info.nodes) do add(n.pid) end
+  local parent = {}
+  for pid, ppid in proc.output("ps -e -o pid=,ppid="):gmatch("(%d+)%s+(%d+)") do
+    parent[tonumber(pid)] = tonumber(ppid)
+  end
+  local grew = true
+  while grew do
+    grew = false
+    for pid, ppid in pairs(parent) do
+      if not mine[pid] and mine[ppid] then
+        add(pid)
+        grew = true
+      end
+    end
+  end
   return pids
+end
+
+-- With AIRLOCK_FLEET_LOGS=DIR set, copies the fleet's logs (each node's, HAProxy's,
+-- PostgreSQL's) into a fresh folder of DIR after `down`, before the fleet's folder goes.
+local function keep_logs(f)
+  local to = os.getenv("AIRLOCK_FLEET_LOGS")
+  if not to or to == "" then return end
+  local dest = to .. "/fleet-" .. os.time() .. "-" .. math.random(1e6)
+  os.execute(string.format("mkdir -p %s && cd %s && cp --parents nodes/*/log haproxy/*.cfg haproxy/log "
+    .. "pg/postgres.log %s 2>/dev/null", q(dest), q(f.dir), q(dest)))
+  io.stderr:write("fleet logs kept in ", dest, "\n")
 end
 
 function M.down(f)
   if not f or not f.dir then return end
   local ok, out = fleet_sh(f.env, { "down", f.dir })
   if not ok then io.stderr:write("fleet.sh down: ", out, "\n") end
+  keep_logs(f)
   proc.remove_tree(f.dir)
   f.dir = nil
 end

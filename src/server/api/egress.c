@@ -12,7 +12,13 @@ void api_egress_log(app *a, http_request *r, const api_call *c)
     session *s = acquire_session(a, r, c);
     if (!s)
         return;
-    json_t *events = egress_events(a->egress, s->id, (size_t)limit);
+    json_t *events = NULL;
+    /* in a fleet: from the database, with every node's events of the session (this node's
+     * own shipped first); this node's alone while the database cannot be reached */
+    if (a->fleet && fleet_egress_ship(a->fleet, a->audit) == 0)
+        events = fleet_egress_events(a->fleet, s->id, (int)limit);
+    if (!events)
+        events = egress_events(a->egress, s->id, (size_t)limit);
     http_send_json(r, 200, json_pack("{s:s,s:o}", "session_id", s->id, "events", events ? events : json_array()));
     registry_release(a->reg, s);
 }

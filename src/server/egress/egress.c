@@ -31,6 +31,8 @@ struct egress_service {
     int root_ns;               /* airlockd's own network namespace */
     pthread_mutex_t mu;        /* guards sessions */
     egress_session *sessions;  /* live sessions that used egress */
+    egress_log_sink sink;      /* told of each event (a fleet's outbox), or NULL */
+    void *sink_ctx;
 };
 
 struct egress_sandbox {
@@ -123,6 +125,12 @@ egress_service *egress_open(const egress_settings *s, const char *state_dir, cha
     return e;
 }
 
+void egress_set_sink(egress_service *e, egress_log_sink sink, void *ctx)
+{
+    e->sink = sink;
+    e->sink_ctx = ctx;
+}
+
 void egress_close(egress_service *e)
 {
     if (!e)
@@ -170,6 +178,8 @@ static egress_session *session_get(egress_service *e, const char *id, const char
     s->log = egress_log_open(e->cfg->log_dir, id, errbuf, errlen);
     if (!s->log)
         goto fail;
+    if (e->sink)
+        egress_log_set_sink(s->log, e->sink, e->sink_ctx);
     atomic_init(&s->refs, 2); /* the table's and the caller's */
     atomic_init(&s->revoked, false);
     s->next = e->sessions;

@@ -6,6 +6,7 @@
 #ifndef AIRLOCKD_EGRESS_EGRESS_H
 #define AIRLOCKD_EGRESS_EGRESS_H
 
+#include "egress/log.h"
 #include "egress/settings.h"
 #include "sandbox/sandbox.h"
 
@@ -18,6 +19,9 @@ typedef struct egress_sandbox egress_sandbox;
 /* Starts the proxy thread; loads (or creates) the pass secret <state_dir>/egress.key; makes
  * SANDBOX_EGRESS_LOG_DIR. NULL with a message when anything is wrong. */
 egress_service *egress_open(const egress_settings *s, const char *state_dir, char *errbuf, size_t errlen);
+
+/* Every session's log from now on also tells sink (egress/log.h); set before serving. */
+void egress_set_sink(egress_service *e, egress_log_sink sink, void *ctx);
 
 /* Stops the proxy (ending every tunnel) and forgets every session. NULL is a no-op. */
 void egress_close(egress_service *e);

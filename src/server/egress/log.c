@@ -22,6 +22,9 @@ struct egress_log {
     long long size;
     char *path;    /* <dir>/<session>.jsonl */
     bool reported; /* a write error was logged once */
+    char session_id[32];
+    egress_log_sink sink; /* NULL: none */
+    void *sink_ctx;
 };
 
 static int open_file(egress_log *l)
@@ -42,6 +45,7 @@ egress_log *egress_log_open(const char *dir, const char *session_id, char *err, 
         return NULL;
     }
     l->fd = -1;
+    snprintf(l->session_id, sizeof l->session_id, "%s", session_id);
     pthread_mutex_init(&l->mu, NULL);
     if (dir) {
         if (asprintf(&l->path, "%s/%s.jsonl", dir, session_id) < 0) {
@@ -97,6 +101,14 @@ static void write_line(egress_log *l, const json_t *event)
     free(text);
 }
 
+void egress_log_set_sink(egress_log *l, egress_log_sink sink, void *ctx)
+{
+    pthread_mutex_lock(&l->mu);
+    l->sink = sink;
+    l->sink_ctx = ctx;
+    pthread_mutex_unlock(&l->mu);
+}
+
 void egress_log_add(egress_log *l, json_t *event)
 {
     if (!event)
@@ -104,6 +116,8 @@ void egress_log_add(egress_log *l, json_t *event)
     pthread_mutex_lock(&l->mu);
     if (l->path)
         write_line(l, event);
+    if (l->sink)
+        l->sink(l->sink_ctx, l->session_id, event);
     json_decref(l->ring[l->next]);
     l->ring[l->next] = event;
     l->next = (l->next + 1) % EGRESS_LOG_RING;

@@ -16,6 +16,11 @@ typedef struct egress_log egress_log;
 /* dir NULL: memory only. The file is opened (created 0640) here and held until close. */
 egress_log *egress_log_open(const char *dir, const char *session_id, char *err, size_t errlen);
 
+/* Told of every event added (with the session's id), under the log's lock: a fleet node
+ * puts it in its outbox for the database (run/fleet.c). */
+typedef void (*egress_log_sink)(void *ctx, const char *session_id, const json_t *event);
+void egress_log_set_sink(egress_log *l, egress_log_sink sink, void *ctx);
+
 /* Appends an event (the reference is stolen). */
 void egress_log_add(egress_log *l, json_t *event);
 

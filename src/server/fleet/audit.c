@@ -11,32 +11,45 @@
 
 #define SHIP_BATCH 500
 
-void fleet_audit_ship(fleet *f, audit_store *store)
+int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
+                      const char *insert)
 {
     for (int round = 0; store && round < 20; round++) {
         json_t *rows = NULL;
-        if (audit_outbox_read(store, SHIP_BATCH, &rows) != 0 || json_array_size(rows) == 0) {
+        if (read(store, SHIP_BATCH, &rows) != 0) {
             json_decref(rows);
-            return;
+            return -1;
         }
         size_t n = json_array_size(rows);
+        if (n == 0) {
+            json_decref(rows);
+            return 0;
+        }
         char *last = strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk")));
         char *text = json_dumps(rows, JSON_COMPACT);
         json_decref(rows);
         const char *p[] = {text, f->id};
-        PGresult *res = text && last ? pg_query(f->db,
-            "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
-            " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
-            " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING", 2, p) : NULL;
+        PGresult *res = text && last ? pg_query(f->db, insert, 2, p) : NULL;
         free(text);
         bool shipped = res != NULL;
         PQclear(res);
         if (shipped)
-            audit_outbox_mark(store, last);
+            done(store, last);
         free(last);
-        if (!shipped || n < SHIP_BATCH)
-            return;
+        if (!shipped)
+            return -1;
+        if (n < SHIP_BATCH)
+            return 0;
     }
+    return 0;
+}
+
+void fleet_audit_ship(fleet *f, audit_store *store)
+{
+    fleet_outbox_ship(f, store, audit_outbox_read, audit_outbox_mark,
+        "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
+        " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
+        " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING");
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

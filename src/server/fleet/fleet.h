@@ -34,9 +34,13 @@ typedef size_t (*fleet_count_fn)(void *ctx);
 
 /* Registers the node (its slot assigned on its first start). NULL with a message in err. */
 fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen);
-/* Drops the sessions declared lost (lost), then starts the heartbeat thread; load(ctx) is
- * the number of sessions it holds. */
-int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx);
+/* Drops the sessions declared lost while the node was away (lost(ctx, id) for each; the
+ * heartbeat calls it again if the node is declared dead later): before the node serves any
+ * request. 0, or -1 when the database cannot be read. */
+int fleet_drop_lost(fleet *f, fleet_lost_fn lost, void *ctx);
+/* Starts the heartbeat thread; load(ctx) is the number of sessions it holds (ctx is the one
+ * given to fleet_drop_lost). */
+int fleet_start(fleet *f, fleet_load_fn load);
 /* The live session count behind fleet_full and the agent's weight; set before fleet_start. */
 void fleet_set_count(fleet *f, fleet_count_fn count, void *ctx);
 /* Whether the node holds its capacity of sessions (never without a capacity). */
@@ -140,5 +144,14 @@ void fleet_audit_ship(fleet *f, audit_store *store);
 /* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next);
+
+/* ---- the egress log (fleet/egress.c) ---- */
+
+/* Ships what waits in this node's egress outbox to the database (each heartbeat, and before
+ * a read): 0, or -1 (it stays in the outbox). */
+int fleet_egress_ship(fleet *f, audit_store *store);
+/* The last limit events of a session from every node that held it, oldest first; NULL when
+ * the database cannot be read. */
+json_t *fleet_egress_events(fleet *f, const char *session_id, int limit);
 
 #endif

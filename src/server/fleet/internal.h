@@ -36,4 +36,14 @@ struct fleet {
  * be read. */
 long fleet_count(fleet *f, const char *sql, const char *tenant);
 
+/* One of the node's outboxes in audit.db (fleet/audit.c): read(store, limit, &rows) gives the
+ * rows waiting, oldest first, each with its "sk"; done(store, sk) says they reached the
+ * database. */
+typedef int (*fleet_outbox_read)(audit_store *store, int limit, json_t **rows);
+typedef int (*fleet_outbox_done)(audit_store *store, const char *sk);
+/* Ships what waits in the outbox with insert ($1 the rows as a JSON array, $2 this node's id;
+ * ON CONFLICT DO NOTHING, so a repeated shipment writes nothing twice): 0, or -1 (it stays). */
+int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
+                      const char *insert);
+
 #endif

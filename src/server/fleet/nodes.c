@@ -47,14 +47,16 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     return f;
 }
 
-/* This node's sessions the fleet declared lost: dropped here too. */
-static void drop_lost(fleet *f)
+/* This node's sessions the fleet declared lost: dropped here too. False when the database
+ * could not be read. */
+static bool drop_lost(fleet *f)
 {
     const char *p[] = {f->id};
     PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'lost'", 1, p);
     for (int i = 0; res && f->lost && i < PQntuples(res); i++)
         f->lost(f->load_ctx, PQgetvalue(res, i, 0));
     PQclear(res);
+    return res != NULL;
 }
 
 static void beat(fleet *f)
@@ -66,15 +68,16 @@ static void beat(fleet *f)
     const char *p[] = {f->id, l, g};
     char *state = pg_value(f->db, "SELECT airlock_node_heartbeat($1, $2::integer, $3::double precision)", 3, p);
     bool active = state && strcmp(state, "active") == 0;
-    if (state && strcmp(state, "dead") == 0) {
-        /* declared dead while it could not reach the database: it registers again (its
-         * sessions stayed lost: their ids answer 410 from the database) */
+    if (state && strcmp(state, "dead") == 0 && drop_lost(f)) {
+        /* declared dead while it could not reach the database: it drops the sessions
+         * declared lost first (their ids answer 410 from the database), and only then
+         * registers again, so an `active` row never names a node still serving them (the
+         * next heartbeat tries again when they could not be read) */
         char cap[24];
         snprintf(cap, sizeof cap, "%d", f->capacity);
         const char *rp[] = {f->id, f->url, cap};
         free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
         fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
-        drop_lost(f);
     }
     atomic_store(&f->accepting, active);
     if (state && strcmp(state, "draining") == 0 && f->drain_step)
@@ -108,12 +111,16 @@ static void agent_reply(void *ctx, char *out, size_t outlen)
     fleet_agent_reply(ctx, out, outlen);
 }
 
-int fleet_start(fleet *f, fleet_load_fn load, fleet_lost_fn lost, void *ctx)
+int fleet_drop_lost(fleet *f, fleet_lost_fn lost, void *ctx)
 {
-    f->load = load;
     f->lost = lost;
     f->load_ctx = ctx;
-    drop_lost(f);
+    return drop_lost(f) ? 0 : -1;
+}
+
+int fleet_start(fleet *f, fleet_load_fn load)
+{
+    f->load = load;
     if (f->agent_port > 0) {
         char err[200];
         if (!(f->agent = fleet_agent_start(agent_reply, f, f->agent_host, f->agent_port, err, sizeof err))) {

@@ -23,7 +23,15 @@ static int beat(void *ctx)
     free(ids);
     free(times);
     fleet_audit_ship(a->fleet, a->audit);
+    fleet_egress_ship(a->fleet, a->audit);
     return (int)n;
+}
+
+/* Each egress event of this node's sessions waits in the outbox until the heartbeat ships it. */
+static void egress_event(void *ctx, const char *session_id, const json_t *event)
+{
+    app *a = ctx;
+    audit_egress_record(a->audit, session_id, event);
 }
 
 /* A session the fleet declared lost while this node was away goes (its files with it). */
@@ -76,6 +84,24 @@ int server_join_fleet(server *s)
     return 0;
 }
 
+int server_settle_fleet(server *s)
+{
+    app *a = &s->a;
+    if (!a->fleet)
+        return 0;
+    /* the sessions are restored by now: what the database still gives this node beyond them
+     * is lost, and what the fleet declared lost while it was away goes, before any request
+     * could reach them */
+    fleet_session_reconcile(a->fleet, held, a->reg);
+    if (fleet_drop_lost(a->fleet, lost, a) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot read this node's lost sessions from the database");
+        return -1;
+    }
+    if (a->egress && a->audit)
+        egress_set_sink(a->egress, egress_event, a);
+    return 0;
+}
+
 int server_start_fleet(server *s)
 {
     app *a = &s->a;
@@ -83,11 +109,9 @@ int server_start_fleet(server *s)
         return 0;
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
-    /* the sessions are restored by now: what the database still gives this node beyond them is lost */
-    fleet_session_reconcile(a->fleet, held, a->reg);
     fleet_set_count(a->fleet, count, a->reg);
     fleet_set_drain(a->fleet, move_drain_step, a);
-    if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat, lost, a) != 0) {
+    if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
         return -1;
     }

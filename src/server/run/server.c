@@ -204,7 +204,7 @@ int server_open(server *s, const config *cfg)
     atomic_init(&s->a.exec_seq, 1);
     int (*const steps[])(server *) = {claim_state_dir, open_sandboxes, open_stores,       open_disks,
                                       open_egress,     open_tenants,   server_join_fleet, open_warm_pool,
-                                      open_sessions};
+                                      open_sessions,   server_settle_fleet};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
         if (steps[i](s) != 0)
             return -1;

@@ -33,7 +33,10 @@ static const char SCHEMA[] =
     "CREATE INDEX IF NOT EXISTS audit_ts ON audit (ts_us);"
     "CREATE TABLE IF NOT EXISTS audit_probe (x INTEGER);"
     /* a fleet node's outbox: the sort key up to which rows reached the database */
-    "CREATE TABLE IF NOT EXISTS audit_shipped (one INTEGER PRIMARY KEY CHECK (one = 1), sk TEXT NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS audit_shipped (one INTEGER PRIMARY KEY CHECK (one = 1), sk TEXT NOT NULL);"
+    /* a fleet node's egress events on their way to the database (deleted once there) */
+    "CREATE TABLE IF NOT EXISTS egress_outbox (sk TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+    " event TEXT NOT NULL) WITHOUT ROWID;";
 
 static long long now_us(void)
 {
@@ -311,34 +314,25 @@ int audit_query(audit_store *s, const char *tenant, const char *before, size_t b
     return 0;
 }
 
-int audit_outbox_read(audit_store *s, int limit, json_t **rows)
+/* Up to limit rows of an outbox (sql, its LIMIT the one parameter), each made an object by
+ * row; 0 with *rows, or -1 (what: for the message). */
+static int outbox_rows(audit_store *s, const char *sql, int limit, json_t *(*row)(sqlite3_stmt *st), json_t **rows,
+                       const char *what)
 {
     *rows = NULL;
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = NULL;
-    /* sort keys grow with time: rows are written under mu with the time taken under it */
-    int rc = sqlite3_prepare_v2(s->db,
-                                "SELECT tenant_id, sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
-                                " duration_s, timed_out, oom_killed, detail FROM audit"
-                                " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')"
-                                " ORDER BY sk LIMIT ?",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     json_t *arr = json_array();
     if (rc == SQLITE_OK) {
         sqlite3_bind_int(st, 1, limit);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            json_t *o = json_object();
-            json_object_set_new(o, "tenant_id", column_text(st, 0));
-            json_object_set_new(o, "sk", column_text(st, 1));
-            json_object_set_new(o, "ts_us", json_integer(sqlite3_column_int64(st, 2)));
-            set_fields(o, st, 3);
-            json_array_append_new(arr, o);
-        }
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+            json_array_append_new(arr, row(st));
         if (rc == SQLITE_DONE)
             rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: reading the outbox failed: %s\n", sqlite3_errmsg(s->db));
+        fprintf(stderr, "airlockd: audit: reading the %s failed: %s\n", what, sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     if (rc != SQLITE_OK) {
@@ -349,19 +343,93 @@ int audit_outbox_read(audit_store *s, int limit, json_t **rows)
     return 0;
 }
 
-int audit_outbox_mark(audit_store *s, const char *sk)
+static json_t *audit_row(sqlite3_stmt *st)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "tenant_id", column_text(st, 0));
+    json_object_set_new(o, "sk", column_text(st, 1));
+    json_object_set_new(o, "ts_us", json_integer(sqlite3_column_int64(st, 2)));
+    set_fields(o, st, 3);
+    return o;
+}
+
+int audit_outbox_read(audit_store *s, int limit, json_t **rows)
+{
+    /* sort keys grow with time: rows are written under mu with the time taken under it */
+    return outbox_rows(s,
+                       "SELECT tenant_id, sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
+                       " duration_s, timed_out, oom_killed, detail FROM audit"
+                       " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')"
+                       " ORDER BY sk LIMIT ?",
+                       limit, audit_row, rows, "outbox");
+}
+
+/* One statement with the sort key sk as its parameter (what: for the message); 0 or -1. */
+static int run_with_sk(audit_store *s, const char *sql, const char *sk, const char *what)
 {
     pthread_mutex_lock(&s->mu);
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, "INSERT INTO audit_shipped (one, sk) VALUES (1, ?)"
-                                       " ON CONFLICT (one) DO UPDATE SET sk = excluded.sk", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: marking the outbox failed: %s\n", sqlite3_errmsg(s->db));
+        fprintf(stderr, "airlockd: audit: %s failed: %s\n", what, sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     return rc == SQLITE_OK ? 0 : -1;
+}
+
+int audit_outbox_mark(audit_store *s, const char *sk)
+{
+    return run_with_sk(s, "INSERT INTO audit_shipped (one, sk) VALUES (1, ?)"
+                          " ON CONFLICT (one) DO UPDATE SET sk = excluded.sk", sk, "marking the outbox");
+}
+
+int audit_egress_record(audit_store *s, const char *session_id, const json_t *event)
+{
+    char *text = json_dumps(event, JSON_COMPACT);
+    if (!s || !text) {
+        free(text);
+        return -1;
+    }
+    pthread_mutex_lock(&s->mu);
+    unsigned int rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (unsigned int)now_us();
+    char sk[40];
+    snprintf(sk, sizeof sk, "%020lld#%08x", now_us(), rnd);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "INSERT INTO egress_outbox (sk, session_id, event) VALUES (?, ?, ?)", -1,
+                                &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, sk, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, session_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, text, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+    }
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "airlockd: audit: storing an egress event failed: %s\n", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    free(text);
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+static json_t *egress_row(sqlite3_stmt *st)
+{
+    return json_pack("{s:o,s:o,s:o}", "sk", column_text(st, 0), "session_id", column_text(st, 1), "event",
+                     column_text(st, 2));
+}
+
+int audit_egress_outbox_read(audit_store *s, int limit, json_t **rows)
+{
+    return outbox_rows(s, "SELECT sk, session_id, event FROM egress_outbox ORDER BY sk LIMIT ?", limit, egress_row,
+                       rows, "egress outbox");
+}
+
+int audit_egress_outbox_done(audit_store *s, const char *sk)
+{
+    return run_with_sk(s, "DELETE FROM egress_outbox WHERE sk <= ?", sk, "clearing the egress outbox");
 }

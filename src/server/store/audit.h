@@ -59,4 +59,12 @@ int audit_outbox_read(audit_store *store, int limit, json_t **rows);
 /* Everything up to sort key sk has reached the database. */
 int audit_outbox_mark(audit_store *store, const char *sk);
 
+/* A fleet node's egress events take the same way: each is kept here (durably, like an audit
+ * row) until the database has it. 0 or -1. */
+int audit_egress_record(audit_store *store, const char *session_id, const json_t *event);
+/* Up to limit waiting events, oldest first, as {"sk", "session_id", "event" (JSON text)}. */
+int audit_egress_outbox_read(audit_store *store, int limit, json_t **rows);
+/* The events up to sort key sk reached the database: they leave the outbox. */
+int audit_egress_outbox_done(audit_store *store, const char *sk);
+
 #endif

@@ -172,6 +172,15 @@ static const char *const MIGRATIONS[] = {
     "CREATE INDEX audit_ts ON audit (ts_us);",
     /* 3: a session moving to another node (a drain): the node that may take it */
     "ALTER TABLE sessions ADD COLUMN moving_to text REFERENCES nodes (id);",
+    /* 4: every node's egress events, shipped from its outbox (written once: a row's key is
+     * its node's), readable from any node and after a drain */
+    "CREATE TABLE egress_events ("
+    " session_id text NOT NULL,"
+    " node text NOT NULL,"
+    " sk text COLLATE \"C\" NOT NULL,"
+    " event jsonb NOT NULL,"
+    " PRIMARY KEY (session_id, node, sk));"
+    "CREATE INDEX egress_events_session_sk ON egress_events (session_id, sk DESC);",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
