@@ -246,7 +246,9 @@ describe("airlock SDK against airlockd", function()
       tasks[i] = airlock.spawn(function()
         return airlock.with(opts, function(sbx)
           ids[i] = sbx.session_id
-          local r = sbx:run(UNTIL_GO .. "echo task" .. i)
+          -- the other task's sandbox may boot slowly on a loaded machine: the command waits
+          -- for go longer than the default timeout would let it
+          local r = sbx:run(UNTIL_GO .. "echo task" .. i, { timeout = 60 })
           outputs[i] = r.stdout
           return r.exit_code
         end)

@@ -3,6 +3,7 @@
  * budget, the handler on a worker pool while the connection is suspended, the response),
  * deadlines handed to the connection table, one log line per request, the orderly stop. */
 #include "http/internal.h"
+#include "http/linger.h"
 #include "http/strict.h"
 
 #include <arpa/inet.h>
@@ -176,6 +177,8 @@ static enum MHD_Result refuse_raw(http_request *r, unsigned status, const char *
         send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EPIPE &&
         errno != ECONNRESET)
         perror("airlockd: http: send");
+    /* MHD closes the connection when this returns MHD_NO: the client may still be sending */
+    http_linger(fd);
     r->status = status;
     r->answered_raw = true;
     r->state = RQ_ANSWERED;
