@@ -136,10 +136,15 @@ fleet: deps
 
 # make test: the same preparation, then every spec where its result can differ (Lua 5.4,
 # LuaJIT, Lua 5.1, Lua 5.3 for the core's ABI; airlockd's specs once), as parallel jobs.
+# `make test TEST_MODE=ci` (what .ci/run calls) also builds the ASan/UBSan variant, whose Lua
+# 5.4 runs stand in for the plain ones where they can, and adds valgrind over the core.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+TEST_MODE ?=
+TEST_BUILDS = build luajit-core compat-builds $(if $(filter ci,$(TEST_MODE)),sanitize $(ASAN_HOST))
+TEST_FLAGS  = $(if $(filter ci,$(TEST_MODE)),--asan --valgrind)
 test: deps
-	$(MAKE) -j$(NPROC) build luajit-core compat-builds
-	LUA=$(LUA) ./scripts/test.sh
+	$(MAKE) -j$(NPROC) $(TEST_BUILDS)
+	LUA=$(LUA) ./scripts/test.sh $(TEST_FLAGS)
 
 # The same C core built against LuaJIT's headers (the module is ABI-specific).
 luajit-core:
@@ -190,11 +195,9 @@ asan-test: sanitize $(ASAN_HOST)
 valgrind-test: build
 	./scripts/test.sh --valgrind --only=valgrind
 
-# make ci (what .ci/run runs after make lint): every build variant at once (make -j), then
-# the suite with the ASan build standing in for Lua 5.4 where it can, plus valgrind.
-ci: deps
-	$(MAKE) -j$(NPROC) ci-builds
-	LUA=$(LUA) ./scripts/test.sh --asan --valgrind
+# make ci: make test as .ci/run runs it (after make lint).
+ci:
+	$(MAKE) test TEST_MODE=ci
 
 ci-builds: build luajit-core compat-builds sanitize $(ASAN_HOST)
 
