@@ -122,14 +122,19 @@ run_job() {
   esac
   start=$(date +%s%N)
   # shellcheck disable=SC2086 # ARGS are words
-  AIRLOCK_SUMMARY_FILE=$sum "${cmd[@]}" "${busted[@]}" $args > "$log" 2>&1
+  AIRLOCK_SUMMARY_FILE=$sum AIRLOCK_FAILED_FILE=$work/jobs/$n.failed "${cmd[@]}" "${busted[@]}" $args > "$log" 2>&1
   rc=$?
   # a run that died before its summary (a crash, a syntax error), or that failed after it
   # (valgrind's exit 99), counts as one failure
   if [ ! -s "$sum" ]; then
-    echo "0 1 0" >> "$sum"
+    echo "0 1 0" >> "$sum"; echo "(died before its summary, exit status $rc)" >> "$work/jobs/$n.failed"
   elif [ $rc -ne 0 ] && [ "$(awk '{ f += $2 } END { print f }' "$sum")" = 0 ]; then
     echo "0 1 0" >> "$sum"; echo "(exit status $rc after the specs)" >> "$log"
+    echo "(exit status $rc after the specs)" >> "$work/jobs/$n.failed"
+  fi
+  # each failure line names its job, so the closing lines say what failed and where
+  if [ -s "$work/jobs/$n.failed" ]; then
+    sed -i "s|^|$kind $args: |" "$work/jobs/$n.failed"
   fi
   local secs
   secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
@@ -154,10 +159,15 @@ if [ $asan = 1 ] && ls "$asan_reports"/* >/dev/null 2>&1; then
   cat "$asan_reports"/*
   echo "sanitizer reports (above)"
   echo "0 1 0" >> "$work/jobs/asan-reports.sum"
+  echo "sanitizer reports (printed above)" >> "$work/jobs/asan-reports.failed"
 fi
 echo
 echo "== $n spec jobs in $(( $(date +%s) - started )) s on $TEST_JOBS CPUs; the slowest:"
 sort -rn "$work/times" | head -12
+if ls "$work"/jobs/*.failed >/dev/null 2>&1; then
+  echo "== failed:"
+  cat "$work"/jobs/*.failed | cut -c1-300
+fi
 cat "$work"/jobs/*.sum |
   awk '{ p += $1; f += $2; s += $3 }
        END { printf "%d passed, %d failed, %d skipped\n", p, f, s; exit (f > 0 || p == 0) }'

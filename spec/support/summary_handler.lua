@@ -17,6 +17,19 @@ return function(options)
       f:write(string.format("%d %d %d\n", passed, failed, skipped))
       f:close()
     end
+    -- the failing tests' names, so that the closing lines of scripts/test.sh can list them
+    local names = os.getenv("AIRLOCK_FAILED_FILE")
+    if names and names ~= "" and failed > 0 then
+      local f = assert(io.open(names, "a"))
+      for _, list in ipairs({ handler.failures, handler.errors }) do
+        for _, t in ipairs(list) do
+          local where = t.trace and t.trace.short_src and
+            (t.trace.short_src .. ":" .. tostring(t.trace.currentline)) or "?"
+          f:write(string.format("%s  %s\n", where, t.name or "?"))
+        end
+      end
+      f:close()
+    end
     io.flush()
     return nil, true
   end)
