@@ -10,10 +10,14 @@
 #   scripts/fleet.sh router DIR           writes HAProxy's configuration again from the nodes
 #                                         table and reloads it (after a node joined or left)
 #   scripts/fleet.sh start-node DIR ID    starts node ID again on its state directory
-#   scripts/fleet.sh drain DIR ID         drains node ID: it takes no new session and its
-#                                         sessions move to the other nodes; the router's map
-#                                         of moved sessions follows each move (no reload);
-#                                         returns once the node is drained
+#   scripts/fleet.sh drain DIR ID         drains node ID (as POST /v1/admin/nodes/ID/drain):
+#                                         it takes no new session and its sessions move to
+#                                         the other nodes; returns once the node is drained
+#   scripts/fleet.sh follow DIR           keeps the router's map of moved sessions current
+#                                         (no reload), whoever started the drain; `up` runs
+#                                         it in the background until `down`
+#   scripts/fleet.sh follow --socket S --map M
+#                                         the same next to a real router (docs/fleet.md)
 #   scripts/fleet.sh db-stop DIR / db-start DIR
 #                                         stops / starts the fleet's PostgreSQL (outage tests)
 #   scripts/fleet.sh exec [--nodes N] -- CMD...
@@ -185,7 +189,8 @@ start_postgres() {
 }
 
 start_node() { # dir id index
-  local dir=$1 id=$2 i=$3 nd="$dir/nodes/$2" port=0
+  local dir=$1 id=$2 i=$3 port=0
+  local nd="$dir/nodes/$id"
   mkdir -p "$nd"
   # a node started again keeps its address, so the router's configuration stays right
   [ -s "$nd/port" ] && port=$(cat "$nd/port")
@@ -214,18 +219,23 @@ wait_node() { # dir id
 }
 
 # Each live session a drain moved (its id's slot is not its node's): "id slot_SS", SS its
-# node's slot.
+# node's slot. $1: the fleet's DIR, or empty for the database libpq's variables name (PGHOST,
+# PGPORT, PGUSER, PGDATABASE, PGPASSFILE: never a password on a command line).
 moved_sessions() {
-  fleet_psql "$1" -At -F ' ' -c \
-    "SELECT s.id, 'slot_' || lpad(to_hex(n.slot), 2, '0') FROM sessions s JOIN nodes n ON n.id = s.node
+  local query="SELECT s.id, 'slot_' || lpad(to_hex(n.slot), 2, '0') FROM sessions s JOIN nodes n ON n.id = s.node
      WHERE s.state = 'active' AND substr(s.id, 5, 2) <> lpad(to_hex(n.slot), 2, '0') ORDER BY s.id"
+  if [ -n "$1" ]; then
+    fleet_psql "$1" -At -F ' ' -c "$query"
+  else
+    psql -X -q -v ON_ERROR_STOP=1 -At -F ' ' -c "$query"
+  fi
 }
 
-# One command of HAProxy's runtime API (its stats socket); its answer on stdout.
+# One command of HAProxy's runtime API on its stats socket $1; its answer on stdout.
 router_api() {
   python3 -c 'import socket, sys
 s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall((sys.argv[2] + "\n").encode())
-s.shutdown(socket.SHUT_WR); sys.stdout.write(s.makefile().read())' "$1/haproxy/admin.sock" "$2"
+s.shutdown(socket.SHUT_WR); sys.stdout.write(s.makefile().read())' "$1" "$2"
 }
 
 # HAProxy's configuration from the nodes table: one backend per node slot (the first two hex
@@ -233,7 +243,8 @@ s.shutdown(socket.SHUT_WR); sys.stdout.write(s.makefile().read())' "$1/haproxy/a
 # answer from the database); new sessions round robin over the nodes that accept them, each
 # weighted by the room it reports to HAProxy's agent-check (a full or draining node: none).
 write_router_config() {
-  local dir=$1 hd="$dir/haproxy" port
+  local dir=$1 port
+  local hd="$dir/haproxy"
   port=$(cat "$hd/port")
   local nodes
   nodes=$(fleet_psql "$dir" -At -F ' ' -c \
@@ -357,7 +368,8 @@ with open(os.path.join(d, "pg/data/postmaster.pid")) as f:
 out = {"router": f"http://127.0.0.1:{read('haproxy/port')}", "database": read("database.url"),
        "postgres": {"data_dir": os.path.join(d, "pg/data"), "pid": pg_pid, "port": int(read("pg/port"))},
        "haproxy": {"pid": int(read("haproxy/haproxy.pid")), "config": os.path.join(d, "haproxy/haproxy.cfg"),
-                   "stats_socket": os.path.join(d, "haproxy/admin.sock")},
+                   "stats_socket": os.path.join(d, "haproxy/admin.sock"),
+                   "map_follower_pid": int(read("haproxy/follow.pid"))},
        "nodes": nodes}
 tmp = os.path.join(d, "fleet.json.tmp")
 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the database password
@@ -443,6 +455,7 @@ cmd_down() {
   local dir=$1
   [ -d "$dir" ] || die "no directory $dir"
   dir=$(cd "$dir" && pwd)
+  stop_follower "$dir"
   stop_router "$dir"
   stop_nodes "$dir"
   release_host_objects "$dir"
@@ -451,7 +464,7 @@ cmd_down() {
 
 cmd_up() {
   local dir=$1 n=$2 i
-  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "--nodes: a number from 1 to 200"
+  if ! [[ "$n" =~ ^[0-9]+$ ]] || [ "$n" -lt 1 ] || [ "$n" -gt 200 ]; then die "--nodes: a number from 1 to 200"; fi
   [ -x "$AIRLOCKD" ] || die "no airlockd at $AIRLOCKD (make build)"
   [ -x "$PG_BIN/initdb" ] || die "no PostgreSQL 15 in $PG_BIN (scripts/install-deps.sh)"
   command -v "$HAPROXY" > /dev/null || die "no haproxy (scripts/install-deps.sh)"
@@ -473,6 +486,7 @@ cmd_up() {
   done
   for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; done
   start_router "$dir"
+  start_follower "$dir"
   write_fleet_json "$dir"
   trap - EXIT
   echo "fleet.sh: $n nodes up; router $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["router"])' "$dir/fleet.json")"
@@ -499,30 +513,92 @@ cmd_start_node() {
   write_fleet_json "$dir"
 }
 
-# Drains node ID (as POST /v1/admin/nodes/ID/drain) and follows its moves: each moved
-# session's route goes into HAProxy's map at once (runtime API, no reload) and into the map
-# file (kept by the next reload); returns when the node is drained.
+# Brings HAProxy's map of moved sessions to the sessions table: the map file (read by the next
+# reload) first, then the running HAProxy over its runtime API (no reload). $4 holds what the
+# last call applied; a database that does not answer leaves the map as it is.
+sync_moved_map() { # dir-or-empty socket map applied_file
+  local dir=$1 sock=$2 map=$3 applied=$4 now sid be
+  now=$(moved_sessions "$dir" 2>/dev/null) || return 0
+  [ "$now" = "$(cat "$applied" 2>/dev/null)" ] && return 0
+  printf '%s\n' "$now" | sed '/^$/d' > "$map.new"
+  mv "$map.new" "$map"
+  # ended or moved again: out; new or moved again: in
+  while read -r sid be; do
+    router_api "$sock" "del map $map $sid" > /dev/null || true
+  done < <(comm -23 <(sed '/^$/d' "$applied" 2>/dev/null | sort) <(sort "$map"))
+  while read -r sid be; do
+    router_api "$sock" "add map $map $sid $be" > /dev/null || true
+  done < <(comm -13 <(sed '/^$/d' "$applied" 2>/dev/null | sort) <(sort "$map"))
+  cp "$map" "$applied"
+}
+
+# The router's companion: keeps HAProxy's map of moved sessions current (every 0.25 s) however
+# a drain was started (the admin route or `drain`). `follow DIR` (what `up` starts) ends with
+# the fleet's HAProxy; `follow --socket S --map M` (a router machine, the database from libpq's
+# variables: docs/fleet.md) runs until stopped.
+cmd_follow() {
+  local dir="" sock="" map="" pidfile="" pid applied
+  case "${1:-}" in
+    --socket)
+      while [ $# -gt 0 ]; do
+        case "$1" in
+          --socket) sock=${2:-}; shift 2 || usage ;;
+          --map) map=${2:-}; shift 2 || usage ;;
+          *) usage ;;
+        esac
+      done
+      if [ -z "$sock" ] || [ -z "$map" ]; then usage; fi ;;
+    *)
+      [ $# -eq 1 ] || usage
+      dir=$(cd "$1" && pwd)
+      sock=$dir/haproxy/admin.sock map=$dir/haproxy/moved.map pidfile=$dir/haproxy/haproxy.pid ;;
+  esac
+  applied=$(mktemp)
+  trap 'rm -f "$applied"' EXIT
+  trap 'exit 0' TERM INT
+  cp "$map" "$applied" 2>/dev/null || true
+  while :; do
+    if [ -n "$dir" ]; then
+      pid=$(cat "$pidfile" 2>/dev/null || true)
+      pid_is "$pid" "$dir/haproxy/haproxy.cfg" || break
+    fi
+    sync_moved_map "$dir" "$sock" "$map" "$applied"
+    sleep 0.25
+  done
+}
+
+start_follower() {
+  local dir=$1
+  setsid "$top/scripts/fleet.sh" follow "$dir" < /dev/null > "$dir/haproxy/follow.log" 2>&1 &
+  echo $! > "$dir/haproxy/follow.pid"
+}
+
+stop_follower() {
+  local pid
+  pid=$(cat "$1/haproxy/follow.pid" 2>/dev/null || true)
+  pid_is "$pid" "fleet.sh follow $1" || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  end_process "$pid" 5 || echo "fleet.sh: the map follower pid $pid does not end" >&2
+}
+
+# Drains node ID (as POST /v1/admin/nodes/ID/drain) and follows its moves into the router's
+# map as the follower does; returns when the node is drained.
 cmd_drain() {
-  local dir=$1 id=$2 state i known="" line sid be t0
+  local dir=$1 id=$2 state i applied t0
   dir=$(cd "$dir" && pwd)
   t0=$(date +%s.%N)
   state=$(fleet_psql "$dir" -At -c "UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END
                                      WHERE id = '${id//\'/}' RETURNING state")
   [ -n "$state" ] || die "no node $id"
+  applied=$(mktemp)
   for ((i = 0; i < 6000; i++)); do
     # the state first: once drained, this round's map holds every move
     state=$(fleet_psql "$dir" -At -c "SELECT state FROM nodes WHERE id = '${id//\'/}'")
-    while read -r sid be; do
-      [ -n "$sid" ] || continue
-      case " $known " in *" $sid=$be "*) continue ;; esac
-      router_api "$dir" "del map $dir/haproxy/moved.map $sid" > /dev/null
-      router_api "$dir" "add map $dir/haproxy/moved.map $sid $be" > /dev/null
-      known="$known $sid=$be"
-    done < <(moved_sessions "$dir")
-    moved_sessions "$dir" > "$dir/haproxy/moved.map.new" && mv "$dir/haproxy/moved.map.new" "$dir/haproxy/moved.map"
+    sync_moved_map "$dir" "$dir/haproxy/admin.sock" "$dir/haproxy/moved.map" "$applied"
     [ "$state" = drained ] && break
     sleep 0.1
   done
+  rm -f "$applied"
   [ "$state" = drained ] || die "node $id is not drained yet ($state)"
   echo "fleet.sh: node $id drained in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s"
 }
@@ -542,7 +618,7 @@ cmd_exec() {
 }
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -564,6 +640,7 @@ case "$cmd" in
   router) [ $# -eq 1 ] || usage; cmd_router "$1" ;;
   start-node) [ $# -eq 2 ] || usage; cmd_start_node "$1" "$2" ;;
   drain) [ $# -eq 2 ] || usage; cmd_drain "$1" "$2" ;;
+  follow) cmd_follow "$@" ;;
   db-stop) [ $# -eq 1 ] || usage; stop_postgres "$(cd "$1" && pwd)" ;;
   db-start)
     [ $# -eq 1 ] || usage

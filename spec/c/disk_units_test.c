@@ -41,9 +41,11 @@ static int exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
+/* (up to 30 s: a mount namespace another test's process copied at that moment can hold the
+ * filesystem for a while on a loaded machine) */
 static void wait_loop_gone(const char *img)
 {
-    for (int i = 0; i < 100 && loop_serving(img, NULL, 0); i++) {
+    for (int i = 0; i < 600 && loop_serving(img, NULL, 0); i++) {
         struct timespec nap = {0, 50000000L};
         nanosleep(&nap, NULL);
     }

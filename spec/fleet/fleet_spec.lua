@@ -74,6 +74,8 @@ describe("a 3-node fleet", function()
     assert.is_string(info.postgres.data_dir)
     assert.is_true(proc.alive(info.haproxy.pid))
     assert.is_string(proc.read_file(info.haproxy.config))
+    -- the router's companion that keeps its map of moved sessions current
+    assert.is_true(proc.alive(info.haproxy.map_follower_pid))
     assert.are.equal(3, #info.nodes)
     for i, n in ipairs(info.nodes) do
       assert.are.equal("node" .. i, n.id)
@@ -401,13 +403,27 @@ describe("a 3-node fleet", function()
     assert.is_true(proc.wait_until(15, function()
       return http.read(f.router, KEY, moving[1], "started").status == 200
     end))
-    -- the admin route starts it; `fleet.sh drain` follows the moves until the node is drained
+    -- the admin route alone: the router's map follows each move (fleet.sh's follower)
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
     assert.are.equal("draining", res.json.state)
     assert.are.equal(404, http.request(f.router, "POST", "/v1/admin/nodes/nope/drain", { key = ADMIN }).status)
-    local ok, out = fleet.sh(f.env, { "drain", f.dir, "node2" })
-    assert.is_true(ok, out)
+    -- a caller reading its session all along sees its file, or a 503 + Retry-After while the
+    -- session moves, and never anything else
+    local seen = {}
+    assert.is_true(proc.wait_until(120, function()
+      local r = http.read(f.router, KEY, moving[2], "notes/a.txt")
+      seen[#seen + 1] = r.status
+      if r.status == 503 then
+        assert.truthy(r.headers["retry-after"], r.body)
+      else
+        assert.are.equal(200, r.status, r.body)
+        assert.are.equal("file a of " .. moving[2], r.json.content)
+      end
+      local _, by = nodes()
+      return by.node2.state == "drained" and r.status == 200
+    end, 0.05), "node2 did not drain")
+    assert.are.equal(200, seen[#seen])
     local ran = running.wait()
     assert.is_table(ran)
     assert.are.equal("finished\n", ran.stdout)
@@ -547,6 +563,23 @@ describe("a 3-node fleet", function()
     fleet.reload(f)
     assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
     assert.are.equal(open_before - 1, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+  end)
+
+  it("drains a node from the command line, returning once its moved session routes", function()
+    local s = create_on("node1")
+    assert.are.equal(200, http.write(f.router, KEY, s, "kept.txt", "kept by " .. s).status)
+    local ok, out = fleet.sh(f.env, { "drain", f.dir, "node1" })
+    assert.is_true(ok, out)
+    assert.matches("node node1 drained in [%d.]+ s", out)
+    local _, by = nodes()
+    assert.are.equal("drained", by.node1.state)
+    local r = http.read(f.router, KEY, s, "kept.txt")
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal("kept by " .. s, r.json.content)
+    assert.are.equal(200, http.delete(f.router, KEY, s).status)
+    local bad_ok, bad = fleet.sh(f.env, { "drain", f.dir, "nope" })
+    assert.is_false(bad_ok)
+    assert.matches("no node nope", bad)
   end)
 
   it("leaves nothing running after down", function()

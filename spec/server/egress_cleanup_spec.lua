@@ -67,6 +67,27 @@ describe("egress cleanup", function()
     assert.are.same(host_before, egress.host_network())
   end)
 
+  it("frees another session's disk at once while an egress sandbox runs (its mounts follow the host's)", function()
+    -- the sandbox's launcher gets its own mount namespace (an empty /proc/sys/net): its copy of
+    -- every workspace mounted then must follow the host's unmounts, or it pins their loop devices
+    local other = http_client.create(server, key).json.session_id
+    assert.are.equal(200, http_client.write(server, key, other, "f.txt", "x").status)
+    local img = server.dir .. "/state/images/" .. other .. ".img"
+    local function attached()
+      return proc.output("cat /sys/block/loop*/loop/backing_file 2>/dev/null"):find(img, 1, true) ~= nil
+    end
+    assert.is_true(attached())
+    local sid = egress.session(server, key, { "sink.test" })
+    -- a first command takes any sandbox booted ahead before other's disk was mounted; the
+    -- second's sandbox is booted after it (cold, or ahead since)
+    egress.exec(server, key, sid, "true")
+    local job = hold_tunnels(sid, 1, 20)
+    assert.are.equal(200, http_client.delete(server, key, other).status)
+    assert.is_true(proc.wait_until(5, function() return not attached() end), "the deleted session's loop device is held")
+    assert.is_table(job.wait(60))
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
   it("ends a running sandbox's tunnels and listener at once when its session is deleted", function()
     local base = egress.quiet_descriptors(server)
     local sid = egress.session(server, key, { "sink.test" })

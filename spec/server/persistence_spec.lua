@@ -146,32 +146,39 @@ describe("airlockd restarts on the same state directory", function()
   end)
 
   it("keeps counting the idle time: a session idle past the TTL while the server was down is gone", function()
-    local env = { SANDBOX_SESSION_TTL = "12" }
+    -- the idle times are moved back in the state file while the server is down, so the test
+    -- needs no waiting for the TTL and no tight timing: stale was last used a TTL and more
+    -- ago, soon a TTL less 12 s ago (a count restarted at the restart would keep it 30 s)
+    local TTL = 30
+    local env = { SANDBOX_SESSION_TTL = tostring(TTL) }
     server = airlockd.start({ env = env })
     local key = server.tenants.acme
     local stale = http_client.create(server, key).json.session_id
-    local t0 = proc.output("date +%s.%N") + 0
-    local fresh = http_client.create(server, key).json.session_id
-    proc.sleep(8)
-    assert.are.equal(200, http_client.read(server, key, fresh, "x").status) -- touches it
-    local touched = sessions_by_id(server, key)[fresh].last_accessed_at
+    local soon = http_client.create(server, key).json.session_id
+    assert.are.equal(200, http_client.read(server, key, soon, "x").status)
+    local before = sessions_by_id(server, key)
+    wait_saved(server, { before })
     os.execute("kill -TERM " .. server.pid)
     wait_dead(server)
-    -- stale: idle for more than 12 s by the time the server is back
-    local wait = 13 - (proc.output("date +%s.%N") + 0 - t0)
-    if wait > 0 then proc.sleep(wait) end
+    local path = server.dir .. "/state/sessions.json"
+    local saved = cjson.decode(proc.read_file(path))
+    local now = math.floor(proc.output("date +%s") + 0) -- whole seconds: exact through JSON
+    local last = { [stale] = now - TTL - 5, [soon] = now - TTL + 12 }
+    for _, s in ipairs(saved.sessions) do s.last_accessed_at = last[s.session_id] or s.last_accessed_at end
+    -- (lua-cjson writes the empty egress lists as {})
+    proc.write_file(path, (cjson.encode(saved):gsub('"egress":{}', '"egress":[]')))
     server = restart(server, env)
-    local now = sessions_by_id(server, key)
-    assert.is_nil(now[stale])
+    local listed = sessions_by_id(server, key)
+    assert.is_nil(listed[stale])
     assert.is_false(exists(image(server, stale)))
-    assert.truthy(airlockd.log(server):find("session " .. stale .. " expired while the server was down", 1, true))
-    assert.truthy(now[fresh], "the touched session is back")
-    assert.are.equal(touched, now[fresh].last_accessed_at)
-    assert.are.equal(touched + 12, now[fresh].expires_at)
-    -- and it expires on schedule, counted from before the restart
-    assert.is_true(proc.wait_until(25, function() return sessions_by_id(server, key)[fresh] == nil end))
+    assert.truthy(airlockd.log(server):find("session " .. stale .. " expired while the server was down", 1, true), airlockd.log(server))
+    assert.truthy(listed[soon], "the session with time left is back")
+    assert.are.equal(last[soon], listed[soon].last_accessed_at)
+    assert.are.equal(last[soon] + TTL, listed[soon].expires_at)
+    -- and it expires on schedule, counted from before the restart (well before a fresh TTL)
+    assert.is_true(proc.wait_until(40, function() return sessions_by_id(server, key)[soon] == nil end, 1))
     -- (its disk goes right after it leaves the list)
-    assert.is_true(proc.wait_until(5, function() return not exists(image(server, fresh)) end))
+    assert.is_true(proc.wait_until(5, function() return not exists(image(server, soon)) end))
   end)
 
   it("refuses (and keeps for a later start) a session whose image a loop device elsewhere still holds", function()

@@ -30,6 +30,7 @@ function M.reload(f)
   -- cjson may give whole numbers as floats (4400.0): pids are made integers
   f.info.postgres.pid = int(f.info.postgres.pid)
   f.info.haproxy.pid = int(f.info.haproxy.pid)
+  f.info.haproxy.map_follower_pid = int(f.info.haproxy.map_follower_pid)
   for _, n in ipairs(f.info.nodes) do n.pid = int(n.pid) end
   f.router = { url = f.info.router }
   f.nodes = {}
@@ -55,9 +56,9 @@ function M.up(opts)
   return M.reload(f)
 end
 
--- Every process of the fleet as pids: PostgreSQL, HAProxy and the nodes from fleet.json, and
--- every process each of them started (PostgreSQL's backends, each node's cgroup guard and
--- sandboxes).
+-- Every process of the fleet as pids: PostgreSQL, HAProxy, its map follower and the nodes from
+-- fleet.json, and every process each of them started (PostgreSQL's backends, each node's
+-- cgroup guard and sandboxes).
 function M.pids(f)
   local pids, mine = {}, {}
   local function add(pid)
@@ -66,6 +67,7 @@ function M.pids(f)
   end
   add(f.info.postgres.pid)
   add(f.info.haproxy.pid)
+  add(f.info.haproxy.map_follower_pid)
   for _, n in ipairs(f.info.nodes) do add(n.pid) end
   local parent = {}
   for pid, ppid in proc.output("ps -e -o pid=,ppid="):gmatch("(%d+)%s+(%d+)") do

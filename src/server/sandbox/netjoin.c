@@ -9,7 +9,9 @@
 
 int sbx_hide_proc_sys_net(void)
 {
-    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+    /* slave, not private: the copies of workspace mounts follow the host's unmounts, so a
+     * running sandbox never pins another session's loop device; nothing flows back */
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0 ||
         mount("tmpfs", "/proc/sys/net", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
               "size=4k,mode=555") != 0)
         return errno ? errno : EIO;
