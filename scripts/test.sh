@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole suite, each spec file run once for every place its result can differ, as jobs
-# spread over the CPUs (TEST_JOBS, default nproc; specs use ephemeral ports and temp dirs).
+# spread over the CPUs (TEST_JOBS, default nproc + 1: a quarter of the time the jobs wait on
+# sandboxes booting and servers answering; specs use ephemeral ports and temp dirs).
 #
 #   scripts/test.sh              make test: plain builds (build/, build/luajit, build/lua51, build/lua53)
 #   scripts/test.sh --asan --valgrind
@@ -18,6 +19,7 @@
 #   spec/lua54        Lua 5.4 only (<close>)
 #   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd
 #   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
+#   spec/integration/sdk_spec.lua also through a fleet's router (spec/support/fleet_as_airlockd.lua)
 #   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
 # Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (below: files
 # or whole folders); a file whose text holds the tag #noasan (a plain lua5.4 child, memory figures)
@@ -25,7 +27,7 @@
 # Every job's output is printed whole when it ends. Ends with one line
 # `N passed, N failed, N skipped` over all jobs; exits non-zero on any failure.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 top=$PWD
 
 asan=0 valgrind=0 only=
@@ -48,7 +50,7 @@ ASAN_SPECS=${ASAN_SPECS:-"spec/unit spec/server $(printf 'spec/integration/%s_sp
 # the core under valgrind: its unit spec, the failure paths against the misbehaving server,
 # the host-loop hooks and the libuv transport on them
 VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
-TEST_JOBS=${TEST_JOBS:-$(nproc)}
+TEST_JOBS=${TEST_JOBS:-$(( $(nproc) + 1 ))}
 
 export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
 export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
@@ -80,6 +82,7 @@ asan_ok() {
 }
 lua54_job() { if [ $asan = 1 ] && asan_ok "$1"; then job asan "$1"; else job plain "$1"; fi; }
 
+# shellcheck disable=SC2086 # one spec a word
 if [ $valgrind = 1 ]; then job valgrind --exclude-tags=timing $VALGRIND_SPECS; fi
 # Lua 5.4: spec/server and spec/hosts first (the longest files), then every other folder of
 # specs (spec/lua54, any new one), each file once; then spec/integration and spec/unit
@@ -92,6 +95,8 @@ for d in "${once[@]}" spec/integration; do
   for f in "$d"/*_spec.lua; do [ -f "$f" ] && lua54_job "$f"; done
 done
 lua54_job spec/unit
+# the Lua SDK's suite again, through the router of a 3-node fleet (docs/fleet.md)
+job plain --helper=spec/support/fleet_as_airlockd.lua spec/integration/sdk_spec.lua
 if has_core build/luajit && command -v luajit >/dev/null; then
   for f in spec/integration/*_spec.lua; do job luajit "$f"; done
   job luajit spec/unit
@@ -162,7 +167,7 @@ if [ $asan = 1 ] && ls "$asan_reports"/* >/dev/null 2>&1; then
   echo "sanitizer reports (printed above)" >> "$work/jobs/asan-reports.failed"
 fi
 echo
-echo "== $n spec jobs in $(( $(date +%s) - started )) s on $TEST_JOBS CPUs; the slowest:"
+echo "== $n spec jobs in $(( $(date +%s) - started )) s, $TEST_JOBS at a time; the slowest:"
 sort -rn "$work/times" | head -12
 if ls "$work"/jobs/*.failed >/dev/null 2>&1; then
   echo "== failed:"

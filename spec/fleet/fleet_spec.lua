@@ -446,6 +446,8 @@ describe("a 3-node fleet", function()
     -- the egress log moved with its session: the same events, once each, from its new node
     assert.are.same(eg_events, egress.events(f.router, KEY, eg))
     assert.are.equal(200, http.delete(f.router, KEY, eg).status)
+    -- and it goes with the session (nothing can read it any more)
+    assert.are.equal("0", fleet.sql(f, "SELECT count(*) FROM egress_events WHERE session_id = '" .. eg .. "'"))
     -- new sessions go elsewhere; the drained node refuses them
     local made = {}
     for i = 1, 3 do
@@ -462,7 +464,11 @@ describe("a 3-node fleet", function()
   it("answers 503 naming a killed node's sessions, then 410 lost, freeing the tenant's slots", function()
     local _, by_id = nodes()
     local victim = by_id.node3
-    local mine = { create_on("node3"), create_on("node3") }
+    local mine = { create_on("node3", cjson.encode{ egress = { "pypi" } }), create_on("node3") }
+    -- an egress event of a session that will be lost: it goes when the session is declared lost
+    assert.are.same({ { status = 403 } }, egress.probe(f.router, KEY, mine[1], { { op = "connect", target = "evil.example:443" } }))
+    local events_of_lost = "SELECT count(*) FROM egress_events WHERE session_id = '" .. mine[1] .. "'"
+    assert.is_true(proc.wait_until(10, function() return fleet.sql(f, events_of_lost) == "1" end))
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. f.nodes.node3.pid)))
     assert.is_true(proc.wait_until(5, function() return not proc.alive(f.nodes.node3.pid) end))
@@ -492,6 +498,7 @@ describe("a 3-node fleet", function()
       return lost.status == 410
     end), lost and lost.body)
     assert.matches("lost with its node 'node3'", lost.json.detail, 1, true)
+    assert.is_true(proc.wait_until(5, function() return fleet.sql(f, events_of_lost) == "0" end))
     local usage = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json
     assert.are.equal(open_before - 2 + 6, usage.sessions_open)
     local _, after = nodes()

@@ -56,6 +56,13 @@ function M.up(opts)
   return M.reload(f)
 end
 
+-- The answer of one SQL query on the fleet's database (psql, unaligned, tuples only), trimmed.
+function M.sql(f, query)
+  local cmd = string.format("PGPASSFILE=%s psql -X -q -At -h 127.0.0.1 -p %s -U airlock -d airlock -c %s 2>&1",
+    q(f.dir .. "/pg/pgpass"), q(proc.read_file(f.dir .. "/pg/port"):gsub("%s+$", "")), q(query))
+  return (proc.output(cmd):gsub("%s+$", ""))
+end
+
 -- Every process of the fleet as pids: PostgreSQL, HAProxy, its map follower and the nodes from
 -- fleet.json, and every process each of them started (PostgreSQL's backends, each node's
 -- cgroup guard and sandboxes).

@@ -1,7 +1,7 @@
 -- A busted helper that runs an integration spec written for one airlockd (support.airlockd)
 -- against a 3-node fleet's router instead (docs/fleet.md): start brings up a fleet with the
--- spec's tenants and returns the router as the server; stop takes the fleet down. Not run by
--- scripts/test.sh; by hand, e.g.
+-- spec's tenants and returns the router as the server; stop takes the fleet down.
+-- scripts/test.sh runs the SDK's suite so:
 --   busted --helper=spec/support/fleet_as_airlockd.lua spec/integration/sdk_spec.lua
 local fleet = require "support.fleet"
 local airlockd = require "support.airlockd"

@@ -22,7 +22,7 @@ function M.request(server, method, path, opts)
   for _, h in ipairs(opts.headers or {}) do args[#args + 1] = "-H"; args[#args + 1] = h end
   local tmp
   if opts.body then
-    tmp = os.tmpname()
+    tmp = proc.temp_path()
     write_file(tmp, opts.body)
     if opts.content_type ~= false then
       args[#args + 1] = "-H"
@@ -93,7 +93,7 @@ end
 -- wait(max_seconds) waits for that (default 120 s) and gives the decoded response body (nil
 -- if it never came) and the raw body.
 function M.post_async(server, key, path, body, max_time)
-  local out = os.tmpname()
+  local out = proc.temp_path()
   local curl = string.format("curl -s -m %d -H "
     .. "'Content-Type: application/json' -H %s --data-binary %s %s > %s 2>/dev/null",
     max_time, q("X-API-Key: " .. key), q(cjson.encode(body)), q(server.url .. path), q(out .. ".body"))

@@ -69,6 +69,26 @@ function M.repo_root()
   return dir
 end
 
+-- A fresh name for a temporary file, in one directory of this process that goes when the
+-- interpreter closes (busted closes it at exit on Lua 5.4 and LuaJIT), so files of background
+-- jobs nobody collected (a failed test's) are not left in /tmp.
+local scratch, scratch_guard, scratch_n = nil, nil, 0
+function M.temp_path()
+  if not scratch then
+    scratch = M.make_temp_dir()
+    local dir = scratch
+    local function remove() os.execute("rm -rf " .. q(dir)) end
+    if newproxy then -- Lua 5.1 / LuaJIT: a userdata's __gc
+      scratch_guard = newproxy(true)
+      getmetatable(scratch_guard).__gc = remove
+    else
+      scratch_guard = setmetatable({}, { __gc = remove })
+    end
+  end
+  scratch_n = scratch_n + 1
+  return scratch .. "/" .. scratch_n
+end
+
 -- A fresh, empty temporary directory.
 function M.make_temp_dir()
   local dir = os.tmpname()

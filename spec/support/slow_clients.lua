@@ -11,7 +11,7 @@ local binary
 -- The built tool's path (built on first use).
 function M.binary()
   if binary then return binary end
-  local path = os.tmpname()
+  local path = proc.temp_path()
   local rc, out = proc.run_capture("cc -std=c11 -O2 -Wall -Wextra -Werror -o " .. q(path) .. " spec/c/slow_clients.c")
   assert(rc == 0, "cannot build spec/c/slow_clients.c:\n" .. out)
   binary = path

@@ -1,7 +1,8 @@
 /* The fleet's egress log: each node keeps the events of its sessions' proxy in its outbox
  * (store/audit.c, beside the audit rows), ships them at every heartbeat to the database's
  * egress_events table, where a row's key (session, node, sort key) makes a repeated shipment
- * write nothing twice, and reads a session's events from there, so they outlive a drain. */
+ * write nothing twice, and reads a session's events from there, so they outlive a drain. They
+ * go when their session ends (fleet_session_release) or is declared lost (fleet/nodes.c). */
 #include "fleet/internal.h"
 
 #include <stdio.h>
@@ -12,7 +13,10 @@ int fleet_egress_ship(fleet *f, audit_store *store)
 {
     return fleet_outbox_ship(f, store, audit_egress_outbox_read, audit_egress_outbox_done,
         "INSERT INTO egress_events SELECT r.session_id, $2, r.sk, r.event::jsonb"
-        " FROM json_to_recordset($1::json) AS r(sk text, session_id text, event text) ON CONFLICT DO NOTHING");
+        " FROM json_to_recordset($1::json) AS r(sk text, session_id text, event text)"
+        /* events that arrive after their session ended (a late shipment) are dropped */
+        " WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = r.session_id AND s.state = 'active')"
+        " ON CONFLICT DO NOTHING");
 }
 
 json_t *fleet_egress_events(fleet *f, const char *session_id, int limit)
