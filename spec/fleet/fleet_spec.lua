@@ -392,7 +392,9 @@ describe("a 3-node fleet", function()
     -- node-to-node routes: never through the router; never without the fleet's secret; and a
     -- node takes only a session the database says is moving to it
     local internal = "/v1/fleet/internal/sessions/" .. moving[1]
-    assert.are.equal(404, http.request(f.router, "POST", internal, { key = KEY }).status)
+    local denied = http.request(f.router, "POST", internal, { key = KEY })
+    assert.are.equal(404, denied.status)
+    assert.are.same({ detail = "Not Found" }, denied.json) -- HAProxy's own answers in airlockd's shape
     assert.are.equal(404, http.request(f.router, "GET", internal .. "/archive", { key = KEY }).status)
     assert.are.equal(401, internal_post("node1", internal))
     assert.are.equal(401, internal_post("node1", internal, string.rep("0", 64)))
