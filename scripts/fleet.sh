@@ -8,7 +8,8 @@
 #                                         waits until all are healthy, writes DIR/fleet.json
 #   scripts/fleet.sh down DIR             stops everything `up` started in DIR, nothing else
 #   scripts/fleet.sh router DIR           writes HAProxy's configuration again from the nodes
-#                                         table and reloads it (after a node joined or left)
+#                                         table and reloads it (after a node joined or left);
+#                                         starts it again on its port if it is not running
 #   scripts/fleet.sh start-node DIR ID    starts node ID again on its state directory
 #   scripts/fleet.sh drain DIR ID         drains node ID (as POST /v1/admin/nodes/ID/drain):
 #                                         it takes no new session and its sessions move to
@@ -359,10 +360,10 @@ EOF
   mv "$hd/haproxy.cfg.new" "$hd/haproxy.cfg"
 }
 
-start_router() {
+start_router() { # dir [keep-port]
   local dir=$1 hd="$1/haproxy" i
   mkdir -p "$hd"
-  free_port > "$hd/port"
+  if [ "${2:-}" != keep-port ] || [ ! -s "$hd/port" ]; then free_port > "$hd/port"; fi
   write_router_config "$dir"
   "$HAPROXY" -D -f "$hd/haproxy.cfg" -p "$hd/haproxy.pid" > "$hd/log" 2>&1 || { cat "$hd/log" >&2; die "HAProxy did not start"; }
   for ((i = 0; i < 100; i++)); do
@@ -516,10 +517,15 @@ cmd_up() {
 cmd_router() {
   local dir=$1 pid
   dir=$(cd "$dir" && pwd)
-  write_router_config "$dir"
-  pid=$(cat "$dir/haproxy/haproxy.pid")
-  # a soft reload: the old process finishes its connections, the new one takes the listener
-  "$HAPROXY" -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" -x "$dir/haproxy/admin.sock" -sf "$pid"
+  pid=$(cat "$dir/haproxy/haproxy.pid" 2>/dev/null || true)
+  if pid_is "$pid" "$dir/haproxy/haproxy.cfg"; then
+    write_router_config "$dir"
+    # a soft reload: the old process finishes its connections, the new one takes the listener
+    "$HAPROXY" -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" -x "$dir/haproxy/admin.sock" -sf "$pid"
+  else
+    # HAProxy is gone (it died or was stopped): a fresh one on the same port and map file
+    start_router "$dir" keep-port
+  fi
   write_fleet_json "$dir"
 }
 
@@ -554,11 +560,12 @@ sync_moved_map() { # dir-or-empty socket map applied_file
 }
 
 # The router's companion: keeps HAProxy's map of moved sessions current (every 0.25 s) however
-# a drain was started (the admin route or `drain`). `follow DIR` (what `up` starts) ends with
-# the fleet's HAProxy; `follow --socket S --map M` (a router machine, the database from libpq's
-# variables: docs/fleet.md) runs until stopped.
+# a drain was started (the admin route or `drain`). `follow DIR` (what `up` starts; `down`
+# stops it) ends by itself once neither the fleet's HAProxy nor its PostgreSQL runs (a
+# restarted HAProxy reads the map file it keeps); `follow --socket S --map M` (a router
+# machine, the database from libpq's variables: docs/fleet.md) runs until stopped.
 cmd_follow() {
-  local dir="" sock="" map="" pidfile="" pid applied
+  local dir="" sock="" map="" pidfile="" pid pg applied
   case "${1:-}" in
     --socket)
       while [ $# -gt 0 ]; do
@@ -581,7 +588,8 @@ cmd_follow() {
   while :; do
     if [ -n "$dir" ]; then
       pid=$(cat "$pidfile" 2>/dev/null || true)
-      pid_is "$pid" "$dir/haproxy/haproxy.cfg" || break
+      pg=$(head -1 "$dir/pg/data/postmaster.pid" 2>/dev/null || true)
+      pid_is "$pid" "$dir/haproxy/haproxy.cfg" || pid_is "$pg" "$dir/pg/data" || break
     fi
     sync_moved_map "$dir" "$sock" "$map" "$applied"
     sleep 0.25
@@ -639,7 +647,7 @@ cmd_exec() {
 }
 
 usage() {
-  sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
   exit 2
 }
 
