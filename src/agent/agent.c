@@ -3,9 +3,10 @@
  * container of its own: a child in new PID, mount, IPC and UTS namespaces, whose root is a new
  * overlay (writable, thrown away) over the sandbox's read-only root, with the sandbox's bind
  * mounts (-r DIR read-only, -w DIR read-write, -d DIR with its devices: /dev) placed again, and new /tmp, /dev/shm and /proc.
- * The child waits, still root, for its command on a pipe; then drops to uid/gid 1000 with no
- * capabilities and no_new_privs and execs `/bin/bash -c COMMAND` as PID 1 of its namespace, with
- * stdin /dev/null, cwd /workspace and the environment sent. When that PID 1 ends (or the
+ * The child drops to uid/gid 1000 with no capabilities and no_new_privs, with stdin /dev/null
+ * and cwd /workspace, and execs /bin/bash as PID 1 of its namespace before its command comes:
+ * bash, loaded, waits in the preloaded bootstrap (bootstrap.c) for the command and its
+ * environment on a pipe, then starts as `/bin/bash -c COMMAND` would. When that PID 1 ends (or the
  * timeout, or a cancel, kills it) the kernel kills everything else in its namespace; the agent
  * reads the command's pipes to their end, reports the exit, and prepares the next child at once.
  *
@@ -56,8 +57,7 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define UID 1000
 #define GID 1000
 #define NPROC 64
-#define REQUEST_MAX ((1u << 20) + (64u << 10)) /* the command (< 1 MiB) and its environment */
-#define ENV_MAX 64
+#define REQUEST_MAX AGENT_REQUEST_MAX
 #define BINDS_MAX 32
 #define CHUNK FRAME_OUTPUT_MAX
 /* Where the child builds its root, inside a tmpfs of its own mount namespace. */
@@ -156,24 +156,6 @@ static void child_mounts(int fail_w)
         child_fail(fail_w, "setting the host name");
 }
 
-/* Parses the request in place: its timeout, command and environment (env NULL-terminated). */
-static int parse_request(size_t len, uint32_t *timeout_ms, char **command, char *env[ENV_MAX + 1])
-{
-    if (len < 5 || len > REQUEST_MAX || request[len - 1] != '\0')
-        return -1;
-    *timeout_ms = frame_get_u32((unsigned char *)request);
-    char *p = request + 4, *end = request + len;
-    *command = p;
-    p += strlen(p) + 1;
-    int n = 0;
-    while (p < end && n < ENV_MAX) {
-        env[n++] = p;
-        p += strlen(p) + 1;
-    }
-    env[n] = NULL;
-    return p == end ? 0 : -1;
-}
-
 /* Drops to UID/GID with no capabilities (bounding set emptied, so nothing regains any),
  * no_new_privs, the command's limits. */
 static void child_drop(int fail_w)
@@ -192,11 +174,27 @@ static void child_drop(int fail_w)
         child_fail(fail_w, "setting no_new_privs");
 }
 
-/* PID 1 of a new container: mounts, waits for its request, drops, execs. Never returns. */
+/* Puts each of from[i] on the number to[i], open across exec (the sources stay close-on-exec):
+ * through copies above them all, so no source is overwritten before it is placed. */
+static int place_fds(const int *from, const int *to, int n)
+{
+    int high[8];
+    for (int i = 0; i < n; i++)
+        if ((high[i] = fcntl(from[i], F_DUPFD_CLOEXEC, 16)) < 0)
+            return -1;
+    for (int i = 0; i < n; i++)
+        if (dup2(high[i], to[i]) < 0)
+            return -1;
+    for (int i = 0; i < n; i++)
+        close(high[i]);
+    return 0;
+}
+
+/* PID 1 of a new container: mounts, drops, and execs /bin/bash ahead of its command, with the
+ * bootstrap preloaded: bash, loaded, waits in it for the request on fd 3, says ready on fd 4
+ * and failures on fd 5 (see bootstrap.c). Never returns. */
 static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
 {
-    /* fds 3 to 5 are close-on-exec, like every descriptor of the agent's but 0-2 of the
-     * command: closing them here by number could hit a pipe of this child's that reused one */
     /* an ignored signal stays ignored across exec: the command gets SIGPIPE's default back */
     signal(SIGPIPE, SIG_DFL);
     sigset_t none;
@@ -206,31 +204,19 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         child_fail(fail_w, "setting the parent death signal");
     child_mounts(fail_w);
-    (void)frame_write_all(ready_w, "r", 1);
-    close(ready_w);
-    unsigned char h[4];
-    if (frame_read_all(cmd_r, h, 4) != 0)
-        _exit(0); /* the agent is gone or never needs this child */
-    size_t len = frame_get_u32(h);
-    if (len > REQUEST_MAX || frame_read_all(cmd_r, request, len) != 0)
-        _exit(0);
-    close(cmd_r);
-    uint32_t timeout_ms;
-    char *command, *env[ENV_MAX + 1];
-    errno = EINVAL;
-    if (parse_request(len, &timeout_ms, &command, env) != 0)
-        child_fail(fail_w, "reading the request");
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul < 0 || dup2(nul, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
-        child_fail(fail_w, "placing stdin, stdout and stderr");
+    if (access(AGENT_BOOTSTRAP_PATH, R_OK) != 0)
+        child_fail(fail_w, AGENT_BOOTSTRAP_PATH);
+    /* Every other descriptor of the agent's is close-on-exec (fds 3 to 5 of the agent's too) */
+    int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int from[] = {nul, out_w, err_w, cmd_r, ready_w, fail_w}, to[] = {0, 1, 2, 3, 4, 5};
+    if (nul < 0 || place_fds(from, to, 6) != 0)
+        child_fail(fail_w, "placing the container's descriptors");
+    fail_w = 5; /* its old number may now be another's */
     child_drop(fail_w);
     if (chdir("/workspace") != 0)
         child_fail(fail_w, "entering /workspace");
-    if (nul > 2)
-        close(nul);
-    /* Every other descriptor of the agent is close-on-exec, fail_w too: its end of file tells
-     * the agent the exec happened. */
-    char *argv[] = {"/bin/bash", "-c", command, NULL};
+    char *argv[] = {"/bin/bash", "-c", AGENT_BOOTSTRAP_WAITING, NULL};
+    char *env[] = {"LD_PRELOAD=" AGENT_BOOTSTRAP_PATH, NULL};
     execve(argv[0], argv, env);
     child_fail(fail_w, "exec /bin/bash");
 }
