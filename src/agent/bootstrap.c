@@ -16,9 +16,8 @@
  * stay in the (writable) request buffer.
  *
  * What bash's own start cannot see is redone by a real exec: a request whose environment glibc
- * or the loader read before main (LD_*, GLIBC_TUNABLES, MALLOC_*), or whose command or an entry
- * is as long as the kernel refuses for one exec string, is exec'd as `/bin/bash -c COMMAND` from
- * here, with the slow path's result and errors. A failure is text on fd 5, the agent's 'F'. */
+ * or the loader read before main (LD_*, GLIBC_TUNABLES, MALLOC_*) is exec'd as
+ * `/bin/bash -c COMMAND` from here. A failure is text on fd 5, the agent's 'F'. */
 #include "frames.h"
 
 #include <fcntl.h>
@@ -29,8 +28,6 @@
 
 enum { FD_REQUEST = 3, FD_READY = 4, FD_FAIL = 5 };
 #define ENV_MAX 64
-/* The kernel's MAX_ARG_STRLEN (32 pages): a longer exec string fails with E2BIG. */
-#define ARG_STRLEN_MAX (32u * 4096u)
 
 extern char **environ;
 
@@ -60,14 +57,13 @@ static int parse_request(char *req, size_t len, char **command, char *env[ENV_MA
     return p == end ? 0 : -1;
 }
 
-/* Whether bash must be exec'd anew for this request to start as `bash -c` would. */
-static bool needs_exec(const char *command, char *const env[])
+/* Whether bash must be exec'd anew for this environment: the loader and glibc read these
+ * before main. */
+static bool needs_exec(char *const env[])
 {
-    if (strlen(command) >= ARG_STRLEN_MAX)
-        return true;
     for (size_t i = 0; env[i]; i++)
-        if (strlen(env[i]) >= ARG_STRLEN_MAX || strncmp(env[i], "LD_", 3) == 0 ||
-            strncmp(env[i], "GLIBC_TUNABLES=", 15) == 0 || strncmp(env[i], "MALLOC_", 7) == 0)
+        if (strncmp(env[i], "LD_", 3) == 0 || strncmp(env[i], "GLIBC_TUNABLES=", 15) == 0 ||
+            strncmp(env[i], "MALLOC_", 7) == 0)
             return true;
     return false;
 }
@@ -92,7 +88,7 @@ __attribute__((constructor)) static void bootstrap(int argc, char **argv, char *
         fail("reading the request", ENOMEM);
     if (parse_request(req, len, &command, env) != 0)
         fail("reading the request", EINVAL);
-    if (needs_exec(command, env)) {
+    if (needs_exec(env)) {
         /* close-on-exec: its end of file tells the agent the exec happened */
         if (fcntl(FD_FAIL, F_SETFD, FD_CLOEXEC) != 0)
             fail("exec /bin/bash", errno);
