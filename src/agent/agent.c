@@ -18,7 +18,8 @@
  * `runsc run --pass-fd` and held on the host only by airlockd:
  *   fd 3, airlockd -> agent: 'C' u8 slot, u32 timeout_ms, command NUL, env entries NUL-terminated
  *                            each; 'K' u8 slot: kill the command running in that slot (cancel).
- *   fd 4, agent -> airlockd: the byte 'R' once booted (then closed; as airlock-waiter says it).
+ *   fd 4, agent -> airlockd: the byte 'R' once booted (as airlock-waiter says it); then a 'g'
+ *                            each time the next command's container is ready (or cannot be made).
  *   fd 5 + slot, agent -> airlockd, for the command of that slot (0 .. AGENT_SLOTS - 1):
  *                            '1' / '2' stdout / stderr bytes as read;
  *                            'X' i32 exit code (shell conventions), u8 timed out (1) / killed (2).
@@ -67,8 +68,6 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define ROOT_OPTS "size=64m,mode=755"
 /* After PID 1 of a command ended, its pipes close as soon as the kernel has killed the rest. */
 #define DRAIN_MS 3000
-/* How long a command's exit waits for the next command's container to be ready. */
-#define GO_MS 1000
 
 typedef struct {
     const char *dir;
@@ -298,24 +297,6 @@ static int64_t now_ms(void)
 
 static char chunk[CHUNK];
 
-/* A worker's request pipe, kept open after the request: the agent's byte on it says the next
- * command's container is ready. */
-static int go_fd = -1;
-
-/* Holds the command's exit until the next command's container is made (GO_MS at most):
- * airlockd freezes the sandbox when the exit comes, and a container half made then would be
- * finished on the next command's time. */
-static void await_go(void)
-{
-    if (go_fd < 0)
-        return;
-    struct pollfd pf = {.fd = go_fd, .events = POLLIN};
-    char b;
-    if (poll(&pf, 1, GO_MS) > 0)
-        (void)read(go_fd, &b, 1);
-    close_fd(&go_fd);
-}
-
 /* Relays what one pipe has to airlockd as frames of type t; -1 at end of file. */
 static int relay(int *fd, char t)
 {
@@ -412,7 +393,6 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd)
         send_frame('F', fail, fail_len);
         return;
     }
-    await_go();
     unsigned char x[5];
     frame_put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
     x[4] = (unsigned char)killed;
@@ -434,7 +414,7 @@ static size_t warm_up_request(void)
 typedef struct {
     pid_t pid;
     int cmd_w;   /* its container's request pipe: u32 length, the request */
-    int req_w;   /* u8 slot, u32 timeout_ms; then the byte that lets its command's exit go */
+    int req_w;   /* u8 slot, u32 timeout_ms */
     int ready_r; /* a byte (or end of file) once its container is ready */
 } worker;
 
@@ -469,7 +449,7 @@ static void worker_main(int req_r, int ready_w, int cmd_r)
         discard(&p); /* the agent is gone or never needs this worker */
         _exit(0);
     }
-    go_fd = req_r;
+    close(req_r);
     if (h[0] == SLOT_NONE) {
         out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (out_fd < 0)
@@ -520,9 +500,8 @@ static int start_worker(worker *w)
 
 /* Hands a request (request[0..len): timeout, command, environment) straight to w's container
  * (a container that died in its set-up is told nothing: its fail pipe has the reason), then
- * its slot and timeout to w, which runs it from now on. w's pipe, for the byte that lets the
- * command's exit go (or -1 when w is gone). */
-static int hand_over(worker *w, unsigned slot, size_t len)
+ * its slot and timeout to w, which runs it from now on. */
+static void hand_over(worker *w, unsigned slot, size_t len)
 {
     unsigned char n[4], h[5] = {(unsigned char)slot};
     frame_put_u32(n, (uint32_t)len);
@@ -530,27 +509,26 @@ static int hand_over(worker *w, unsigned slot, size_t len)
         (void)frame_write_all(w->cmd_w, request, len);
     close_fd(&w->cmd_w);
     frame_put_u32(h + 1, len >= 4 ? frame_get_u32((unsigned char *)request) : 0);
-    int fd = w->req_w;
-    w->req_w = -1;
     close_fd(&w->ready_r);
-    if (frame_write_all(fd, h, 5) != 0)
-        close_fd(&fd);
-    return fd;
+    (void)frame_write_all(w->req_w, h, 5);
+    close_fd(&w->req_w);
 }
 
-/* The next worker is ready (or gone): the commands waiting for that may end. */
-static void let_go(worker *next, int go[AGENT_SLOTS])
+/* After 'R', fd 4 says to airlockd, a byte each time, that the container for the next command
+ * is ready (or cannot be made): airlockd freezes an idle sandbox only then (or after a second),
+ * never with that container half made, and never holds a command's result for it. */
+static int idle_fd = -1;
+
+/* The next worker is ready (or gone). */
+static void let_go(worker *next)
 {
     close_fd(&next->ready_r);
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        if (go[i] >= 0) {
-            (void)frame_write_all(go[i], "g", 1);
-            close_fd(&go[i]);
-        }
+    if (idle_fd >= 0)
+        (void)write(idle_fd, "g", 1); /* non-blocking: a full pipe has said it already */
 }
 
 /* Reaps ended workers; a slot whose worker ended is free of it. */
-static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS])
+static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS])
 {
     struct signalfd_siginfo si;
     while (read(sigfd, &si, sizeof si) > 0) {
@@ -558,10 +536,8 @@ static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS])
     pid_t pid;
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
         for (int i = 0; i < AGENT_SLOTS; i++)
-            if (slot_pid[i] == pid) {
+            if (slot_pid[i] == pid)
                 slot_pid[i] = 0;
-                close_fd(&go[i]);
-            }
 }
 
 static void usage_exit(void)
@@ -572,7 +548,7 @@ static void usage_exit(void)
 }
 
 /* A 'C' from airlockd (in request[0..n)): its slot's command goes to the worker ready for it. */
-static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS], size_t n)
+static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
 {
     if (n < 1 || request[0] >= AGENT_SLOTS)
         return; /* airlockd never sends one: nowhere to answer */
@@ -588,11 +564,10 @@ static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOT
     /* a worker without its container answers 'F'; one that died leaves the slot silent, and
      * airlockd kills the sandbox after the command's timeout and its grace */
     slot_pid[slot] = next->pid;
-    close_fd(&go[slot]);
-    go[slot] = hand_over(next, slot, n - 1);
+    hand_over(next, slot, n - 1);
     next->pid = -1;
     if (start_worker(next) != 0) /* the next command's, ahead of it */
-        let_go(next, go);
+        let_go(next);
 }
 
 int main(int argc, char **argv)
@@ -619,27 +594,22 @@ int main(int argc, char **argv)
             return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
     worker next = {.pid = -1, .cmd_w = -1, .req_w = -1, .ready_r = -1};
-    int go[AGENT_SLOTS];
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        go[i] = -1;
     if (start_worker(&next) != 0)
         return 1;
     pid_t first = next.pid;
-    go[0] = hand_over(&next, SLOT_NONE, warm_up_request());
+    hand_over(&next, SLOT_NONE, warm_up_request());
     if (start_worker(&next) != 0)
         return 1;
     char b;
     if (read(next.ready_r, &b, 1) < 0) { /* ready or gone: the warm-up may end */
     }
-    let_go(&next, go);
+    let_go(&next);
     while (waitpid(first, NULL, 0) < 0 && errno == EINTR) {
     }
-    /* closed, but its number kept taken: a worker closes FD_READY, which must never be a pipe
-     * of its own */
-    int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (frame_write_all(FD_READY, "R", 1) != 0 || nul < 0 || dup3(nul, FD_READY, O_CLOEXEC) < 0)
+    /* kept (a worker closes its copy): the idle channel from now on */
+    if (frame_write_all(FD_READY, "R", 1) != 0 || fcntl(FD_READY, F_SETFL, O_NONBLOCK) != 0)
         return 1;
-    close(nul);
+    idle_fd = FD_READY;
     pid_t slot_pid[AGENT_SLOTS] = {0};
     for (;;) {
         struct pollfd pf[3] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN},
@@ -647,9 +617,9 @@ int main(int argc, char **argv)
         if (poll(pf, 3, -1) < 0 && errno != EINTR)
             return 1;
         if (pf[1].revents)
-            reap(sigfd, slot_pid, go);
+            reap(sigfd, slot_pid);
         if (pf[2].revents)
-            let_go(&next, go);
+            let_go(&next);
         if (!pf[0].revents)
             continue;
         size_t n;
@@ -657,7 +627,7 @@ int main(int argc, char **argv)
         if (t == 0)
             break; /* airlockd is gone: every worker and container dies with the agent */
         if (t == 'C')
-            command(&next, slot_pid, go, n);
+            command(&next, slot_pid, n);
         else if (t == 'K' && n >= 1 && (unsigned char)request[0] < AGENT_SLOTS && slot_pid[(unsigned char)request[0]] > 0)
             kill(slot_pid[(unsigned char)request[0]], SIGUSR1);
     }

@@ -165,7 +165,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
-    s->cmd_w = s->ready_r = -1;
+    s->cmd_w = s->ready_r = s->idle_r = -1;
     for (int i = 0; i < AGENT_SLOTS; i++)
         s->slot_r[i] = -1;
     pthread_mutex_init(&s->agent_mu, NULL);
@@ -231,6 +231,8 @@ void sandbox_release(sandbox *s)
     for (int i = 0; i < AGENT_SLOTS; i++)
         if (s->slot_r[i] >= 0)
             close(s->slot_r[i]);
+    if (s->idle_r >= 0)
+        close(s->idle_r);
     s->b->ops->release(s);
     pthread_mutex_destroy(&s->agent_mu);
     free(s->workspace_dir);
