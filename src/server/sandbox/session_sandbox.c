@@ -1,8 +1,10 @@
 /* Commands through a session sandbox's agent (see session_sandbox.h): the request frame on
  * the agent's command pipe, then its frames back (output, exit) on the command's slot's own
  * pipe, read under a deadline, the output budget, the tap and the client's cancel; several
- * commands at once, one per slot; the sandbox thawed while any runs and frozen after the last. The agent enforces the timeout itself (it kills the command's PID
- * namespace); a sandbox whose agent does not answer by the timeout plus a grace is killed. */
+ * commands at once, one per slot; the sandbox thawed while any runs and frozen after the last
+ * once the agent's next container is ready (sandbox_session_settle, from the warm thread). The
+ * agent enforces the timeout itself (it kills the command's PID namespace); a sandbox whose
+ * agent does not answer by the timeout plus a grace is killed. */
 #include "sandbox/session_sandbox.h"
 
 #include "sandbox/internal.h"

@@ -3,8 +3,8 @@
  * (src/agent/agent.c), which runs each command handed to it here in a fresh container of its
  * own (new PID, mount, IPC and UTS namespaces; a new overlay root, /tmp, /dev/shm and /proc;
  * uid 1000 without capabilities) and streams its output back. Between commands the sandbox is
- * frozen. Up to AGENT_SLOTS commands at once (each in its own container, on a channel of its
- * own; the sandbox frozen once none runs); results are
+ * frozen (sandbox_session_settle). Up to AGENT_SLOTS commands at once (each in its own
+ * container, on a channel of its own); results are
  * those of sandbox_run (exit code, timeout, memory, output budget, tap, cancel). */
 #ifndef AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
 #define AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
