@@ -8,11 +8,13 @@
  * bash, loaded, waits in the preloaded bootstrap (bootstrap.c) for the command and its
  * environment on a pipe, then starts as `/bin/bash -c COMMAND` would. When that PID 1 ends (or the
  * timeout, or a cancel, kills it) the kernel kills everything else in its namespace; the agent
- * reads the command's pipes to their end, reports the exit, and prepares the next child at once.
+ * reads the command's pipes to their end, reports the exit, and then prepares the next child
+ * (not while the command runs: they would share the sandbox's CPU).
  *
  * Commands of a session may run at once (AGENT_SLOTS, each in its own container): each runs in
- * a worker process of the agent's (forked, with its container child, before its command comes)
- * that relays that command's pipes and reports its exit on the command's own channel.
+ * a worker process of the agent's, forked with its container child ahead of its command when
+ * the previous command ended (a command that finds none ready gets one made at once), that
+ * relays that command's pipes and reports its exit on the command's own channel.
  *
  * Protocol (frames: 1 type byte, 4 bytes little-endian length, payload), on fds passed by
  * `runsc run --pass-fd` and held on the host only by airlockd:
@@ -565,9 +567,7 @@ static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
      * airlockd kills the sandbox after the command's timeout and its grace */
     slot_pid[slot] = next->pid;
     hand_over(next, slot, n - 1);
-    next->pid = -1;
-    if (start_worker(next) != 0) /* the next command's, ahead of it */
-        let_go(next);
+    next->pid = -1; /* the next one is made when a command ends (or comes) */
 }
 
 int main(int argc, char **argv)
@@ -616,8 +616,13 @@ int main(int argc, char **argv)
                                {.fd = next.ready_r, .events = POLLIN}};
         if (poll(pf, 3, -1) < 0 && errno != EINTR)
             return 1;
-        if (pf[1].revents)
+        if (pf[1].revents) {
             reap(sigfd, slot_pid);
+            /* a command ended: its successor's container is made now, after its result went
+             * out, not while it ran (they would share the CPU) */
+            if (next.pid <= 0 && start_worker(&next) != 0)
+                let_go(&next);
+        }
         if (pf[2].revents)
             let_go(&next);
         if (!pf[0].revents)
