@@ -466,7 +466,8 @@ describe("a 3-node fleet", function()
     local victim = by_id.node3
     local mine = { create_on("node3", cjson.encode{ egress = { "pypi" } }), create_on("node3") }
     -- an egress event of a session that will be lost: it goes when the session is declared lost
-    assert.are.same({ { status = 403 } }, egress.probe(f.router, KEY, mine[1], { { op = "connect", target = "evil.example:443" } }))
+    assert.are.same({ { status = 403 } },
+      egress.probe(f.router, KEY, mine[1], { { op = "connect", target = "evil.example:443" } }))
     local events_of_lost = "SELECT count(*) FROM egress_events WHERE session_id = '" .. mine[1] .. "'"
     assert.is_true(proc.wait_until(10, function() return fleet.sql(f, events_of_lost) == "1" end))
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open

@@ -78,6 +78,7 @@ function M.temp_path()
     scratch = M.make_temp_dir()
     local dir = scratch
     local function remove() os.execute("rm -rf " .. q(dir)) end
+    local newproxy = rawget(_G, "newproxy")
     if newproxy then -- Lua 5.1 / LuaJIT: a userdata's __gc
       scratch_guard = newproxy(true)
       getmetatable(scratch_guard).__gc = remove
