@@ -186,12 +186,18 @@ static void look_around(warm_pool *w)
 }
 
 /* A session sandbox idle since its last command: frozen once its agent's next container is
- * ready (sandbox_session_settle); until then its descriptor to poll in *pf, and *wait_ms cut to
- * its deadline. 1 when *pf was filled, else 0. Locked. */
+ * ready (sandbox_session_settle; doomed, to boot again, when that killed it); until then its
+ * descriptor to poll in *pf, and *wait_ms cut to its deadline. 1 when *pf was filled, else 0.
+ * Locked. */
 static nfds_t settle_fd(entry *e, struct pollfd *pf, int *wait_ms)
 {
     int64_t until = 0;
     int fd = sandbox_session_settle(e->sb, &until);
+    if (fd < 0 && !sandbox_session_usable(e->sb)) { /* its freeze failed: killed */
+        e->reboot = true;
+        e->state = E_DOOMED;
+        *wait_ms = 0; /* released at once, as a command would have found it */
+    }
     if (fd < 0)
         return 0;
     int64_t left = until - warm_now_ms();
