@@ -238,6 +238,15 @@ s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall((sys.argv[2
 s.shutdown(socket.SHUT_WR); sys.stdout.write(s.makefile().read())' "$1" "$2"
 }
 
+# One of HAProxy's own answers as a file (errorfile): status, reason, Retry-After (or empty),
+# and the detail of a JSON body like airlockd's.
+error_page() { # dir status reason retry_after detail
+  local retry=""
+  [ -n "$4" ] && retry="Retry-After: $4\r\n"
+  printf "HTTP/1.0 %s %s\r\nCache-Control: no-cache\r\nConnection: close\r\nContent-Type: application/json\r\n${retry}\r\n{\"detail\": \"%s\"}\n" \
+    "$2" "$3" "$5" > "$1/$2.http"
+}
+
 # HAProxy's configuration from the nodes table: one backend per node slot (the first two hex
 # digits of a session id), each falling back to the other nodes when its own is down (they
 # answer from the database); new sessions round robin over the nodes that accept them, each
@@ -269,7 +278,14 @@ defaults
     timeout server 120s
     timeout http-request 10s
     option http-keep-alive
+    # HAProxy's own answers in airlockd's shape ({"detail": ...}), never its HTML pages
+    errorfile 400 $hd/400.http
+    errorfile 404 $hd/404.http
+    errorfile 408 $hd/408.http
+    errorfile 500 $hd/500.http
+    errorfile 502 $hd/502.http
     errorfile 503 $hd/503.http
+    errorfile 504 $hd/504.http
 
 frontend api
     bind 127.0.0.1:$port
@@ -332,8 +348,13 @@ EOF
       done <<< "$nodes"
     done <<< "$nodes"
   } > "$hd/haproxy.cfg.new"
-  printf 'HTTP/1.0 503 Service Unavailable\r\nCache-Control: no-cache\r\nConnection: close\r\nContent-Type: application/json\r\nRetry-After: 1\r\n\r\n{"detail": "No airlockd node can take this request right now; retry shortly."}\n' \
-    > "$hd/503.http"
+  error_page "$hd" 400 "Bad Request" "" "The router could not read this request."
+  error_page "$hd" 404 "Not Found" "" "Not Found"
+  error_page "$hd" 408 "Request Timeout" "" "The request did not arrive in time."
+  error_page "$hd" 500 "Internal Server Error" "" "The router failed on this request."
+  error_page "$hd" 502 "Bad Gateway" "" "The node holding this request stopped answering."
+  error_page "$hd" 503 "Service Unavailable" 1 "No airlockd node can take this request right now; retry shortly."
+  error_page "$hd" 504 "Gateway Timeout" "" "The node holding this request did not answer in time."
   "$HAPROXY" -c -q -f "$hd/haproxy.cfg.new" || die "the generated HAProxy configuration is invalid"
   mv "$hd/haproxy.cfg.new" "$hd/haproxy.cfg"
 }

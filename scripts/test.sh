@@ -84,12 +84,13 @@ lua54_job() { if [ $asan = 1 ] && asan_ok "$1"; then job asan "$1"; else job pla
 
 # shellcheck disable=SC2086 # one spec a word
 if [ $valgrind = 1 ]; then job valgrind --exclude-tags=timing $VALGRIND_SPECS; fi
-# Lua 5.4: spec/server and spec/hosts first (the longest files), then every other folder of
-# specs (spec/lua54, any new one), each file once; then spec/integration and spec/unit
-once=(spec/server spec/hosts)
+# Lua 5.4, each file once: spec/fleet (the longest file: a whole fleet), spec/server and
+# spec/hosts first, then every other folder of specs (spec/lua54, any new one); then
+# spec/integration and spec/unit (the longest jobs first, so none starts last)
+once=(spec/fleet spec/server spec/hosts)
 for d in spec/*/; do
   d=${d%/}
-  case $d in spec/c|spec/support|spec/unit|spec/integration|spec/server|spec/hosts) ;; *) once+=("$d") ;; esac
+  case $d in spec/c|spec/support|spec/unit|spec/integration|spec/server|spec/hosts|spec/fleet) ;; *) once+=("$d") ;; esac
 done
 for d in "${once[@]}" spec/integration; do
   for f in "$d"/*_spec.lua; do [ -f "$f" ] && lua54_job "$f"; done

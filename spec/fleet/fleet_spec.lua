@@ -28,6 +28,8 @@ describe("a 3-node fleet", function()
         main = { max_sessions = 100, requests_per_minute = 100000 }, limited = { max_sessions = 10 },
         rated = { requests_per_minute = 10 }, busy = { max_concurrent_exec = 2, max_sessions = 20 } },
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
+      -- a key cache longer than any wait below: only the revocation notice can end a key
+      SANDBOX_FLEET_KEY_CACHE_S = "60",
       SANDBOX_FLEET_CAPACITY = tostring(CAPACITY),
       SANDBOX_EGRESS_POLICY = cjson.encode{ main = { "pypi" } },
     } }
@@ -265,7 +267,7 @@ describe("a 3-node fleet", function()
     for _, s in ipairs(ids) do http.delete(f.router, BUSY, s) end
   end)
 
-  it("stops a revoked key on every node within seconds", function()
+  it("stops a revoked key on every node at once (a notice, not the cache's time)", function()
     local made = http.request(f.router, "POST", "/v1/admin/keys",
       { key = ADMIN, body = cjson.encode{ tenant = "selfserve", name = "ci" } })
     assert.are.equal(201, made.status, made.body)
@@ -300,12 +302,16 @@ describe("a 3-node fleet", function()
       local s = http.create(f.router, KEY).json.session_id
       on[by_slot[s:sub(5, 6)].id] = true
       assert.are.equal(200, http.exec(f.router, KEY, s, "echo audited " .. i).status)
+      -- read at once, from every node: a command's row is in the database before its answer
+      for _, n in ipairs(f.info.nodes) do
+        local res = http.request({ url = n.url }, "GET", "/v1/audit?limit=1", { key = KEY })
+        assert.are.equal(200, res.status, res.body)
+        assert.are.equal("echo audited " .. i, res.json.entries[1].command, n.id)
+      end
       http.delete(f.router, KEY, s)
     end
     for _, n in ipairs(f.info.nodes) do assert.is_true(on[n.id], n.id) end
-    for i = 1, 6 do
-      assert.is_true(proc.wait_until(10, function() return audited("echo audited " .. i) == 1 end), i)
-    end
+    for i = 1, 6 do assert.are.equal(1, audited("echo audited " .. i), i) end
     -- the same answer from every node
     for _, n in ipairs(f.info.nodes) do
       local res = http.request({ url = n.url }, "GET", "/v1/audit?limit=2", { key = KEY })
@@ -392,7 +398,9 @@ describe("a 3-node fleet", function()
     -- node-to-node routes: never through the router; never without the fleet's secret; and a
     -- node takes only a session the database says is moving to it
     local internal = "/v1/fleet/internal/sessions/" .. moving[1]
-    assert.are.equal(404, http.request(f.router, "POST", internal, { key = KEY }).status)
+    local denied = http.request(f.router, "POST", internal, { key = KEY })
+    assert.are.equal(404, denied.status)
+    assert.are.same({ detail = "Not Found" }, denied.json) -- HAProxy's own answers in airlockd's shape
     assert.are.equal(404, http.request(f.router, "GET", internal .. "/archive", { key = KEY }).status)
     assert.are.equal(401, internal_post("node1", internal))
     assert.are.equal(401, internal_post("node1", internal, string.rep("0", 64)))

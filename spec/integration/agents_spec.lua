@@ -24,7 +24,7 @@ local TASK = "Make the failing test in this workspace pass. Run the tests with `
 local function run_example(script, env)
   local words = {}
   for k, v in pairs(env) do words[#words + 1] = k .. "=" .. q(v) end
-  local err_path = os.tmpname()
+  local err_path = proc.temp_path()
   local cmd = string.format("env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY %s %s %s 2>%s; echo \"__EXIT__=$?\"",
     table.concat(words, " "), interpreter(), q(script), q(err_path))
   local out = proc.output(cmd)

@@ -6,6 +6,7 @@
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
+local proc = require "support.proc"
 
 local function all_bytes()
   local t = {}
@@ -73,7 +74,7 @@ describe("binary files through the SDK", function()
     assert.are.equal(2, #two)
     assert.is_true(more)
     -- local files streamed both ways: the exact bytes, nothing left beside the target
-    local tmp = os.tmpname()
+    local tmp = proc.temp_path()
     write_all(tmp, data)
     assert.are.equal(#data, sbx.files:upload("b/up.bin", tmp))
     assert.is_true(sbx.files:read("b/up.bin", { binary = true }) == data)
@@ -111,7 +112,7 @@ describe("binary files through the SDK", function()
 
   it("streams a 100 MB file from and to local disk with the SDK's memory flat", function()
     -- a child Lua: its own peak RSS (VmHWM) is the SDK's, apart from this test runner's
-    local dir = os.tmpname()
+    local dir = proc.temp_path()
     os.remove(dir)
     assert(os.execute("mkdir " .. airlockd.shell_quote(dir)))
     local src, back = dir .. "/src.bin", dir .. "/back.bin"
@@ -155,7 +156,7 @@ describe("binary files through the SDK", function()
   it("raises clear errors for missing or unreadable files on either side, leaving no partial file", function()
     local sbx = airlock.sandbox(opts)
     local ok, err = pcall(function()
-      local tmp = os.tmpname()
+      local tmp = proc.temp_path()
       local dok, derr = pcall(sbx.files.download, sbx.files, "missing.bin", tmp .. ".x")
       assert.is_false(dok)
       assert.are.equal("FileNotFoundError", derr.name)
@@ -235,7 +236,7 @@ describe("binary files through the SDK", function()
       sbx.files:write("n/big.bin", big)
       local big_back = sbx.files:read("n/big.bin", { binary = true })
       local entries = sbx.files:list("n")
-      local tmp = os.tmpname()
+      local tmp = os.tmpname() -- (inside nginx; removed below)
       local f = assert(io.open(tmp, "wb"))
       f:write(big)
       f:close()

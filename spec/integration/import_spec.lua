@@ -63,7 +63,7 @@ describe("POST /v1/sessions/{id}/import", function()
   lazy_setup(function()
     root = make_fixtures()
     archives = archive_server.start(root)
-    local audit_db = os.tmpname()
+    local audit_db = proc.temp_path()
     os.remove(audit_db)
     server = airlockd.start({ env = { AIRLOCK_IMPORT_BASE_URL = archives.url, SANDBOX_AUDIT = "sqlite:" .. audit_db } })
     server.audit_db = audit_db

@@ -114,7 +114,7 @@ describe("bin/airlock-mcp against airlockd", function()
 
   before_each(function()
     procs = {}
-    state_dir = os.tmpname()
+    state_dir = proc.temp_path()
     os.remove(state_dir)
   end)
   after_each(function()

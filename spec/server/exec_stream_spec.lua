@@ -22,7 +22,7 @@ local function stream_exec(server, key, id, command, opts)
   local body = { command = command, stream = true }
   for k, v in pairs(opts.body or {}) do body[k] = v end
   if opts.accept then body.stream = nil end
-  local out = os.tmpname()
+  local out = proc.temp_path()
   local words = { "curl", "-sN", "-D", out .. ".head", "-o", out, "--max-time", tostring(opts.max_time or 120),
     "-H", "X-API-Key: " .. key, "-H", "Content-Type: application/json", "--data-binary", cjson.encode(body) }
   if opts.accept then words[#words + 1] = "-H"; words[#words + 1] = "Accept: application/x-ndjson" end

@@ -9,6 +9,7 @@
 -- Lua 5.1-compatible (no <close>).
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
+local proc = require "support.proc"
 
 local http = http_client.request
 
@@ -159,7 +160,7 @@ end)
 
 describe("the isolation settings (SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR) and finding runsc", function()
   local bin = os.getenv("AIRLOCKD_BIN") or "build/airlockd"
-  local dir = os.tmpname()
+  local dir = proc.temp_path()
 
   after_each(function() os.execute("rm -rf " .. airlockd.shell_quote(dir) .. "-state") end)
 

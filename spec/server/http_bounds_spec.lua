@@ -65,7 +65,7 @@ end
 -- curl from address `from`: status code and body.
 local function curl(server, path, opts)
   opts = opts or {}
-  local out = os.tmpname()
+  local out = proc.temp_path()
   local cmd = string.format("curl -s -o %s -w '%%{http_code}' --max-time %d %s %s %s %s", q(out), opts.max_time or 5,
     opts.from and ("--interface " .. opts.from) or "", opts.key and ("-H " .. q("X-API-Key: " .. opts.key)) or "",
     opts.args or "", q(server.url .. path))
@@ -91,7 +91,7 @@ describe("airlockd against hostile HTTP clients", function()
   end)
 
   it("refuses four 60 MB bodies with a wrong key from their headers: airlockd's memory stays flat", function()
-    local body = os.tmpname()
+    local body = proc.temp_path()
     proc.write_file(body, '{"path":"big.txt","content":"' .. string.rep("a", 60 * MB) .. '"}')
     local id = http_client.create(server, key).json.session_id
     local before = status_field(server, "VmHWM")
@@ -164,7 +164,7 @@ describe("airlockd against hostile HTTP clients", function()
       { key = key, body = '{"command":"true"}' .. string.rep(" ", MB - 18) })
     assert.are.equal(200, r.status, r.body)
     -- chunked: counted as it arrives
-    local big = os.tmpname()
+    local big = proc.temp_path()
     proc.write_file(big, '{"command":"' .. string.rep("x", 2 * MB) .. '"}')
     local code, body = curl(server, "/v1/sessions/" .. id .. "/exec",
       { key = key, args = "-H 'Transfer-Encoding: chunked' -H 'Content-Type: application/json' --data-binary @" .. q(big) })

@@ -440,7 +440,7 @@ describe("airlockd HTTP API", function()
         string.rep("A", 70000) .. "\r\n\r\n",
       }
       for _, g in ipairs(garbage) do
-        local tmp = os.tmpname()
+        local tmp = proc.temp_path()
         write_file(tmp, g)
         os.execute("timeout 5 bash -c " .. q("cat " .. q(tmp) .. " > /dev/tcp/127.0.0.1/" .. port) .. " 2>/dev/null")
         os.remove(tmp)
@@ -681,7 +681,7 @@ describe("airlockd exec", function()
   it("limits concurrent commands per tenant without Retry-After, the limit also in X-Airlock-Exec-Limit", function()
     local okey = server.tenants.other
     local oid = create(server, okey)
-    local done = os.tmpname()
+    local done = proc.temp_path()
     os.execute("curl -s -H 'Content-Type: application/json' -H " .. q("X-API-Key: " .. okey) ..
       " --data-binary '{\"command\":\"sleep 3\"}' " .. q(server.url .. "/v1/sessions/" .. oid .. "/exec") ..
       " > " .. q(done) .. " 2>&1 &")

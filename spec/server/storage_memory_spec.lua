@@ -22,7 +22,7 @@ describe("airlockd storage", function()
       for i = 1, 4 do tenants["t" .. i] = "k" .. i .. "_" .. airlockd.random_hex(16) end
       local server = airlockd.start({ tenants = tenants, env = { SANDBOX_WORKSPACE_QUOTA_MB = "100", SANDBOX_WARM_NEW = "0",
         SANDBOX_TRANSFER_TIMEOUT = "120" } })
-      local body = os.tmpname()
+      local body = proc.temp_path()
       local ok, err = pcall(function()
         local ids = {}
         for i = 1, 4 do ids[i] = http_client.create(server, tenants["t" .. i]).json.session_id end
@@ -37,7 +37,7 @@ describe("airlockd storage", function()
         local base = proc_status_kb(server.pid, "VmRSS")
         local outs = {}
         for i = 1, 4 do
-          outs[i] = os.tmpname()
+          outs[i] = proc.temp_path()
           os.execute(string.format("(curl -s -m 120 -o %s -w '%%{http_code}' -H 'Content-Type: application/json' -H %s "
             .. "--data-binary @%s %s > %s.code; echo done >> %s.code) &", q(outs[i]), q("X-API-Key: " .. tenants["t" .. i]),
             q(body), q(server.url .. "/v1/sessions/" .. ids[i] .. "/write"), q(outs[i]), q(outs[i])))

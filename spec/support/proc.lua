@@ -77,7 +77,7 @@ function M.temp_path()
   if not scratch then
     scratch = M.make_temp_dir()
     local dir = scratch
-    local function remove() os.execute("rm -rf " .. q(dir)) end
+    local function remove() os.execute("rm -rf --one-file-system " .. q(dir)) end
     local newproxy = rawget(_G, "newproxy")
     if newproxy then -- Lua 5.1 / LuaJIT: a userdata's __gc
       scratch_guard = newproxy(true)

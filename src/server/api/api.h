@@ -80,6 +80,9 @@ void api_send_exec_limit(http_request *r, int allowed);
 /* acquire_session for a route that records an audit entry: fails closed (507 "<what> could
  * not be saved: ...") while the audit log cannot be written, before anything runs. */
 session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what);
+/* audit_record, and in a fleet the row shipped to the database at once (0 or -1 as
+ * audit_record: a row not shipped yet waits in the node's outbox). */
+int api_audit_record(app *a, const audit_entry *e);
 /* Sends {"detail": fmt with arg} with arg made valid UTF-8 (fmt has one %s). */
 void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg);
 /* Fail closed on storage: a change that could not be made durable is refused, never

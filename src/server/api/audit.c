@@ -1,9 +1,18 @@
-/* GET /v1/audit (contract 1.12): the tenant's command history, newest first, paged. */
+/* GET /v1/audit (contract 1.12): the tenant's command history, newest first, paged; and the
+ * recording of a row by the routes that audit. */
 #include "api/handlers.h"
 
 #include "store/audit.h"
 
 #include <stdlib.h>
+
+int api_audit_record(app *a, const audit_entry *e)
+{
+    int rc = audit_record(a->audit, e);
+    if (rc == 0 && a->fleet)
+        fleet_audit_ship_now(a->fleet, a->audit);
+    return rc;
+}
 
 void api_audit(app *a, http_request *r, const api_call *c)
 {

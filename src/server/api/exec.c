@@ -330,7 +330,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
         /* the client hung up (nobody reads this answer) or the server is stopping (503) */
         fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
         ae.detail = CANCEL_DETAIL;
-        (void)audit_record(a->audit, &ae); /* nobody reads the answer (or it is a 503) */
+        (void)api_audit_record(a, &ae); /* nobody reads the answer (or it is a 503) */
         answer_error(ans, 503, "The command was stopped before it finished.");
         return;
     }
@@ -340,7 +340,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
     ae.exit_code = o.exit_code;
     ae.timed_out = o.timed_out;
     ae.oom_killed = o.oom;
-    if (audit_record(a->audit, &ae) != 0) { /* never acknowledged without its record */
+    if (api_audit_record(a, &ae) != 0) { /* never acknowledged without its record */
         snprintf(ans->text, sizeof ans->text, "The command ran (exit code %d) but its audit record could not be "
                                               "saved: the server's storage is full or failing.", o.exit_code);
         answer_error(ans, 507, ans->text);

@@ -45,7 +45,7 @@ static int audit_import(app *a, const api_call *c, const session *s, const char 
     e.exit_code = 0;
     e.has_duration = true;
     e.duration_s = (double)(long long)((mono_s() - started) * 1000.0 + 0.5) / 1000.0;
-    return audit_record(a->audit, &e);
+    return api_audit_record(a, &e);
 }
 
 /* Copy of s (len bytes) cut to max characters; NULs end it early. */

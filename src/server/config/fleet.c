@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #define DEFAULT_LOST_AFTER 120
+#define DEFAULT_KEY_CACHE_S 2
 #define MIN_SECRET 32
 
 /* The first line of file, trimmed, allocated into *out. */
@@ -64,6 +65,7 @@ int config_load_fleet(config *c, const config_src *src)
         strncmp(c->database_url, "postgres://", 11) != 0)
         return config_fail(src->err, "SANDBOX_DATABASE_URL", NULL, "must be a postgresql:// URL");
     return read_secret(c, src) || config_var_positive(src, "SANDBOX_FLEET_LOST_AFTER", DEFAULT_LOST_AFTER, &c->fleet_lost_after) ||
+           config_var_positive(src, "SANDBOX_FLEET_KEY_CACHE_S", DEFAULT_KEY_CACHE_S, &c->fleet_key_cache_s) ||
            config_var_int(src, "SANDBOX_FLEET_CAPACITY", 0, 0, 1000000, "sessions", &c->fleet_capacity) ||
            config_var_int(src, "SANDBOX_FLEET_AGENT_PORT", 0, 0, 65535, "port", &c->fleet_agent_port);
 }

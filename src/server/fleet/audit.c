@@ -1,7 +1,9 @@
 /* The fleet's audit log: each node records into its own SQLite store (store/audit.c), which is
- * also its outbox; every heartbeat ships what is new to the database's audit table, where a
- * row's key (tenant, node, sort key) makes a repeated shipment write nothing twice. While the
- * database is down, rows wait in the outbox. GET /v1/audit reads every node's rows. */
+ * also its outbox; the request that records a row ships it at once (so the next request, on
+ * any node, reads it) and every heartbeat ships what is still new to the database's audit
+ * table, where a row's key (tenant, node, sort key) makes a repeated shipment write nothing
+ * twice. While the database is down, rows wait in the outbox. GET /v1/audit reads every
+ * node's rows. */
 #include "fleet/internal.h"
 
 #include <stdio.h>
@@ -11,8 +13,8 @@
 
 #define SHIP_BATCH 500
 
-int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
-                      const char *insert)
+static int ship_locked(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
+                       const char *insert)
 {
     for (int round = 0; store && round < 20; round++) {
         json_t *rows = NULL;
@@ -44,12 +46,27 @@ int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, flee
     return 0;
 }
 
+int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
+                      const char *insert)
+{
+    pthread_mutex_lock(&f->ship_mu);
+    int rc = ship_locked(f, store, read, done, insert);
+    pthread_mutex_unlock(&f->ship_mu);
+    return rc;
+}
+
 void fleet_audit_ship(fleet *f, audit_store *store)
 {
     fleet_outbox_ship(f, store, audit_outbox_read, audit_outbox_mark,
         "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
         " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
         " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING");
+}
+
+void fleet_audit_ship_now(fleet *f, audit_store *store)
+{
+    if (pg_reachable(f->db)) /* else the heartbeat catches up once the database is back */
+        fleet_audit_ship(f, store);
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

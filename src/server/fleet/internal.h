@@ -29,6 +29,7 @@ struct fleet {
     bool beating, stopping, locks_ready;
     pthread_mutex_t mu;
     pthread_cond_t cond;
+    pthread_mutex_t ship_mu; /* one outbox shipment at a time (heartbeat and request threads) */
 };
 
 

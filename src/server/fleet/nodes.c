@@ -40,6 +40,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     f->slot = atoi(slot);
     free(slot);
     pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->ship_mu, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
     atomic_store(&f->accepting, true);
@@ -204,6 +205,7 @@ void fleet_close(fleet *f)
     fleet_stop(f);
     if (f->locks_ready) {
         pthread_mutex_destroy(&f->mu);
+        pthread_mutex_destroy(&f->ship_mu);
         pthread_cond_destroy(&f->cond);
     }
     free(f->id);

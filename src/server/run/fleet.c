@@ -77,7 +77,7 @@ int server_join_fleet(server *s)
     if (c->keystore_path)
         fprintf(stderr, "airlockd: fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database\n");
     keystore_close(a->keys);
-    if (!(a->keys = keystore_open_pg(a->db))) {
+    if (!(a->keys = keystore_open_pg(a->db, c->fleet_key_cache_s))) {
         snprintf(s->err, sizeof s->err, "out of memory");
         return -1;
     }

@@ -29,10 +29,10 @@ static const char SCHEMA[] =
 static const char COLS[] = "key_id, tenant_id, name, created_at, revoked_at";
 
 
-keystore *keystore_open_pg(pg_pool *db)
+keystore *keystore_open_pg(pg_pool *db, double cache_s)
 {
     keystore *ks = calloc(1, sizeof *ks);
-    if (ks && !(ks->pg = keystore_pg_new(db))) {
+    if (ks && !(ks->pg = keystore_pg_new(db, cache_s))) {
         free(ks);
         ks = NULL;
     }

@@ -18,7 +18,7 @@ typedef struct keystore keystore;
 
 keystore *keystore_open(const char *path, char *err, size_t errlen);
 /* The same key store on a fleet's database (store/keystore_pg.h); NULL when out of memory. */
-keystore *keystore_open_pg(pg_pool *db);
+keystore *keystore_open_pg(pg_pool *db, double cache_s);
 void keystore_close(keystore *ks);
 
 /* Checks an "asb_..." key. true with the tenant name (malloc'd) and key id when it is

@@ -1,6 +1,8 @@
 /* Self-service keys on a fleet's PostgreSQL, and the short cache of successful lookups. */
 #include "store/keystore_pg.h"
 
+#include "store/pg_listen.h"
+
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,8 +22,12 @@ typedef struct {
 struct keystore_pg {
     pg_pool *db;
     pthread_mutex_t mu;
+    double cache_s;
     cache_entry cache[CACHE_SLOTS];
+    pg_listener *revoked; /* the fleet's revocations (NOTIFY airlock_keys, payload the key id) */
 };
+
+#define REVOKED_CHANNEL "airlock_keys"
 
 static const char COLS[] = "key_id, tenant_id, name, created_at, revoked_at";
 
@@ -32,13 +38,35 @@ static double mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-keystore_pg *keystore_pg_new(pg_pool *db)
+/* Drops the cached lookups of key_id, or of every key (NULL). */
+static void forget(keystore_pg *k, const char *key_id)
+{
+    pthread_mutex_lock(&k->mu);
+    for (size_t i = 0; i < CACHE_SLOTS; i++) {
+        if (k->cache[i].tenant && (!key_id || strcmp(k->cache[i].key_id, key_id) == 0)) {
+            free(k->cache[i].tenant);
+            k->cache[i].tenant = NULL;
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* A revocation on any node (or, NULL, revocations the listener may have missed). */
+static void on_revoked(void *ctx, const char *key_id)
+{
+    forget(ctx, key_id);
+}
+
+keystore_pg *keystore_pg_new(pg_pool *db, double cache_s)
 {
     keystore_pg *k = calloc(1, sizeof *k);
     if (!k)
         return NULL;
     k->db = db;
+    k->cache_s = cache_s;
     pthread_mutex_init(&k->mu, NULL);
+    /* without the listener (no thread), the cache's time bound still holds */
+    k->revoked = pg_listen_start(db, REVOKED_CHANNEL, on_revoked, k);
     return k;
 }
 
@@ -46,6 +74,7 @@ void keystore_pg_free(keystore_pg *k)
 {
     if (!k)
         return;
+    pg_listen_stop(k->revoked);
     for (size_t i = 0; i < CACHE_SLOTS; i++)
         free(k->cache[i].tenant);
     pthread_mutex_destroy(&k->mu);
@@ -85,7 +114,7 @@ bool keystore_pg_auth(keystore_pg *k, const char *hash, const char *key_id, char
     e->tenant = strdup(*tenant);
     memcpy(e->hash, hash, 65);
     snprintf(e->key_id, sizeof e->key_id, "%s", key_id);
-    e->until = now + KEYSTORE_PG_CACHE_S;
+    e->until = now + k->cache_s;
     pthread_mutex_unlock(&k->mu);
     return true;
 }
@@ -178,15 +207,11 @@ int keystore_pg_revoke(keystore_pg *k, const char *tenant, const char *key_id, b
         return KS_LAST_KEY;
     if (n != 0)
         return KS_ERROR;
-    /* this node forgets it at once; the others within KEYSTORE_PG_CACHE_S */
-    pthread_mutex_lock(&k->mu);
-    for (size_t i = 0; i < CACHE_SLOTS; i++) {
-        if (k->cache[i].tenant && strcmp(k->cache[i].key_id, key_id) == 0) {
-            free(k->cache[i].tenant);
-            k->cache[i].tenant = NULL;
-        }
-    }
-    pthread_mutex_unlock(&k->mu);
+    /* this node forgets it at once, the others when the notification reaches them
+     * (milliseconds), at the latest after cache_s */
+    forget(k, key_id);
+    const char *np[] = {REVOKED_CHANNEL, key_id};
+    PQclear(pg_query(k->db, "SELECT pg_notify($1, $2)", 2, np));
     *record = get_record(k, key_id);
     return *record ? KS_OK : KS_ERROR;
 }

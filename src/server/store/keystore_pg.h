@@ -1,18 +1,19 @@
 /* Self-service keys in a fleet's PostgreSQL (the api_keys table of store/pg_schema.c), with a
- * node-side cache of successful lookups for at most KEYSTORE_PG_CACHE_S seconds: a key revoked
- * on any node stops working on every node within that time. Thread-safe. The functions
- * mirror store/keystore.h, which calls them for a key store opened with keystore_open_pg. */
+ * node-side cache of successful lookups for at most cache_s seconds: a key revoked
+ * on any node stops working on every node when its notification arrives (NOTIFY
+ * airlock_keys: milliseconds), and within that time if a node's listener is disconnected.
+ * Thread-safe. The functions mirror store/keystore.h, which calls them for a key store opened
+ * with keystore_open_pg. */
 #ifndef AIRLOCKD_KEYSTORE_PG_H
 #define AIRLOCKD_KEYSTORE_PG_H
 
 #include "store/keystore.h"
 #include "store/pg.h"
 
-#define KEYSTORE_PG_CACHE_S 2.0
-
 typedef struct keystore_pg keystore_pg;
 
-keystore_pg *keystore_pg_new(pg_pool *db);
+/* cache_s: how long a successful lookup is trusted without a revocation notice. */
+keystore_pg *keystore_pg_new(pg_pool *db, double cache_s);
 void keystore_pg_free(keystore_pg *k);
 
 /* hash: the key's SHA-256 in hex (the key itself never reaches this file). */

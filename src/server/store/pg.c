@@ -240,6 +240,11 @@ int pg_exec_locked(pg_pool *p, long long lock_key, int (*fn)(PGconn *c, void *ct
     return rc;
 }
 
+PGconn *pg_connect(pg_pool *p)
+{
+    return connect_url(p->url);
+}
+
 bool pg_reachable(pg_pool *p)
 {
     return atomic_load(&p->reachable);

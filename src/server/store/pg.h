@@ -28,6 +28,10 @@ char *pg_value(pg_pool *p, const char *sql, int nparams, const char *const *para
 int pg_exec_locked(pg_pool *p, long long lock_key, int (*fn)(PGconn *c, void *ctx, char *err, size_t errlen),
                    void *ctx, char *err, size_t errlen);
 
+/* A new connection of its own (not the pool's) to the pool's database, e.g. for LISTEN;
+ * check PQstatus, PQfinish it. */
+PGconn *pg_connect(pg_pool *p);
+
 /* Whether the last statement reached the database (false after a connection failure). */
 bool pg_reachable(pg_pool *p);
 
