@@ -52,6 +52,9 @@ WAITER     := $(BUILD)/airlock-waiter
 # the first process of a session's long-lived sandbox (SANDBOX_EXEC_MODE=session): runs each
 # command in fresh namespaces; static like the waiter, found beside airlockd
 AGENT      := $(BUILD)/airlock-agent
+# preloaded into the bash each of the agent's containers execs ahead of its command (not static:
+# it is loaded into the root's bash); found beside the agent
+BOOTSTRAP  := $(BUILD)/airlock-bootstrap.so
 # the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -72,7 +75,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(RAW_CURL_RATE)
+build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(BOOTSTRAP) $(RAW_CURL_RATE)
 
 # Every build variant has its own folder (build/, build/asan, build/luajit, build/lua51, ...)
 # with its objects under $(BUILD)/obj, so variants never share an object and `make -j` builds
@@ -117,6 +120,10 @@ $(WAITER): src/waiter/waiter.c
 $(AGENT): src/agent/agent.c src/agent/frames.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/agent/agent.c
+
+$(BOOTSTRAP): src/agent/bootstrap.c src/agent/frames.h
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -shared -fPIC -o $@ src/agent/bootstrap.c
 
 -include $(CORE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d)
 
@@ -256,6 +263,7 @@ install: build
 	install -m 755 $(AIRLOCKD) $(DESTDIR)$(INST_BINDIR)/airlockd
 	install -m 755 $(WAITER) $(DESTDIR)$(INST_BINDIR)/airlock-waiter
 	install -m 755 $(AGENT) $(DESTDIR)$(INST_BINDIR)/airlock-agent
+	install -m 644 $(BOOTSTRAP) $(DESTDIR)$(INST_BINDIR)/airlock-bootstrap.so
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and

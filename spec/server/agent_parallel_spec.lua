@@ -67,6 +67,15 @@ describe("a session's parallel commands in its own sandbox (SANDBOX_EXEC_MODE=se
     assert.are.same(box, sandboxes_of(server, sid))
   end)
 
+  it("freezes the session's sandbox once no command runs (after its agent's next container is ready)", function()
+    local root = host_state.cgroup_root(server.dir .. "/state")
+    for _ = 1, 3 do
+      local r = http_client.exec(server, key, sid, "echo hi")
+      assert.are.equal("hi\n", r.json.stdout, r.body)
+      assert.is_true(proc.wait_until(30, function() return #host_state.waiting_sandboxes(root) == 1 end, 0.02))
+    end
+  end)
+
   it("times out one of two parallel commands without touching the other", function()
     local a = http_client.exec_async(server, key, sid, "echo $$ > /workspace/c1; sleep 1000", 3)
     local b = http_client.exec_async(server, key, sid,

@@ -64,9 +64,13 @@ describe("red team: a session's sandbox with its agent (SANDBOX_EXEC_MODE=sessio
     assert.is_true(proc.wait_until(30, function() return #session_sandboxes(server, sid) == 1 end))
     local box = session_sandboxes(server, sid)[1]
     baseline = exec(FRESH).stdout
-    local r = exec("id -u; id -g; hostname; cat /proc/1/cmdline | tr '\\0' ' '; echo; grep -E '^(CapEff|CapBnd)' /proc/self/status; pwd; echo $HOME")
-    assert.are.equal("1000\n1000\nsandbox\n/bin/bash -c id -u; id -g; hostname; cat /proc/1/cmdline | tr '\\0' ' '; echo; "
-      .. "grep -E '^(CapEff|CapBnd)' /proc/self/status; pwd; echo $HOME \n"
+    -- PID 1 is the command's bash, exec'd before the command came (src/agent/bootstrap.c): its
+    -- /proc cmdline keeps the placeholder it was exec'd with
+    local r = exec("id -u; id -g; hostname; echo $$ \"$BASH_EXECUTION_STRING\"; cat /proc/1/cmdline | tr '\\0' ' '; echo; "
+      .. "grep -E '^(CapEff|CapBnd)' /proc/self/status; pwd; echo $HOME")
+    assert.are.equal("1000\n1000\nsandbox\n1 id -u; id -g; hostname; echo $$ \"$BASH_EXECUTION_STRING\"; cat /proc/1/cmdline | "
+      .. "tr '\\0' ' '; echo; grep -E '^(CapEff|CapBnd)' /proc/self/status; pwd; echo $HOME\n"
+      .. "/bin/bash -c airlock: waiting for its command \n"
       .. "CapEff:\t0000000000000000\nCapBnd:\t0000000000000000\n/workspace\n/tmp\n", r.stdout)
     assert.are.same({ box }, session_sandboxes(server, sid))
   end)

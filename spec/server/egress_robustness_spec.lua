@@ -76,12 +76,19 @@ describe("egress proxy robustness", function()
     assert.are.same({ opened = STALLED, heads_open = HEADS }, cjson.decode(res.stdout))
     -- the unfinished heads were closed at the 10 s deadline, each one logged (in the file: the
     -- 1,000 tunnels' events came after them and fill the in-memory ring)
-    local timeouts, allowed = 0, 0
-    for line in (proc.read_file(log_dir .. "/" .. hog .. ".jsonl") or ""):gmatch("[^\n]+") do
-      local e = cjson.decode(line)
-      if e.reason == "proxy error: Timeout" then timeouts = timeouts + 1 end
-      if e.decision == "allow" then allowed = allowed + 1 end
+    -- (a tunnel's event is written when it closes: with SANDBOX_EXEC_MODE=session the session's
+    -- sandbox, and its network stack, outlive the command, whose connections close after it)
+    local timeouts, allowed
+    local function counted()
+      timeouts, allowed = 0, 0
+      for line in (proc.read_file(log_dir .. "/" .. hog .. ".jsonl") or ""):gmatch("[^\n]+") do
+        local e = cjson.decode(line)
+        if e.reason == "proxy error: Timeout" then timeouts = timeouts + 1 end
+        if e.decision == "allow" then allowed = allowed + 1 end
+      end
+      return timeouts == HEADS and allowed == STALLED
     end
+    proc.wait_until(30, counted, 0.2)
     assert.are.same({ HEADS, STALLED }, { timeouts, allowed })
     assert.are.equal(200, http_client.request(server, "GET", "/healthz").status)
   end)

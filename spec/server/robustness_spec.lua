@@ -43,17 +43,14 @@ describe("airlockd robustness", function()
     for i = 1, 4 do
       jobs[i] = http_client.exec_async(server, key, id, "for _ in $(seq 500); do [ -e go ] && break; sleep 0.1; done; echo done " .. i, 60)
     end
-    -- wait until all four sandboxes run (a probe racing them could take a slot), then a fifth is refused
-    local function runs()
-      local p = io.popen("ps -eo args=")
-      local n = 0
-      for line in p:read("*a"):gmatch("[^\n]+") do
-        if line:find(server.dir .. "/state/runsc", 1, true) and line:find(" run --bundle ", 1, true) then n = n + 1 end
-      end
-      p:close()
-      return n
+    -- wait until all four hold their slots (a probe racing them could take one), then a fifth is
+    -- refused; counted by airlockd, so in either SANDBOX_EXEC_MODE (in session mode the four run
+    -- in the session's one sandbox, not in four `runsc run`s)
+    local function running()
+      local _, _, usage = fuzz.request(server, "GET", "/v1/usage", key)
+      return usage:find('"commands_running":4', 1, true) ~= nil
     end
-    assert.truthy(proc.wait_until(60, function() return runs() >= 4 end, 0.05))
+    assert.truthy(proc.wait_until(60, running, 0.05))
     local fifth = http_client.exec(server, key, id, "true")
     assert.are.equal('{"detail":"Too many commands running at once: 4 allowed. Wait for one to finish."}', fifth.body)
     for i = 1, 5 do

@@ -3,21 +3,25 @@
  * container of its own: a child in new PID, mount, IPC and UTS namespaces, whose root is a new
  * overlay (writable, thrown away) over the sandbox's read-only root, with the sandbox's bind
  * mounts (-r DIR read-only, -w DIR read-write, -d DIR with its devices: /dev) placed again, and new /tmp, /dev/shm and /proc.
- * The child waits, still root, for its command on a pipe; then drops to uid/gid 1000 with no
- * capabilities and no_new_privs and execs `/bin/bash -c COMMAND` as PID 1 of its namespace, with
- * stdin /dev/null, cwd /workspace and the environment sent. When that PID 1 ends (or the
+ * The child drops to uid/gid 1000 with no capabilities and no_new_privs, with stdin /dev/null
+ * and cwd /workspace, and execs /bin/bash as PID 1 of its namespace before its command comes:
+ * bash, loaded, waits in the preloaded bootstrap (bootstrap.c) for the command and its
+ * environment on a pipe, then starts as `/bin/bash -c COMMAND` would. When that PID 1 ends (or the
  * timeout, or a cancel, kills it) the kernel kills everything else in its namespace; the agent
- * reads the command's pipes to their end, reports the exit, and prepares the next child at once.
+ * reads the command's pipes to their end, reports the exit, and then prepares the next child
+ * (not while the command runs: they would share the sandbox's CPU).
  *
  * Commands of a session may run at once (AGENT_SLOTS, each in its own container): each runs in
- * a worker process of the agent's (forked, with its container child, before its command comes)
- * that relays that command's pipes and reports its exit on the command's own channel.
+ * a worker process of the agent's, forked with its container child ahead of its command when
+ * the previous command ended (a command that finds none ready gets one made at once), that
+ * relays that command's pipes and reports its exit on the command's own channel.
  *
  * Protocol (frames: 1 type byte, 4 bytes little-endian length, payload), on fds passed by
  * `runsc run --pass-fd` and held on the host only by airlockd:
  *   fd 3, airlockd -> agent: 'C' u8 slot, u32 timeout_ms, command NUL, env entries NUL-terminated
  *                            each; 'K' u8 slot: kill the command running in that slot (cancel).
- *   fd 4, agent -> airlockd: the byte 'R' once booted (then closed; as airlock-waiter says it).
+ *   fd 4, agent -> airlockd: the byte 'R' once booted (as airlock-waiter says it); then a 'g'
+ *                            each time the next command's container is ready (or cannot be made).
  *   fd 5 + slot, agent -> airlockd, for the command of that slot (0 .. AGENT_SLOTS - 1):
  *                            '1' / '2' stdout / stderr bytes as read;
  *                            'X' i32 exit code (shell conventions), u8 timed out (1) / killed (2).
@@ -56,8 +60,7 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define UID 1000
 #define GID 1000
 #define NPROC 64
-#define REQUEST_MAX ((1u << 20) + (64u << 10)) /* the command (< 1 MiB) and its environment */
-#define ENV_MAX 64
+#define REQUEST_MAX AGENT_REQUEST_MAX
 #define BINDS_MAX 32
 #define CHUNK FRAME_OUTPUT_MAX
 /* Where the child builds its root, inside a tmpfs of its own mount namespace. */
@@ -67,8 +70,6 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 #define ROOT_OPTS "size=64m,mode=755"
 /* After PID 1 of a command ended, its pipes close as soon as the kernel has killed the rest. */
 #define DRAIN_MS 3000
-/* How long a command's exit waits for the next command's container to be ready. */
-#define GO_MS 1000
 
 typedef struct {
     const char *dir;
@@ -156,24 +157,6 @@ static void child_mounts(int fail_w)
         child_fail(fail_w, "setting the host name");
 }
 
-/* Parses the request in place: its timeout, command and environment (env NULL-terminated). */
-static int parse_request(size_t len, uint32_t *timeout_ms, char **command, char *env[ENV_MAX + 1])
-{
-    if (len < 5 || len > REQUEST_MAX || request[len - 1] != '\0')
-        return -1;
-    *timeout_ms = frame_get_u32((unsigned char *)request);
-    char *p = request + 4, *end = request + len;
-    *command = p;
-    p += strlen(p) + 1;
-    int n = 0;
-    while (p < end && n < ENV_MAX) {
-        env[n++] = p;
-        p += strlen(p) + 1;
-    }
-    env[n] = NULL;
-    return p == end ? 0 : -1;
-}
-
 /* Drops to UID/GID with no capabilities (bounding set emptied, so nothing regains any),
  * no_new_privs, the command's limits. */
 static void child_drop(int fail_w)
@@ -192,11 +175,27 @@ static void child_drop(int fail_w)
         child_fail(fail_w, "setting no_new_privs");
 }
 
-/* PID 1 of a new container: mounts, waits for its request, drops, execs. Never returns. */
+/* Puts each of from[i] on the number to[i], open across exec (the sources stay close-on-exec):
+ * through copies above them all, so no source is overwritten before it is placed. */
+static int place_fds(const int *from, const int *to, int n)
+{
+    int high[8];
+    for (int i = 0; i < n; i++)
+        if ((high[i] = fcntl(from[i], F_DUPFD_CLOEXEC, 16)) < 0)
+            return -1;
+    for (int i = 0; i < n; i++)
+        if (dup2(high[i], to[i]) < 0)
+            return -1;
+    for (int i = 0; i < n; i++)
+        close(high[i]);
+    return 0;
+}
+
+/* PID 1 of a new container: mounts, drops, and execs /bin/bash ahead of its command, with the
+ * bootstrap preloaded: bash, loaded, waits in it for the request on fd 3, says ready on fd 4
+ * and failures on fd 5 (see bootstrap.c). Never returns. */
 static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
 {
-    /* fds 3 to 5 are close-on-exec, like every descriptor of the agent's but 0-2 of the
-     * command: closing them here by number could hit a pipe of this child's that reused one */
     /* an ignored signal stays ignored across exec: the command gets SIGPIPE's default back */
     signal(SIGPIPE, SIG_DFL);
     sigset_t none;
@@ -206,31 +205,19 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         child_fail(fail_w, "setting the parent death signal");
     child_mounts(fail_w);
-    (void)frame_write_all(ready_w, "r", 1);
-    close(ready_w);
-    unsigned char h[4];
-    if (frame_read_all(cmd_r, h, 4) != 0)
-        _exit(0); /* the agent is gone or never needs this child */
-    size_t len = frame_get_u32(h);
-    if (len > REQUEST_MAX || frame_read_all(cmd_r, request, len) != 0)
-        _exit(0);
-    close(cmd_r);
-    uint32_t timeout_ms;
-    char *command, *env[ENV_MAX + 1];
-    errno = EINVAL;
-    if (parse_request(len, &timeout_ms, &command, env) != 0)
-        child_fail(fail_w, "reading the request");
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul < 0 || dup2(nul, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
-        child_fail(fail_w, "placing stdin, stdout and stderr");
+    if (access(AGENT_BOOTSTRAP_PATH, R_OK) != 0)
+        child_fail(fail_w, AGENT_BOOTSTRAP_PATH);
+    /* Every other descriptor of the agent's is close-on-exec (fds 3 to 5 of the agent's too) */
+    int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int from[] = {nul, out_w, err_w, cmd_r, ready_w, fail_w}, to[] = {0, 1, 2, 3, 4, 5};
+    if (nul < 0 || place_fds(from, to, 6) != 0)
+        child_fail(fail_w, "placing the container's descriptors");
+    fail_w = 5; /* its old number may now be another's */
     child_drop(fail_w);
     if (chdir("/workspace") != 0)
         child_fail(fail_w, "entering /workspace");
-    if (nul > 2)
-        close(nul);
-    /* Every other descriptor of the agent is close-on-exec, fail_w too: its end of file tells
-     * the agent the exec happened. */
-    char *argv[] = {"/bin/bash", "-c", command, NULL};
+    char *argv[] = {"/bin/bash", "-c", AGENT_BOOTSTRAP_WAITING, NULL};
+    char *env[] = {"LD_PRELOAD=" AGENT_BOOTSTRAP_PATH, NULL};
     execve(argv[0], argv, env);
     child_fail(fail_w, "exec /bin/bash");
 }
@@ -311,24 +298,6 @@ static int64_t now_ms(void)
 }
 
 static char chunk[CHUNK];
-
-/* A worker's request pipe, kept open after the request: the agent's byte on it says the next
- * command's container is ready. */
-static int go_fd = -1;
-
-/* Holds the command's exit until the next command's container is made (GO_MS at most):
- * airlockd freezes the sandbox when the exit comes, and a container half made then would be
- * finished on the next command's time. */
-static void await_go(void)
-{
-    if (go_fd < 0)
-        return;
-    struct pollfd pf = {.fd = go_fd, .events = POLLIN};
-    char b;
-    if (poll(&pf, 1, GO_MS) > 0)
-        (void)read(go_fd, &b, 1);
-    close_fd(&go_fd);
-}
 
 /* Relays what one pipe has to airlockd as frames of type t; -1 at end of file. */
 static int relay(int *fd, char t)
@@ -426,7 +395,6 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd)
         send_frame('F', fail, fail_len);
         return;
     }
-    await_go();
     unsigned char x[5];
     frame_put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
     x[4] = (unsigned char)killed;
@@ -448,7 +416,7 @@ static size_t warm_up_request(void)
 typedef struct {
     pid_t pid;
     int cmd_w;   /* its container's request pipe: u32 length, the request */
-    int req_w;   /* u8 slot, u32 timeout_ms; then the byte that lets its command's exit go */
+    int req_w;   /* u8 slot, u32 timeout_ms */
     int ready_r; /* a byte (or end of file) once its container is ready */
 } worker;
 
@@ -483,7 +451,7 @@ static void worker_main(int req_r, int ready_w, int cmd_r)
         discard(&p); /* the agent is gone or never needs this worker */
         _exit(0);
     }
-    go_fd = req_r;
+    close(req_r);
     if (h[0] == SLOT_NONE) {
         out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
         if (out_fd < 0)
@@ -534,9 +502,8 @@ static int start_worker(worker *w)
 
 /* Hands a request (request[0..len): timeout, command, environment) straight to w's container
  * (a container that died in its set-up is told nothing: its fail pipe has the reason), then
- * its slot and timeout to w, which runs it from now on. w's pipe, for the byte that lets the
- * command's exit go (or -1 when w is gone). */
-static int hand_over(worker *w, unsigned slot, size_t len)
+ * its slot and timeout to w, which runs it from now on. */
+static void hand_over(worker *w, unsigned slot, size_t len)
 {
     unsigned char n[4], h[5] = {(unsigned char)slot};
     frame_put_u32(n, (uint32_t)len);
@@ -544,27 +511,26 @@ static int hand_over(worker *w, unsigned slot, size_t len)
         (void)frame_write_all(w->cmd_w, request, len);
     close_fd(&w->cmd_w);
     frame_put_u32(h + 1, len >= 4 ? frame_get_u32((unsigned char *)request) : 0);
-    int fd = w->req_w;
-    w->req_w = -1;
     close_fd(&w->ready_r);
-    if (frame_write_all(fd, h, 5) != 0)
-        close_fd(&fd);
-    return fd;
+    (void)frame_write_all(w->req_w, h, 5);
+    close_fd(&w->req_w);
 }
 
-/* The next worker is ready (or gone): the commands waiting for that may end. */
-static void let_go(worker *next, int go[AGENT_SLOTS])
+/* After 'R', fd 4 says to airlockd, a byte each time, that the container for the next command
+ * is ready (or cannot be made): airlockd freezes an idle sandbox only then (or after a second),
+ * never with that container half made, and never holds a command's result for it. */
+static int idle_fd = -1;
+
+/* The next worker is ready (or gone). */
+static void let_go(worker *next)
 {
     close_fd(&next->ready_r);
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        if (go[i] >= 0) {
-            (void)frame_write_all(go[i], "g", 1);
-            close_fd(&go[i]);
-        }
+    if (idle_fd >= 0)
+        (void)write(idle_fd, "g", 1); /* non-blocking: a full pipe has said it already */
 }
 
 /* Reaps ended workers; a slot whose worker ended is free of it. */
-static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS])
+static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS])
 {
     struct signalfd_siginfo si;
     while (read(sigfd, &si, sizeof si) > 0) {
@@ -572,10 +538,8 @@ static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS])
     pid_t pid;
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
         for (int i = 0; i < AGENT_SLOTS; i++)
-            if (slot_pid[i] == pid) {
+            if (slot_pid[i] == pid)
                 slot_pid[i] = 0;
-                close_fd(&go[i]);
-            }
 }
 
 static void usage_exit(void)
@@ -586,7 +550,7 @@ static void usage_exit(void)
 }
 
 /* A 'C' from airlockd (in request[0..n)): its slot's command goes to the worker ready for it. */
-static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOTS], size_t n)
+static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
 {
     if (n < 1 || request[0] >= AGENT_SLOTS)
         return; /* airlockd never sends one: nowhere to answer */
@@ -602,11 +566,8 @@ static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], int go[AGENT_SLOT
     /* a worker without its container answers 'F'; one that died leaves the slot silent, and
      * airlockd kills the sandbox after the command's timeout and its grace */
     slot_pid[slot] = next->pid;
-    close_fd(&go[slot]);
-    go[slot] = hand_over(next, slot, n - 1);
-    next->pid = -1;
-    if (start_worker(next) != 0) /* the next command's, ahead of it */
-        let_go(next, go);
+    hand_over(next, slot, n - 1);
+    next->pid = -1; /* the next one is made when a command ends (or comes) */
 }
 
 int main(int argc, char **argv)
@@ -633,37 +594,37 @@ int main(int argc, char **argv)
             return 1;
     /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
     worker next = {.pid = -1, .cmd_w = -1, .req_w = -1, .ready_r = -1};
-    int go[AGENT_SLOTS];
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        go[i] = -1;
     if (start_worker(&next) != 0)
         return 1;
     pid_t first = next.pid;
-    go[0] = hand_over(&next, SLOT_NONE, warm_up_request());
+    hand_over(&next, SLOT_NONE, warm_up_request());
     if (start_worker(&next) != 0)
         return 1;
     char b;
     if (read(next.ready_r, &b, 1) < 0) { /* ready or gone: the warm-up may end */
     }
-    let_go(&next, go);
+    let_go(&next);
     while (waitpid(first, NULL, 0) < 0 && errno == EINTR) {
     }
-    /* closed, but its number kept taken: a worker closes FD_READY, which must never be a pipe
-     * of its own */
-    int nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (frame_write_all(FD_READY, "R", 1) != 0 || nul < 0 || dup3(nul, FD_READY, O_CLOEXEC) < 0)
+    /* kept (a worker closes its copy): the idle channel from now on */
+    if (frame_write_all(FD_READY, "R", 1) != 0 || fcntl(FD_READY, F_SETFL, O_NONBLOCK) != 0)
         return 1;
-    close(nul);
+    idle_fd = FD_READY;
     pid_t slot_pid[AGENT_SLOTS] = {0};
     for (;;) {
         struct pollfd pf[3] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN},
                                {.fd = next.ready_r, .events = POLLIN}};
         if (poll(pf, 3, -1) < 0 && errno != EINTR)
             return 1;
-        if (pf[1].revents)
-            reap(sigfd, slot_pid, go);
+        if (pf[1].revents) {
+            reap(sigfd, slot_pid);
+            /* a command ended: its successor's container is made now, after its result went
+             * out, not while it ran (they would share the CPU) */
+            if (next.pid <= 0 && start_worker(&next) != 0)
+                let_go(&next);
+        }
         if (pf[2].revents)
-            let_go(&next, go);
+            let_go(&next);
         if (!pf[0].revents)
             continue;
         size_t n;
@@ -671,7 +632,7 @@ int main(int argc, char **argv)
         if (t == 0)
             break; /* airlockd is gone: every worker and container dies with the agent */
         if (t == 'C')
-            command(&next, slot_pid, go, n);
+            command(&next, slot_pid, n);
         else if (t == 'K' && n >= 1 && (unsigned char)request[0] < AGENT_SLOTS && slot_pid[(unsigned char)request[0]] > 0)
             kill(slot_pid[(unsigned char)request[0]], SIGUSR1);
     }

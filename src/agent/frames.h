@@ -16,6 +16,13 @@
 #define AGENT_SLOTS 4
 /* The largest output payload the agent sends (one read of a command's pipe). */
 #define FRAME_OUTPUT_MAX (64u * 1024u)
+/* A command's request as the agent hands it to its container: timeout, the command (< 1 MiB)
+ * and its environment. */
+#define AGENT_REQUEST_MAX ((1u << 20) + (64u << 10))
+/* Preloaded into the bash each prepared container has exec'd ahead of its command (see
+ * src/agent/bootstrap.c); the placeholder for the command it waits for in bash's argv. */
+#define AGENT_BOOTSTRAP_PATH "/airlock/bootstrap.so"
+#define AGENT_BOOTSTRAP_WAITING "airlock: waiting for its command"
 
 static inline void frame_put_u32(unsigned char *p, uint32_t v)
 {

@@ -2,6 +2,8 @@
  * and releases them, and the hand-over to a session's next command (see warm.h). */
 #include "domain/warm_internal.h"
 
+#include "sandbox/session_sandbox.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -183,6 +185,28 @@ static void look_around(warm_pool *w)
     }
 }
 
+/* A session sandbox idle since its last command: frozen once its agent's next container is
+ * ready (sandbox_session_settle; doomed, to boot again, when that killed it); until then its
+ * descriptor to poll in *pf, and *wait_ms cut to its deadline. 1 when *pf was filled, else 0.
+ * Locked. */
+static nfds_t settle_fd(entry *e, struct pollfd *pf, int *wait_ms)
+{
+    int64_t until = 0;
+    int fd = sandbox_session_settle(e->sb, &until);
+    if (fd < 0 && !sandbox_session_usable(e->sb)) { /* its freeze failed: killed */
+        e->reboot = true;
+        e->state = E_DOOMED;
+        *wait_ms = 0; /* released at once, as a command would have found it */
+    }
+    if (fd < 0)
+        return 0;
+    int64_t left = until - warm_now_ms();
+    if (left < *wait_ms)
+        *wait_ms = left > 0 ? (int)left : 0;
+    *pf = (struct pollfd){.fd = fd, .events = POLLIN};
+    return 1;
+}
+
 static void *warm_main(void *arg)
 {
     warm_pool *w = arg;
@@ -194,15 +218,18 @@ static void *warm_main(void *arg)
         if (w->stopping)
             break;
         nfds_t n = 0;
+        int wait = pf ? TICK_MS : 50;
         if (pf) {
             pf[n++] = (struct pollfd){.fd = w->wake[0], .events = POLLIN};
             for (int i = 0; i < w->n; i++)
                 if (w->e[i].state == E_BOOTING && sandbox_boot_fd(w->e[i].sb) >= 0)
                     pf[n++] = (struct pollfd){.fd = sandbox_boot_fd(w->e[i].sb), .events = POLLIN};
+                else if (w->e[i].state == E_READY && w->e[i].session)
+                    n += settle_fd(&w->e[i], &pf[n], &wait);
         }
         pthread_mutex_unlock(&w->mu);
         /* a descriptor a taker closed meanwhile only wakes this poll early */
-        if (poll(pf, n, pf ? TICK_MS : 50) > 0 && pf && (pf[0].revents & POLLIN)) {
+        if (poll(pf, n, wait) > 0 && pf && (pf[0].revents & POLLIN)) {
             char drain[64];
             while (read(w->wake[0], drain, sizeof drain) > 0) {
             }

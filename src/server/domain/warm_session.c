@@ -109,6 +109,7 @@ int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, cons
         /* the last command out decides */
     } else if (sandbox_session_usable(e->sb) && !e->doomed) {
         e->state = E_READY;
+        warm_wake(w); /* to freeze it once its agent is ready for the next command */
     } else {
         e->reboot = true; /* unless its session ended (doomed) */
         e->state = E_DOOMED;

@@ -45,36 +45,56 @@ static void note(sandbox_backend *b, const char *fmt, ...)
         strcat(b->notes, "\n");
 }
 
-/* One of our static programs into the root at in_root: env (its variable), else name beside
- * airlockd's own executable. 0, or -1 with the reason in why. */
-static int add_program(sandbox_backend *b, const char *env, const char *name, const char *in_root,
-                       char *why, size_t whylen)
+/* The host path of one of our programs: env (its variable), else name beside airlockd's own
+ * executable; NULL when out of memory. */
+static char *program_path(const char *env, const char *name)
 {
-    char *path = NULL;
-    if (env && *env) {
-        path = strdup(env);
-    } else {
-        char *self = sbx_self_dir();
-        path = self ? sbx_path_join(self, name) : NULL;
-        free(self);
-    }
+    if (env && *env)
+        return strdup(env);
+    char *self = sbx_self_dir();
+    char *path = self ? sbx_path_join(self, name) : NULL;
+    free(self);
+    return path;
+}
+
+/* The program at path (NULL: out of memory) into the root at in_root, path freed. 0, or -1
+ * with the reason in why. */
+static int add_program(sandbox_backend *b, char *path, const char *in_root, char *why, size_t whylen)
+{
     snprintf(why, whylen, "out of memory");
     int rc = path ? sbx_rootfs_add_program(b->rootfs_dir, path, in_root, why, whylen) : -1;
     free(path);
     return rc;
 }
 
+/* The agent's bootstrap (airlock-bootstrap.so), beside the agent at agent_path. */
+static char *bootstrap_path(const char *agent_path)
+{
+    const char *slash = agent_path ? strrchr(agent_path, '/') : NULL;
+    char *dir = slash ? strndup(agent_path, (size_t)(slash - agent_path) + 1) : strdup("./");
+    char *path = dir ? sbx_path_join(dir, "airlock-bootstrap.so") : NULL;
+    free(dir);
+    return path;
+}
+
 /* The waiter (airlock-waiter): without it every sandbox boots with its command (said once).
- * The agent (airlock-agent): without it sessions get no sandbox of their own (said once when
- * SANDBOX_EXEC_MODE=session asks for them). */
+ * The agent (airlock-agent, with airlock-bootstrap.so beside it): without them sessions get no
+ * sandbox of their own (said once when SANDBOX_EXEC_MODE=session asks for them). */
 static void add_programs(sandbox_backend *b, const sandbox_settings *set)
 {
     char why[512];
-    if (add_program(b, set->waiter, "airlock-waiter", SBX_WAITER_PATH, why, sizeof why) == 0)
+    if (add_program(b, program_path(set->waiter, "airlock-waiter"), SBX_WAITER_PATH, why, sizeof why) == 0)
         b->have_waiter = true;
     else
         note(b, "airlockd: sandboxes boot with their command (no warm sandboxes): %s", why);
-    if (add_program(b, set->agent, "airlock-agent", SBX_AGENT_PATH, why, sizeof why) == 0)
+    char *agent = program_path(set->agent, "airlock-agent");
+    char *bootstrap = bootstrap_path(agent);
+    int rc = add_program(b, agent, SBX_AGENT_PATH, why, sizeof why);
+    if (rc == 0)
+        rc = add_program(b, bootstrap, AGENT_BOOTSTRAP_PATH, why, sizeof why);
+    else
+        free(bootstrap);
+    if (rc == 0)
         b->have_agent = true;
     else if (set->session_mode)
         note(b, "airlockd: commands run one sandbox each (no agent for SANDBOX_EXEC_MODE=session): %s", why);
@@ -145,7 +165,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
-    s->cmd_w = s->ready_r = -1;
+    s->cmd_w = s->ready_r = s->idle_r = -1;
     for (int i = 0; i < AGENT_SLOTS; i++)
         s->slot_r[i] = -1;
     pthread_mutex_init(&s->agent_mu, NULL);
@@ -211,6 +231,8 @@ void sandbox_release(sandbox *s)
     for (int i = 0; i < AGENT_SLOTS; i++)
         if (s->slot_r[i] >= 0)
             close(s->slot_r[i]);
+    if (s->idle_r >= 0)
+        close(s->idle_r);
     s->b->ops->release(s);
     pthread_mutex_destroy(&s->agent_mu);
     free(s->workspace_dir);

@@ -271,6 +271,10 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen)
     do
         n = read(s->ready_r, &c, 1);
     while (n < 0 && errno == EINTR);
+    if (n == 1 && c == 'R' && s->agent && fcntl(s->ready_r, F_SETFL, O_NONBLOCK) == 0) {
+        s->idle_r = s->ready_r; /* the agent's idle channel from now on */
+        s->ready_r = -1;
+    }
     close_fd(&s->ready_r);
     if (n != 1 || c != 'R') {
         /* runsc gave up: its message is in the stderr pipe nobody reads yet */

@@ -78,6 +78,9 @@ struct sandbox {
     int slot_r[AGENT_SLOTS];
     unsigned slots_busy;  /* bit i: slot i has a command */
     int running;          /* commands under way (the sandbox is thawed while > 0) */
+    int idle_r;           /* the agent's fd 4 after "R": a byte when its next container is ready */
+    bool settling;        /* no command runs, not frozen yet: waits for idle_r or settle_until */
+    int64_t settle_until;
     pthread_mutex_t agent_mu;
 };
 

@@ -1,8 +1,10 @@
 /* Commands through a session sandbox's agent (see session_sandbox.h): the request frame on
  * the agent's command pipe, then its frames back (output, exit) on the command's slot's own
  * pipe, read under a deadline, the output budget, the tap and the client's cancel; several
- * commands at once, one per slot; the sandbox thawed while any runs and frozen after the last. The agent enforces the timeout itself (it kills the command's PID
- * namespace); a sandbox whose agent does not answer by the timeout plus a grace is killed. */
+ * commands at once, one per slot; the sandbox thawed while any runs and frozen after the last
+ * once the agent's next container is ready (sandbox_session_settle, from the warm thread). The
+ * agent enforces the timeout itself (it kills the command's PID namespace); a sandbox whose
+ * agent does not answer by the timeout plus a grace is killed. */
 #include "sandbox/session_sandbox.h"
 
 #include "sandbox/internal.h"
@@ -20,6 +22,8 @@
 
 /* After the command's own timeout, how long the agent gets to say it killed it. */
 #define AGENT_GRACE_MS 5000
+/* How long an idle sandbox stays thawed waiting for the agent's next container. */
+#define SETTLE_MS 1000
 #define TICK_MS 1000
 
 const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
@@ -141,6 +145,7 @@ static void take_frame(agent_run *a, bool to_tap, char *errbuf, size_t errlen)
  * Under agent_mu, when no other command runs. */
 static int begin(sandbox *s, char *errbuf, size_t errlen)
 {
+    s->settling = false;
     if (!s->sent) {
         sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT, .cpu_percent = 100};
         if (sbx_cg_begin_command(&s->cg, &lim) != 0) {
@@ -261,7 +266,10 @@ static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
     s->slots_busy &= ~(1u << slot);
     if (--s->running == 0) {
         sbx_cg_end_command(&s->cg);
-        if (!s->ran && sbx_cg_freeze(&s->cg, true) != 0)
+        /* frozen once the agent's next container is ready (sandbox_session_settle) */
+        s->settling = !s->ran && s->idle_r >= 0;
+        s->settle_until = now_ms() + SETTLE_MS;
+        if (!s->ran && !s->settling && sbx_cg_freeze(&s->cg, true) != 0)
             kill_sandbox(s); /* never leave it running idle */
     }
     pthread_mutex_unlock(&s->agent_mu);
@@ -332,6 +340,29 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
         return -1;
     }
     return 0;
+}
+
+int sandbox_session_settle(sandbox *s, int64_t *until_ms)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    int fd = -1;
+    if (s->settling && s->running == 0 && !s->ran) {
+        char b[64];
+        ssize_t n = read(s->idle_r, b, sizeof b);
+        bool said = n > 0;
+        while (n > 0)
+            n = read(s->idle_r, b, sizeof b);
+        if (said || n == 0 || now_ms() >= s->settle_until) { /* (end of file: the agent died) */
+            s->settling = false;
+            if (sbx_cg_freeze(&s->cg, true) != 0)
+                kill_sandbox(s); /* never leave it running idle */
+        } else {
+            fd = s->idle_r;
+            *until_ms = s->settle_until;
+        }
+    }
+    pthread_mutex_unlock(&s->agent_mu);
+    return fd;
 }
 
 bool sandbox_session_usable(sandbox *s)

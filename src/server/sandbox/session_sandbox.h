@@ -3,8 +3,8 @@
  * (src/agent/agent.c), which runs each command handed to it here in a fresh container of its
  * own (new PID, mount, IPC and UTS namespaces; a new overlay root, /tmp, /dev/shm and /proc;
  * uid 1000 without capabilities) and streams its output back. Between commands the sandbox is
- * frozen. Up to AGENT_SLOTS commands at once (each in its own container, on a channel of its
- * own; the sandbox frozen once none runs); results are
+ * frozen (sandbox_session_settle). Up to AGENT_SLOTS commands at once (each in its own
+ * container, on a channel of its own); results are
  * those of sandbox_run (exit code, timeout, memory, output budget, tap, cancel). */
 #ifndef AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
 #define AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
@@ -12,6 +12,7 @@
 #include "sandbox/sandbox.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Runs `/bin/bash -c command` through s's agent with o's per-command options (output budget,
  * cancel descriptor, tap; the rest of o was fixed at its boot) and a wall clock of
@@ -24,5 +25,11 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
 /* False once s's sandbox died or was killed (memory limit, an agent that stopped answering):
  * release it; the session's next command needs a new one. */
 bool sandbox_session_usable(sandbox *s);
+
+/* After a session sandbox's last command, s stays thawed until its agent's next container is
+ * ready (at most a second), so the freeze never leaves it half made and no result waits for it.
+ * Freezes s when that time has come and returns -1; else the descriptor to poll for it, with
+ * the deadline (CLOCK_MONOTONIC ms) in until_ms. Also -1 when s is not settling. */
+int sandbox_session_settle(sandbox *s, int64_t *until_ms);
 
 #endif
