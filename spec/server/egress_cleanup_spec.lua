@@ -81,7 +81,7 @@ describe("egress cleanup", function()
     -- a first command takes any sandbox booted ahead before other's disk was mounted; the
     -- second's sandbox is booted after it (cold, or ahead since)
     egress.exec(server, key, sid, "true")
-    local job = hold_tunnels(sid, 1, 20)
+    local job = hold_tunnels(sid, 1, 8)
     assert.are.equal(200, http_client.delete(server, key, other).status)
     assert.is_true(proc.wait_until(5, function() return not attached() end), "the deleted session's loop device is held")
     assert.is_table(job.wait(60))
