@@ -354,7 +354,11 @@ describe("a 3-node fleet", function()
     local events = egress.events(f.router, KEY, eg)
     assert.are.equal(1, #events)
     assert.are.same({ "outage.example", "deny" }, { events[1].host, events[1].decision })
-    local list = http.request(f.router, "GET", "/v1/sessions", { key = KEY })
+    local list
+    assert.is_true(proc.wait_until(10, function()
+      list = http.request(f.router, "GET", "/v1/sessions", { key = KEY })
+      return list.status == 200 and list.json ~= nil
+    end), list and list.raw)
     for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
   end)
 
@@ -438,6 +442,15 @@ describe("a 3-node fleet", function()
     local _, after = nodes()
     assert.are.equal("drained", after.node2.state)
     assert.are.equal(0, after.node2.sessions)
+    -- the follower routes each move within its next rounds (the last one may have moved a
+    -- moment ago): until then a caller gets 503 + Retry-After, never anything else
+    for _, id in ipairs({ moving[1], moving[2], moving[3], eg }) do
+      assert.is_true(proc.wait_until(15, function()
+        local r = http.read(f.router, KEY, id, "x")
+        if r.status == 503 then assert.truthy(r.headers["retry-after"], r.body) end
+        return r.status == 200
+      end, 0.1), id .. " is not routed")
+    end
     -- every session kept its id and every byte of its files, now on another node; none lost
     for i, id in ipairs(moving) do
       local a = http.read(f.router, KEY, id, "notes/a.txt")
