@@ -38,7 +38,9 @@ end
 
 -- An exec in the background with curl; returns its pid and the file its answer goes to.
 local function exec_in_background(server, key, id, command, timeout)
-  local dir = proc.make_temp_dir()
+  -- (in this process's scratch directory: removed at exit even if nobody collects the job)
+  local dir = proc.temp_path()
+  assert(os.execute("mkdir " .. q(dir)))
   local body = cjson.encode({ command = command, timeout_seconds = timeout or 40 })
   local cmd = string.format("curl -s -m 120 -o %s -w '%%{http_code}' -H 'Content-Type: application/json' -H %s --data-binary %s %s",
     q(dir .. "/body"), q("X-API-Key: " .. key), q(body), q(server.url .. "/v1/sessions/" .. id .. "/exec"))
