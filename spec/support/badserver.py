@@ -11,6 +11,7 @@ The behaviour is chosen by the request's X-API-Key (so a spec picks it with api_
   reset:N[:tag]    the first N requests: the connection is closed without an answer (a tag
                    makes another key with its own count)
   stall            never answers (until the client closes the connection, at most 30 s)
+  delay:MS         answers as for any other key, MS milliseconds late
   truncated        200 with Content-Length larger than the body sent, then closes
   garbage          answers with bytes that are not HTTP, then closes
   text500          500 text/plain "Internal Server Error"
@@ -158,6 +159,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
+        elif mode == "delay":
+            time.sleep(int(arg) / 1000.0)
         elif mode == "stall":
             self.wait_for_client_close(30)
             self.close_connection = True
