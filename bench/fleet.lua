@@ -90,15 +90,22 @@ local ok, err = pcall(function()
   print(string.format("%-44s %8.2fms %8.2fms %+8.2fms", "  read 1 KB file", p.read_router, p.read_direct,
     p.read_router - p.read_direct))
 
-  -- 2. spread of CREATES creates
-  local per, ids = {}, {}
-  for i = 1, CREATES do
-    local cs, c = call(router, "POST", "/v1/sessions", KEY, "{}")
-    check(cs == 201, "create " .. i .. ": " .. tostring(cs))
-    local node = by_slot[c.session_id:sub(5, 6)].id
-    per[node] = (per[node] or 0) + 1
-    ids[#ids + 1] = c.session_id
+  -- n creates through the router: the count landed on each node; each id added to ids
+  local function create_spread(n, ids)
+    local per = {}
+    for i = 1, n do
+      local cs, c = call(router, "POST", "/v1/sessions", KEY, "{}")
+      check(cs == 201, "create " .. i .. ": " .. tostring(cs))
+      local node = by_slot[c.session_id:sub(5, 6)].id
+      per[node] = (per[node] or 0) + 1
+      ids[#ids + 1] = c.session_id
+    end
+    return per
   end
+
+  -- 2. spread of CREATES creates
+  local ids = {}
+  local per = create_spread(CREATES, ids)
   local even, worst = CREATES / 3, 0
   local row = {}
   for _, n in ipairs(f.info.nodes) do
@@ -126,14 +133,7 @@ local ok, err = pcall(function()
     check(socket.gettime() < deadline, "HAProxy never read node1's weight: " .. weight())
     socket.sleep(0.1)
   end
-  local placed = {}
-  for i = 1, half do
-    local cs, c = call(router, "POST", "/v1/sessions", KEY, "{}")
-    check(cs == 201, "create " .. i .. ": " .. tostring(cs))
-    local node = by_slot[c.session_id:sub(5, 6)].id
-    placed[node] = (placed[node] or 0) + 1
-    held[#held + 1] = c.session_id
-  end
+  local placed = create_spread(half, held)
   local free = { node1 = CREATES - half, node2 = CREATES, node3 = CREATES }
   local room = free.node1 + free.node2 + free.node3
   row = {}

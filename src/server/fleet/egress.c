@@ -2,7 +2,7 @@
  * (store/audit.c, beside the audit rows), ships them at every heartbeat to the database's
  * egress_events table, where a row's key (session, node, sort key) makes a repeated shipment
  * write nothing twice, and reads a session's events from there, so they outlive a drain. They
- * go when their session ends (fleet_session_release) or is declared lost (fleet/nodes.c). */
+ * go when their session ends or is declared lost (triggers: store/pg_schema.c, migration 5). */
 #include "fleet/internal.h"
 
 #include <stdio.h>

@@ -81,10 +81,6 @@ static void beat(fleet *f)
         fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
     }
     atomic_store(&f->accepting, active);
-    /* the egress events of sessions declared lost (by any node) go: nothing reads them */
-    if (state)
-        PQclear(pg_query(f->db, "DELETE FROM egress_events WHERE session_id IN"
-                                " (SELECT id FROM sessions WHERE state = 'lost')", 0, NULL));
     if (state && strcmp(state, "draining") == 0 && f->drain_step)
         f->drain_step(f->drain_ctx);
     long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;

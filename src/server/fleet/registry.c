@@ -38,11 +38,9 @@ void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, doub
 void fleet_session_release(fleet *f, const char *id)
 {
     const char *p[] = {id, f->id};
-    /* a lost session's row stays: its id answers 410 until the row is pruned; an ended
-     * session's egress events go with it (nothing can read them any more) */
-    PQclear(pg_query(f->db, "WITH gone AS (DELETE FROM sessions WHERE id = $1 AND node = $2 AND state = 'active'"
-                            " RETURNING id) DELETE FROM egress_events WHERE session_id IN (SELECT id FROM gone)",
-                     2, p));
+    /* a lost session's row stays: its id answers 410 until the row is pruned (an ended
+     * session's egress events go with its row: schema migration 5) */
+    PQclear(pg_query(f->db, "DELETE FROM sessions WHERE id = $1 AND node = $2 AND state = 'active'", 2, p));
 }
 
 void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx)

@@ -181,6 +181,16 @@ static const char *const MIGRATIONS[] = {
     " event jsonb NOT NULL,"
     " PRIMARY KEY (session_id, node, sk));"
     "CREATE INDEX egress_events_session_sk ON egress_events (session_id, sk DESC);",
+    /* 5: a session's egress events go when it ends (its row deleted) or is declared lost,
+     * however that happens (a release, a heartbeat, a reconcile): nothing reads them after */
+    "CREATE FUNCTION airlock_session_events_gone() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    "  DELETE FROM egress_events WHERE session_id = OLD.id;"
+    "  RETURN NULL;"
+    " END $$;"
+    "CREATE TRIGGER sessions_deleted AFTER DELETE ON sessions"
+    " FOR EACH ROW EXECUTE FUNCTION airlock_session_events_gone();"
+    "CREATE TRIGGER sessions_lost AFTER UPDATE OF state ON sessions"
+    " FOR EACH ROW WHEN (NEW.state = 'lost' AND OLD.state <> 'lost') EXECUTE FUNCTION airlock_session_events_gone();",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
