@@ -214,9 +214,10 @@ end
 -- failure. Debian 12's lua-nginx-module (0.10.23, lua-resty-core 0.1.25) can lose a failed
 -- verification when the handshake completes without waiting: sslhandshake then returns true
 -- on a connection it has closed, or raises resty.core's "assertion failed!" (a few per cent of
--- handshakes, more under load). OpenSSL's reason is only reported when the handshake waited,
--- so such a handshake is tried again on a new connection, HANDSHAKE_TRIES times at most.
-local HANDSHAKE_TRIES = 5
+-- handshakes; one in ten and in bursts on a loaded machine). OpenSSL's reason is only reported
+-- when the handshake waited, so such a handshake is tried again on a new connection,
+-- HANDSHAKE_TRIES times at most (each is a local handshake: milliseconds).
+local HANDSHAKE_TRIES = 20
 local function open(u, verify, connect_ms, deadline)
   for _ = 1, HANDSHAKE_TRIES do
     local sock = ngx.socket.tcp()
