@@ -87,4 +87,21 @@ describe("a session's parallel commands in its own sandbox (SANDBOX_EXEC_MODE=se
     assert.are.equal("survived\n", rb.stdout)
     assert.are.equal(0, rb.exit_code)
   end)
+
+  it("kills only the command whose client hung up; the session's next command runs whole", function()
+    -- curl gives up after 2 s: airlockd tells the agent to kill that command
+    local gone = http_client.post_async(server, key, "/v1/sessions/" .. sid .. "/exec",
+      { command = "touch /workspace/began; sleep 6; touch /workspace/late", timeout_seconds = 60 }, 2)
+    local function exists(name) -- (a missing file reads as 200 with the contract's error text)
+      return not http_client.read(server, key, sid, name).json.content:find("does not exist", 1, true)
+    end
+    assert.is_true(proc.wait_until(30, function() return exists("began") end))
+    gone.wait(30)
+    -- the next command (in the worker that ran the first) outlives the first one's 6 s
+    local r = http_client.exec(server, key, sid, "sleep 6; echo whole", 60)
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal("whole\n", r.json.stdout, r.body)
+    assert.are.equal(0, r.json.exit_code)
+    assert.is_false(exists("late"), "the command whose client hung up ran on")
+  end)
 end)

@@ -11,10 +11,11 @@
  * reads the command's pipes to their end, reports the exit, and then prepares the next child
  * (not while the command runs: they would share the sandbox's CPU).
  *
- * Commands of a session may run at once (AGENT_SLOTS, each in its own container): each runs in
- * a worker process of the agent's, forked with its container child ahead of its command when
- * the previous command ended (a command that finds none ready gets one made at once), that
- * relays that command's pipes and reports its exit on the command's own channel.
+ * Each command runs in a worker process of the agent's, which made its container child ahead
+ * of it, relays its pipes and reports its exit on the command's own channel, then makes the
+ * next container and waits for the next command: a session's commands one after another reuse
+ * one worker. Commands of a session may run at once (AGENT_SLOTS, each in its own container):
+ * a command that finds no free worker gets a new one at once; when they end, one worker stays.
  *
  * Protocol (frames: 1 type byte, 4 bytes little-endian length, payload), on fds passed by
  * `runsc run --pass-fd` and held on the host only by airlockd:
@@ -49,7 +50,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -169,7 +169,9 @@ static void child_drop(int fail_w)
     for (int cap = 0; cap <= 63; cap++)
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
             child_fail(fail_w, "dropping capabilities");
-    if (setgroups(0, NULL) != 0 || setgid(GID) != 0 || setuid(UID) != 0)
+    /* raw system calls: glibc's would set the ids of every thread of the worker whose memory
+     * this child shares until its exec (see prepare) */
+    if (syscall(SYS_setgroups, 0, NULL) != 0 || syscall(SYS_setgid, GID) != 0 || syscall(SYS_setuid, UID) != 0)
         child_fail(fail_w, "switching to uid 1000");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         child_fail(fail_w, "setting no_new_privs");
@@ -230,8 +232,31 @@ static void close_fd(int *fd)
     }
 }
 
-/* Forks the next container child, which reads its request from cmd_r (taken: closed here);
- * 0, or -1 (errno). */
+/* The container child's descriptors: its ends, and the worker's ends it closes. */
+typedef struct {
+    int cmd_r, out_w, err_w, fail_w, ready_w;
+    int out_r, err_r, fail_r, ready_r;
+} child_fds;
+
+static int child_entry(void *arg)
+{
+    const child_fds *f = arg;
+    close(f->out_r);
+    close(f->err_r);
+    close(f->fail_r);
+    close(f->ready_r);
+    /* out/err survive exec by their dup2 onto 1 and 2; the rest is close-on-exec */
+    child_main(f->cmd_r, f->out_w, f->err_w, f->fail_w, f->ready_w);
+    return 126;
+}
+
+/* The child runs on this stack in the worker's memory until its exec (the worker waits). */
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
+
+/* Makes the next container child, which reads its request from cmd_r (taken: closed here);
+ * 0, or -1 (errno). The child shares the worker's memory until it execs bash (CLONE_VM |
+ * CLONE_VFORK, as posix_spawn does): under gVisor, copying an address space for a fork costs
+ * milliseconds the exec would throw away. */
 static int prepare(prepared *p, int cmd_r)
 {
     int out[2], err[2], fail[2], ready[2];
@@ -245,16 +270,9 @@ static int prepare(prepared *p, int cmd_r)
         close(ready[1]);
         return -1;
     }
-    pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD,
-                               NULL, NULL, NULL, NULL);
-    if (pid == 0) {
-        close(out[0]);
-        close(err[0]);
-        close(fail[0]);
-        close(ready[0]);
-        /* out/err survive exec by their dup2 onto 1 and 2; the rest is close-on-exec */
-        child_main(cmd_r, out[1], err[1], fail[1], ready[1]);
-    }
+    child_fds f = {cmd_r, out[1], err[1], fail[1], ready[1], out[0], err[0], fail[0], ready[0]};
+    pid_t pid = clone(child_entry, child_stack + sizeof child_stack,
+                      CLONE_VM | CLONE_VFORK | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, &f);
     int e = errno;
     close(ready[1]);
     close(cmd_r);
@@ -334,19 +352,27 @@ static int exit_code(int status)
     return -1;
 }
 
-/* Relays the output of p, whose request the agent wrote to it, until it ends, the timeout or
- * a SIGUSR1 (the agent's cancel, from airlockd's 'K'); then reports the exit. */
-static void run(prepared *p, uint32_t timeout_ms, int sigfd)
+/* How a command ended: the frame that says so ('X' exit, or 'F' the container's set-up error). */
+typedef struct {
+    char type;
+    char payload[256];
+    size_t len;
+} ending;
+
+/* Relays the output of p, whose request the worker wrote to it, until it ends, the timeout or
+ * a 'K' from the agent on *msg_r (airlockd's cancel); then says how it ended in *end. */
+static void run(prepared *p, uint32_t timeout_ms, int sigfd, int *msg_r, ending *end)
 {
     int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : 15000);
     int killed = 0, status = 0, exited = 0;
     int64_t drain_until = 0;
-    char fail[256];
+    char *fail = end->payload;
     size_t fail_len = 0;
     while (p->out_r >= 0 || p->err_r >= 0 || !exited || p->fail_r >= 0) {
-        struct pollfd pf[4] = {
+        struct pollfd pf[5] = {
             {.fd = p->out_r, .events = POLLIN}, {.fd = p->err_r, .events = POLLIN},
-            {.fd = sigfd, .events = POLLIN}, {.fd = p->fail_r, .events = POLLIN},
+            {.fd = sigfd, .events = POLLIN},    {.fd = p->fail_r, .events = POLLIN},
+            {.fd = killed || exited ? -1 : *msg_r, .events = POLLIN},
         };
         int64_t now = now_ms();
         int64_t until = exited ? drain_until : deadline;
@@ -358,26 +384,31 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd)
             deadline = now + 60000;
             continue;
         }
-        if (poll(pf, 4, (int)(until - now)) < 0 && errno != EINTR)
+        if (poll(pf, 5, (int)(until - now)) < 0 && errno != EINTR)
             _exit(1);
         if (pf[0].revents)
             relay(&p->out_r, '1');
         if (pf[1].revents)
             relay(&p->err_r, '2');
         if (pf[3].revents) {
-            ssize_t r = read(p->fail_r, fail + fail_len, sizeof fail - 1 - fail_len);
+            ssize_t r = read(p->fail_r, fail + fail_len, sizeof end->payload - 1 - fail_len);
             if (r > 0)
                 fail_len += (size_t)r;
             else if (r == 0 || errno != EINTR)
                 close_fd(&p->fail_r);
         }
+        if (pf[4].revents) {
+            unsigned char k[2];
+            if (frame_read_all(*msg_r, k, 2) != 0) {
+                close_fd(msg_r); /* the agent is gone: so is this worker, at its death signal */
+            } else if (k[0] == 'K') {
+                kill(p->pid, SIGKILL);
+                killed = 2;
+            }
+        }
         if (pf[2].revents) {
             struct signalfd_siginfo si;
             while (read(sigfd, &si, sizeof si) > 0) {
-                if (si.ssi_signo == SIGUSR1 && !killed && !exited) {
-                    kill(p->pid, SIGKILL);
-                    killed = 2;
-                }
             }
             int st;
             if (!exited && waitpid(p->pid, &st, WNOHANG) == p->pid) {
@@ -392,13 +423,14 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd)
     close_fd(&p->err_r);
     close_fd(&p->fail_r);
     if (fail_len > 0 && !killed) {
-        send_frame('F', fail, fail_len);
+        end->type = 'F';
+        end->len = fail_len;
         return;
     }
-    unsigned char x[5];
-    frame_put_u32(x, (uint32_t)(killed ? -1 : exit_code(status)));
-    x[4] = (unsigned char)killed;
-    send_frame('X', x, 5);
+    end->type = 'X';
+    frame_put_u32((unsigned char *)end->payload, (uint32_t)(killed ? -1 : exit_code(status)));
+    end->payload[4] = (char)killed;
+    end->len = 5;
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
@@ -411,18 +443,35 @@ static size_t warm_up_request(void)
     return 9;
 }
 
-/* ---- workers: one per command, forked with its container child ahead of the command ------ */
+/* ---- workers: each runs one command at a time, with a container made ahead of it -------- */
 
+#define UNPREPARED "cannot prepare a container"
+
+/* Messages from the agent to a worker, on its message pipe:
+ *   'C' u8 slot, u32 length, the request (u32 timeout_ms, command NUL, env entries NUL each)
+ *   'K' u8 slot: cancel the command running (one that ended already: nothing)
+ * and from a worker to the agent, on its state pipe: 'r' its container is ready for a command
+ * (or cannot be made: the command is answered 'F'); 'd' its command ended (its exit went out). */
 typedef struct {
     pid_t pid;
-    int cmd_w;   /* its container's request pipe: u32 length, the request */
-    int req_w;   /* u8 slot, u32 timeout_ms */
-    int ready_r; /* a byte (or end of file) once its container is ready */
+    int msg_w;
+    int state_r;
+    int slot; /* the slot of the command it runs; -1 when it has none */
 } worker;
 
-/* A worker's life: prepares its container child, says it is ready, waits for its command,
- * runs it, ends. */
-static void worker_main(int req_r, int ready_w, int cmd_r)
+/* Where a worker's request goes: its container's request pipe, as u32 length and request. */
+static int give_request(const prepared *p, int cmd_w, size_t len)
+{
+    unsigned char n[4];
+    frame_put_u32(n, (uint32_t)len);
+    int rc = p->pid > 0 && frame_write_all(cmd_w, n, 4) == 0 && frame_write_all(cmd_w, request, len) == 0 ? 0 : -1;
+    return rc;
+}
+
+/* A worker's life: a container made ahead ('r'), a command ('C') run in it (its exit on the
+ * command's slot, then 'd'), again and again until the agent closes the message pipe. Commands
+ * after the first do not pay for a fork of the worker. */
+static void worker_main(int msg_r, int state_w)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         _exit(1);
@@ -431,89 +480,102 @@ static void worker_main(int req_r, int ready_w, int cmd_r)
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
-    sigaddset(&mask, SIGUSR1); /* blocked already (inherited): a cancel waits for the command */
     int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
-    /* a container that cannot be made is said to its command's slot, once that comes */
-    bool unprepared = sigfd < 0;
-    if (unprepared)
-        close(cmd_r);
-    else
-        unprepared = prepare(&p, cmd_r) != 0;
-    char b;
-    if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
-    }
-    close_fd(&p.ready_r);
-    (void)frame_write_all(ready_w, "r", 1);
-    close(ready_w);
-    unsigned char h[5];
-    if (frame_read_all(req_r, h, 5) != 0) {
-        discard(&p); /* the agent is gone or never needs this worker */
-        _exit(0);
-    }
-    close(req_r);
-    if (h[0] == SLOT_NONE) {
-        out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (out_fd < 0)
+    for (;;) {
+        prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
+        int cmd[2] = {-1, -1};
+        /* a container that cannot be made is said to its command's slot, once that comes */
+        bool unprepared = sigfd < 0 || pipe2(cmd, O_CLOEXEC) != 0 || prepare(&p, cmd[0]) != 0;
+        char b;
+        if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
+        }
+        close_fd(&p.ready_r);
+        if (frame_write_all(state_w, "r", 1) != 0)
+            _exit(0);
+        unsigned char h[6];
+        do { /* a 'K' for a command that ended already is nothing */
+            if (frame_read_all(msg_r, h, 2) != 0) {
+                discard(&p); /* the agent is gone or needs no more of this worker */
+                _exit(0);
+            }
+        } while (h[0] != 'C');
+        size_t len;
+        if (frame_read_all(msg_r, h + 2, 4) != 0 || (len = frame_get_u32(h + 2)) > REQUEST_MAX ||
+            frame_read_all(msg_r, request, len) != 0)
             _exit(1);
-    } else {
-        out_fd = FD_OUT + h[0];
+        if (h[1] == SLOT_NONE) {
+            out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+            if (out_fd < 0)
+                _exit(1);
+        } else {
+            out_fd = FD_OUT + h[1];
+        }
+        /* a container that died in its set-up is told nothing: its fail pipe has the reason */
+        unprepared = unprepared || (give_request(&p, cmd[1], len) != 0 && p.fail_r < 0);
+        close_fd(&cmd[1]);
+        ending end = {.type = 'F', .len = sizeof UNPREPARED - 1};
+        if (unprepared) {
+            memcpy(end.payload, UNPREPARED, sizeof UNPREPARED - 1);
+            discard(&p);
+        } else {
+            run(&p, len >= 4 ? frame_get_u32((unsigned char *)request) : 0, sigfd, &msg_r, &end);
+        }
+        /* free again before airlockd hears of the exit: the next command, sent when it does,
+         * finds this worker free */
+        if (msg_r < 0 || frame_write_all(state_w, "d", 1) != 0)
+            _exit(0);
+        send_frame(end.type, end.payload, end.len);
+        if (out_fd != FD_OUT + h[1])
+            close(out_fd);
+        out_fd = FD_OUT;
     }
-    if (unprepared) {
-        static const char msg[] = "cannot prepare a container";
-        send_frame('F', msg, sizeof msg - 1);
-        _exit(0);
-    }
-    run(&p, frame_get_u32(h + 1), sigfd);
-    _exit(0);
 }
 
-/* Forks the next worker; 0, or -1. */
+/* Forks a worker; 0, or -1. */
 static int start_worker(worker *w)
 {
-    int p[3][2]; /* the worker's request, its ready byte, its container's request */
-    for (int i = 0; i < 3; i++)
-        if (pipe2(p[i], O_CLOEXEC) != 0) {
-            for (int j = 0; j < i; j++) {
-                close(p[j][0]);
-                close(p[j][1]);
-            }
-            return -1;
-        }
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(p[0][1]);
-        close(p[1][0]);
-        close(p[2][1]);
-        worker_main(p[0][0], p[1][1], p[2][0]);
-    }
-    close(p[0][0]);
-    close(p[1][1]);
-    close(p[2][0]);
-    if (pid < 0) {
-        close(p[0][1]);
-        close(p[1][0]);
-        close(p[2][1]);
+    int msg[2], state[2];
+    if (pipe2(msg, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(state, O_CLOEXEC) != 0) {
+        close(msg[0]);
+        close(msg[1]);
         return -1;
     }
-    *w = (worker){.pid = pid, .req_w = p[0][1], .ready_r = p[1][0], .cmd_w = p[2][1]};
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(msg[1]);
+        close(state[0]);
+        worker_main(msg[0], state[1]);
+    }
+    close(msg[0]);
+    close(state[1]);
+    if (pid < 0) {
+        close(msg[1]);
+        close(state[0]);
+        return -1;
+    }
+    *w = (worker){.pid = pid, .msg_w = msg[1], .state_r = state[0], .slot = -1};
     return 0;
 }
 
-/* Hands a request (request[0..len): timeout, command, environment) straight to w's container
- * (a container that died in its set-up is told nothing: its fail pipe has the reason), then
- * its slot and timeout to w, which runs it from now on. */
+/* Ends w: a worker without its message pipe discards its container and exits. */
+static void let_worker_go(worker *w)
+{
+    close_fd(&w->msg_w);
+    close_fd(&w->state_r);
+    w->pid = -1;
+}
+
+/* Hands the request in request[0..len) for slot to w. */
 static void hand_over(worker *w, unsigned slot, size_t len)
 {
-    unsigned char n[4], h[5] = {(unsigned char)slot};
-    frame_put_u32(n, (uint32_t)len);
-    if (frame_write_all(w->cmd_w, n, 4) == 0)
-        (void)frame_write_all(w->cmd_w, request, len);
-    close_fd(&w->cmd_w);
-    frame_put_u32(h + 1, len >= 4 ? frame_get_u32((unsigned char *)request) : 0);
-    close_fd(&w->ready_r);
-    (void)frame_write_all(w->req_w, h, 5);
-    close_fd(&w->req_w);
+    unsigned char h[6] = {'C', (unsigned char)slot};
+    frame_put_u32(h + 2, (uint32_t)len);
+    if (frame_write_all(w->msg_w, h, 6) != 0 || frame_write_all(w->msg_w, request, len) != 0) {
+        /* it died: its slot stays silent, and airlockd kills the sandbox after the timeout */
+    }
+    w->slot = slot == SLOT_NONE ? -1 : (int)slot;
 }
 
 /* After 'R', fd 4 says to airlockd, a byte each time, that the container for the next command
@@ -521,25 +583,70 @@ static void hand_over(worker *w, unsigned slot, size_t len)
  * never with that container half made, and never holds a command's result for it. */
 static int idle_fd = -1;
 
-/* The next worker is ready (or gone). */
-static void let_go(worker *next)
+static void say_idle(void)
 {
-    close_fd(&next->ready_r);
     if (idle_fd >= 0)
         (void)write(idle_fd, "g", 1); /* non-blocking: a full pipe has said it already */
 }
 
-/* Reaps ended workers; a slot whose worker ended is free of it. */
-static void reap(int sigfd, pid_t slot_pid[AGENT_SLOTS])
+/* The workers: one per command running, and one free (its container made, or being made) for
+ * the next command. */
+#define WORKERS (AGENT_SLOTS + 1)
+static worker workers[WORKERS];
+
+/* The free worker (without a command), NULL when there is none. */
+static worker *free_worker(void)
+{
+    for (int i = 0; i < WORKERS; i++)
+        if (workers[i].pid > 0 && workers[i].slot < 0)
+            return &workers[i];
+    return NULL;
+}
+
+/* A new worker in an unused place; NULL when none can be made. */
+static worker *new_worker(void)
+{
+    for (int i = 0; i < WORKERS; i++)
+        if (workers[i].pid <= 0)
+            return start_worker(&workers[i]) == 0 ? &workers[i] : NULL;
+    return NULL;
+}
+
+/* What w said on its state pipe. A worker whose command ended stays for the next command
+ * unless another is free already (it goes: one container made ahead is enough). */
+static void heard_from(worker *w)
+{
+    char b;
+    ssize_t r = read(w->state_r, &b, 1);
+    if (r == 0 || (r < 0 && errno != EINTR && errno != EAGAIN)) {
+        let_worker_go(w); /* it died: reaped below */
+        return;
+    }
+    if (r < 0)
+        return;
+    if (b == 'd') {
+        w->slot = -1;
+        for (int i = 0; i < WORKERS; i++)
+            if (&workers[i] != w && workers[i].pid > 0 && workers[i].slot < 0) {
+                let_worker_go(w);
+                return;
+            }
+    } else if (b == 'r' && w->slot < 0) {
+        say_idle();
+    }
+}
+
+/* Reaps ended workers (and the containers of workers that ended). */
+static void reap(int sigfd)
 {
     struct signalfd_siginfo si;
     while (read(sigfd, &si, sizeof si) > 0) {
     }
     pid_t pid;
     while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
-        for (int i = 0; i < AGENT_SLOTS; i++)
-            if (slot_pid[i] == pid)
-                slot_pid[i] = 0;
+        for (int i = 0; i < WORKERS; i++)
+            if (workers[i].pid == pid)
+                let_worker_go(&workers[i]);
 }
 
 static void usage_exit(void)
@@ -549,25 +656,39 @@ static void usage_exit(void)
     _exit(2);
 }
 
-/* A 'C' from airlockd (in request[0..n)): its slot's command goes to the worker ready for it. */
-static void command(worker *next, pid_t slot_pid[AGENT_SLOTS], size_t n)
+/* Answers slot's command 'F': no worker could take it. */
+static void cannot_run(unsigned slot)
+{
+    out_fd = FD_OUT + (int)slot;
+    send_frame('F', UNPREPARED, sizeof UNPREPARED - 1);
+    out_fd = FD_OUT;
+}
+
+/* A 'C' from airlockd (in request[0..n)): its slot's command goes to the free worker (its
+ * container made ahead, or being made), else to a new one. */
+static void command(size_t n)
 {
     if (n < 1 || request[0] >= AGENT_SLOTS)
         return; /* airlockd never sends one: nowhere to answer */
     unsigned slot = (unsigned char)request[0];
     memmove(request, request + 1, n - 1);
-    if (next->pid <= 0 && start_worker(next) != 0) {
-        static const char msg[] = "cannot prepare a container";
-        out_fd = FD_OUT + (int)slot;
-        send_frame('F', msg, sizeof msg - 1);
-        out_fd = FD_OUT;
+    worker *w = free_worker();
+    if (!w && !(w = new_worker())) {
+        cannot_run(slot);
         return;
     }
-    /* a worker without its container answers 'F'; one that died leaves the slot silent, and
-     * airlockd kills the sandbox after the command's timeout and its grace */
-    slot_pid[slot] = next->pid;
-    hand_over(next, slot, n - 1);
-    next->pid = -1; /* the next one is made when a command ends (or comes) */
+    hand_over(w, slot, n - 1);
+}
+
+/* A 'K' from airlockd: to the worker running that slot's command. */
+static void cancel(size_t n)
+{
+    if (n < 1 || request[0] >= AGENT_SLOTS)
+        return;
+    unsigned char k[2] = {'K', (unsigned char)request[0]};
+    for (int i = 0; i < WORKERS; i++)
+        if (workers[i].pid > 0 && workers[i].slot == (int)k[1])
+            (void)frame_write_all(workers[i].msg_w, k, 2);
 }
 
 int main(int argc, char **argv)
@@ -582,9 +703,7 @@ int main(int argc, char **argv)
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
-    sigset_t blocked = chld;
-    sigaddset(&blocked, SIGUSR1);
-    if (sigprocmask(SIG_BLOCK, &blocked, NULL) != 0)
+    if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0)
         return 1;
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0)
@@ -592,39 +711,44 @@ int main(int argc, char **argv)
     for (int i = 0; i < AGENT_SLOTS; i++)
         if (fcntl(FD_OUT + i, F_SETFD, FD_CLOEXEC) != 0)
             return 1;
-    /* the warm-up's output and exit go nowhere: airlockd expects 'R' first */
-    worker next = {.pid = -1, .cmd_w = -1, .req_w = -1, .ready_r = -1};
-    if (start_worker(&next) != 0)
+    for (int i = 0; i < WORKERS; i++)
+        workers[i] = (worker){.pid = -1, .msg_w = -1, .state_r = -1, .slot = -1};
+    /* the warm-up (its output and exit go nowhere: airlockd expects 'R' first), then the
+     * container for the first command */
+    worker *w = new_worker();
+    if (!w)
         return 1;
-    pid_t first = next.pid;
-    hand_over(&next, SLOT_NONE, warm_up_request());
-    if (start_worker(&next) != 0)
-        return 1;
+    hand_over(w, SLOT_NONE, warm_up_request());
     char b;
-    if (read(next.ready_r, &b, 1) < 0) { /* ready or gone: the warm-up may end */
+    while (w->state_r >= 0 && frame_read_all(w->state_r, &b, 1) == 0 && b != 'd') {
     }
-    let_go(&next);
-    while (waitpid(first, NULL, 0) < 0 && errno == EINTR) {
+    while (w->state_r >= 0 && frame_read_all(w->state_r, &b, 1) == 0 && b != 'r') {
     }
+    if (w->pid <= 0 || w->state_r < 0)
+        return 1;
+    w->slot = -1;
     /* kept (a worker closes its copy): the idle channel from now on */
     if (frame_write_all(FD_READY, "R", 1) != 0 || fcntl(FD_READY, F_SETFL, O_NONBLOCK) != 0)
         return 1;
     idle_fd = FD_READY;
-    pid_t slot_pid[AGENT_SLOTS] = {0};
+    say_idle();
     for (;;) {
-        struct pollfd pf[3] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN},
-                               {.fd = next.ready_r, .events = POLLIN}};
-        if (poll(pf, 3, -1) < 0 && errno != EINTR)
+        struct pollfd pf[2 + WORKERS] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
+        for (int i = 0; i < WORKERS; i++)
+            pf[2 + i] = (struct pollfd){.fd = workers[i].state_r, .events = POLLIN};
+        if (poll(pf, 2 + WORKERS, -1) < 0 && errno != EINTR)
             return 1;
-        if (pf[1].revents) {
-            reap(sigfd, slot_pid);
-            /* a command ended: its successor's container is made now, after its result went
-             * out, not while it ran (they would share the CPU) */
-            if (next.pid <= 0 && start_worker(&next) != 0)
-                let_go(&next);
-        }
-        if (pf[2].revents)
-            let_go(&next);
+        for (int i = 0; i < WORKERS; i++)
+            if (pf[2 + i].revents && workers[i].state_r >= 0)
+                heard_from(&workers[i]);
+        if (pf[1].revents)
+            reap(sigfd);
+        /* a worker whose command ends is free again; one is made when none is left (all died) */
+        bool any = false;
+        for (int i = 0; i < WORKERS; i++)
+            any = any || workers[i].pid > 0;
+        if (!any)
+            (void)new_worker();
         if (!pf[0].revents)
             continue;
         size_t n;
@@ -632,9 +756,9 @@ int main(int argc, char **argv)
         if (t == 0)
             break; /* airlockd is gone: every worker and container dies with the agent */
         if (t == 'C')
-            command(&next, slot_pid, n);
-        else if (t == 'K' && n >= 1 && (unsigned char)request[0] < AGENT_SLOTS && slot_pid[(unsigned char)request[0]] > 0)
-            kill(slot_pid[(unsigned char)request[0]], SIGUSR1);
+            command(n);
+        else if (t == 'K')
+            cancel(n);
     }
     return 0;
 }
