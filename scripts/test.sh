@@ -17,7 +17,8 @@
 #                     pcall, the host-loop hooks, the libuv transport, ...; not the HTTP failure
 #                     paths LuaJIT already runs on the same 5.1 API)
 #   spec/lua54        Lua 5.4 only (<close>)
-#   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd
+#   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd;
+#                     COMMAND_MODE_SPECS again with SANDBOX_EXEC_MODE=command
 #   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
 #   spec/integration/sdk_spec.lua also through a fleet's router (spec/support/fleet_as_airlockd.lua)
 #   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
@@ -36,7 +37,7 @@ for a in "$@"; do
     --asan) asan=1 ;;
     --valgrind) valgrind=1 ;;
     --only=*) only=${a#--only=} ;;
-    *) echo "usage: $0 [--asan] [--valgrind] [--only=asan|valgrind|plain|luajit|lua51|lua53]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--asan] [--valgrind] [--only=asan|valgrind|plain|command|luajit|lua51|lua53]" >&2; exit 2 ;;
   esac
 done
 
@@ -47,6 +48,9 @@ LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue dr
 # figures) and the integration specs that start no plain lua5.4 child loading the core
 ASAN_SPECS=${ASAN_SPECS:-"spec/unit spec/server $(printf 'spec/integration/%s_spec.lua ' sdk badserver \
   driver_hooks uv_transport keys tls leaks import files_binary stream)"}
+# the airlockd specs whose checks differ between SANDBOX_EXEC_MODE=session (the default: a
+# session's commands in its own sandbox) and command (a sandbox per command), run again in command
+COMMAND_MODE_SPECS=${COMMAND_MODE_SPECS:-"warm redteam fairness egress_cleanup exec_stream"}
 # the core under valgrind: its unit spec, the failure paths against the misbehaving server,
 # the host-loop hooks and the libuv transport on them
 VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
@@ -96,6 +100,7 @@ for d in "${once[@]}" spec/integration; do
   for f in "$d"/*_spec.lua; do [ -f "$f" ] && lua54_job "$f"; done
 done
 lua54_job spec/unit
+for name in $COMMAND_MODE_SPECS; do job command "spec/server/${name}_spec.lua"; done
 # the Lua SDK's suite again, through the router of a 3-node fleet (docs/fleet.md)
 job plain --helper=spec/support/fleet_as_airlockd.lua spec/integration/sdk_spec.lua
 if has_core build/luajit && command -v luajit >/dev/null; then
@@ -115,6 +120,7 @@ run_job() {
   local -a cmd
   case $kind in
     plain)    cmd=(env LUA_CPATH="$top/build/?.so;;" AIRLOCKD_BIN="$plain_airlockd" "${LUA:-lua5.4}") ;;
+    command)  cmd=(env LUA_CPATH="$top/build/?.so;;" AIRLOCKD_BIN="$plain_airlockd" SANDBOX_EXEC_MODE=command lua5.4) ;;
     luajit)   cmd=(env LUA_CPATH="$top/build/luajit/?.so;;" AIRLOCKD_BIN="$plain_airlockd" luajit) ;;
     lua51)    cmd=(env LUA_CPATH="$top/build/lua51/?.so;;" AIRLOCKD_BIN="$plain_airlockd" lua5.1) ;;
     lua53)    cmd=(env LUA_CPATH="$top/build/lua53/?.so;;" AIRLOCKD_BIN="$plain_airlockd" lua5.3) ;;

@@ -216,6 +216,9 @@ static void test_load_errors(void)
     CHECK(load(&c, mode, 1, argv) == CONFIG_INVALID);
     CHECK(strcmp(msg, "SANDBOX_EXEC_MODE: must be session or command, got 'sessions'") == 0);
     config_free(&c);
+    char *by_default[] = {"SANDBOX_API_KEY=k", NULL};
+    CHECK(load(&c, by_default, 1, argv) == CONFIG_OK && c.sandbox.session_mode);
+    config_free(&c);
     char *session[] = {"SANDBOX_API_KEY=k", "SANDBOX_EXEC_MODE=session", NULL};
     CHECK(load(&c, session, 1, argv) == CONFIG_OK && c.sandbox.session_mode);
     config_free(&c);

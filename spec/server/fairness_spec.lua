@@ -40,10 +40,10 @@ local function commands_running(server, key)
   return http_client.request(server, "GET", "/v1/usage", { key = key }).json.commands_running
 end
 
--- SANDBOX_EXEC_MODE=session (passed through from the environment): the commands of one
+-- SANDBOX_EXEC_MODE=session (the default; command when the environment says so): the commands of one
 -- session run in its one sandbox (issue #19): one run (one `runsc run`, one run cgroup, counted
 -- once in its tenant's weight) however many of them run at once.
-local SESSION_MODE = os.getenv("SANDBOX_EXEC_MODE") == "session"
+local SESSION_MODE = os.getenv("SANDBOX_EXEC_MODE") ~= "command"
 
 local function wait_runs(server, n)
   proc.wait_until(30, function() return host_state.runsc_runs(server) >= n end, 0.05)

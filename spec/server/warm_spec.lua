@@ -19,10 +19,10 @@ local proc = require "support.proc"
 
 local q = proc.shell_quote
 local RUNSC = os.getenv("AIRLOCK_RUNSC") or ".deps/runsc/usr/bin/runsc"
--- SANDBOX_EXEC_MODE=session (passed through from the environment): the sandbox a session's
+-- SANDBOX_EXEC_MODE=session (the default; command when the environment says so): the sandbox a session's
 -- command finds waiting is the session's own (issue #19), which got its command limits with its
 -- first command and keeps them, frozen, between commands.
-local SESSION_MODE = os.getenv("SANDBOX_EXEC_MODE") == "session"
+local SESSION_MODE = os.getenv("SANDBOX_EXEC_MODE") ~= "command"
 
 -- Waits until the server's root has `n` sandboxes waiting for their command (of session id
 -- only, when given); returns them.

@@ -176,6 +176,6 @@ int config_load_sandbox(config *c, const config_src *src)
     const char *mode = config_var(src, "SANDBOX_EXEC_MODE");
     if (mode && strcmp(mode, "session") != 0 && strcmp(mode, "command") != 0)
         return config_fail(src->err, "SANDBOX_EXEC_MODE", mode, "must be session or command");
-    s->session_mode = mode && strcmp(mode, "session") == 0;
+    s->session_mode = !mode || strcmp(mode, "session") == 0; /* session unless told command */
     return load_isolation(c, src);
 }
