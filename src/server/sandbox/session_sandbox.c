@@ -22,8 +22,13 @@
 
 /* After the command's own timeout, how long the agent gets to say it killed it. */
 #define AGENT_GRACE_MS 5000
-/* How long an idle sandbox stays thawed waiting for the agent's next container. */
-#define SETTLE_MS 1000
+/* How long a sandbox stays thawed after its last command, for the session's next one: a
+ * frozen gVisor sandbox takes ~3 ms longer to answer its next command, a thawed idle one costs
+ * ~40 ms of CPU a second (its sentry), so a pause between an agent's tool calls keeps it
+ * thawed and an idle session is frozen after a second. */
+#define THAWED_MS 1000
+/* How long it waits for the agent's next container beyond that before it is frozen anyway. */
+#define SETTLE_MS 2000
 #define TICK_MS 1000
 
 const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
@@ -268,7 +273,9 @@ static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
         sbx_cg_end_command(&s->cg);
         /* frozen once the agent's next container is ready (sandbox_session_settle) */
         s->settling = !s->ran && s->idle_r >= 0;
-        s->settle_until = now_ms() + SETTLE_MS;
+        s->next_ready = false;
+        s->idle_since = now_ms();
+        s->settle_until = s->idle_since + SETTLE_MS;
         if (!s->ran && !s->settling && sbx_cg_freeze(&s->cg, true) != 0)
             kill_sandbox(s); /* never leave it running idle */
     }
@@ -349,16 +356,17 @@ int sandbox_session_settle(sandbox *s, int64_t *until_ms)
     if (s->settling && s->running == 0 && !s->ran) {
         char b[64];
         ssize_t n = read(s->idle_r, b, sizeof b);
-        bool said = n > 0;
+        s->next_ready = s->next_ready || n > 0;
         while (n > 0)
             n = read(s->idle_r, b, sizeof b);
-        if (said || n == 0 || now_ms() >= s->settle_until) { /* (end of file: the agent died) */
+        int64_t now = now_ms(), thawed_until = s->idle_since + THAWED_MS;
+        if (n == 0 || now >= s->settle_until || (s->next_ready && now >= thawed_until)) { /* (end of file: the agent died) */
             s->settling = false;
             if (sbx_cg_freeze(&s->cg, true) != 0)
                 kill_sandbox(s); /* never leave it running idle */
         } else {
-            fd = s->idle_r;
-            *until_ms = s->settle_until;
+            fd = s->idle_r; /* (read to its end: only a deadline wakes the poll once said) */
+            *until_ms = s->next_ready ? thawed_until : s->settle_until;
         }
     }
     pthread_mutex_unlock(&s->agent_mu);

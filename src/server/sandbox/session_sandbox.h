@@ -26,10 +26,11 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
  * release it; the session's next command needs a new one. */
 bool sandbox_session_usable(sandbox *s);
 
-/* After a session sandbox's last command, s stays thawed until its agent's next container is
- * ready (at most a second), so the freeze never leaves it half made and no result waits for it.
- * Freezes s when that time has come and returns -1; else the descriptor to poll for it, with
- * the deadline (CLOCK_MONOTONIC ms) in until_ms. Also -1 when s is not settling. */
+/* After a session sandbox's last command, s stays thawed for a second (the session's next
+ * command answers faster) and until its agent's next container is ready (at most two), so the
+ * freeze never leaves it half made and no result waits for it. Freezes s when that time has
+ * come and returns -1; else the descriptor to poll for it, with the deadline (CLOCK_MONOTONIC
+ * ms) in until_ms. Also -1 when s is not settling. */
 int sandbox_session_settle(sandbox *s, int64_t *until_ms);
 
 #endif
