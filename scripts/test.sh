@@ -50,7 +50,7 @@ ASAN_SPECS=${ASAN_SPECS:-"spec/unit spec/server $(printf 'spec/integration/%s_sp
   driver_hooks uv_transport keys tls leaks import files_binary stream)"}
 # the airlockd specs whose checks differ between SANDBOX_EXEC_MODE=session (the default: a
 # session's commands in its own sandbox) and command (a sandbox per command), run again in command
-COMMAND_MODE_SPECS=${COMMAND_MODE_SPECS:-"warm redteam fairness egress_cleanup exec_stream"}
+COMMAND_MODE_SPECS=${COMMAND_MODE_SPECS:-"warm redteam fairness egress_cleanup"}
 # the core under valgrind: its unit spec, the failure paths against the misbehaving server,
 # the host-loop hooks and the libuv transport on them
 VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
