@@ -17,8 +17,8 @@
 #                     pcall, the host-loop hooks, the libuv transport, ...; not the HTTP failure
 #                     paths LuaJIT already runs on the same 5.1 API)
 #   spec/lua54        Lua 5.4 only (<close>)
-#   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd;
-#                     COMMAND_MODE_SPECS again with SANDBOX_EXEC_MODE=command
+#   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd,
+#                     and COMMAND_MODE_SPECS again with SANDBOX_EXEC_MODE=command (CI)
 #   spec/hosts        once, from Lua 5.4 (nginx, nvim, LÖVE load the LuaJIT build of the core)
 #   spec/integration/sdk_spec.lua also through a fleet's router (spec/support/fleet_as_airlockd.lua)
 #   any other folder  once, Lua 5.4 (spec/c and spec/support hold no specs)
@@ -100,7 +100,10 @@ for d in "${once[@]}" spec/integration; do
   for f in "$d"/*_spec.lua; do [ -f "$f" ] && lua54_job "$f"; done
 done
 lua54_job spec/unit
-for name in $COMMAND_MODE_SPECS; do job command "spec/server/${name}_spec.lua"; done
+# (CI's run, or --only=command: they keep make test for a new user within 8 minutes)
+if [ $asan = 1 ] || [ "$only" = command ]; then
+  for name in $COMMAND_MODE_SPECS; do job command "spec/server/${name}_spec.lua"; done
+fi
 # the Lua SDK's suite again, through the router of a 3-node fleet (docs/fleet.md)
 job plain --helper=spec/support/fleet_as_airlockd.lua spec/integration/sdk_spec.lua
 if has_core build/luajit && command -v luajit >/dev/null; then
