@@ -459,13 +459,14 @@ typedef struct {
     int slot; /* the slot of the command it runs; -1 when it has none */
 } worker;
 
-/* Where a worker's request goes: its container's request pipe, as u32 length and request. */
-static int give_request(const prepared *p, int cmd_w, size_t len)
+/* Hands request[0..len) to a container on its request pipe, as u32 length and request. A
+ * container that died in its set-up is told nothing: its fail pipe has the reason. */
+static void give_request(int cmd_w, size_t len)
 {
     unsigned char n[4];
     frame_put_u32(n, (uint32_t)len);
-    int rc = p->pid > 0 && frame_write_all(cmd_w, n, 4) == 0 && frame_write_all(cmd_w, request, len) == 0 ? 0 : -1;
-    return rc;
+    if (frame_write_all(cmd_w, n, 4) == 0)
+        (void)frame_write_all(cmd_w, request, len);
 }
 
 /* A worker's life: a container made ahead ('r'), a command ('C') run in it (its exit on the
@@ -510,8 +511,8 @@ static void worker_main(int msg_r, int state_w)
         } else {
             out_fd = FD_OUT + h[1];
         }
-        /* a container that died in its set-up is told nothing: its fail pipe has the reason */
-        unprepared = unprepared || (give_request(&p, cmd[1], len) != 0 && p.fail_r < 0);
+        if (!unprepared)
+            give_request(cmd[1], len);
         close_fd(&cmd[1]);
         ending end = {.type = 'F', .len = sizeof UNPREPARED - 1};
         if (unprepared) {
@@ -594,11 +595,11 @@ static void say_idle(void)
 #define WORKERS (AGENT_SLOTS + 1)
 static worker workers[WORKERS];
 
-/* The free worker (without a command), NULL when there is none. */
-static worker *free_worker(void)
+/* A free worker (without a command) other than except, NULL when there is none. */
+static worker *free_worker(const worker *except)
 {
     for (int i = 0; i < WORKERS; i++)
-        if (workers[i].pid > 0 && workers[i].slot < 0)
+        if (&workers[i] != except && workers[i].pid > 0 && workers[i].slot < 0)
             return &workers[i];
     return NULL;
 }
@@ -626,11 +627,8 @@ static void heard_from(worker *w)
         return;
     if (b == 'd') {
         w->slot = -1;
-        for (int i = 0; i < WORKERS; i++)
-            if (&workers[i] != w && workers[i].pid > 0 && workers[i].slot < 0) {
-                let_worker_go(w);
-                return;
-            }
+        if (free_worker(w))
+            let_worker_go(w);
     } else if (b == 'r' && w->slot < 0) {
         say_idle();
     }
@@ -672,7 +670,7 @@ static void command(size_t n)
         return; /* airlockd never sends one: nowhere to answer */
     unsigned slot = (unsigned char)request[0];
     memmove(request, request + 1, n - 1);
-    worker *w = free_worker();
+    worker *w = free_worker(NULL);
     if (!w && !(w = new_worker())) {
         cannot_run(slot);
         return;

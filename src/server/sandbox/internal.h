@@ -79,10 +79,9 @@ struct sandbox {
     unsigned slots_busy;  /* bit i: slot i has a command */
     int running;          /* commands under way (the sandbox is thawed while > 0) */
     int idle_r;           /* the agent's fd 4 after "R": a byte when its next container is ready */
-    bool settling;        /* no command runs, not frozen yet: waits for idle_r and THAWED_MS, or settle_until */
+    bool settling;        /* no command runs, not frozen yet: waits for idle_r and THAWED_MS, or SETTLE_MS */
     bool next_ready;      /* idle_r said so since the last command */
     int64_t idle_since;   /* when the last command ended */
-    int64_t settle_until;
     pthread_mutex_t agent_mu;
 };
 

@@ -271,11 +271,10 @@ static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
     s->slots_busy &= ~(1u << slot);
     if (--s->running == 0) {
         sbx_cg_end_command(&s->cg);
-        /* frozen once the agent's next container is ready (sandbox_session_settle) */
+        /* frozen a second later once the agent's next container is ready (sandbox_session_settle) */
         s->settling = !s->ran && s->idle_r >= 0;
         s->next_ready = false;
         s->idle_since = now_ms();
-        s->settle_until = s->idle_since + SETTLE_MS;
         if (!s->ran && !s->settling && sbx_cg_freeze(&s->cg, true) != 0)
             kill_sandbox(s); /* never leave it running idle */
     }
@@ -359,14 +358,14 @@ int sandbox_session_settle(sandbox *s, int64_t *until_ms)
         s->next_ready = s->next_ready || n > 0;
         while (n > 0)
             n = read(s->idle_r, b, sizeof b);
-        int64_t now = now_ms(), thawed_until = s->idle_since + THAWED_MS;
-        if (n == 0 || now >= s->settle_until || (s->next_ready && now >= thawed_until)) { /* (end of file: the agent died) */
+        int64_t now = now_ms(), thawed_until = s->idle_since + THAWED_MS, settle_until = s->idle_since + SETTLE_MS;
+        if (n == 0 || now >= settle_until || (s->next_ready && now >= thawed_until)) { /* (end of file: the agent died) */
             s->settling = false;
             if (sbx_cg_freeze(&s->cg, true) != 0)
                 kill_sandbox(s); /* never leave it running idle */
         } else {
             fd = s->idle_r; /* (read to its end: only a deadline wakes the poll once said) */
-            *until_ms = s->next_ready ? thawed_until : s->settle_until;
+            *until_ms = s->next_ready ? thawed_until : settle_until;
         }
     }
     pthread_mutex_unlock(&s->agent_mu);
