@@ -131,6 +131,24 @@ describe("airlockd raw files (airlock extension)", function()
     assert.are.equal("keep.bin", names(list(small, id, ".")))
   end)
 
+  it("lets a client still sending its body read the 413 it was answered from the headers (no reset)", function()
+    local id = create(small)
+    local c = socket.tcp()
+    c:settimeout(10)
+    assert(c:connect("127.0.0.1", small.port))
+    assert(c:send("POST /v1/sessions/" .. id .. "/write?path=big.bin HTTP/1.1\r\nHost: x\r\nX-API-Key: " .. small.tenants.acme ..
+      "\r\nContent-Type: application/octet-stream\r\nContent-Length: " .. 8 * MB .. "\r\n\r\n" .. ("x"):rep(100000)))
+    -- the answer is waiting, unread; a server that closed now would reset what follows
+    assert.are.equal(1, #(socket.select({ c }, nil, 10)))
+    local sent, err = c:send(("x"):rep(2 * MB))
+    assert.are.equal(2 * MB, sent, "the rest of the body was refused: " .. tostring(err))
+    local answer, rerr, part = c:receive("*a")
+    c:close()
+    answer = answer or part
+    assert.truthy(answer:match("^HTTP/1%.1 413 "), tostring(rerr) .. " " .. answer)
+    assert.truthy(answer:find("of the workspace's 5 MB disk quota. Delete files first.", 1, true), answer)
+  end)
+
   it("enforces the quota while a chunked body streams: 413, no partial file, the replaced file kept", function()
     local id = create(small)
     assert.are.equal(200, raw_write(small, id, "f.bin", "old contents").status)

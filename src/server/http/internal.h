@@ -64,6 +64,7 @@ struct http_request {
     size_t response_len;
     unsigned status;
     bool answered_raw;             /* answered on the socket itself: close instead */
+    bool body_unread;              /* answered from the headers with a body still to come */
     atomic_bool stopping;          /* http_cancel reached it while its handler ran */
     /* A streamed answer (http_stream_begin): the connection and the worker each hold the
      * request; the last of them to let go frees it. */

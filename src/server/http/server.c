@@ -128,7 +128,6 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)toe;
     http_server *s = cls;
     http_request *r = *con_cls;
     /* a kept-alive connection owes its next request's headers from now */
@@ -137,6 +136,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         conns_set(&s->conns, slot, PHASE_HEADERS, after_ms(s->lim.header_timeout_s, 0, 1));
     if (!r)
         return;
+    if (r->body_unread && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (fd)
+            http_linger(fd->connect_fd); /* the answer is out; MHD closes next */
+    }
     *con_cls = NULL;
     /* a streamed answer's worker may still run: the last of the two frees r */
     if (atomic_load(&r->stream) && atomic_fetch_sub(&r->holders, 1) != 1)
@@ -159,6 +163,15 @@ static enum MHD_Result queue_kept(http_request *r)
     conns_set(&s->conns, r->slot, PHASE_RESPOND,
               after_ms(s->lim.transfer_timeout_s + r->respond_s, r->response_len, s->lim.min_rate));
     return ok;
+}
+
+/* Queues an answer made from the headers alone. MHD sends it and closes without reading the
+ * body, so a client still sending would get a reset that can cost it the answer: the close
+ * lingers (on_completed). */
+static enum MHD_Result answer_before_body(http_request *r)
+{
+    r->body_unread = r->declared > 0 || r->chunked;
+    return queue_kept(r);
 }
 
 /* MHD 0.9.75 accepts a response only before the first body byte or after the last one, so a
@@ -214,21 +227,21 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
         snprintf(msg, sizeof msg, "Too many connections from your address (limit %u); retry later.",
                  s->lim.max_per_client);
         http_send_retry(r, 503, msg, 1);
-        return queue_kept(r);
+        return answer_before_body(r);
     }
     if (atomic_load(&s->draining)) {
         http_send_retry(r, 503, "The server is shutting down; retry later.", 1);
-        return queue_kept(r);
+        return answer_before_body(r);
     }
     s->admit(s->cls, r, &r->adm);
     if (r->response) /* answered from the headers: the body is never read */
-        return queue_kept(r);
+        return answer_before_body(r);
     bool sunk = r->adm.sink.write != NULL; /* streamed to the application: no memory held */
     size_t cap = sunk || r->adm.body_cap < HTTP_MAX_BODY ? r->adm.body_cap : HTTP_MAX_BODY;
     r->adm.body_cap = cap;
     if (r->declared > cap) {
         http_send_detail(r, 413, "Request body too large");
-        return queue_kept(r);
+        return answer_before_body(r);
     }
     if (sunk) {
         r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared,
@@ -244,7 +257,7 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
     buf_init(&r->body, cap);
     if ((want > 0 || r->chunked) && !grow_body(s, r, want + 1)) {
         http_send_retry(r, 503, "The server is busy with other uploads; retry later.", 1);
-        return queue_kept(r);
+        return answer_before_body(r);
     }
     r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared, s->lim.min_rate);
     conns_set(&s->conns, r->slot, PHASE_BODY, r->body_deadline_ms);
