@@ -544,6 +544,27 @@ describe("airlockd limits and lifetime", function()
     assert(ok, err)
   end)
 
+  it("counts a session's idle time from the end of its last call, not its start", function()
+    -- a command longer than the TTL of 4 s: the session is not idle while it runs, and its idle
+    -- time (last_accessed_at, expires_at) starts when the command ends
+    local s = airlockd.start({ env = { SANDBOX_SESSION_TTL = "4" } })
+    local ok, err = pcall(function()
+      local key = s.tenants.acme
+      local id = create(s, key)
+      local before = os.time()
+      local r = http_client.exec(s, key, id, "sleep 6", 30)
+      assert.are.equal(200, r.status, r.body)
+      local listed = http(s, "GET", "/v1/sessions", { key = key }).json.sessions
+      assert.are.equal(1, #listed)
+      assert.are.equal(id, listed[1].session_id)
+      -- os.time counts whole seconds: the command ended at least 6 s after `before`
+      assert.is_true(listed[1].last_accessed_at >= before + 5, cjson.encode(listed[1]))
+      assert.are.equal(listed[1].last_accessed_at + 4, listed[1].expires_at)
+    end)
+    airlockd.stop(s)
+    assert(ok, err)
+  end)
+
   it("enforces the disk quota on writes with the exact 413 text", function()
     local s = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "1" } })
     local ok, err = pcall(function()

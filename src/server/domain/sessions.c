@@ -592,6 +592,7 @@ session_result registry_acquire(registry *r, const char *id, size_t tenant, bool
         s->refs++;
         if (touch) {
             s->last_accessed_at = epoch_now();
+            s->touched_in_flight = true;
             r->dirty = true;
         }
         *out = s;
@@ -603,6 +604,11 @@ session_result registry_acquire(registry *r, const char *id, size_t tenant, bool
 void registry_release(registry *r, session *s)
 {
     pthread_mutex_lock(&r->mu);
+    if (s->refs == 2 && !s->removed && s->touched_in_flight) { /* the last request ends */
+        s->last_accessed_at = epoch_now();
+        s->touched_in_flight = false;
+        r->dirty = true;
+    }
     bool last = --s->refs == 0;
     pthread_mutex_unlock(&r->mu);
     if (last)

@@ -26,6 +26,7 @@ typedef struct session {
     bool removed;           /* it has left the registry (deleted, expired, shut down) */
     bool moving;            /* a drain is moving it to another node: requests wait (503) */
     bool moved_away;        /* another node owns it now: its last release keeps the fleet's row */
+    bool touched_in_flight; /* a touching request holds it: idle time starts when the last one ends */
     struct session *next;
 } session;
 
@@ -129,8 +130,9 @@ typedef enum {
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
                                session **out, int *open_now);
 
-/* The tenant's session id with a reference in *out (last_accessed_at refreshed when touch):
- * SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
+/* The tenant's session id with a reference in *out (last_accessed_at refreshed when touch,
+ * and again when the last request holding it ends, so a long command's session is idle only
+ * from its end): SESSION_OK, SESSION_NOT_FOUND or SESSION_FORBIDDEN. */
 session_result registry_acquire(registry *r, const char *id, size_t tenant, bool touch, session **out);
 void registry_release(registry *r, session *s);
 
