@@ -282,13 +282,10 @@ static void bury(egress_proxy *p, conn *c)
     p->graveyard = c;
 }
 
-/* Logs the attempt and ends the connection. During a lookup c-ares still holds the
+/* Ends a connection whose attempt is logged. During a lookup c-ares still holds the
  * connection: it becomes an orphan that the lookup's callback buries. */
-static void finish(egress_proxy *p, conn *c, bool allow, const char *reason, bool with_ips)
+static void end_logged(egress_proxy *p, conn *c)
 {
-    if (c->st == C_DEAD)
-        return;
-    egress_log_add(c->s->log, event_of(c, allow, reason, with_ips));
     fifo_remove(c);
     uncount(p, c);
     if (c->cfd >= 0)
@@ -309,11 +306,24 @@ static void finish(egress_proxy *p, conn *c, bool allow, const char *reason, boo
     bury(p, c);
 }
 
-/* An error answer to the sandbox (best effort: the socket is non-blocking and fresh, so a
- * short answer fits), then the event and the end. */
+/* Logs the attempt and ends the connection. */
+static void finish(egress_proxy *p, conn *c, bool allow, const char *reason, bool with_ips)
+{
+    if (c->st == C_DEAD)
+        return;
+    egress_log_add(c->s->log, event_of(c, allow, reason, with_ips));
+    end_logged(p, c);
+}
+
+/* The event, then an error answer to the sandbox (best effort: the socket is non-blocking and
+ * fresh, so a short answer fits), then the end. Logged first: a command that got the answer
+ * may end, and its caller read the log, before this thread runs again. */
 static void deny(egress_proxy *p, conn *c, int status, const char *text, const char *reason,
                  bool with_ips)
 {
+    if (c->st == C_DEAD)
+        return;
+    egress_log_add(c->s->log, event_of(c, false, reason, with_ips));
     if (c->cfd >= 0) {
         char buf[512];
         const char *extra = status == 407 ? "Proxy-Authenticate: Basic realm=\"airlock egress\"\r\n" : "";
@@ -325,7 +335,7 @@ static void deny(egress_proxy *p, conn *c, int status, const char *text, const c
             (void)!send(c->cfd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         shutdown(c->cfd, SHUT_WR);
     }
-    finish(p, c, false, reason, with_ips);
+    end_logged(p, c);
 }
 
 /* ---- the tunnel -------------------------------------------------------------------------- */
@@ -676,6 +686,7 @@ static void refuse_new(egress_listener *l, int fd, int status, const char *text,
     tmp.cfd = fd;
     tmp.ufd = -1;
     tmp.t0 = mono();
+    egress_log_add(l->s->log, event_of(&tmp, false, reason, false)); /* before the answer, as deny() */
     char buf[256];
     int n = snprintf(buf, sizeof buf,
                      "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
@@ -683,7 +694,6 @@ static void refuse_new(egress_listener *l, int fd, int status, const char *text,
                      status, text, strlen(reason) + 1, reason);
     (void)!send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
     shutdown(fd, SHUT_WR);
-    egress_log_add(l->s->log, event_of(&tmp, false, reason, false));
     drain_and_close(fd);
 }
 
