@@ -148,12 +148,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     http_request_free(s, r);
 }
 
-/* Queues the response the request holds (a 500 when it has none). */
+/* Queues the response the request holds (a 500 when it has none). Answered from the headers,
+ * a body is never read: MHD closes after the answer, and a client still sending would get a
+ * reset that can cost it the answer, so the close lingers (on_completed). */
 static enum MHD_Result queue_kept(http_request *r)
 {
     http_server *s = r->server;
     if (!r->response)
         http_send_500(r);
+    r->body_unread = r->state == RQ_NEW && (r->declared > 0 || r->chunked);
     r->state = RQ_ANSWERED;
     if (!r->response)
         return MHD_NO; /* out of memory: drop the connection */
@@ -163,15 +166,6 @@ static enum MHD_Result queue_kept(http_request *r)
     conns_set(&s->conns, r->slot, PHASE_RESPOND,
               after_ms(s->lim.transfer_timeout_s + r->respond_s, r->response_len, s->lim.min_rate));
     return ok;
-}
-
-/* Queues an answer made from the headers alone. MHD sends it and closes without reading the
- * body, so a client still sending would get a reset that can cost it the answer: the close
- * lingers (on_completed). */
-static enum MHD_Result answer_before_body(http_request *r)
-{
-    r->body_unread = r->declared > 0 || r->chunked;
-    return queue_kept(r);
 }
 
 /* MHD 0.9.75 accepts a response only before the first body byte or after the last one, so a
@@ -227,21 +221,21 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
         snprintf(msg, sizeof msg, "Too many connections from your address (limit %u); retry later.",
                  s->lim.max_per_client);
         http_send_retry(r, 503, msg, 1);
-        return answer_before_body(r);
+        return queue_kept(r);
     }
     if (atomic_load(&s->draining)) {
         http_send_retry(r, 503, "The server is shutting down; retry later.", 1);
-        return answer_before_body(r);
+        return queue_kept(r);
     }
     s->admit(s->cls, r, &r->adm);
     if (r->response) /* answered from the headers: the body is never read */
-        return answer_before_body(r);
+        return queue_kept(r);
     bool sunk = r->adm.sink.write != NULL; /* streamed to the application: no memory held */
     size_t cap = sunk || r->adm.body_cap < HTTP_MAX_BODY ? r->adm.body_cap : HTTP_MAX_BODY;
     r->adm.body_cap = cap;
     if (r->declared > cap) {
         http_send_detail(r, 413, "Request body too large");
-        return answer_before_body(r);
+        return queue_kept(r);
     }
     if (sunk) {
         r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared,
@@ -257,7 +251,7 @@ static enum MHD_Result on_headers(http_server *s, http_request *r)
     buf_init(&r->body, cap);
     if ((want > 0 || r->chunked) && !grow_body(s, r, want + 1)) {
         http_send_retry(r, 503, "The server is busy with other uploads; retry later.", 1);
-        return answer_before_body(r);
+        return queue_kept(r);
     }
     r->body_deadline_ms = after_ms(s->lim.transfer_timeout_s, r->chunked ? cap : (size_t)r->declared, s->lim.min_rate);
     conns_set(&s->conns, r->slot, PHASE_BODY, r->body_deadline_ms);
