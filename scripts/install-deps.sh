@@ -16,6 +16,8 @@ packages=(
   luajit2 libluajit2-5.1-dev
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
   bubblewrap e2fsprogs python3 ca-certificates curl cppcheck valgrind
+  # templates (docs/server.md): Debian roots built from the host's apt sources
+  mmdebstrap
   # egress: rtnetlink for the sandboxes' veth pairs, DNS on the proxy's event loop; `ip` for the specs
   libmnl-dev libc-ares-dev iproute2
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev

@@ -17,6 +17,7 @@ local exec_stream = require "airlock.internal.exec_stream"
 local file_sink = require "airlock.internal.file_sink"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
+local templates = require "airlock.templates"
 local transports = require "airlock.transport"
 
 local unpack = table.unpack or unpack  -- luacheck: ignore 143
@@ -28,6 +29,7 @@ local M = {
   __version__ = engine.VERSION,
   errors = errors,
   engine = engine,
+  templates = templates, -- airlock.templates.build{...}, .list(), .get(name), .delete(name)
   Result = result.Result,
 }
 

@@ -118,7 +118,7 @@ function M.usage()
     "  SANDBOX_API_KEY       your API key (required; never written to disk)",
     "  SANDBOX_API_INSECURE  1/true/yes: accept any TLS certificate",
     "  AIRLOCK_EGRESS        comma-separated hosts or presets the sandbox may reach (pypi, npm, ...)",
-    "  AIRLOCK_TEMPLATE      sandbox template (default sandbox-base:latest)",
+    "  AIRLOCK_TEMPLATE      sandbox template (default sandbox-base:latest; airlockd: a built one)",
     "  AIRLOCK_STATE_DIR     where the session id is kept (default $XDG_STATE_HOME/airlock-sandbox",
     "                        or ~/.local/state/airlock-sandbox)",
     "",

@@ -126,6 +126,8 @@ describe("docs/api.md", function()
     { "Result", airlock.Result, "result:" },
     { "airlock.keys", keys, "keys." },
     { "keys client", keys.Client, "client:" },
+    { "airlock.templates", require("airlock.templates"), "templates." },
+    { "Template", require("airlock.templates").Template, "t:" },
     { "airlock.http", require("airlock.http"), "http." },
     { "airlock.tools", require("airlock.tools"), "tools." },
     { "the transport interface (curl)", require("airlock.transport").load("curl"), "t:" },

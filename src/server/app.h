@@ -7,6 +7,7 @@
 #include "domain/limits.h"
 #include "domain/sessions.h"
 #include "domain/slots.h"
+#include "domain/templates.h"
 #include "domain/tenants.h"
 #include "domain/warm.h"
 #include "egress/egress.h"
@@ -32,6 +33,7 @@ typedef struct app {
     warm_pool *warm;       /* sandboxes booted ahead for sessions; NULL: every command cold */
     pg_pool *db;           /* a fleet's database (--database), or NULL */
     fleet *fleet;          /* this node's place in the fleet, or NULL */
+    templates *templates;  /* ours: templates built from Debian packages (domain/templates.h) */
 } app;
 
 #endif

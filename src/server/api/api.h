@@ -61,6 +61,8 @@ typedef struct api_route {
 
 /* Appends the validation errors of a missing / non-object body; true when body is usable. */
 bool body_is_object(json_t *errs, json_t *body);
+/* Ours (api/templates.c): a template name: 1-64 of [a-z0-9._-], starting with a letter or digit. */
+bool api_template_name_valid(const char *name, size_t len);
 /* Sends the 422 {"detail": errs}; takes errs. */
 void send_validation(http_request *r, json_t *errs);
 /* Sends the 422 when errs holds any error, else frees errs; true when the 422 was sent. */

@@ -59,10 +59,10 @@ static bool accepts_ndjson(const http_request *r)
 
 /* Boots the sandbox for the session's next command (unless the session is gone: it would
  * only be forgotten again). */
-static void want_next(app *a, session *s, const char *tenant)
+static void want_next(app *a, session *s, const char *tenant, const char *root)
 {
     if (!registry_removed(a->reg, s))
-        warm_want(a->warm, s->id, s->workspace, tenant);
+        warm_want(a->warm, s->id, s->workspace, tenant, root);
 }
 
 /* SANDBOX_EXEC_MODE=session: in the session's own sandbox when it is ready; else (its boot
@@ -103,7 +103,7 @@ static int run_command(app *a, session *s, const sandbox_opts *so, const char *c
         return sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
     sandbox *ready = warm_take(a->warm, s->id, so->cancel_fd);
     if (ready) {
-        want_next(a, s, so->tenant);
+        want_next(a, s, so->tenant, so->root_dir);
         sandbox_set_command(ready, so);
         int rc = sandbox_run(ready, command, timeout, res, errbuf, errlen);
         bool retry = rc != 0 && sandbox_retry_cold(ready);
@@ -114,7 +114,7 @@ static int run_command(app *a, session *s, const sandbox_opts *so, const char *c
     }
     int rc = sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
     if (!ready)
-        want_next(a, s, so->tenant);
+        want_next(a, s, so->tenant, so->root_dir);
     return rc;
 }
 
@@ -198,6 +198,9 @@ static void give_turn_back(app *a, size_t tenant)
     limits_exec_end(a->lim, tenant);
 }
 
+static int run_on_root(app *a, session *s, const tenant_cfg *t, const exec_request *q, sandbox_opts *so_in,
+                       sandbox_result *res, char *errbuf, size_t errlen);
+
 /* The command in a sandbox of the session: its spill files, its network (a session with
  * egress rules gets one whose only endpoint is the proxy), the run. 0, or -1 with errbuf. */
 static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_request *q, exec_tap *tap,
@@ -206,9 +209,25 @@ static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_re
 {
     if (q->spill && exec_tap_spill(tap, s->workspace, spill_id, s->quota_bytes, errbuf, errlen) != 0)
         return -1;
+    /* ours: a session on a template runs on its root (kept while the session lives) */
+    char *root = s->template_id[0] ? templates_root(a->templates, s->template_id) : NULL;
+    if (s->template_id[0] && !root) {
+        snprintf(errbuf, errlen, "the session's template %s is not there any more", s->template_id);
+        return -1;
+    }
     sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
                        .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
-                       .tap = tap->stream || q->spill ? &tap->tap : NULL};
+                       .tap = tap->stream || q->spill ? &tap->tap : NULL, .root_dir = root};
+    int rc = run_on_root(a, s, t, q, &so, res, errbuf, errlen);
+    free(root);
+    return rc;
+}
+
+/* run_in_sandbox's run with the options so (its root chosen). */
+static int run_on_root(app *a, session *s, const tenant_cfg *t, const exec_request *q, sandbox_opts *so_in,
+                       sandbox_result *res, char *errbuf, size_t errlen)
+{
+    sandbox_opts so = *so_in;
     /* SANDBOX_EXEC_MODE=session with egress: in the session's own sandbox, which has the
      * session's network; else in a sandbox of its own with a network made for it */
     if (json_array_size(s->egress) > 0 && warm_sessions(a->warm)) {

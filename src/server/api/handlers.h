@@ -39,6 +39,15 @@ void api_keys_revoke(app *a, http_request *r, const api_call *c);
 void api_admin_keys_list(app *a, http_request *r, const api_call *c);
 void api_admin_keys_create(app *a, http_request *r, const api_call *c);
 void api_admin_keys_revoke(app *a, http_request *r, const api_call *c);
+/* templates.c (ours) */
+void api_templates_create(app *a, http_request *r, const api_call *c);
+void api_templates_list(app *a, http_request *r, const api_call *c);
+void api_templates_get(app *a, http_request *r, const api_call *c);
+void api_templates_delete(app *a, http_request *r, const api_call *c);
+void api_templates_log(app *a, http_request *r, const api_call *c);
+void api_admin_templates_create(app *a, http_request *r, const api_call *c);
+void api_admin_templates_list(app *a, http_request *r, const api_call *c);
+void api_admin_templates_delete(app *a, http_request *r, const api_call *c);
 /* nodes.c: the fleet */
 void api_admin_nodes(app *a, http_request *r, const api_call *c);
 void api_admin_node_drain(app *a, http_request *r, const api_call *c);

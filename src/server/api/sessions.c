@@ -10,6 +10,37 @@
 
 static const char *const TEMPLATES[] = {"sandbox-base:latest", "python:3.11-slim"};
 
+/* A template name that is not one of the reference's two: the tenant's (or the admin's) built
+ * template, its id in id; else the answer is sent (404 unknown, 409 not ready) and false. */
+static bool resolve_template(app *a, http_request *r, const char *tenant, const char *name, size_t len, char *id)
+{
+    char *nm = strndup(name, len);
+    const char *status = "";
+    templates_result rc = nm && strlen(nm) == len ? templates_resolve(a->templates, tenant, nm, id, &status)
+                                                  : TPL_NOT_FOUND;
+    char *msg = NULL;
+    int n = -1;
+    if (rc == TPL_NOT_READY)
+        n = asprintf(&msg, "Template '%s' is not ready (status %s).", nm, status);
+    else if (rc != TPL_OK) {
+        json_t *list = json_pack("[s,s]", TEMPLATES[0], TEMPLATES[1]);
+        char *allowed_repr = pyrepr_list(list);
+        json_decref(list);
+        n = asprintf(&msg, "Template '%s' not found: neither one of %s nor a template of this tenant "
+                     "(GET /v1/templates).", nm ? nm : "", allowed_repr ? allowed_repr : "");
+        free(allowed_repr);
+    }
+    if (rc != TPL_OK) {
+        if (n >= 0)
+            http_send_detail(r, rc == TPL_NOT_READY ? 409 : 404, msg);
+        else
+            http_send_500(r);
+    }
+    free(msg);
+    free(nm);
+    return rc == TPL_OK;
+}
+
 static bool validate_egress(json_t *errs, json_t *body, json_t **egress)
 {
     json_t *v = json_object_get(body, "egress");
@@ -84,7 +115,14 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     bool allowed = false;
     for (size_t i = 0; i < sizeof TEMPLATES / sizeof TEMPLATES[0]; i++)
         allowed |= tpl_len == strlen(TEMPLATES[i]) && memcmp(tpl, TEMPLATES[i], tpl_len) == 0;
-    if (!allowed) {
+    /* ours: a template built from Debian packages (api/templates.c): 404 / 409 when not ready */
+    char tpl_id[SESSION_TEMPLATE_ID_MAX] = "";
+    if (!allowed && api_template_name_valid(tpl, tpl_len)) {
+        if (!resolve_template(a, r, t->name, tpl, tpl_len, tpl_id))
+            return;
+        allowed = true;
+    }
+    if (!allowed) { /* the reference's answer to a name no template can have */
         char *rep = NULL, *msg = NULL;
         json_t *list = json_pack("[s,s]", TEMPLATES[0], TEMPLATES[1]);
         char *allowed_repr = pyrepr_list(list);
@@ -130,8 +168,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     }
     session *s = NULL;
     int open_now = 0;
-    session_result rc = registry_create(a->reg, c->tenant, t->max_sessions, expanded, &s, &open_now);
+    session_result rc = registry_create_on(a->reg, c->tenant, t->max_sessions, expanded, tpl_id, &s, &open_now);
     json_decref(expanded);
+    if (tpl_id[0])
+        templates_unpin(a->templates, tpl_id);
     if (rc == SESSION_LIMIT) {
         char msg[160];
         snprintf(msg, sizeof msg, "Session limit reached: %d of %d sessions are open. Delete one first.",
@@ -161,9 +201,11 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                                      "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
                                      "created_at", s->created_at, "status", "ready"));
     /* the tenant's next new session finds its disk made and its first sandbox booted */
-    if (json_array_size(s->egress) == 0)
-        warm_want_spare(a->warm, t->name);
-    warm_want_session(a->warm, s, t->name); /* SANDBOX_EXEC_MODE=session */
+    char *root = tpl_id[0] ? templates_root(a->templates, tpl_id) : NULL; /* spares per template in use */
+    if (json_array_size(s->egress) == 0 && (!tpl_id[0] || root))
+        warm_want_spare(a->warm, t->name, root);
+    warm_want_session(a->warm, s, t->name, root); /* SANDBOX_EXEC_MODE=session */
+    free(root);
     registry_release(a->reg, s);
 }
 

@@ -21,6 +21,9 @@ typedef struct {
     int max_sessions;
     int requests_per_minute;
     int max_concurrent_exec;
+    int max_templates;       /* ours: templates it may have */
+    int max_template_builds; /* ours: its template builds at once */
+    int max_template_mb;     /* ours: MB its templates may take in all */
     json_t *egress_allowed; /* expanded rules the tenant may request */
 } tenant_cfg;
 
@@ -72,6 +75,10 @@ typedef struct config {
     int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */
     int warm_booting;           /* boots ahead at once (the CPUs) */
     int warm_new;               /* SANDBOX_WARM_NEW: spares per tenant for new sessions (1; 0: none) */
+    int template_builds;        /* SANDBOX_TEMPLATE_BUILDS: template builds at once (1) */
+    int template_build_timeout; /* SANDBOX_TEMPLATE_BUILD_TIMEOUT: seconds per build step (900) */
+    const char *template_sources; /* SANDBOX_TEMPLATE_SOURCES: apt sources file (glob); NULL: the host's */
+    const char *template_suite;   /* SANDBOX_TEMPLATE_SUITE; NULL: the host's codename */
     /* the fleet (docs/fleet.md): all NULL / 0 without a database */
     char *database_url;         /* --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names */
     const char *node_id;        /* --node-id (default: the host name) */

@@ -113,6 +113,29 @@ static int load_warm(config *c, const config_src *src)
                : 0;
 }
 
+/* Templates (ours): builds at once, a build step's wall clock, the apt sources and suite. */
+static int load_templates(config *c, const config_src *src)
+{
+    c->template_sources = config_var(src, "SANDBOX_TEMPLATE_SOURCES");
+    c->template_suite = config_var(src, "SANDBOX_TEMPLATE_SUITE");
+    if (c->template_suite) {
+        size_t n = strlen(c->template_suite);
+        bool ok = n > 0 && n < 64;
+        for (size_t i = 0; ok && i < n; i++) {
+            char ch = c->template_suite[i];
+            ok = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '.';
+        }
+        if (!ok)
+            return config_fail(src->err, "SANDBOX_TEMPLATE_SUITE", c->template_suite,
+                               "must be a release name such as bookworm ([a-z0-9.-], under 64)");
+    }
+    return config_var_int(src, "SANDBOX_TEMPLATE_BUILDS", 1, 1, 64, "builds", &c->template_builds) ||
+                   config_var_int(src, "SANDBOX_TEMPLATE_BUILD_TIMEOUT", 900, 30, 86400, "seconds",
+                                  &c->template_build_timeout)
+               ? -1
+               : 0;
+}
+
 /* The workspace disks: the cap on all images (0: from the free space) and the host reserve. */
 static int load_disk(config *c, const config_src *src)
 {
@@ -126,7 +149,7 @@ static int load_disk(config *c, const config_src *src)
 int config_load_server(config *c, const config_src *src)
 {
     return load_sessions(c, src) || load_import(c, src) || load_http(c, src) || load_capacity(c, src) ||
-                   load_warm(c, src) || load_disk(c, src)
+                   load_warm(c, src) || load_templates(c, src) || load_disk(c, src)
                ? -1
                : 0;
 }

@@ -13,6 +13,9 @@
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
+#define DEFAULT_MAX_TEMPLATES 10
+#define DEFAULT_MAX_TEMPLATE_BUILDS 1
+#define DEFAULT_MAX_TEMPLATE_MB 4096
 #define LIMITS_VAR "SANDBOX_TENANT_LIMITS"
 #define POLICY_VAR "SANDBOX_EGRESS_POLICY"
 
@@ -21,6 +24,9 @@ static void default_limits(tenant_cfg *t)
     t->max_sessions = DEFAULT_MAX_SESSIONS;
     t->requests_per_minute = DEFAULT_RPM;
     t->max_concurrent_exec = DEFAULT_MAX_EXEC;
+    t->max_templates = DEFAULT_MAX_TEMPLATES;
+    t->max_template_builds = DEFAULT_MAX_TEMPLATE_BUILDS;
+    t->max_template_mb = DEFAULT_MAX_TEMPLATE_MB;
 }
 
 static bool blank(char ch)
@@ -173,6 +179,9 @@ static int apply_limits(tenant_cfg *t, const json_t *entry, const char *name, co
         int *slot = strcmp(k, "max_sessions") == 0          ? &t->max_sessions
                     : strcmp(k, "requests_per_minute") == 0 ? &t->requests_per_minute
                     : strcmp(k, "max_concurrent_exec") == 0 ? &t->max_concurrent_exec
+                    : strcmp(k, "max_templates") == 0       ? &t->max_templates
+                    : strcmp(k, "max_template_builds") == 0 ? &t->max_template_builds
+                    : strcmp(k, "max_template_mb") == 0     ? &t->max_template_mb
                                                             : NULL;
         if (!slot)
             return config_fail(err, LIMITS_VAR, NULL, "unknown limit '%s' for '%s'", k, name);

@@ -109,6 +109,7 @@ static bool save(registry *r)
         e->created_at = s->created_at;
         e->last_accessed_at = s->last_accessed_at;
         e->quota_bytes = s->quota_bytes;
+        memcpy(e->template_id, s->template_id, sizeof e->template_id);
         ok = e->tenant != NULL;
     }
     for (size_t i = 0; ok && i < r->nparked; i++) {
@@ -197,6 +198,7 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
         s->created_at = rec->created_at;
         s->last_accessed_at = rec->last_accessed_at;
         s->quota_bytes = rec->quota_bytes;
+        memcpy(s->template_id, rec->template_id, sizeof s->template_id);
         s->workspace = ws;
         s->refs = 1;
         s->ready = true;
@@ -486,7 +488,7 @@ static disk_result take_disk(registry *r, session *s, char **ws)
 {
     char id[sizeof s->id];
     if (r->spares.adopt && json_array_size(s->egress) == 0 &&
-        r->spares.adopt(r->spares.ctx, s->tenant, id, sizeof id, ws)) {
+        r->spares.adopt(r->spares.ctx, s->tenant, s->template_id, id, sizeof id, ws)) {
         pthread_mutex_lock(&r->mu);
         memcpy(s->id, id, sizeof id);
         pthread_mutex_unlock(&r->mu);
@@ -503,11 +505,30 @@ static disk_result take_disk(registry *r, session *s, char **ws)
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
                                session **out, int *open_now)
 {
+    return registry_create_on(r, tenant, max_sessions, egress, NULL, out, open_now);
+}
+
+int registry_template_users(registry *r, const char *template_id)
+{
+    int n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (session *it = r->head; it; it = it->next)
+        n += strcmp(it->template_id, template_id) == 0;
+    for (size_t i = 0; i < r->nparked; i++)
+        n += strcmp(r->parked[i].template_id, template_id) == 0;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+session_result registry_create_on(registry *r, size_t tenant, int max_sessions, const json_t *egress,
+                                  const char *template_id, session **out, int *open_now)
+{
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->egress = json_deep_copy(egress))) {
         free(s);
         return SESSION_ERROR;
     }
+    snprintf(s->template_id, sizeof s->template_id, "%s", template_id ? template_id : "");
     s->tenant = tenant;
     s->quota_bytes = r->quota_bytes;
     /* Reserve the place (invisible until ready), make the disk without the lock (tens of ms),

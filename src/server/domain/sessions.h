@@ -12,6 +12,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Room for a template's id (domain/templates.h) and its NUL. */
+#define SESSION_TEMPLATE_ID_MAX 24
+
 typedef struct session {
     char id[17];            /* "sbx_" + 12 lowercase hex */
     size_t tenant;
@@ -27,6 +30,7 @@ typedef struct session {
     bool moving;            /* a drain is moving it to another node: requests wait (503) */
     bool moved_away;        /* another node owns it now: its last release keeps the fleet's row */
     bool touched_in_flight; /* a touching request holds it: idle time starts when the last one ends */
+    char template_id[SESSION_TEMPLATE_ID_MAX]; /* ours: the template it runs on ("": the default root) */
     struct session *next;
 } session;
 
@@ -88,7 +92,7 @@ void registry_set_destroy_hook(registry *r, registry_destroy_hook hook, void *ct
  * session's); drop_all deletes every unadopted one (room for a session that needs the disk
  * space). Both are called outside the registry's lock. */
 typedef struct {
-    bool (*adopt)(void *ctx, size_t tenant, char *id, size_t id_len, char **workspace);
+    bool (*adopt)(void *ctx, size_t tenant, const char *template_id, char *id, size_t id_len, char **workspace);
     void (*drop_all)(void *ctx);
     void *ctx;
 } registry_spares;
@@ -129,6 +133,12 @@ typedef enum {
  * in *out. */
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
                                session **out, int *open_now);
+/* registry_create of a session on template template_id (NULL or "": the default root), saved
+ * with it; a spare of that template is adopted when there is one. */
+session_result registry_create_on(registry *r, size_t tenant, int max_sessions, const json_t *egress,
+                                  const char *template_id, session **out, int *open_now);
+/* How many sessions (and sessions being created) run on template template_id. */
+int registry_template_users(registry *r, const char *template_id);
 
 /* The tenant's session id with a reference in *out (last_accessed_at refreshed when touch,
  * and again when the last request holding it ends, so a long command's session is idle only

@@ -33,6 +33,7 @@ void warm_clear_entry(entry *e)
 {
     free(e->workspace);
     free(e->tenant);
+    free(e->root);
     json_decref(e->egress);
     memset(e, 0, sizeof *e);
     e->state = E_FREE;
@@ -73,7 +74,7 @@ static void release_entry(warm_pool *w, entry *e)
     entry again = {0};
     if (e->reboot && !e->doomed && !w->stopping) { /* keeps its key, workspace and tenant */
         again = *e;
-        e->workspace = e->tenant = NULL;
+        e->workspace = e->tenant = e->root = NULL;
         e->egress = NULL;
     }
     warm_clear_entry(e);
@@ -85,7 +86,7 @@ static void release_entry(warm_pool *w, entry *e)
         w->ws.disks.drop(w->ws.disks.ctx, spare_id);
     pthread_mutex_lock(&w->mu);
     entry *n = again.workspace && !warm_find_kind(w, again.key, true) ? warm_free_entry_locked(w) : NULL;
-    if (n && warm_fill_entry(n, again.key, again.workspace, again.tenant)) {
+    if (n && warm_fill_entry(n, again.key, again.workspace, again.tenant, again.root)) {
         n->session = true;
         n->egress = again.egress;
         n->created_at = again.created_at;
@@ -94,6 +95,7 @@ static void release_entry(warm_pool *w, entry *e)
     json_decref(again.egress);
     free(again.workspace);
     free(again.tenant);
+    free(again.root);
     pthread_cond_broadcast(&w->changed);
 }
 
@@ -133,7 +135,7 @@ static void start_boots(warm_pool *w)
         char name[KEY_MAX + 4];
         snprintf(name, sizeof name, "%s-%s", e->key, e->session ? "s" : "w");
         sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
-                          .boot_ahead = true, .agent = e->session};
+                          .boot_ahead = true, .agent = e->session, .root_dir = e->root};
         char err[512] = "";
         pthread_mutex_unlock(&w->mu);
         /* a session with egress: its sandbox on the session's network (an entry starting
@@ -323,11 +325,12 @@ entry *warm_free_entry_locked(warm_pool *w)
 }
 
 /* Fills a free entry as a pending want (key NULL: a spare, whose key comes with its disk). */
-bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant)
+bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant, const char *root)
 {
     e->workspace = workspace ? strdup(workspace) : NULL;
     e->tenant = tenant ? strdup(tenant) : NULL;
-    if ((workspace && !e->workspace) || (tenant && !e->tenant)) {
+    e->root = root ? strdup(root) : NULL;
+    if ((workspace && !e->workspace) || (tenant && !e->tenant) || (root && !e->root)) {
         warm_clear_entry(e);
         return false;
     }
@@ -338,7 +341,7 @@ bool warm_fill_entry(entry *e, const char *key, const char *workspace, const cha
     return true;
 }
 
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const char *root)
 {
     if (!w || strlen(key) >= KEY_MAX || !key[0])
         return;
@@ -347,17 +350,17 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
     if (e)
         e->used_ms = warm_now_ms();
     else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL)
-        warm_fill_entry(e, key, workspace, tenant);
+        warm_fill_entry(e, key, workspace, tenant, root);
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);
 }
 
-static bool same_tenant(const char *a, const char *b)
+static bool same_or_null(const char *a, const char *b)
 {
     return a == b || (a && b && strcmp(a, b) == 0);
 }
 
-void warm_want_spare(warm_pool *w, const char *tenant)
+void warm_want_spare(warm_pool *w, const char *tenant, const char *root)
 {
     if (!w || w->ws.spares <= 0 || !w->ws.disks.make)
         return;
@@ -366,21 +369,22 @@ void warm_want_spare(warm_pool *w, const char *tenant)
     int64_t now = warm_now_ms();
     for (int i = 0; i < w->n; i++) {
         entry *e = &w->e[i];
-        if (e->state != E_FREE && e->state != E_DOOMED && e->spare && same_tenant(e->tenant, tenant)) {
+        if (e->state != E_FREE && e->state != E_DOOMED && e->spare && same_or_null(e->tenant, tenant) &&
+            same_or_null(e->root, root)) {
             e->used_ms = now;
             have++;
         }
     }
     for (; have < w->ws.spares && !w->stopping; have++) {
         entry *e = warm_free_entry_locked(w);
-        if (!e || !warm_fill_entry(e, NULL, NULL, tenant))
+        if (!e || !warm_fill_entry(e, NULL, NULL, tenant, root))
             break;
     }
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);
 }
 
-bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len, char **workspace)
+bool warm_adopt_spare(warm_pool *w, const char *tenant, const char *root, char *id, size_t id_len, char **workspace)
 {
     if (!w)
         return false;
@@ -388,8 +392,8 @@ bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len,
     pthread_mutex_lock(&w->mu);
     for (int i = 0; i < w->n && !adopted; i++) {
         entry *e = &w->e[i];
-        if (!e->spare || (e->state != E_BOOTING && e->state != E_READY) || !same_tenant(e->tenant, tenant) ||
-            strlen(e->key) >= id_len || !(*workspace = strdup(e->workspace)))
+        if (!e->spare || (e->state != E_BOOTING && e->state != E_READY) || !same_or_null(e->tenant, tenant) ||
+            !same_or_null(e->root, root) || strlen(e->key) >= id_len || !(*workspace = strdup(e->workspace)))
             continue;
         snprintf(id, id_len, "%s", e->key);
         e->spare = false; /* the session's from now on: its disk stays with it */

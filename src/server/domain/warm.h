@@ -67,24 +67,27 @@ warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, s
  * running in one). */
 void warm_free(warm_pool *w);
 
-/* Boots a sandbox ahead for session key over workspace (absolute), for tenant; name prefixes
+/* Boots a sandbox ahead for session key over workspace (absolute), for tenant, on root (a
+ * template's, sandbox_opts.root_dir; NULL: the default); name prefixes
  * its id. Does nothing when key already has one, or when full with nothing to evict. */
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant);
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const char *root);
 
 /* key's sandbox, booted (waiting up to a few seconds for a boot under way, less if cancel_fd
  * hangs up), now the caller's to sandbox_run and sandbox_release; NULL when there is none
  * (run cold). */
 sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
 
-/* Keeps settings.spares sandboxes booting or booted for tenant's next new sessions, each over
+/* Keeps settings.spares sandboxes booting or booted for tenant's next new sessions on root (a
+ * template's; NULL: the default root: spares are kept per template in use), each over
  * a fresh disk of its own (a spare counts against max_ready like any other, and is released
  * when idle like any other). */
-void warm_want_spare(warm_pool *w, const char *tenant);
+void warm_want_spare(warm_pool *w, const char *tenant, const char *root);
 
-/* Adopts one of tenant's spares for a new session: its id (id_len bytes with the NUL) and
+/* Adopts one of tenant's spares on root (NULL: the default) for a new session: its id (id_len bytes with the NUL) and
  * workspace (malloc'd) are the session's from now on, and its sandbox is the session's first
  * (warm_take with that id). false when tenant has none booting or booted. */
-bool warm_adopt_spare(warm_pool *w, const char *tenant, char *id, size_t id_len, char **workspace);
+bool warm_adopt_spare(warm_pool *w, const char *tenant, const char *root, char *id, size_t id_len,
+                      char **workspace);
 
 /* Releases every spare and deletes its disk, returning once they are gone (room for a session
  * that needs the disk space). */
@@ -98,11 +101,11 @@ void warm_forget(warm_pool *w, const char *key);
  * with the agent). */
 bool warm_sessions(const warm_pool *w);
 
-/* Boots session s's own sandbox (over its workspace, for tenant; on its egress network when
- * it has rules) unless it has one. */
-void warm_want_session(warm_pool *w, const session *s, const char *tenant);
+/* Boots session s's own sandbox (over its workspace, for tenant, on root: its template's, NULL
+ * the default; on its egress network when it has rules) unless it has one. */
+void warm_want_session(warm_pool *w, const session *s, const char *tenant, const char *root);
 
-/* Runs command in session s's own sandbox (booting it first when it has none; with wait,
+/* Runs command in session s's own sandbox (on o->root_dir; booting it first when it has none; with wait,
  * waiting for a boot under way) with o's per-command options (o->network unset: a session
  * with egress has its network in its sandbox). 0 ran, -1 failed (errbuf), 1 not run there:
  * run it another way (every slot of the session's busy with parallel commands, still

@@ -33,6 +33,7 @@ typedef struct {
     char key[KEY_MAX];
     char *workspace;
     char *tenant;
+    char *root;         /* its template's root (sandbox_opts.root_dir); NULL: the default */
     sandbox *sb;
     int64_t used_ms;    /* wanted, or ready: for the LRU and the idle release */
     int64_t started_ms; /* its boot began */
@@ -73,8 +74,9 @@ entry *warm_find_kind(warm_pool *w, const char *key, bool own_sandbox);
 /* A free entry, locked; when full, the longest unused waiting one is doomed and NULL. */
 entry *warm_free_entry_locked(warm_pool *w);
 
-/* Fills a free entry as a pending want (key NULL: a spare); false when out of memory. */
-bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant);
+/* Fills a free entry as a pending want (key NULL: a spare) on root (NULL: the default);
+ * false when out of memory. */
+bool warm_fill_entry(entry *e, const char *key, const char *workspace, const char *tenant, const char *root);
 
 /* Frees what e holds (not its sandbox nor its network) and makes it E_FREE. */
 void warm_clear_entry(entry *e);

@@ -21,11 +21,11 @@ bool warm_sessions(const warm_pool *w)
 }
 
 /* s's own entry, a pending want made when it has none; NULL when the table has no room. */
-static entry *want_locked(warm_pool *w, const session *s, const char *tenant)
+static entry *want_locked(warm_pool *w, const session *s, const char *tenant, const char *root)
 {
     entry *e = warm_find_kind(w, s->id, true);
     if (!e && !w->stopping && (e = warm_free_entry_locked(w)) != NULL) {
-        if (!warm_fill_entry(e, s->id, s->workspace, tenant))
+        if (!warm_fill_entry(e, s->id, s->workspace, tenant, root))
             return NULL;
         e->session = true;
         e->created_at = s->created_at;
@@ -38,12 +38,12 @@ static entry *want_locked(warm_pool *w, const session *s, const char *tenant)
     return e;
 }
 
-void warm_want_session(warm_pool *w, const session *s, const char *tenant)
+void warm_want_session(warm_pool *w, const session *s, const char *tenant, const char *root)
 {
     if (!warm_sessions(w) || strlen(s->id) >= KEY_MAX || !s->id[0])
         return;
     pthread_mutex_lock(&w->mu);
-    (void)want_locked(w, s, tenant);
+    (void)want_locked(w, s, tenant, root);
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -62,7 +62,7 @@ static entry *lend(warm_pool *w, const session *s, const sandbox_opts *o, bool w
 {
     const char *key = s->id;
     int64_t until = warm_now_ms() + (wait ? SESSION_WAIT_MS : 0);
-    entry *e = want_locked(w, s, o->tenant);
+    entry *e = want_locked(w, s, o->tenant, o->root_dir);
     while (e && (e->state == E_PENDING || e->state == E_STARTING || e->state == E_BOOTING)) {
         if (e->state == E_BOOTING)
             sandbox_boot_hurry(e->sb);

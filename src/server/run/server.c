@@ -132,10 +132,43 @@ static void spare_disk_drop(void *ctx, const char *id)
         registry_drop_spare_disk(a->reg, id);
 }
 
-static bool spare_adopt(void *ctx, size_t tenant, char *id, size_t id_len, char **workspace)
+static bool spare_adopt(void *ctx, size_t tenant, const char *template_id, char *id, size_t id_len,
+                        char **workspace)
 {
     app *a = ctx;
-    return warm_adopt_spare(a->warm, tenants_get(a->tenants, tenant)->name, id, id_len, workspace);
+    char *root = template_id && template_id[0] ? templates_root(a->templates, template_id) : NULL;
+    if (template_id && template_id[0] && !root)
+        return false;
+    bool ok = warm_adopt_spare(a->warm, tenants_get(a->tenants, tenant)->name, root, id, id_len, workspace);
+    free(root);
+    return ok;
+}
+
+static int template_users(void *ctx, const char *id)
+{
+    return registry_template_users(ctx, id);
+}
+
+/* A deleted template's spares go before its root does (they would be re-wanted for others). */
+static void template_deleted(void *ctx, const char *id)
+{
+    (void)id;
+    warm_drop_spares(ctx);
+}
+
+/* Templates (ours): their records and build threads, after the sessions (which use them). */
+static int open_templates(server *s)
+{
+    const config *c = s->cfg;
+    app *a = &s->a;
+    templates_opts to = {.state_dir = s->state, .sb = a->sb, .max_builds = c->template_builds,
+                         .build_timeout = c->template_build_timeout, .sources = c->template_sources,
+                         .suite = c->template_suite, .search_path = c->sandbox.search_path,
+                         .users = template_users, .users_ctx = a->reg};
+    if (!(a->templates = templates_open(&to, s->err, sizeof s->err)))
+        return -1;
+    templates_set_delete_hook(a->templates, template_deleted, a->warm);
+    return 0;
 }
 
 static void spares_drop_all(void *ctx)
@@ -204,7 +237,7 @@ int server_open(server *s, const config *cfg)
     atomic_init(&s->a.exec_seq, 1);
     int (*const steps[])(server *) = {claim_state_dir, open_sandboxes, open_stores,       open_disks,
                                       open_egress,     open_tenants,   server_join_fleet, open_warm_pool,
-                                      open_sessions,   server_settle_fleet};
+                                      open_sessions,   open_templates, server_settle_fleet};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
         if (steps[i](s) != 0)
             return -1;
@@ -311,6 +344,8 @@ void server_close(server *s, int status)
     if (s->srv && !http_stop(s->srv))
         _exit(status);
     warm_drop_spares(a->warm); /* their disks are the registry's */
+    templates_free(a->templates); /* its builds stop before the sandbox backend goes */
+    a->templates = NULL;
     server_stop_fleet(s);
     registry_free(a->reg);     /* before egress: removing sessions tells egress */
     a->reg = NULL;

@@ -102,7 +102,7 @@ static void add_programs(sandbox_backend *b, const sandbox_settings *set)
 
 /* Container ids: name (restricted to [A-Za-z0-9_.-], truncated) plus pid and a counter, so
  * several servers sharing a machine and concurrent runs never collide. */
-static void make_id(const char *name, char *id, size_t idlen)
+void sbx_make_id(const char *name, char *id, size_t idlen)
 {
     char clean[ID_NAME_MAX + 1];
     size_t n = 0;
@@ -162,7 +162,13 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     }
     s->b = b;
     s->network = o->network;
-    make_id(o->name, s->id, sizeof s->id);
+    s->root_dir = o->root_dir;
+    if (o->root_dir && b->ops != &sandbox_gvisor_ops) {
+        snprintf(errbuf, errlen, "templates need gVisor; this server runs %s", b->ops->name);
+        sandbox_release(s);
+        return NULL;
+    }
+    sbx_make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
     s->cmd_w = s->ready_r = s->idle_r = -1;

@@ -607,6 +607,14 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
     pthread_mutex_unlock(&t->mu);
 }
 
+void sbx_cg_set_group_shares(sbx_cg_tree *t, const char *group, unsigned long long shares)
+{
+    if (t->cpu < 0)
+        return;
+    unsigned long long w = t->v2 ? (shares * 100 + SBX_CG_TENANT_SHARES - 1) / SBX_CG_TENANT_SHARES : shares;
+    write_weight(t, group, w < 2 ? 2 : w);
+}
+
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
                   const sbx_cg_limits *lim, char *errbuf, size_t errlen)
 {

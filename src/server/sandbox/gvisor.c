@@ -11,6 +11,7 @@
 #include "sandbox/oci.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,7 +25,7 @@
 #include <sys/stat.h>
 
 /* True when runsc still has state files for container id (a run that did not finish). */
-static bool runsc_state_left(const sandbox_backend *b, const char *id)
+bool sbx_gvisor_state_left(const sandbox_backend *b, const char *id)
 {
     DIR *d = opendir(b->runsc_root);
     if (!d)
@@ -38,7 +39,7 @@ static bool runsc_state_left(const sandbox_backend *b, const char *id)
     return found;
 }
 
-static void runsc_delete(const sandbox_backend *b, const char *id)
+void sbx_gvisor_delete(const sandbox_backend *b, const char *id)
 {
     const char *argv[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap",
                           "--network=none", "--overlay2=none", "--ignore-cgroups",
@@ -112,13 +113,22 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
     sbx_env_with_network(s, env);
     const char *agent_argv[SBX_AGENT_ARGV_MAX];
     char bind_dirs[SBX_ROOTFS_MAX_BINDS][64];
+    /* a template's root is whole (merged /usr): no host directory besides its own /usr */
+    static const sbx_rootfs no_binds;
+    const sbx_rootfs *binds = s->root_dir ? &no_binds : &b->rootfs;
+    char usr[PATH_MAX];
+    if (snprintf(usr, sizeof usr, "%s/usr", s->root_dir ? s->root_dir : "") >= (int)sizeof usr) {
+        snprintf(errbuf, errlen, "template root path too long");
+        return -1;
+    }
     sbx_spec spec = {
-        .rootfs_dir = b->rootfs_dir, .rootfs = &b->rootfs, .workspace_dir = s->workspace_dir,
+        .rootfs_dir = s->root_dir ? s->root_dir : b->rootfs_dir, .usr_dir = usr, .rootfs = binds,
+        .workspace_dir = s->workspace_dir,
         .command = command, .env = env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
         .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
         .netns_path = s->network ? s->network->netns_path : NULL,
         .waiter = command ? NULL : SBX_WAITER_PATH,
-        .agent_argv = s->agent ? sbx_agent_argv(&b->rootfs, agent_argv, bind_dirs) : NULL,
+        .agent_argv = s->agent ? sbx_agent_argv(binds, agent_argv, bind_dirs) : NULL,
     };
     return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
 }
@@ -401,8 +411,8 @@ static void gvisor_release(sandbox *s)
     if (s->have_cg)
         sbx_cg_destroy(&s->cg);
     s->have_cg = false;
-    if (runsc_state_left(s->b, s->id))
-        runsc_delete(s->b, s->id);
+    if (sbx_gvisor_state_left(s->b, s->id))
+        sbx_gvisor_delete(s->b, s->id);
     if (s->bundle && fs_rmtree(s->bundle) != 0 && errno != ENOENT)
         fprintf(stderr, "airlockd: cannot remove sandbox bundle %s: %s\n", s->bundle,
                 strerror(errno));

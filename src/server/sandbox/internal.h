@@ -54,6 +54,7 @@ struct sandbox {
     sandbox_backend *b;
     char id[ID_MAX + 1];  /* container id and cgroup name: unique on this host */
     char *workspace_dir;
+    const char *root_dir; /* sandbox_opts.root_dir (NULL: the generated root) */
     char *bundle;         /* gVisor: its OCI bundle directory */
     char group[SBX_CG_NAME_MAX]; /* its tenant's cgroup (sbx_cg_group_name) */
     size_t output_limit;  /* bytes kept per output stream (never 0) */
@@ -88,6 +89,14 @@ struct sandbox {
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until
  * its command), 0 while it boots, -1 when the boot failed (message in errbuf). */
 int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
+
+/* True when runsc still has state for container id (a run that did not finish); removing it
+ * (`runsc delete --force`). */
+bool sbx_gvisor_state_left(const sandbox_backend *b, const char *id);
+void sbx_gvisor_delete(const sandbox_backend *b, const char *id);
+
+/* A unique container id and cgroup name from name (backend.c). */
+void sbx_make_id(const char *name, char *id, size_t idlen);
 
 /* The agent's argv (sandbox_opts.agent): SBX_AGENT_PATH and the sandbox's bind mounts to place
  * again in each command's root; dirs holds the bind paths. Returns argv (NULL-terminated). */

@@ -45,7 +45,7 @@ static json_t *mounts(const sbx_spec *s)
         mount("/dev/pts", "devpts", "devpts", pts, 5),
         mount("/dev/shm", "tmpfs", "shm", tmp, 5),
         mount("/sys", "sysfs", "sysfs", sys, 4),
-        mount("/usr", "bind", "/usr", ro_bind, 4),
+        mount("/usr", "bind", s->usr_dir, ro_bind, 4),
         mount("/workspace", "bind", s->workspace_dir, rw_bind, 4),
         mount("/tmp", "tmpfs", "tmpfs", tmp, 5),
     };

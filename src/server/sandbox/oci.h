@@ -7,7 +7,8 @@
 #include "sandbox/rootfs.h"
 
 typedef struct {
-    const char *rootfs_dir;     /* the generated read-only root */
+    const char *rootfs_dir;     /* the generated read-only root, or a template's */
+    const char *usr_dir;        /* host directory bound read-only at /usr */
     const sbx_rootfs *rootfs;   /* extra top-level host dirs to bind read-only */
     const char *workspace_dir;  /* host dir mounted read-write at /workspace */
     const char *command;        /* run as /bin/bash -c command */

@@ -3,6 +3,7 @@
 
 #include "fs/walk.h"
 #include "util/buf.h"
+#include "../../agent/frames.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -360,4 +361,66 @@ int sbx_rootfs_append_ca(const char *dir, const char *pem_path, char *errbuf, si
     }
     buf_free(&pem);
     return ok ? 0 : -1;
+}
+
+/* dir/rel is a directory of its own (made when missing), never a symlink. */
+static int plain_dir(const char *dir, const char *rel, char *errbuf, size_t errlen)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    if (join(path, sizeof path, dir, rel) != 0) {
+        snprintf(errbuf, errlen, "path too long: %s/%s", dir, rel);
+        return -1;
+    }
+    if (lstat(path, &st) != 0 && errno == ENOENT && mkdir(path, 0755) == 0 && chmod(path, 0755) == 0)
+        return 0;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(errbuf, errlen, "the template's /%s is not a directory", rel);
+        return -1;
+    }
+    return 0;
+}
+
+int sbx_rootfs_finish_template(const char *dir, const char *programs_dir, char *errbuf, size_t errlen)
+{
+    static const char *const mount_points[] = {"etc", "proc", "dev", "sys", "tmp", "workspace", "run", "usr"};
+    static const char *const programs[] = {SBX_WAITER_PATH, SBX_AGENT_PATH, AGENT_BOOTSTRAP_PATH};
+    if (errlen)
+        errbuf[0] = '\0';
+    for (size_t i = 0; i < sizeof mount_points / sizeof mount_points[0]; i++)
+        if (plain_dir(dir, mount_points[i], errbuf, errlen) != 0)
+            return -1;
+    struct {
+        const char *rel;
+        const char *text;
+    } gen[] = {
+        {"etc/passwd", passwd_text},     {"etc/group", group_text},
+        {"etc/hosts", hosts_text},       {"etc/nsswitch.conf", nsswitch_text},
+        {"etc/resolv.conf", resolv_text}, {"etc/hostname", "sandbox\n"},
+        {"etc/pip.conf", pip_conf_text},
+    };
+    char path[PATH_MAX];
+    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++) {
+        /* unlink: whatever the setup left there (a symlink included) goes; the write is O_EXCL */
+        if (join(path, sizeof path, dir, gen[i].rel) != 0 || (unlink(path) != 0 && errno != ENOENT) ||
+            write_text(dir, gen[i].rel, gen[i].text, strlen(gen[i].text), errbuf, errlen) != 0) {
+            if (!errbuf[0])
+                snprintf(errbuf, errlen, "cannot replace %s/%s: %s", dir, gen[i].rel, strerror(errno));
+            return -1;
+        }
+    }
+    if (join(path, sizeof path, dir, "airlock") != 0 || fs_rmtree(path) != 0) {
+        snprintf(errbuf, errlen, "cannot clear %s/airlock: %s", dir, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof programs / sizeof programs[0]; i++) {
+        char src[PATH_MAX];
+        int n = snprintf(src, sizeof src, "%s%s", programs_dir, programs[i]);
+        struct stat st;
+        if (n < 0 || (size_t)n >= sizeof src || stat(src, &st) != 0)
+            continue; /* a program the default root lacks: this server does without it too */
+        if (sbx_rootfs_add_program(dir, src, programs[i], errbuf, errlen) != 0)
+            return -1;
+    }
+    return 0;
 }

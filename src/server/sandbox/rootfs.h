@@ -39,4 +39,11 @@ int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf
 int sbx_rootfs_add_program(const char *dir, const char *host_path, const char *in_root, char *errbuf,
                            size_t errlen);
 
+/* Makes the tree at dir (a template's root: a Debian system, after its setup ran) a sandbox
+ * root: the generated /etc files (users, hosts, resolver, pip) replace the tree's, the mount
+ * points exist, and the programs under programs_dir's /airlock (the default root's) are copied
+ * in. Refuses a tree whose /etc or /airlock is not a plain directory (a setup's symlink must not
+ * lead a write out of the tree). */
+int sbx_rootfs_finish_template(const char *dir, const char *programs_dir, char *errbuf, size_t errlen);
+
 #endif

@@ -87,6 +87,10 @@ typedef struct {
      * first process is the agent (src/agent/agent.c); its commands run through
      * sandbox/session_sandbox.h, each in fresh namespaces, never through sandbox_run. */
     bool agent;
+    /* Ours: a template's root (domain/templates.h), a whole read-only tree with its own /usr,
+     * made usable by sandbox_backend_finish_root; gVisor only. NULL: the generated root over
+     * the host's /usr. Kept by the caller until sandbox_release. */
+    const char *root_dir;
 } sandbox_opts;
 
 /* The isolation a server may run on (--isolation, SANDBOX_ISOLATION). */

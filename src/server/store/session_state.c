@@ -67,6 +67,9 @@ static bool record_from(const json_t *o, session_record *r)
     r->created_at = c;
     r->last_accessed_at = l;
     r->quota_bytes = (long long)json_integer_value(quota);
+    const char *tpl = json_string_value(json_object_get(o, "template_id")); /* ours; absent: the default */
+    if (tpl && strlen(tpl) < sizeof r->template_id)
+        memcpy(r->template_id, tpl, strlen(tpl) + 1);
     return r->tenant != NULL;
 }
 
@@ -127,9 +130,14 @@ int session_state_load(const char *path, const char *state_dir, session_record *
 
 static json_t *record_json(const session_record *r)
 {
-    return json_pack("{s:s,s:s,s:O,s:f,s:f,s:I}", "session_id", r->id, "tenant_id", r->tenant, "egress",
-                     r->egress, "created_at", r->created_at, "last_accessed_at", r->last_accessed_at,
-                     "disk_quota_bytes", (json_int_t)r->quota_bytes);
+    json_t *o = json_pack("{s:s,s:s,s:O,s:f,s:f,s:I}", "session_id", r->id, "tenant_id", r->tenant, "egress",
+                          r->egress, "created_at", r->created_at, "last_accessed_at", r->last_accessed_at,
+                          "disk_quota_bytes", (json_int_t)r->quota_bytes);
+    if (o && r->template_id[0] && json_object_set_new(o, "template_id", json_string(r->template_id)) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
 int session_state_save(const char *path, const char *state_dir, const session_record *v, size_t n, char *err,

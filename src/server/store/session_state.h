@@ -18,6 +18,7 @@ typedef struct {
     double created_at;
     double last_accessed_at;
     long long quota_bytes;  /* the quota its image was made for */
+    char template_id[24];   /* ours: the template it runs on ("": the default root) */
 } session_record;
 
 /* True for "sbx_" + 12 lowercase hex digits. */

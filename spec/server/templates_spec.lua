@@ -1,0 +1,193 @@
+-- luacheck: max line length 160
+-- Templates (issue #24): read-only roots built from Debian packages (mmdebstrap from the host's
+-- apt sources, the setup in gVisor) that sessions run on. These specs build small templates from
+-- the real archive (GNU hello, jq: a few seconds of download) and prove: every bad input is a 422
+-- naming its field; a build streams its progress and ends ready; the same request again answers
+-- with the same id at once; a session on it runs the packages (as uid 1000, read-only /usr) while
+-- the default root lacks them; another tenant cannot see it; DELETE is refused while a session
+-- uses it; a failed build (unknown package, failing setup) says the tool's own words and leaves
+-- no files; templates survive a restart. Builds are waited on with a bounded wait that says what
+-- it last saw; no timing assertions. Lua 5.1-compatible.
+local airlockd = require "support.airlockd"
+local http_client = require "support.http_client"
+local proc = require "support.proc"
+local cjson = require "cjson"
+
+local function post(server, key, path, body)
+  return http_client.request(server, "POST", path, { key = key, body = cjson.encode(body) })
+end
+
+local function get(server, key, path)
+  return http_client.request(server, "GET", path, { key = key })
+end
+
+-- Waits (up to 400 s: a build on a loaded machine) until the template's status is not
+-- "building"; its record.
+local function wait_built(server, key, name)
+  local last
+  local done = proc.wait_until(400, function()
+    last = get(server, key, "/v1/templates/" .. name)
+    return last.status == 200 and last.json.status ~= "building"
+  end, 1)
+  assert(done, "template " .. name .. " still building; last seen: " .. tostring(last and last.body))
+  return last.json
+end
+
+local function exists(path)
+  return proc.run("test -e " .. proc.shell_quote(path))
+end
+
+describe("templates", function()
+  local s, acme, other
+
+  lazy_setup(function()
+    s = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4}}' } })
+    acme, other = s.tenants.acme, s.tenants.other
+  end)
+
+  lazy_teardown(function()
+    if s then airlockd.stop(s) end
+  end)
+
+  it("refuses each bad input with a 422 naming its field", function()
+    local many = {}
+    for i = 1, 65 do many[i] = "pkg" .. i end
+    local cases = {
+      { { name = "Bad Name", packages = { "hello" } }, "name" },
+      { { name = "x", packages = {} }, "packages" },
+      { { name = "x" }, "packages" },
+      { { name = "x", packages = { "--foo" } }, "packages" },
+      { { name = "x", packages = { "hello;rm -rf /" } }, "packages" },
+      { { name = "x", packages = { "$(id)" } }, "packages" },
+      { { name = "x", packages = many }, "packages" },
+      { { name = "x", packages = { "hello" }, setup = { string.rep("x", 5000) } }, "setup" },
+      { { name = "x", packages = { "hello" }, setup = "echo hi" }, "setup" },
+    }
+    for _, c in ipairs(cases) do
+      local res = post(s, acme, "/v1/templates", c[1])
+      assert.are.equal(422, res.status, res.body)
+      assert.are.equal(c[2], res.json.detail[1].loc[2], res.body)
+    end
+    assert.are.equal(0, #get(s, acme, "/v1/templates").json.templates)
+  end)
+
+  it("builds a template, streams its progress, and answers the same request again at once", function()
+    local body = { name = "hello", packages = { "hello", "jq" }, setup = { "echo made-by-setup > /etc/made-by-setup" } }
+    local res = post(s, acme, "/v1/templates", body)
+    assert.are.equal(202, res.status, res.body)
+    assert.are.equal("building", res.json.status)
+    local id = res.json.id
+    assert.truthy(id:match("^tpl_%x+$"))
+    -- the stream ends when the build does; its last event is the end
+    local log = http_client.request(s, "GET", "/v1/templates/hello/log", { key = acme, max_time = 600 })
+    assert.are.equal(200, log.status)
+    local events = {}
+    for line in log.body:gmatch("[^\n]+") do events[#events + 1] = cjson.decode(line) end
+    assert.truthy(#events >= 3, log.body)
+    local phases, last = {}, events[#events]
+    for _, e in ipairs(events) do phases[e.phase] = true end
+    assert.truthy(phases.install and phases.setup, log.body)
+    assert.are.equal("ready", last.status, log.body)
+    assert.are.equal(100, last.percent)
+    assert.truthy(last.packages_installed > 0 and last.packages_total > 0, log.body)
+
+    local t = wait_built(s, acme, "hello")
+    assert.are.equal("ready", t.status, t.log_tail)
+    assert.are.same({ "hello", "jq" }, t.packages)
+    assert.truthy(t.size > 10 * 1024 * 1024)
+    assert.truthy(exists(s.dir .. "/state/templates/" .. id .. "/root/usr/bin/hello"))
+
+    local again = post(s, acme, "/v1/templates", { name = "hello", packages = { "jq", "hello" }, setup = body.setup })
+    assert.are.equal(200, again.status, again.body)
+    assert.are.equal(id, again.json.id)
+    assert.are.equal("ready", again.json.status)
+    -- the same name with another recipe is a conflict
+    assert.are.equal(409, post(s, acme, "/v1/templates", { name = "hello", packages = { "hello" } }).status)
+  end)
+
+  it("runs a session's commands on the template, isolated as on the default root", function()
+    local res = http_client.create(s, acme, cjson.encode({ template = "hello" }))
+    assert.are.equal(201, res.status, res.body)
+    local id = res.json.session_id
+    local out = http_client.exec(s, acme, id, "hello; cat /etc/made-by-setup; echo '{\"a\":7}' | jq .a; id -u; " ..
+      "touch /usr/x 2>/dev/null || echo ro").json
+    assert.are.equal(0, out.exit_code, out.stderr)
+    assert.are.equal("Hello, world!\nmade-by-setup\n7\n1000\nro\n", out.stdout)
+    local plain = http_client.create(s, acme).json.session_id
+    local miss = http_client.exec(s, acme, plain, "command -v hello || echo none").json
+    assert.are.equal("none\n", miss.stdout)
+    -- in use: no DELETE
+    assert.are.equal(409, http_client.request(s, "DELETE", "/v1/templates/hello", { key = acme }).status)
+    http_client.delete(s, acme, id)
+    http_client.delete(s, acme, plain)
+  end)
+
+  it("keeps a tenant's template from another tenant", function()
+    assert.are.equal(404, get(s, other, "/v1/templates/hello").status)
+    assert.are.equal(0, #get(s, other, "/v1/templates").json.templates)
+    local res = http_client.create(s, other, cjson.encode({ template = "hello" }))
+    assert.are.equal(404, res.status, res.body)
+    assert.truthy(res.json.detail:find("hello", 1, true))
+    assert.are.equal(404, http_client.request(s, "DELETE", "/v1/templates/hello", { key = other }).status)
+  end)
+
+  it("fails a build of an unknown package or a failing setup with the tool's words, leaving no files", function()
+    local a = post(s, acme, "/v1/templates", { name = "nosuch", packages = { "no-such-package-airlock" } })
+    assert.are.equal(202, a.status, a.body)
+    local t = wait_built(s, acme, "nosuch")
+    assert.are.equal("failed", t.status)
+    assert.truthy(t.log_tail:find("no-such-package-airlock", 1, true), t.log_tail)
+    assert.falsy(exists(s.dir .. "/state/templates/" .. a.json.id))
+    local res = http_client.create(s, acme, cjson.encode({ template = "nosuch" }))
+    assert.are.equal(409, res.status, res.body)
+
+    local b = post(s, acme, "/v1/templates", { name = "badsetup", packages = { "hello" }, setup = { "true", "exit 3" } })
+    assert.are.equal(202, b.status, b.body)
+    t = wait_built(s, acme, "badsetup")
+    assert.are.equal("failed", t.status)
+    assert.truthy(t.log_tail:find("setup command exited with 3: exit 3", 1, true), t.log_tail)
+    assert.falsy(exists(s.dir .. "/state/templates/" .. b.json.id))
+    assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/badsetup", { key = acme }).status)
+    assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/nosuch", { key = acme }).status)
+  end)
+
+  it("keeps templates across a restart, and deletes one no session uses", function()
+    local id = get(s, acme, "/v1/templates/hello").json.id
+    proc.stop_process(s.pid, 10)
+    s = airlockd.start({ dir = s.dir, tenants = s.tenants })
+    local t = get(s, acme, "/v1/templates/hello")
+    assert.are.equal("ready", t.json.status, t.body)
+    local sid = http_client.create(s, acme, cjson.encode({ template = "hello" })).json.session_id
+    assert.are.equal("Hello, world!\n", http_client.exec(s, acme, sid, "hello").json.stdout)
+    http_client.delete(s, acme, sid)
+    assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/hello", { key = acme }).status)
+    assert.are.equal(404, get(s, acme, "/v1/templates/hello").status)
+    assert.falsy(exists(s.dir .. "/state/templates/" .. id))
+  end)
+end)
+
+describe("a template build whose mirror cannot be reached", function()
+  local s, dir
+
+  lazy_setup(function()
+    dir = proc.make_temp_dir()
+    -- a mirror on a loopback port nothing listens on (one-line apt sources format)
+    proc.write_file(dir .. "/unreachable.list", "deb [trusted=yes] http://127.0.0.1:9/debian bookworm main\n")
+    s = airlockd.start({ env = { SANDBOX_TEMPLATE_SOURCES = dir .. "/unreachable.list" } })
+  end)
+
+  lazy_teardown(function()
+    if s then airlockd.stop(s) end
+    if dir then proc.remove_tree(dir) end
+  end)
+
+  it("fails with apt's own words and leaves no files", function()
+    local res = post(s, s.tenants.acme, "/v1/templates", { name = "offline", packages = { "hello" } })
+    assert.are.equal(202, res.status, res.body)
+    local t = wait_built(s, s.tenants.acme, "offline")
+    assert.are.equal("failed", t.status)
+    assert.truthy(t.log_tail:find("127.0.0.1", 1, true), t.log_tail)
+    assert.truthy(t.log_tail:find("airlockd: the build failed: mmdebstrap exited with", 1, true), t.log_tail)
+    assert.falsy(exists(s.dir .. "/state/templates/" .. res.json.id))
+  end)
+end)

@@ -1,0 +1,289 @@
+/* One template build (see templates.h): mmdebstrap from the host's apt sources with the package
+ * cache, the setup in gVisor, the root finished and measured; its output goes to the record's
+ * log and progress as it comes. Package names reach mmdebstrap as one argument (validated
+ * against Debian's grammar by the API); nothing a client sent is pasted into a shell. */
+#include "domain/templates_internal.h"
+
+#include "fs/walk.h"
+#include "log/log.h"
+#include "sandbox/build.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define ARGV_MAX 32
+#define LINE_MAX_KEPT 512
+
+static const char *const build_env[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C.UTF-8", "HOME=/root",
+                                        NULL};
+
+/* The output reader of one step: whole lines to the progress, every byte to the log. */
+typedef struct {
+    templates *t;
+    tpl *r;
+    char line[LINE_MAX_KEPT];
+    size_t len;
+    bool cut; /* the line went past LINE_MAX_KEPT: the rest of it is dropped */
+} reader;
+
+static void take_line(reader *rd)
+{
+    rd->line[rd->len] = '\0';
+    pthread_mutex_lock(&rd->t->mu);
+    if (template_progress_line(&rd->r->progress, rd->line, rd->len))
+        tpl_event_locked(rd->t, rd->r, rd->line);
+    pthread_mutex_unlock(&rd->t->mu);
+    rd->len = 0;
+    rd->cut = false;
+}
+
+static void on_output(void *ctx, int stream, const char *data, size_t len)
+{
+    reader *rd = ctx;
+    if (stream == 0 || len == 0)
+        return;
+    pthread_mutex_lock(&rd->t->mu);
+    tpl_log_append(rd->r, data, len);
+    pthread_mutex_unlock(&rd->t->mu);
+    for (size_t i = 0; i < len; i++) {
+        if (data[i] == '\n') {
+            take_line(rd);
+        } else if (rd->len + 1 < sizeof rd->line && !rd->cut) {
+            rd->line[rd->len++] = data[i] == '\r' ? ' ' : data[i];
+        } else {
+            rd->cut = true;
+        }
+    }
+}
+
+static bool never_full(void *ctx)
+{
+    (void)ctx;
+    return false;
+}
+
+/* Sets r's phase and says so. */
+static void phase(templates *t, tpl *r, const char *name)
+{
+    pthread_mutex_lock(&t->mu);
+    if (template_progress_phase(&r->progress, name))
+        tpl_event_locked(t, r, NULL);
+    pthread_mutex_unlock(&t->mu);
+}
+
+/* The apt sources files to build from: SANDBOX_TEMPLATE_SOURCES, else the host's. */
+static int source_files(const templates *t, glob_t *g)
+{
+    memset(g, 0, sizeof *g);
+    if (t->sources)
+        return glob(t->sources, GLOB_NOCHECK, NULL, g) == 0 ? 0 : -1;
+    int flags = 0;
+    struct stat st;
+    if (stat("/etc/apt/sources.list", &st) == 0 && st.st_size > 0 &&
+        glob("/etc/apt/sources.list", 0, NULL, g) == 0)
+        flags = GLOB_APPEND;
+    if (glob("/etc/apt/sources.list.d/*.sources", flags, NULL, g) == 0)
+        flags = GLOB_APPEND;
+    (void)glob("/etc/apt/sources.list.d/*.list", flags, NULL, g);
+    return g->gl_pathc > 0 ? 0 : -1;
+}
+
+/* mmdebstrap into root_dir; 0, or -1 with why. */
+static int debootstrap(templates *t, reader *rd, const char *root_dir, const json_t *packages, char *why,
+                       size_t whylen)
+{
+    char *include = NULL, *hook_in = NULL, *hook_out = NULL;
+    size_t n = json_array_size(packages), need = 16;
+    for (size_t i = 0; i < n; i++)
+        need += strlen(json_string_value(json_array_get(packages, i))) + 1;
+    include = malloc(need);
+    if (include) {
+        strcpy(include, "--include=");
+        for (size_t i = 0; i < n; i++) {
+            if (i)
+                strcat(include, ",");
+            strcat(include, json_string_value(json_array_get(packages, i)));
+        }
+    }
+    glob_t g;
+    if (source_files(t, &g) != 0) {
+        snprintf(why, whylen, "no apt sources found (%s)", t->sources ? t->sources : "/etc/apt");
+        free(include);
+        globfree(&g);
+        return -1;
+    }
+    const char *argv[ARGV_MAX + 8];
+    size_t a = 0;
+    argv[a++] = t->mmdebstrap;
+    argv[a++] = "--verbose";
+    argv[a++] = "--mode=root";
+    argv[a++] = "--format=directory";
+    argv[a++] = "--variant=essential";
+    argv[a++] = "--aptopt=Acquire::http::Timeout \"30\"";
+    argv[a++] = "--aptopt=Acquire::Retries \"1\"";
+    argv[a++] = include;
+    if (t->cache && asprintf(&hook_in, "--setup-hook=sync-in %s /var/cache/apt/archives/", t->cache) >= 0 &&
+        asprintf(&hook_out, "--customize-hook=sync-out /var/cache/apt/archives %s", t->cache) >= 0) {
+        argv[a++] = "--skip=essential/unlink";
+        argv[a++] = "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/";
+        argv[a++] = hook_in;
+        argv[a++] = hook_out;
+    }
+    argv[a++] = t->suite;
+    argv[a++] = root_dir;
+    for (size_t i = 0; i < g.gl_pathc && a < ARGV_MAX; i++)
+        argv[a++] = g.gl_pathv[i];
+    argv[a] = NULL;
+    int rc = -1;
+    if (!include || (t->cache && (!hook_in || !hook_out))) {
+        snprintf(why, whylen, "out of memory");
+    } else {
+        sandbox_tap tap = {.output = on_output, .full = never_full, .room_fd = -1, .tick_ms = 1000, .ctx = rd};
+        sandbox_build_step st = {.name = "tpl-debootstrap", .tap = &tap, .timeout_seconds = t->build_timeout,
+                                 .cancel_fd = t->cancel[0]};
+        sandbox_result res;
+        if (sandbox_build_exec(t->sb, &st, argv, build_env, &res, why, whylen) == 0) {
+            if (res.exit_code == 0)
+                rc = 0;
+            else if (res.timed_out)
+                snprintf(why, whylen, "mmdebstrap took longer than %d s (SANDBOX_TEMPLATE_BUILD_TIMEOUT)",
+                         t->build_timeout);
+            else if (res.cancelled)
+                snprintf(why, whylen, "the build was stopped (the server is stopping)");
+            else
+                snprintf(why, whylen, "mmdebstrap exited with %d%s", res.exit_code,
+                         res.oom_killed ? " (its memory limit)" : "");
+            sandbox_result_free(&res);
+        }
+    }
+    globfree(&g);
+    free(include);
+    free(hook_in);
+    free(hook_out);
+    return rc;
+}
+
+/* The setup commands in gVisor on root_dir; 0, or -1 with why. */
+static int run_setup(templates *t, reader *rd, const char *root_dir, const json_t *setup, char *why, size_t whylen)
+{
+    size_t n = json_array_size(setup);
+    const char **cmds = calloc(n ? n : 1, sizeof *cmds);
+    if (!cmds) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        cmds[i] = json_string_value(json_array_get(setup, i));
+    sandbox_tap tap = {.output = on_output, .full = never_full, .room_fd = -1, .tick_ms = 1000, .ctx = rd};
+    sandbox_build_step st = {.name = "tpl-setup", .tap = &tap, .timeout_seconds = t->build_timeout,
+                             .cancel_fd = t->cancel[0]};
+    sandbox_result res;
+    int rc = -1;
+    if (sandbox_build_setup(t->sb, &st, root_dir, cmds, n, &res, why, whylen) == 0) {
+        if (res.exit_code == 0)
+            rc = 0;
+        else if (res.timed_out)
+            snprintf(why, whylen, "the setup took longer than %d s (SANDBOX_TEMPLATE_BUILD_TIMEOUT)", t->build_timeout);
+        else
+            snprintf(why, whylen, "the setup exited with %d%s", res.exit_code,
+                     res.oom_killed ? " (its memory limit)" : "");
+        sandbox_result_free(&res);
+    }
+    free(cmds);
+    return rc;
+}
+
+/* Bytes the owner's other ready templates take. Locked. */
+static long long owner_bytes_locked(const templates *t, const tpl *r)
+{
+    long long sum = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->v[i] != r && t->v[i]->status == TS_READY && strcmp(t->v[i]->owner, r->owner) == 0)
+            sum += t->v[i]->size;
+    return sum;
+}
+
+/* The package cache stays bounded: emptied when past TPL_CACHE_MAX. */
+static void trim_cache(const templates *t)
+{
+    if (!t->cache || fs_tree_usage(t->cache) <= TPL_CACHE_MAX)
+        return;
+    if (fs_rmtree(t->cache) != 0 || mkdir(t->cache, 0755) != 0)
+        log_warn("cannot empty the template package cache %s: %s", t->cache, strerror(errno));
+}
+
+void tpl_build(templates *t, tpl *r)
+{
+    char id[SESSION_TEMPLATE_ID_MAX];
+    memcpy(id, r->id, sizeof id);
+    json_t *packages = json_incref(r->packages), *setup = json_incref(r->setup);
+    long long max_bytes = r->max_bytes;
+    pthread_mutex_unlock(&t->mu);
+
+    char why[512] = "";
+    reader *rd = calloc(1, sizeof *rd);
+    char *dir = tpl_path(t, id, NULL), *root = tpl_path(t, id, "root");
+    long long size = -1;
+    int rc = -1;
+    if (!rd || !dir || !root) {
+        snprintf(why, sizeof why, "out of memory");
+    } else {
+        rd->t = t;
+        rd->r = r;
+        tpl_remove_files(t, id);
+        if (mkdir(dir, 0755) != 0 || chmod(dir, 0755) != 0)
+            snprintf(why, sizeof why, "cannot create %s: %s", dir, strerror(errno));
+        else
+            rc = debootstrap(t, rd, root, packages, why, sizeof why);
+        if (rc == 0 && json_array_size(setup) > 0) {
+            phase(t, r, "setup");
+            rc = run_setup(t, rd, root, setup, why, sizeof why);
+        }
+        if (rc == 0) {
+            phase(t, r, "finish");
+            rc = sandbox_backend_finish_root(t->sb, root, why, sizeof why);
+        }
+        if (rc == 0 && (size = fs_tree_usage(root)) < 0) {
+            snprintf(why, sizeof why, "cannot measure %s", root);
+            rc = -1;
+        }
+        if (rd->len)
+            take_line(rd);
+        trim_cache(t);
+    }
+    pthread_mutex_lock(&t->mu);
+    if (rc == 0 && max_bytes > 0 && owner_bytes_locked(t, r) + size > max_bytes) {
+        snprintf(why, sizeof why, "the template takes %lld MB; with the others it would pass max_template_mb (%lld)",
+                 size >> 20, max_bytes >> 20);
+        rc = -1;
+    }
+    if (rc != 0) { /* nothing of a failed build stays, before anyone is told it failed */
+        pthread_mutex_unlock(&t->mu);
+        tpl_remove_files(t, id);
+        pthread_mutex_lock(&t->mu);
+    }
+    if (rc == 0) {
+        r->status = TS_READY;
+        r->size = size;
+        template_progress_phase(&r->progress, "ready");
+        log_info("template %s (%s) built: %lld MB", r->name, id, size >> 20);
+    } else {
+        char line[600];
+        int n = snprintf(line, sizeof line, "\nairlockd: the build failed: %s\n", why);
+        tpl_log_append(r, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        r->status = TS_FAILED;
+        template_progress_phase(&r->progress, "failed");
+        log_warn("template %s (%s) failed: %s", r->name, id, why);
+    }
+    tpl_event_locked(t, r, rc == 0 ? NULL : why);
+    tpl_save_locked(t);
+    json_decref(packages);
+    json_decref(setup);
+    free(rd);
+    free(dir);
+    free(root);
+}

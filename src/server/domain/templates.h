@@ -1,0 +1,101 @@
+/* Ours: templates, read-only roots built from Debian packages that sessions run on (docs/api.md
+ * "Templates"). A template is a recipe (suite, sorted packages, setup commands) owned by a
+ * tenant, or by the admin ("": every tenant may use it); its id is a hash of owner and recipe,
+ * so the same request again finds the same template. Builds run on a few threads of their own
+ * (SANDBOX_TEMPLATE_BUILDS): mmdebstrap (variant essential plus the packages) from the host's
+ * apt sources with a package cache kept between builds, then the setup in a gVisor sandbox
+ * without network, then the tree made a sandbox root (sandbox/build.h). A failed build leaves
+ * its record (status failed, the tool's own words in its log) and nothing on disk. The records
+ * persist in <state>/templates/index.json; a build a restart interrupted is failed. */
+#ifndef AIRLOCKD_DOMAIN_TEMPLATES_H
+#define AIRLOCKD_DOMAIN_TEMPLATES_H
+
+#include "domain/sessions.h"
+#include "sandbox/sandbox.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct templates templates;
+
+typedef struct {
+    const char *state_dir;     /* absolute, symlink-free */
+    sandbox_backend *sb;
+    int max_builds;            /* SANDBOX_TEMPLATE_BUILDS: builds at once, all tenants */
+    int build_timeout;         /* SANDBOX_TEMPLATE_BUILD_TIMEOUT: seconds per build step */
+    const char *sources;       /* SANDBOX_TEMPLATE_SOURCES: an apt sources file; NULL: the host's */
+    const char *suite;         /* SANDBOX_TEMPLATE_SUITE; NULL: the host's codename */
+    const char *search_path;   /* PATH, for mmdebstrap */
+    /* How many sessions run on template id (DELETE is refused while any does). */
+    int (*users)(void *ctx, const char *id);
+    void *users_ctx;
+} templates_opts;
+
+/* Loads the records (a build a restart interrupted becomes failed, its files removed) and starts
+ * the build threads. NULL with a message on failure. */
+templates *templates_open(const templates_opts *o, char *err, size_t errlen);
+/* Stops the threads (a build under way is killed and failed) and frees. NULL is a no-op. */
+void templates_free(templates *t);
+
+/* Whether templates can be built and used here (gVisor, cgroups, mmdebstrap found), and why not. */
+bool templates_available(const templates *t, const char **why);
+
+/* A tenant's template limits (SANDBOX_TENANT_LIMITS). */
+typedef struct {
+    int max_templates;
+    int max_builds;
+    long long max_bytes;
+} templates_quota;
+
+typedef enum {
+    TPL_OK,          /* found / ready / deleted */
+    TPL_BUILDING,    /* a build was started, or one is under way */
+    TPL_NOT_FOUND,
+    TPL_NOT_READY,   /* building or failed: *answer says which */
+    TPL_CONFLICT,    /* the name has another recipe */
+    TPL_IN_USE,      /* sessions run on it, or its build is under way */
+    TPL_LIMIT,       /* max_templates or max_template_builds: msg says which */
+    TPL_UNAVAILABLE, /* no builds here (templates_available) */
+    TPL_ERROR,
+} templates_result;
+
+/* Starts the build of owner's ("" : the admin's) template name from packages (array of valid
+ * package names) and setup (array of commands), or finds the same one: TPL_BUILDING (a new
+ * build, or one under way) or TPL_OK (built), with the record in *answer; TPL_CONFLICT,
+ * TPL_LIMIT (msg), TPL_UNAVAILABLE. A failed build of the same recipe is built again. */
+templates_result templates_build(templates *t, const char *owner, const templates_quota *q, const char *name,
+                                 const json_t *packages, const json_t *setup, json_t **answer, char *msg,
+                                 size_t msglen);
+
+/* The templates owner may use (its own, then the admin's), each as GET shows it. */
+json_t *templates_list(templates *t, const char *owner);
+
+/* owner's template name (else the admin's): TPL_OK with *answer; TPL_NOT_FOUND. */
+templates_result templates_get(templates *t, const char *owner, const char *name, json_t **answer);
+
+/* Deletes owner's template name (its record and root): TPL_OK, TPL_NOT_FOUND, TPL_IN_USE. */
+templates_result templates_delete(templates *t, const char *owner, const char *name);
+
+/* For a new session of owner on template name: its id (SESSION_TEMPLATE_ID_MAX) when ready;
+ * TPL_NOT_FOUND, TPL_NOT_READY (status in *status). */
+templates_result templates_resolve(templates *t, const char *owner, const char *name, char *id,
+                                   const char **status);
+
+/* After templates_resolve's TPL_OK: the session is made (or not); until then DELETE is refused. */
+void templates_unpin(templates *t, const char *id);
+
+/* Called with a ready template's id when it is deleted, before its root is removed (its spare
+ * sandboxes go first). */
+void templates_set_delete_hook(templates *t, void (*hook)(void *ctx, const char *id), void *ctx);
+
+/* The root directory of template id (malloc'd), NULL when id names no ready template. */
+char *templates_root(templates *t, const char *id);
+
+/* The progress events of owner's template name after sequence number *after (a JSON array,
+ * each with its "seq"), waiting up to wait_ms for one; *after moves past them; *done once the
+ * build has ended and every event was given. TPL_OK or TPL_NOT_FOUND. */
+templates_result templates_events(templates *t, const char *owner, const char *name, unsigned long long *after,
+                                  int wait_ms, json_t **events, bool *done);
+
+#endif
