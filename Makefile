@@ -250,6 +250,7 @@ bench: build luajit-core
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua
 	$(LUA) bench/fleet.lua
+	$(LUA) bench/templates.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

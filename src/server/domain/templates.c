@@ -285,7 +285,10 @@ templates_result templates_build(templates *t, const char *owner, const template
             snprintf(msg, msglen, "Build limit reached: %d of %d builds are under way (max_template_builds); "
                      "retry when one ends.", building, q->max_builds);
             rc = TPL_LIMIT;
-        } else if (!r && (t->n >= TPL_MAX_RECORDS || !(r = tpl_new(id, owner, name, sorted, setup)))) {
+        } else if (!r && t->n >= TPL_MAX_RECORDS) {
+            snprintf(msg, msglen, "This server holds %d templates, its most; delete one first.", TPL_MAX_RECORDS);
+            rc = TPL_LIMIT;
+        } else if (!r && !(r = tpl_new(id, owner, name, sorted, setup))) {
             rc = TPL_ERROR;
         } else {
             if (t->n < TPL_MAX_RECORDS && !find_locked(t, owner, name, false))
@@ -295,9 +298,7 @@ templates_result templates_build(templates *t, const char *owner, const template
             r->created = epoch_now();
             r->size = 0;
             r->max_bytes = q->max_bytes;
-            r->log.len = 0;
-            if (r->log.data)
-                r->log.data[0] = '\0';
+            buf_free(&r->log); /* a failed build's log goes with its new try */
             template_progress_init(&r->progress);
             tpl_event_locked(t, r, NULL);
             tpl_save_locked(t);

@@ -1,0 +1,171 @@
+-- luacheck: max line length 140
+-- Templates (issue #24), side by side in one run on one airlockd (this machine is shared and
+-- loaded: only figures taken together mean anything; the load average is printed with them):
+--
+--   * a template of one small package (GNU hello) with the package cache cold, then the same
+--     packages with the cache warm (another recipe: a setup command), each from POST to ready;
+--   * the same request again (the cache hit): POST to answer;
+--   * create + first command (`true`) on that template against the default root, alternated
+--     round by round, medians and their ratio;
+--   * examples/data_template.lua (python3-numpy and python3-matplotlib, a plot read back), then
+--     `python3 -c "import numpy"` on the data template and on the default root;
+--   * commands per second of 8 busy sessions (each running `true` back to back) without a build
+--     and beside one (a template of jq and hello), and their ratio.
+--
+--   lua5.4 bench/templates.lua [rounds]     BENCH_SMOKE=1: 3 rounds, no data template
+-- Needs root (runsc, mmdebstrap) and the host's apt sources reachable. No assertion beyond
+-- the checks that the figures are real: it prints a table.
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
+local airlockd = require "support.airlockd"
+local proc = require "support.proc"
+local cjson = require "cjson"
+
+local SMOKE = os.getenv("BENCH_SMOKE") == "1"
+local ROUNDS = SMOKE and 3 or math.max(3, tonumber(arg and arg[1]) or 9)
+local BUSY_SECONDS = SMOKE and 10 or 30
+local PARALLEL = 8
+
+local check, call = harness.check, harness.call
+local q = proc.shell_quote
+
+local function now()
+  local f = io.popen("date +%s.%N")
+  local t = tonumber(f:read("*l"))
+  f:close()
+  return t
+end
+
+local function loadavg()
+  return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
+end
+
+local function median(t)
+  table.sort(t)
+  return t[math.ceil(#t / 2)]
+end
+
+local LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000,"max_concurrent_exec":16,"max_template_builds":2}}'
+local KEY = "bk_" .. airlockd.random_hex(16)
+local server = airlockd.start({ tenants = { bench = KEY }, env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+
+-- POST a template and wait until it is no longer building: seconds from POST to that, the record.
+local function build(body)
+  local t0 = now()
+  local status, rec = call(server, "POST", "/v1/templates", KEY, cjson.encode(body))
+  check(status == 202 or status == 200, "POST /v1/templates: " .. tostring(status))
+  while rec.status == "building" do
+    proc.sleep(0.2)
+    status, rec = call(server, "GET", "/v1/templates/" .. body.name, KEY)
+    check(status == 200, "GET template: " .. tostring(status))
+  end
+  check(rec.status == "ready", "template " .. body.name .. " failed:\n" .. tostring(rec.log_tail))
+  return now() - t0, rec
+end
+
+local function create(template)
+  local status, s = call(server, "POST", "/v1/sessions", KEY, cjson.encode(template and { template = template } or {}))
+  check(status == 201, "create: " .. tostring(status))
+  return s.session_id
+end
+
+local function exec(id, command)
+  local status, r = call(server, "POST", "/v1/sessions/" .. id .. "/exec", KEY, cjson.encode({ command = command }))
+  check(status == 200, "exec: " .. tostring(status))
+  return r
+end
+
+local function delete(id)
+  call(server, "DELETE", "/v1/sessions/" .. id, KEY)
+end
+
+local rows = {}
+local function row(name, value) rows[#rows + 1] = { name, value } end
+
+local ok, err = pcall(function()
+  -- builds: cold cache, warm cache, cache hit
+  local cold = build({ name = "hello", packages = { "hello" } })
+  local warm = build({ name = "hello-warm", packages = { "hello" }, setup = { "true" } })
+  local t0 = now()
+  local status, again = call(server, "POST", "/v1/templates", KEY, cjson.encode({ name = "hello", packages = { "hello" } }))
+  local hit = now() - t0
+  check(status == 200 and again.status == "ready", "cache hit: " .. tostring(status))
+  row("build: hello, package cache cold (s)", string.format("%.1f", cold))
+  row("build: hello, package cache warm (s)", string.format("%.1f", warm))
+  row("the same request again (s)", string.format("%.3f", hit))
+
+  -- create + first command, template vs default, alternated (a warm-up round first: spares)
+  local on_tpl, on_default = {}, {}
+  for round = 0, ROUNDS do
+    for _, tpl in ipairs({ "hello-warm", false }) do
+      local c0 = now()
+      local id = create(tpl or nil)
+      local r = exec(id, "true")
+      local took = (now() - c0) * 1000
+      check(r.exit_code == 0, "first command failed: " .. tostring(r.stderr))
+      delete(id)
+      if round > 0 then table.insert(tpl and on_tpl or on_default, took) end
+      proc.sleep(1.5) -- the next spare boots
+    end
+  end
+  local mt, md = median(on_tpl), median(on_default)
+  row("create + first command, template (ms, median)", string.format("%.0f", mt))
+  row("create + first command, default root (ms, median)", string.format("%.0f", md))
+  row("  ratio template / default", string.format("%.2f", mt / md))
+
+  if not SMOKE then
+    local d0 = now()
+    local rc, out = proc.run_capture(string.format("SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s examples/data_template.lua 2>/dev/null",
+      q(server.url), q(KEY), q(proc.lua_interpreter())))
+    check(rc == 0 and out:find("sine.png is a PNG", 1, true), "examples/data_template.lua: " .. tostring(out))
+    row("examples/data_template.lua: numpy + matplotlib built, plotted (s)", string.format("%.0f", now() - d0))
+    local _, rec = call(server, "GET", "/v1/templates/data", KEY)
+    row("  the data template's size (MB)", string.format("%.0f", rec.size / 1048576))
+    local d, p = create("data"), create(nil)
+    local rd, rp = exec(d, 'python3 -c "import numpy"'), exec(p, 'python3 -c "import numpy"')
+    row('python3 -c "import numpy" on the data template', "exit " .. rd.exit_code)
+    row('python3 -c "import numpy" on the default root', "exit " .. rp.exit_code .. (rp.stderr:find("ModuleNotFoundError", 1, true)
+      and ", ModuleNotFoundError" or ""))
+    delete(d)
+    delete(p)
+  end
+
+  -- 8 busy sessions: commands/s alone, then beside a build
+  local ids = {}
+  for i = 1, PARALLEL do ids[i] = create(nil) end
+  local function busy(seconds)
+    local dir = proc.make_temp_dir()
+    for i, id in ipairs(ids) do
+      local cmd = string.format(
+        "end=$(( $(date +%%s) + %d )); n=0; while [ $(date +%%s) -lt $end ]; do " ..
+        "curl -s -o /dev/null -w '%%{http_code}' -H 'X-API-Key: %s' -H 'Content-Type: application/json' " ..
+        "--data '{\"command\":\"true\"}' %s/v1/sessions/%s/exec | grep -q 200 && n=$((n+1)); done; echo $n > %s/%d",
+        seconds, KEY, server.url, id, dir, i)
+      os.execute("(" .. cmd .. ") >/dev/null 2>&1 &")
+    end
+    proc.wait_until(seconds + 60, function()
+      for i = 1, PARALLEL do
+        if not proc.read_file(dir .. "/" .. i) then return false end
+      end
+      return true
+    end, 0.5)
+    local total = 0
+    for i = 1, PARALLEL do total = total + (tonumber(proc.read_file(dir .. "/" .. i)) or 0) end
+    proc.remove_tree(dir)
+    return total / seconds
+  end
+  local alone = busy(BUSY_SECONDS)
+  call(server, "POST", "/v1/templates", KEY, cjson.encode({ name = "beside", packages = { "jq", "hello" },
+    setup = { "sleep 1" } }))
+  local beside = busy(BUSY_SECONDS)
+  local _, b = call(server, "GET", "/v1/templates/beside", KEY)
+  row("8 busy sessions alone (commands/s)", string.format("%.1f", alone))
+  row("8 busy sessions beside a build (commands/s)", string.format("%.1f", beside))
+  row("  ratio beside / alone (build still " .. tostring(b.status) .. " at the end)", string.format("%.2f", beside / alone))
+  for _, id in ipairs(ids) do delete(id) end
+end)
+
+print(string.format("templates bench (load average %s)", loadavg()))
+for _, r in ipairs(rows) do print(string.format("  %-72s %s", r[1], r[2])) end
+airlockd.stop(server)
+if not ok then error(err, 0) end
