@@ -162,10 +162,10 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     }
     s->b = b;
     s->network = o->network;
-    s->root_dir = o->root_dir;
-    if (o->root_dir && b->ops != &sandbox_gvisor_ops) {
+    if (o->root_dir && (b->ops != &sandbox_gvisor_ops || !(s->root_dir = strdup(o->root_dir)))) {
         snprintf(errbuf, errlen, "templates need gVisor; this server runs %s", b->ops->name);
-        sandbox_release(s);
+        free(s->workspace_dir);
+        free(s);
         return NULL;
     }
     sbx_make_id(o->name, s->id, sizeof s->id);
@@ -242,6 +242,7 @@ void sandbox_release(sandbox *s)
     s->b->ops->release(s);
     pthread_mutex_destroy(&s->agent_mu);
     free(s->workspace_dir);
+    free(s->root_dir);
     free(s);
 }
 

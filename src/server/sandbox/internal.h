@@ -54,7 +54,7 @@ struct sandbox {
     sandbox_backend *b;
     char id[ID_MAX + 1];  /* container id and cgroup name: unique on this host */
     char *workspace_dir;
-    const char *root_dir; /* sandbox_opts.root_dir (NULL: the generated root) */
+    char *root_dir;       /* a copy of sandbox_opts.root_dir (NULL: the generated root) */
     char *bundle;         /* gVisor: its OCI bundle directory */
     char group[SBX_CG_NAME_MAX]; /* its tenant's cgroup (sbx_cg_group_name) */
     size_t output_limit;  /* bytes kept per output stream (never 0) */
