@@ -20,6 +20,14 @@ static bool resolve_template(app *a, http_request *r, const char *tenant, const 
                                                   : TPL_NOT_FOUND;
     char *msg = NULL;
     int n = -1;
+    if (rc == TPL_NOT_READY && a->fleet && strcmp(status, "building") == 0) {
+        /* a fleet node building it: HAProxy retries the create on a node that has it */
+        free(nm);
+        http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The template is being built on this node; "
+                                                "retry shortly (another node may have it ready)."),
+                              "retry-after", "5");
+        return false;
+    }
     if (rc == TPL_NOT_READY)
         n = asprintf(&msg, "Template '%s' is not ready (status %s).", nm, status);
     else if (rc != TPL_OK) {

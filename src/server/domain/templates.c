@@ -7,6 +7,7 @@
 #include "log/log.h"
 #include "sandbox/build.h"
 #include "sandbox/programs.h"
+#include "store/templates_pg.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -308,8 +309,36 @@ templates_result templates_build(templates *t, const char *owner, const template
     if (rc == TPL_OK || rc == TPL_BUILDING)
         *answer = record_json(r, false);
     pthread_mutex_unlock(&t->mu);
+    if ((rc == TPL_OK || rc == TPL_BUILDING) && t->db) { /* every node of the fleet can build it */
+        json_t *recipe = json_pack("{s:O,s:O}", "packages", sorted, "setup", setup);
+        if (!recipe || templates_pg_save(t->db, owner, name, id, recipe) != 0)
+            log_warn("template %s: its recipe could not be shared with the fleet", name);
+        json_decref(recipe);
+    }
     json_decref(sorted);
     return rc;
+}
+
+/* In a fleet: owner's template name (else the admin's) known to the database but not here
+ * starts building here (the origin node checked the tenant's limits). True when it did. */
+static bool build_from_fleet(templates *t, const char *owner, const char *name)
+{
+    json_t *rec = t->db ? templates_pg_find(t->db, owner, name) : NULL;
+    const char *rec_owner = json_string_value(json_object_get(rec, "owner"));
+    json_t *pk = json_object_get(rec, "packages"), *su = json_object_get(rec, "setup");
+    bool started = false;
+    if (rec_owner && json_is_array(pk) && json_is_array(su)) {
+        templates_quota q = {.max_templates = TPL_MAX_RECORDS, .max_builds = TPL_MAX_RECORDS, .max_bytes = 0};
+        json_t *answer = NULL;
+        char msg[256];
+        templates_result rc = templates_build(t, rec_owner, &q, name, pk, su, &answer, msg, sizeof msg);
+        json_decref(answer);
+        started = rc == TPL_BUILDING || rc == TPL_OK;
+        if (started)
+            log_info("template %s: built on this node from the fleet's recipe", name);
+    }
+    json_decref(rec);
+    return started;
 }
 
 json_t *templates_list(templates *t, const char *owner)
@@ -330,12 +359,18 @@ templates_result templates_get(templates *t, const char *owner, const char *name
 {
     if (!t)
         return TPL_NOT_FOUND;
-    pthread_mutex_lock(&t->mu);
-    tpl *r = find_locked(t, owner, name, true);
-    if (r)
-        *answer = record_json(r, false);
-    pthread_mutex_unlock(&t->mu);
-    return r ? TPL_OK : TPL_NOT_FOUND;
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&t->mu);
+        tpl *r = find_locked(t, owner, name, true);
+        if (r)
+            *answer = record_json(r, false);
+        pthread_mutex_unlock(&t->mu);
+        if (r)
+            return TPL_OK;
+        if (pass == 0 && !build_from_fleet(t, owner, name))
+            break;
+    }
+    return TPL_NOT_FOUND;
 }
 
 templates_result templates_delete(templates *t, const char *owner, const char *name)
@@ -366,6 +401,8 @@ templates_result templates_delete(templates *t, const char *owner, const char *n
     if (was_ready && t->on_delete)
         t->on_delete(t->on_delete_ctx, id); /* its spares go before its root */
     tpl_remove_files(t, id);
+    if (t->db && templates_pg_forget(t->db, owner, name) != 0)
+        log_warn("template %s: the fleet's recipe could not be deleted", name);
     return TPL_OK;
 }
 
@@ -376,6 +413,12 @@ templates_result templates_resolve(templates *t, const char *owner, const char *
         return TPL_NOT_FOUND;
     pthread_mutex_lock(&t->mu);
     tpl *r = find_locked(t, owner, name, true);
+    if (!r && t->db) {
+        pthread_mutex_unlock(&t->mu);
+        bool started = build_from_fleet(t, owner, name);
+        pthread_mutex_lock(&t->mu);
+        r = started ? find_locked(t, owner, name, true) : NULL;
+    }
     templates_result rc = !r ? TPL_NOT_FOUND : r->status == TS_READY ? TPL_OK : TPL_NOT_READY;
     if (r) {
         memcpy(id, r->id, SESSION_TEMPLATE_ID_MAX);
@@ -517,6 +560,7 @@ templates *templates_open(const templates_opts *o, char *err, size_t errlen)
         return NULL;
     }
     t->sb = o->sb;
+    t->db = o->db;
     t->build_timeout = o->build_timeout > 0 ? o->build_timeout : 900;
     t->users = o->users;
     t->users_ctx = o->users_ctx;

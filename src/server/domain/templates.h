@@ -12,6 +12,7 @@
 
 #include "domain/sessions.h"
 #include "sandbox/sandbox.h"
+#include "store/pg.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -27,6 +28,9 @@ typedef struct {
     const char *sources;       /* SANDBOX_TEMPLATE_SOURCES: an apt sources file; NULL: the host's */
     const char *suite;         /* SANDBOX_TEMPLATE_SUITE; NULL: the host's codename */
     const char *search_path;   /* PATH, for mmdebstrap */
+    /* A fleet's database (NULL: none): recipes are shared there, and a node builds a template
+     * built elsewhere on its first use here (store/templates_pg.h). */
+    pg_pool *db;
     /* How many sessions run on template id (DELETE is refused while any does). */
     int (*users)(void *ctx, const char *id);
     void *users_ctx;
@@ -78,7 +82,8 @@ templates_result templates_get(templates *t, const char *owner, const char *name
 templates_result templates_delete(templates *t, const char *owner, const char *name);
 
 /* For a new session of owner on template name: its id (SESSION_TEMPLATE_ID_MAX) when ready;
- * TPL_NOT_FOUND, TPL_NOT_READY (status in *status). */
+ * TPL_NOT_FOUND, TPL_NOT_READY (status in *status). In a fleet, a template this node does not
+ * have but the database does starts building here: TPL_NOT_READY, status "building". */
 templates_result templates_resolve(templates *t, const char *owner, const char *name, char *id,
                                    const char **status);
 

@@ -53,6 +53,7 @@ struct templates {
     char *mmdebstrap;
     const char *why_not;    /* NULL: templates work here */
     sandbox_backend *sb;
+    pg_pool *db;            /* a fleet's (NULL: none) */
     int build_timeout;
     int (*users)(void *ctx, const char *id);
     void *users_ctx;

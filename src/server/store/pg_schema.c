@@ -191,6 +191,15 @@ static const char *const MIGRATIONS[] = {
     " FOR EACH ROW EXECUTE FUNCTION airlock_session_events_gone();"
     "CREATE TRIGGER sessions_lost AFTER UPDATE OF state ON sessions"
     " FOR EACH ROW WHEN (NEW.state = 'lost' AND OLD.state <> 'lost') EXECUTE FUNCTION airlock_session_events_gone();",
+    /* 6 (ours, templates): a template's recipe, built through any node; every node builds it
+     * again from this (the same id: content-addressed) on its first session there */
+    "CREATE TABLE templates ("
+    " owner text NOT NULL,"
+    " name text NOT NULL,"
+    " id text NOT NULL,"
+    " recipe jsonb NOT NULL,"
+    " created_at double precision NOT NULL DEFAULT airlock_now(),"
+    " PRIMARY KEY (owner, name));",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
