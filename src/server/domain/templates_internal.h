@@ -15,8 +15,8 @@
 #define TPL_EVENTS_MAX 512
 /* Templates on one server, all tenants. */
 #define TPL_MAX_RECORDS 1024
-/* What the build starts from (part of the content address): mmdebstrap's variant. */
-#define TPL_BASE "mmdebstrap:essential"
+/* What the build starts from (part of the content address): mmdebstrap's variant and options. */
+#define TPL_BASE "mmdebstrap:essential,merged-usr,nodoc"
 /* The package cache is emptied when it grows past this. */
 #define TPL_CACHE_MAX (2048LL * 1024 * 1024)
 
