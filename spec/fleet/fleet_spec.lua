@@ -62,7 +62,7 @@ describe("a 3-node fleet", function()
       end)
       assert.are.equal(201, res.status, res.body)
       local s = res.json.session_id
-      if by_slot[s:sub(5, 6)].id == node_id then return s end
+      if by_slot[fleet.slot_of(s)].id == node_id then return s end
       assert.are.equal(200, http.delete(f.router, KEY, s).status)
     end
     error("no create landed on " .. node_id)
@@ -140,7 +140,7 @@ describe("a 3-node fleet", function()
       assert.are.equal(201, res.status, res.body)
       local id = res.json.session_id
       assert.matches("^sbx_%x%x%x%x%x%x%x%x%x%x%x%x$", id)
-      local owner = by_slot[id:sub(5, 6)]
+      local owner = by_slot[fleet.slot_of(id)]
       assert.is_table(owner, "no node has the slot of " .. id)
       per_node[owner.id] = (per_node[owner.id] or 0) + 1
       ids[i] = { id = id, node = owner }
@@ -208,7 +208,7 @@ describe("a 3-node fleet", function()
       local c = http.create(f.router, KEY)
       assert.are.equal(201, c.status, c.body)
       made[#made + 1] = c.json.session_id
-      assert.are_not.equal("node1", by_slot[c.json.session_id:sub(5, 6)].id)
+      assert.are_not.equal("node1", by_slot[fleet.slot_of(c.json.session_id)].id)
     end
     -- room again: node1 reports it and HAProxy gives it a weight again
     for i = 1, CAPACITY do assert.are.equal(200, http.delete(f.router, KEY, made[i]).status) end
@@ -225,7 +225,7 @@ describe("a 3-node fleet", function()
     local list = http.request(f.router, "GET", "/v1/sessions", { key = LIMITED })
     assert.are.equal(10, #list.json.sessions)
     local slots = {}
-    for _, s in ipairs(list.json.sessions) do slots[s.session_id:sub(5, 6)] = true end
+    for _, s in ipairs(list.json.sessions) do slots[fleet.slot_of(s.session_id)] = true end
     local n = 0
     for _ in pairs(slots) do n = n + 1 end
     assert.is_true(n >= 2, "the 10 sessions landed on one node")
@@ -248,7 +248,7 @@ describe("a 3-node fleet", function()
     local ids, on = {}, {}
     while #ids < 3 do -- one session on each node
       local s = http.create(f.router, BUSY).json.session_id
-      local node = by_slot[s:sub(5, 6)].id
+      local node = by_slot[fleet.slot_of(s)].id
       if on[node] then http.delete(f.router, BUSY, s) else on[node] = true; ids[#ids + 1] = s end
     end
     local running = {}
@@ -300,7 +300,7 @@ describe("a 3-node fleet", function()
     local on = {}
     for i = 1, 6 do
       local s = http.create(f.router, KEY).json.session_id
-      on[by_slot[s:sub(5, 6)].id] = true
+      on[by_slot[fleet.slot_of(s)].id] = true
       assert.are.equal(200, http.exec(f.router, KEY, s, "echo audited " .. i).status)
       -- read at once, from every node: a command's row is in the database before its answer
       for _, n in ipairs(f.info.nodes) do
@@ -476,7 +476,7 @@ describe("a 3-node fleet", function()
     for i = 1, 3 do
       local c = http.create(f.router, KEY)
       assert.are.equal(201, c.status, c.body)
-      assert.are_not.equal("node2", by_slot[c.json.session_id:sub(5, 6)].id)
+      assert.are_not.equal("node2", by_slot[fleet.slot_of(c.json.session_id)].id)
       made[i] = c.json.session_id
     end
     assert.are.equal(503, http.create({ url = f.nodes.node2.url }, KEY).status)
@@ -500,7 +500,7 @@ describe("a 3-node fleet", function()
     local function create_elsewhere()
       local res = http.create(f.router, KEY)
       assert.are.equal(201, res.status, res.body)
-      assert.are_not.equal(victim.slot, res.json.session_id:sub(5, 6))
+      assert.are_not.equal(victim.slot, fleet.slot_of(res.json.session_id))
       return res.json.session_id
     end
     local created = { create_elsewhere() }

@@ -130,7 +130,7 @@ end
 -- The line node id's load report gives HAProxy's agent-check ("ready up 70%", "drain").
 function M.agent(f, id)
   local socket = require "socket"
-  local port = tonumber(proc.read_file(f.dir .. "/nodes/" .. id .. "/agent_port"))
+  local port = tonumber(M.setting(f, "node:" .. id .. ":agent_port"))
   local host = f.nodes[id].url:match("^http://([%d.]+):")
   local c = assert(socket.connect(host, port))
   c:settimeout(5)

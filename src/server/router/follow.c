@@ -128,7 +128,12 @@ static int haproxy_moves(follower *fw, router_move **out, size_t *n)
     }
     size_t cap = 64, k = 0;
     router_move *v = malloc(cap * sizeof *v);
-    for (char *line = answer, *next; v && line && *line; line = next) {
+    if (!v) {
+        free(answer);
+        log_warn("router: out of memory");
+        return -1;
+    }
+    for (char *line = answer, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next)
             *next++ = '\0';
@@ -140,8 +145,9 @@ static int haproxy_moves(follower *fw, router_move **out, size_t *n)
             router_move *bigger = realloc(v, cap * 2 * sizeof *v);
             if (!bigger) {
                 free(v);
-                v = NULL;
-                break;
+                free(answer);
+                log_warn("router: out of memory");
+                return -1;
             }
             v = bigger;
             cap *= 2;
@@ -152,9 +158,8 @@ static int haproxy_moves(follower *fw, router_move **out, size_t *n)
     }
     bool unknown = answer && strstr(answer, "Unknown map identifier");
     free(answer);
-    if (!v || unknown) {
-        if (unknown)
-            log_warn("router: HAProxy has no map %s (its configuration names another)", fw->o->map);
+    if (unknown) {
+        log_warn("router: HAProxy has no map %s (its configuration names another)", fw->o->map);
         free(v);
         return -1;
     }
