@@ -146,6 +146,33 @@ describe("the fleet's router and its least privilege", function()
     assert.are.equal(200, http.delete(f.router, KEY, s).status)
   end)
 
+  it("follows a node that comes back at a new address, with no reload (the router program)", function()
+    local s = create_on("node2")
+    assert.are.equal(200, http.write(f.router, KEY, s, "addr.txt", "here").status)
+    local pid, reloads = f.nodes.node2.pid, f.info.haproxy.pid
+    assert.is_true(proc.succeeded(os.execute("kill -TERM " .. pid)))
+    assert.is_true(proc.wait_until(60, function() return not proc.alive(pid) end))
+    -- the operator gives node2 another port in the fleet's settings
+    local port = proc.output("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.3\", 0));"
+      .. " print(s.getsockname()[1])'"):match("%d+")
+    local settings = proc.read_file(f.dir .. "/fleet.env")
+    proc.write_file(f.dir .. "/fleet.env",
+      (settings:gsub("node:node2:listen=[^\n]*", "node:node2:listen=127.0.0.3:" .. port)))
+    local ok, out = fleet.sh({}, { "start-node", f.dir, "node2" })
+    assert.is_true(ok, out)
+    fleet.reload(f)
+    assert.are.equal("http://127.0.0.3:" .. port, f.nodes.node2.url)
+    local r
+    assert.is_true(proc.wait_until(20, function()
+      r = http.read(f.router, KEY, s, "addr.txt")
+      return r.status == 200
+    end), r and r.body)
+    assert.are.equal("here", r.json.content)
+    assert.are.equal(reloads, f.info.haproxy.pid) -- the same HAProxy, told over its runtime API
+    assert.matches("node node2 now at 127.0.0.3:" .. port, proc.read_file(f.dir .. "/haproxy/router.log"), 1, true)
+    assert.are.equal(200, http.delete(f.router, KEY, s).status)
+  end)
+
   it("routes a moved session through the router program, with no polling loop beside it", function()
     local s = create_on("node1")
     assert.are.equal(200, http.write(f.router, KEY, s, "m.txt", "moved with " .. s).status)
