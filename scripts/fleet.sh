@@ -561,6 +561,11 @@ cmd_drain() {
     sleep 0.1
   done
   [ "$state" = drained ] || die "node $id is not drained yet (${state:-unknown})"
+  # the router program applies each move as it is told; one pass here makes sure the last
+  # one is in HAProxy before this returns
+  "${CLEAN_ENV[@]}" "$AIRLOCKD" router sync --database-url-file "$dir/router.url" \
+    --stats-socket "$dir/haproxy/admin.sock" --map "$dir/haproxy/moved.map" 2>> "$dir/haproxy/router.log" ||
+    die "the router could not be brought up to date ($dir/haproxy/router.log)"
   echo "fleet.sh: node $id drained in $(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }') s"
 }
 

@@ -334,6 +334,18 @@ static void on_notice(follower *fw, const char *payload, bool *nodes_changed)
         *nodes_changed = true;
 }
 
+int router_sync_once(pg_pool *db, const router_follow_opts *o)
+{
+    follower fw = {.db = db, .o = o};
+    if (!(fw.conn = listen_conn(&fw)))
+        return 1;
+    bool ok = sync_nodes(&fw) == 0;
+    ok = sync_moves(&fw) == 0 && ok;
+    PQfinish(fw.conn);
+    free(fw.nodes);
+    return ok ? 0 : 1;
+}
+
 int router_follow(pg_pool *db, const router_follow_opts *o)
 {
     struct sigaction sa = {.sa_handler = on_signal};

@@ -16,4 +16,9 @@ typedef struct {
 /* Runs until SIGTERM or SIGINT; the exit status. */
 int router_follow(pg_pool *db, const router_follow_opts *o);
 
+/* One whole pass (the servers and the moved sessions made what the database says) and back:
+ * 0 when HAProxy and the map file are current, else 1. For a caller that must know the
+ * router is current now (fleet.sh drain, before it returns). */
+int router_sync_once(pg_pool *db, const router_follow_opts *o);
+
 #endif

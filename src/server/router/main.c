@@ -21,10 +21,12 @@ static int usage(FILE *out)
             "                             [--database-url-file FILE]\n"
             "       airlockd router follow --stats-socket PATH --map PATH [--database-url-file FILE]\n"
             "                             [--reread SECONDS]\n"
+            "       airlockd router sync --stats-socket PATH --map PATH [--database-url-file FILE]\n"
             "  config  prints HAProxy's configuration from the nodes table to stdout and writes the map\n"
             "          of moved sessions it names\n"
             "  follow  keeps the running HAProxy's moved sessions and servers current over its runtime\n"
             "          API (the stats socket), told by the database, re-reading every SECONDS (5)\n"
+            "  sync    one pass of follow, then exits (0: HAProxy is current)\n"
             "The database URL: --database-url-file, else SANDBOX_DATABASE_URL_FILE, else\n"
             "SANDBOX_DATABASE_URL (docs/fleet.md).\n");
     return 2;
@@ -153,9 +155,10 @@ int router_main(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
         return argc < 2 ? usage(stderr) : (usage(stdout), 0);
-    bool config = strcmp(argv[1], "config") == 0, follow = strcmp(argv[1], "follow") == 0;
+    bool config = strcmp(argv[1], "config") == 0, follow = strcmp(argv[1], "follow") == 0,
+         sync = strcmp(argv[1], "sync") == 0;
     router_args a = {0};
-    if ((!config && !follow) || parse(argc, argv, &a) != 0)
+    if ((!config && !follow && !sync) || parse(argc, argv, &a) != 0)
         return usage(stderr);
     if (!a.stats_socket || !a.map || (config && !a.bind)) {
         fprintf(stderr, "airlockd router %s: --stats-socket and --map%s are needed\n", argv[1],
@@ -171,7 +174,7 @@ int router_main(int argc, char **argv)
         rc = run_config(db, &a);
     } else {
         router_follow_opts o = {.stats_socket = a.stats_socket, .map = a.map, .reread_s = a.reread_s};
-        rc = router_follow(db, &o);
+        rc = sync ? router_sync_once(db, &o) : router_follow(db, &o);
     }
     pg_close(db);
     return rc;

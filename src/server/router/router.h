@@ -2,7 +2,8 @@
  * `router config` prints HAProxy's configuration from the nodes table (and writes the map of
  * moved sessions it names); `router follow` keeps the running HAProxy current over its
  * runtime API, told by the database's notices (channel airlock_router) and re-reading every
- * few seconds in case one was missed. It reads the database, never writes it. */
+ * few seconds in case one was missed; `router sync` is one such pass. It reads the database,
+ * never writes it. */
 #ifndef AIRLOCKD_ROUTER_H
 #define AIRLOCKD_ROUTER_H
 
