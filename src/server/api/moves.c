@@ -1,6 +1,6 @@
-/* The node-to-node routes of a drain (docs/fleet.md "Drain"), never reachable through the
- * router (HAProxy denies /v1/fleet/internal/): each needs the fleet's secret as a bearer
- * token. POST /v1/fleet/internal/sessions/{id}: take a session the database says is moving
+/* The node-to-node routes of a drain (docs/fleet.md "Drain"), served only on the node's own
+ * node-to-node listener (api/routes.c, run/fleet.c), never on the address the router forwards
+ * to: each needs the fleet's secret as a bearer token. POST /v1/fleet/internal/sessions/{id}: take a session the database says is moving
  * to this node (its archive fetched from the draining node); GET .../{id}/archive: the
  * draining node's tar archive of a session it is moving out. */
 #include "api/handlers.h"
