@@ -64,6 +64,14 @@ static int parse(int argc, char **argv, router_args *a)
     a->reread_s = DEFAULT_REREAD_S;
     for (int i = 2; i < argc; i++) {
         const char *flag = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        static const char *const known[] = {"--bind", "--stats-socket", "--map", "--database-url-file", "--reread"};
+        bool is_known = false;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            is_known = is_known || strcmp(flag, known[k]) == 0;
+        if (!is_known) {
+            fprintf(stderr, "airlockd router: unknown flag %s\n", flag);
+            return -1;
+        }
         if (!val) {
             fprintf(stderr, "airlockd router: %s needs a value\n", flag);
             return -1;
@@ -84,9 +92,6 @@ static int parse(int argc, char **argv, router_args *a)
                 return -1;
             }
             a->reread_s = (int)s;
-        } else {
-            fprintf(stderr, "airlockd router: unknown flag %s\n", flag);
-            return -1;
         }
         i++;
     }
