@@ -3,7 +3,7 @@
 
 #include "fs/walk.h"
 #include "util/buf.h"
-#include "../../agent/frames.h"
+#include "../../agent/protocol.h"
 
 #include <dirent.h>
 #include <errno.h>
