@@ -612,7 +612,14 @@ void sbx_cg_set_group_shares(sbx_cg_tree *t, const char *group, unsigned long lo
     if (t->cpu < 0)
         return;
     unsigned long long w = t->v2 ? (shares * 100 + SBX_CG_TENANT_SHARES - 1) / SBX_CG_TENANT_SHARES : shares;
-    write_weight(t, group, w < 2 ? 2 : w);
+    write_weight(t, group, w < 1 ? 1 : w);
+}
+
+bool sbx_cg_set_group_idle(sbx_cg_tree *t, const char *group)
+{
+    char dir[SBX_CG_PATH_MAX];
+    return t->cpu >= 0 && join(dir, sizeof dir, t->hier[t->cpu], t->root, group) &&
+           write_file(dir, "cpu.idle", "1") == 0;
 }
 
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,

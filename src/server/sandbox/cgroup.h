@@ -134,12 +134,16 @@ int sbx_cg_next_command(sbx_cgroup *cg);
  * (the sandbox, idle now, does not weigh in the tenant's CPU share). */
 void sbx_cg_end_command(sbx_cgroup *cg);
 
-/* The CPU weight of the template builds' group (v1 cpu.shares; v2 gets a tenth of its 100):
- * a build takes the CPU the sessions leave. */
-#define SBX_CG_BUILD_SHARES 32
+/* The CPU weight of the template builds' group (v1 cpu.shares, the least there is; v2 its
+ * least cpu.weight): a build takes the CPU the sessions leave. */
+#define SBX_CG_BUILD_SHARES 2
 /* Writes the CPU weight of group (a direct child of this server's root, made by sbx_cg_create
  * first): shares as v1 cpu.shares, scaled to v2's cpu.weight. Best effort. */
 void sbx_cg_set_group_shares(sbx_cg_tree *t, const char *group, unsigned long long shares);
+/* Makes group an idle one (cpu.idle, Linux 5.15 and later, v1 and v2): it runs only on CPU time
+ * no other group of this server wants, and a waking session preempts it at once. Best effort:
+ * false when the kernel has no cpu.idle (the weight alone then keeps it low). */
+bool sbx_cg_set_group_idle(sbx_cg_tree *t, const char *group);
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);
 
