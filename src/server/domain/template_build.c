@@ -19,7 +19,7 @@
 /* mmdebstrap's own hook that makes /usr merged with usr-is-merged */
 #define MERGED_USR_HOOKS "/usr/share/mmdebstrap/hooks/merged-usr"
 
-static const char *const EXCLUDED[] = {
+static const char *const DPKG_OPTIONS[] = {
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/doc/*",
     "--dpkgopt=path-exclude=/usr/share/info/*",
@@ -137,8 +137,8 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
     struct stat hooks;
     if (stat(MERGED_USR_HOOKS, &hooks) == 0 && S_ISDIR(hooks.st_mode))
         argv[a++] = "--hook-dir=" MERGED_USR_HOOKS;
-    for (size_t i = 0; i < sizeof EXCLUDED / sizeof EXCLUDED[0]; i++)
-        argv[a++] = EXCLUDED[i];
+    for (size_t i = 0; i < sizeof DPKG_OPTIONS / sizeof DPKG_OPTIONS[0]; i++)
+        argv[a++] = DPKG_OPTIONS[i];
     argv[a++] = "--aptopt=Acquire::http::Timeout \"30\"";
     argv[a++] = "--aptopt=Acquire::Retries \"1\"";
     argv[a++] = include;
