@@ -26,6 +26,9 @@ typedef enum {
     DISK_ERROR, /* logged */
 } disk_result;
 
+/* Bytes the images of sessions take now, and the cap on them (0 before disk_pool_start). */
+void disk_pool_usage(disk_pool *p, long long *used, long long *cap);
+
 /* Makes <state>/images and <state>/workspaces (0700) and turns the latter into a shared
  * mount (see disk/mounts.h). NULL with a message on failure. */
 disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err, size_t errlen);

@@ -84,6 +84,11 @@ void http_send_file(http_request *r, unsigned status, int fd, unsigned long long
     r->status = status;
 }
 
+void http_send_text(http_request *r, unsigned status, const char *ctype, const char *data, size_t len)
+{
+    http_queue(r, status, data, len, ctype, NULL);
+}
+
 void http_send_500(http_request *r)
 {
     static const char msg[] = "Internal Server Error";

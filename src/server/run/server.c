@@ -82,7 +82,8 @@ static int open_stores(server *s)
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
-    return (s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err)) ? 0 : -1;
+    s->a.disk = s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
+    return s->disk ? 0 : -1;
 }
 
 static int open_egress(server *s)
@@ -247,8 +248,10 @@ int server_listen(server *s)
     const config *c = s->cfg;
     if (signals_catch() != 0)
         return fail(s, "pipe: %s", strerror(errno));
+    api_name_routes();
     http_options ho = {.host = c->listen_host, .port = c->port, .unix_path = c->unix_path,
-                       .admit = api_admit, .handler = api_handle, .cls = &s->a, .limits = c->http};
+                       .admit = api_admit, .handler = api_handle, .finished = api_finished, .cls = &s->a,
+                       .limits = c->http};
     if (!(s->srv = http_start(&ho, s->err, sizeof s->err)))
         return -1;
     if (registry_start_reaper(s->a.reg) != 0)
