@@ -23,6 +23,8 @@ packages=(
   libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
   # the fleet (scripts/fleet.sh, docs/fleet.md): PostgreSQL 15 and its client library, HAProxy
   postgresql libpq-dev haproxy
+  # GET /metrics: promtool checks a scrape, a real Prometheus scrapes airlockd (spec/server/prometheus_spec.lua)
+  prometheus
 )
 
 # The egress specs run npm inside sandboxes, whose root is built from the host's /usr. A

@@ -15,7 +15,8 @@ local http = http_client.request
 local q = proc.shell_quote
 local MB = 1024 * 1024
 
-local TENANT_ON_ADMIN = "Invalid or missing admin key: this is a tenant's key; the /v1/admin/ routes need the admin key (SANDBOX_ADMIN_KEY)."
+local TENANT_ON_ADMIN = "Invalid or missing admin key: this is a tenant's key; the admin routes (/v1/admin/..., /metrics) " ..
+  "need the admin key (SANDBOX_ADMIN_KEY)."
 local ADMIN_ON_TENANT = "Invalid or missing X-API-Key header: this is the admin key, which opens only the /v1/admin/ routes " ..
   "(GET /v1/admin/sessions lists every tenant's sessions)."
 
