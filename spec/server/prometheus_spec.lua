@@ -114,6 +114,9 @@ describe("GET /metrics", function()
     assert.is_nil(after:find(id, 1, true))
     assert.are.equal(1, sample(after, 'airlockd_sessions{state="active"}'))
     assert.are.equal(0, sample(after, "airlockd_commands_running"))
+    -- every command ran in a sandbox started for it, booted ahead or the session's own
+    assert.is_true(sample(after, 'airlockd_sandboxes_started_total{result="ok"}') >= 1)
+    assert.are.equal(0, moved('airlockd_sandboxes_started_total{result="failed"}'))
   end)
 
   it("counts a tenant's rate-limit refusals under its name", function()

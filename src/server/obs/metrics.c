@@ -47,6 +47,7 @@ static atomic_ulong egress_decisions[2]; /* denied, allowed */
 /* [kind][tenant]: kind 0 the request rate, 1 concurrent commands; tenant MAX: the rest */
 static atomic_ulong refused[2][METRICS_TENANTS_MAX + 1];
 static atomic_ulong db_errors;
+static atomic_ulong sandboxes_started[2]; /* failed, started */
 static atomic_llong heartbeat_ms; /* CLOCK_MONOTONIC ms of the last good heartbeat; 0: none */
 
 #define RELAXED memory_order_relaxed
@@ -124,6 +125,11 @@ void metrics_rate_refused(size_t tenant, bool commands)
 {
     size_t col = tenant < METRICS_TENANTS_MAX ? tenant : METRICS_TENANTS_MAX;
     atomic_fetch_add_explicit(&refused[commands ? 1 : 0][col], 1, RELAXED);
+}
+
+void metrics_sandbox_started(bool ok)
+{
+    atomic_fetch_add_explicit(&sandboxes_started[ok ? 1 : 0], 1, RELAXED);
 }
 
 void metrics_db_error(void)
@@ -269,6 +275,12 @@ int metrics_write_counters(buffer *b, const char *(*tenant_name)(void *ctx, size
                          (double)atomic_load_explicit(&egress_decisions[1], RELAXED));
     metrics_write_sample(b, "airlockd_egress_connections_total", "decision=\"deny\"",
                          (double)atomic_load_explicit(&egress_decisions[0], RELAXED));
+    metrics_write_help(b, "airlockd_sandboxes_started_total", "counter",
+                       "Sandboxes started (a command's own, booted ahead, sessions' own), by result");
+    metrics_write_sample(b, "airlockd_sandboxes_started_total", "result=\"ok\"",
+                         (double)atomic_load_explicit(&sandboxes_started[1], RELAXED));
+    metrics_write_sample(b, "airlockd_sandboxes_started_total", "result=\"failed\"",
+                         (double)atomic_load_explicit(&sandboxes_started[0], RELAXED));
     write_refusals(b, tenant_name, ctx);
     return b->err ? -1 : 0;
 }

@@ -54,6 +54,8 @@ void metrics_commands_running(int delta);
 void metrics_egress(bool allowed);
 /* A tenant's request was refused by its request rate (commands: by its concurrent commands). */
 void metrics_rate_refused(size_t tenant, bool commands);
+/* A sandbox was started (sandbox_prepare: booted, or booting ahead), or failed to start. */
+void metrics_sandbox_started(bool ok);
 /* A fleet's database statement failed (or the database could not be reached). */
 void metrics_db_error(void);
 /* This fleet node's heartbeat reached the database now. */
