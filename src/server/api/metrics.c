@@ -94,6 +94,6 @@ void api_metrics(app *a, http_request *r, const api_call *c)
         http_send_500(r);
         return;
     }
-    http_send_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    http_send_bytes(r, 200, text, len, "text/plain; version=0.0.4; charset=utf-8", NULL);
     free(text);
 }

@@ -106,6 +106,14 @@ void disk_pool_start(disk_pool *p)
                 p->images);
 }
 
+void disk_pool_usage(disk_pool *p, long long *used, long long *cap)
+{
+    pthread_mutex_lock(&p->mu);
+    *used = p->used;
+    *cap = p->cap;
+    pthread_mutex_unlock(&p->mu);
+}
+
 void disk_pool_close(disk_pool *p)
 {
     if (!p)
@@ -369,12 +377,4 @@ void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *c
     if (unmounted || detached)
         fprintf(stderr, "airlockd: removed leftovers of an earlier run: %d mounts, %d loop devices\n", unmounted,
                 detached);
-}
-
-void disk_pool_usage(disk_pool *p, long long *used, long long *cap)
-{
-    pthread_mutex_lock(&p->mu);
-    *used = p->used;
-    *cap = p->cap;
-    pthread_mutex_unlock(&p->mu);
 }

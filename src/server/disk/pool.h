@@ -26,9 +26,6 @@ typedef enum {
     DISK_ERROR, /* logged */
 } disk_result;
 
-/* Bytes the images of sessions take now, and the cap on them (0 before disk_pool_start). */
-void disk_pool_usage(disk_pool *p, long long *used, long long *cap);
-
 /* Makes <state>/images and <state>/workspaces (0700) and turns the latter into a shared
  * mount (see disk/mounts.h). NULL with a message on failure. */
 disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err, size_t errlen);
@@ -36,6 +33,9 @@ disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err
 /* After the sessions are back (disk_open) and leftovers are gone (disk_cleanup): fixes the
  * default cap (the images kept plus the free space less the reserve) and logs the figures. */
 void disk_pool_start(disk_pool *p);
+
+/* The bytes the images take now (*used) under the cap (*cap), for the status page. */
+void disk_pool_usage(disk_pool *p, long long *used, long long *cap);
 
 /* Unmounts the workspaces mount (every session must be closed or destroyed) and frees. */
 void disk_pool_close(disk_pool *p);

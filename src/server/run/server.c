@@ -82,7 +82,8 @@ static int open_stores(server *s)
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
-    s->a.disk = s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
+    s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
+    s->a.disk = s->disk; /* the status page's budgets */
     return s->disk ? 0 : -1;
 }
 
