@@ -127,7 +127,7 @@ static int by_id(const void *x, const void *y)
 
 static local_session *find_local(const local_sessions *l, const char *id)
 {
-    local_session key;
+    local_session key = {.tenant = 0};
     snprintf(key.id, sizeof key.id, "%s", id);
     return l->n ? bsearch(&key, l->v, l->n, sizeof *l->v, by_id) : NULL;
 }
