@@ -616,23 +616,39 @@ stop_follower() {
 }
 
 # Drains node ID (as POST /v1/admin/nodes/ID/drain) and follows its moves into the router's
-# map as the follower does; returns when the node is drained.
+# map as the follower does; returns when the node is drained, or with the report of the
+# sessions it could not move (kept on it, each with its reason; exit status 1) once every
+# session left on it was tried.
 cmd_drain() {
-  local dir=$1 id=$2 state i applied t0
+  local dir=$1 id=$2 state i applied t0 left unmoved
   dir=$(cd "$dir" && pwd)
+  id=${id//\'/}
   t0=$(date +%s.%N)
-  state=$(fleet_psql "$dir" -At -c "UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END
-                                     WHERE id = '${id//\'/}' RETURNING state")
+  state=$(fleet_psql "$dir" -At -c "WITH n AS (UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining'
+                                     ELSE state END WHERE id = '$id' RETURNING state),
+                                     r AS (UPDATE sessions SET move_error = NULL WHERE node = '$id'
+                                     AND EXISTS (SELECT 1 FROM n WHERE state = 'draining'))
+                                     SELECT state FROM n")
   [ -n "$state" ] || die "no node $id"
   applied=$(mktemp)
   for ((i = 0; i < 6000; i++)); do
     # the state first: once drained, this round's map holds every move
-    state=$(fleet_psql "$dir" -At -c "SELECT state FROM nodes WHERE id = '${id//\'/}'")
+    IFS='|' read -r state left unmoved < <(fleet_psql "$dir" -At -c "SELECT state,
+      (SELECT count(*) FROM sessions WHERE node = '$id' AND state = 'active'),
+      (SELECT count(*) FROM sessions WHERE node = '$id' AND state = 'active' AND move_error IS NOT NULL)
+      FROM nodes WHERE id = '$id'")
     sync_moved_map "$dir" "$dir/haproxy/admin.sock" "$dir/haproxy/moved.map" "$applied"
     [ "$state" = drained ] && break
+    [ "$state" = draining ] && [ "${left:-0}" -gt 0 ] && [ "$left" = "$unmoved" ] && break
     sleep 0.1
   done
   rm -f "$applied" "$applied.now"
+  if [ "$state" = draining ] && [ "${left:-0}" -gt 0 ] && [ "$left" = "$unmoved" ]; then
+    echo "fleet.sh: node $id is still draining: $left sessions could not move and are served where they were:"
+    fleet_psql "$dir" -At -F ': ' -c "SELECT id, move_error FROM sessions WHERE node = '$id' AND state = 'active'
+                                      AND move_error IS NOT NULL ORDER BY id" | sed 's/^/  /'
+    exit 1
+  fi
   [ "$state" = drained ] || die "node $id is not drained yet ($state)"
   echo "fleet.sh: node $id drained in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s"
 }

@@ -191,6 +191,8 @@ static const char *const MIGRATIONS[] = {
     " FOR EACH ROW EXECUTE FUNCTION airlock_session_events_gone();"
     "CREATE TRIGGER sessions_lost AFTER UPDATE OF state ON sessions"
     " FOR EACH ROW WHEN (NEW.state = 'lost' AND OLD.state <> 'lost') EXECUTE FUNCTION airlock_session_events_gone();",
+    /* 6: why a drain could not move a session (it stays on its node; a new drain tries again) */
+    "ALTER TABLE sessions ADD COLUMN move_error text;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
