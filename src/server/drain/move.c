@@ -56,8 +56,8 @@ static bool ask_to_take(mover *m, const char *id, const char *node, const char *
     peer_call(&q, &ans);
     if (ans.status == 200)
         return true;
-    if (ans.aborted)
-        why[0] = '\0'; /* this node is stopping: a drain goes on when it is back */
+    if (ans.aborted || ans.status == 503)
+        why[0] = '\0'; /* this node is stopping, or that one takes other moves: the next pass */
     else if (ans.timed_out)
         snprintf(why, whylen, "its move to %s did not end within SANDBOX_FLEET_MOVE_TIMEOUT_S (%d s)", node,
                  c->fleet_move_timeout_s);
