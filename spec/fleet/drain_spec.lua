@@ -3,7 +3,8 @@
 -- 10 MB of data moves while the node keeps its heartbeat and every session of every tenant
 -- keeps answering, the sparse file arrives sparse, a workspace of every kind of file arrives
 -- exactly as it was with nothing landing outside it, and a node without room for a session's
--- disk leaves it where it was, reported, instead of a drain that never ends.
+-- disk, or a move that outlasts its bound, leaves the session where it was, reported, instead
+-- of a drain that never ends.
 local cjson = require "cjson"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
@@ -18,6 +19,7 @@ local LOST_AFTER = 8
 local QUOTA_MB = 16
 local DISK_TOTAL_MB = 150 -- eight 16 MB workspace disks per node
 local GB3 = 3 * 1024 * 1024 * 1024
+local MOVE_TIMEOUT = 20 -- each move here takes about a second
 
 describe("a drain on a 3-node fleet", function()
   local f
@@ -31,10 +33,14 @@ describe("a drain on a 3-node fleet", function()
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
       SANDBOX_WORKSPACE_QUOTA_MB = tostring(QUOTA_MB),
       SANDBOX_DISK_TOTAL_MB = tostring(DISK_TOTAL_MB),
+      SANDBOX_FLEET_MOVE_TIMEOUT_S = tostring(MOVE_TIMEOUT),
     } }
   end)
 
+  local stopped -- a node SIGSTOPped by a test, continued whatever happens
+
   teardown(function()
+    if stopped then os.execute("kill -CONT " .. stopped) end
     fleet.down(f)
   end)
 
@@ -243,5 +249,46 @@ describe("a drain on a 3-node fleet", function()
         return http.read(f.router, o[1], o[2], "nope").status == 200
       end, 0.1), o[2] .. " is not routed")
     end
+  end)
+
+  it("gives up a move that outlasts its bound: the session stays where it was, reported", function()
+    -- node1 and node2 (drained, holding nothing) come back active
+    for _, id in ipairs({ "node1", "node2" }) do
+      local pid = f.nodes[id].pid
+      assert.is_true(proc.succeeded(os.execute("kill -TERM " .. pid)))
+      assert.is_true(proc.wait_until(60, function() return not proc.alive(pid) end), id .. " did not stop")
+      local ok, out = fleet.sh(f.env, { "start-node", f.dir, id })
+      assert.is_true(ok, out)
+    end
+    fleet.reload(f)
+    assert.is_true(proc.wait_until(20, function()
+      local _, by = nodes()
+      return by.node1.state == "active" and by.node2.state == "active"
+    end), "node1 and node2 are not active again")
+    local s = create_on("node2", KEY)
+    assert.are.equal(200, http.write(f.router, KEY, s, "stays.txt", "stays on node2").status)
+    -- node1, the node with the most room, stops answering (its heartbeat is fresh for a few
+    -- seconds more: the move goes to it and never ends)
+    stopped = f.nodes.node1.pid
+    assert.is_true(proc.succeeded(os.execute("kill -STOP " .. stopped)))
+    local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
+    assert.are.equal(200, res.status, res.body)
+    local last
+    assert.is_true(proc.wait_until(MOVE_TIMEOUT + 60, function()
+      local _, by = nodes()
+      last = by.node2
+      assert.are_not.equal("dead", last.state)
+      return #last.unmoved == 1
+    end, 0.5), "no report: " .. cjson.encode(last))
+    assert.are.same({ session_id = s, reason = "its move to node1 did not end within SANDBOX_FLEET_MOVE_TIMEOUT_S ("
+      .. MOVE_TIMEOUT .. " s)" }, last.unmoved[1])
+    assert.are.equal("draining", last.state)
+    -- served where it was, as before
+    assert.are.equal("node2", node_of(s))
+    local r = http.read(f.router, KEY, s, "stays.txt")
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal("stays on node2", r.json.content)
+    os.execute("kill -CONT " .. stopped)
+    stopped = nil
   end)
 end)

@@ -126,6 +126,9 @@ int extents_send(const char *image, extents_out out, void *ctx, long long *data_
         snprintf(err, errlen, "cannot open the image: %s", strerror(errno));
         goto done;
     }
+    /* the loop device may write the image past the page cache (direct I/O): pages cached
+     * before then are dropped, so what is read is what the frozen filesystem wrote */
+    posix_fadvise(s.fd, 0, 0, POSIX_FADV_DONTNEED);
     errcode_t e = ext2fs_open(image, EXT2_FLAG_64BITS, 0, 0, unix_io_manager, &fs);
     if (e == 0)
         e = ext2fs_read_block_bitmap(fs);
