@@ -38,10 +38,10 @@ describe("a drain on a 3-node fleet", function()
     } }
   end)
 
-  local moved_url -- node1's advertised URL while a test points it elsewhere
+  local moved_url -- node1's node-to-node URL while a test points it elsewhere
 
   teardown(function()
-    if moved_url then fleet.sql(f, "UPDATE nodes SET url = '" .. moved_url .. "' WHERE id = 'node1'") end
+    if moved_url then fleet.sql(f, "UPDATE nodes SET internal_url = '" .. moved_url .. "' WHERE id = 'node1'") end
     fleet.down(f)
   end)
 
@@ -271,13 +271,13 @@ describe("a drain on a 3-node fleet", function()
     local node2 = { url = f.nodes.node2.url }
     local s = create_on("node2", KEY)
     assert.are.equal(200, http.write(node2, KEY, s, "stays.txt", "stays on node2").status)
-    -- node1, the node with the most room, stops answering requests while its heartbeat goes
-    -- on (its advertised address is a socket that takes connections and never answers): the
+    -- node1, the node with the most room, stops answering other nodes while its heartbeat goes
+    -- on (its node-to-node address is a socket that takes connections and never answers): the
     -- move goes to it and never ends
     local hole = assert(socket.bind("127.0.0.1", 0))
     local _, port = hole:getsockname()
-    moved_url = fleet.sql(f, "SELECT url FROM nodes WHERE id = 'node1'")
-    fleet.sql(f, "UPDATE nodes SET url = 'http://127.0.0.1:" .. port .. "' WHERE id = 'node1'")
+    moved_url = fleet.sql(f, "SELECT internal_url FROM nodes WHERE id = 'node1'")
+    fleet.sql(f, "UPDATE nodes SET internal_url = 'http://127.0.0.1:" .. port .. "' WHERE id = 'node1'")
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
     local last
@@ -296,7 +296,7 @@ describe("a drain on a 3-node fleet", function()
     assert.are.equal(200, r.status, r.body)
     assert.are.equal("stays on node2", r.json.content)
     hole:close()
-    fleet.sql(f, "UPDATE nodes SET url = '" .. moved_url .. "' WHERE id = 'node1'")
+    fleet.sql(f, "UPDATE nodes SET internal_url = '" .. moved_url .. "' WHERE id = 'node1'")
     moved_url = nil
   end)
 end)

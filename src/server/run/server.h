@@ -20,6 +20,7 @@ typedef struct {
     struct mover *mover;    /* a fleet node's drain moves (drain/move.h), or NULL */
     char *audit_file;   /* <state>/audit.db: a fleet node's audit outbox when SANDBOX_AUDIT names none */
     http_server *srv;
+    http_server *internal; /* a fleet node's node-to-node listener (run/fleet.c), or NULL */
     char err[512];      /* why a step failed */
 } server;
 
