@@ -31,6 +31,8 @@ CARES_LIBS    ?= $(shell $(PKG_CONFIG) --libs libcares)
 # the fleet's shared state (--database): PostgreSQL's client library
 PQ_CFLAGS     ?= $(shell $(PKG_CONFIG) --cflags libpq)
 PQ_LIBS       ?= $(shell $(PKG_CONFIG) --libs libpq)
+# libext2fs reads a workspace disk's block bitmaps (a drain's moves send only used blocks)
+EXT2FS_LIBS   ?= $(shell $(PKG_CONFIG) --libs ext2fs com_err)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -87,7 +89,7 @@ COMPILE     := $(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE)
 SERVER_CFLAGS := -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) $(SQLITE_CFLAGS) \
   $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS)
 SERVER_LIBS := $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) \
-  $(CARES_LIBS) $(PQ_LIBS) -lm -pthread
+  $(CARES_LIBS) $(PQ_LIBS) $(EXT2FS_LIBS) -lm -pthread
 SERVER_OBJ  := $(SERVER_SRC:src/server/%.c=$(OBJ)/server/%.o)
 # the core is one translation unit: core.c includes its parts
 CORE_OBJ    := $(OBJ)/core/core.o

@@ -79,6 +79,7 @@ typedef struct config {
     double fleet_lost_after;    /* SANDBOX_FLEET_LOST_AFTER: seconds a silent node keeps its sessions (120) */
     double fleet_key_cache_s;   /* SANDBOX_FLEET_KEY_CACHE_S: seconds a looked-up key is trusted without a
                                  * revocation notice reaching the node (2) */
+    int fleet_move_timeout_s;   /* SANDBOX_FLEET_MOVE_TIMEOUT_S: the longest one drain's move may take (300) */
     int fleet_capacity;         /* SANDBOX_FLEET_CAPACITY: sessions this node holds at most (0: no cap) */
     int fleet_agent_port;       /* SANDBOX_FLEET_AGENT_PORT: HAProxy's agent-check port (0: none) */
     char *fleet_secret;         /* read from SANDBOX_FLEET_SECRET_FILE (0600): node-to-node moves (NULL: none) */

@@ -6,14 +6,18 @@
 #include "disk/loop.h"
 #include "disk/mounts.h"
 #include "fs/walk.h"
+#include "log/log.h"
 #include "util/sync.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -220,6 +224,9 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
         account(p, (long long)st.st_size); /* kept on disk whatever happens next */
         if (image_mounted_at(img, mnt)) {
             *adopted = true;
+            /* a predecessor killed during a drain's move may have left it frozen */
+            if (disk_thaw(p, id) == 0)
+                log_session(LV_WARN, id, NULL, "its disk was left frozen by a move that did not end; thawed");
             rc = image_workspace_dir(mnt, err, sizeof err) == 0 ? DISK_OK : DISK_HELD;
         } else {
             /* whatever else sits on its mount point is a leftover */
@@ -241,6 +248,90 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
     if (rc != DISK_OK)
         fprintf(stderr, "airlockd: session %s not restored%s: %s\n", id,
                 rc == DISK_HELD ? " (its image is kept for a later start)" : "", err[0] ? err : "out of memory");
+    free(img);
+    free(mnt);
+    return rc;
+}
+
+char *disk_image_path(disk_pool *p, const char *id)
+{
+    return path_of(p->images, id, IMAGE_SUFFIX);
+}
+
+/* FIFREEZE or FITHAW on the root of the session's mounted filesystem. */
+static int freeze_ioctl(disk_pool *p, const char *id, unsigned long op)
+{
+    char *mnt = path_of(p->workspaces, id, "");
+    int fd = mnt ? open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    int rc = fd >= 0 ? ioctl(fd, op, 0) : -1, e = errno;
+    if (fd >= 0)
+        close(fd);
+    free(mnt);
+    errno = e;
+    return rc;
+}
+
+int disk_freeze(disk_pool *p, const char *id)
+{
+    return freeze_ioctl(p, id, FIFREEZE);
+}
+
+int disk_thaw(disk_pool *p, const char *id)
+{
+    return freeze_ioctl(p, id, FITHAW);
+}
+
+disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fill_fn fill, void *ctx,
+                         char **workspace, char *why, size_t whylen)
+{
+    *workspace = NULL;
+    snprintf(why, whylen, "out of memory");
+    if (!reserve_bytes(p, bytes)) {
+        pthread_mutex_lock(&p->mu);
+        snprintf(why, whylen, "its disks use %.0f MB of %.0f MB and the session's disk needs %.0f MB", p->used / MB,
+                 p->cap / MB, bytes / MB);
+        pthread_mutex_unlock(&p->mu);
+        return DISK_FULL;
+    }
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    disk_result rc = DISK_ERROR;
+    bool made = false, mounted = false;
+    if (img && mnt && !reserve_kept(p, bytes)) {
+        snprintf(why, whylen, "its host has %.0f MB free, keeps %.0f MB for its own state and the session's disk "
+                              "needs %.0f MB", host_free(p) / MB, p->reserve / MB, bytes / MB);
+        rc = DISK_FULL;
+    } else if (img && mnt) {
+        image_result ir = image_reserve(img, bytes, why, whylen);
+        made = ir == IMAGE_OK;
+        if (ir == IMAGE_NOSPACE)
+            rc = DISK_FULL;
+        int fd = made ? open(img, O_WRONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        if (made && fd < 0)
+            snprintf(why, whylen, "cannot open %s: %s", img, strerror(errno));
+        else if (made && fill(ctx, fd) != 0)
+            snprintf(why, whylen, "its image did not arrive whole");
+        else if (made && fdatasync(fd) != 0)
+            snprintf(why, whylen, "cannot sync %s: %s", img, strerror(errno));
+        else if (made && sync_dir(p->images) != 0) /* a saved session's image survives a crash */
+            snprintf(why, whylen, "cannot sync %s: %s", p->images, strerror(errno));
+        else if (made && mkdir(mnt, 0700) != 0)
+            snprintf(why, whylen, "cannot create %s: %s", mnt, strerror(errno));
+        else if (made) /* checked: it came over the network */
+            mounted = image_mount(&p->tools, img, mnt, true, why, whylen) == IMAGE_OK;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (mounted && (*workspace = path_of(mnt, IMAGE_WORKSPACE, "")) != NULL) {
+        rc = DISK_OK;
+    } else {
+        if (mounted)
+            mounts_unmount(mnt);
+        if (made) {
+            rmdir(mnt);
+            unlink(img);
+        }
+        account(p, -bytes);
+    }
     free(img);
     free(mnt);
     return rc;

@@ -660,18 +660,25 @@ void registry_move_out_end(registry *r, session *s, bool moved)
         session_destroy(r, s);
 }
 
-char *registry_moving_workspace(registry *r, const char *id)
+char *registry_moving_image(registry *r, const char *id)
 {
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
-    char *ws = s && s->moving && s->workspace ? strdup(s->workspace) : NULL;
+    char *img = s && s->moving ? disk_image_path(r->disk, s->id) : NULL;
     pthread_mutex_unlock(&r->mu);
-    return ws;
+    return img;
+}
+
+int registry_move_freeze(registry *r, session *s, bool freeze)
+{
+    return freeze ? disk_freeze(r->disk, s->id) : disk_thaw(r->disk, s->id);
 }
 
 session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
-                                long long quota_bytes, double created_at, double last_used, session **out)
+                                long long quota_bytes, long long image_bytes, disk_fill_fn fill, void *ctx,
+                                double created_at, double last_used, session **out, char *why, size_t whylen)
 {
+    snprintf(why, whylen, "out of memory");
     session *s = calloc(1, sizeof *s);
     if (!s || strlen(id) != sizeof s->id - 1 || !(s->egress = json_deep_copy(egress))) {
         free(s);
@@ -685,6 +692,7 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
     if (id_taken_locked(r, id) || r->shut_down) {
         pthread_mutex_unlock(&r->mu);
         session_free(s);
+        snprintf(why, whylen, "this node already holds a session %s or is stopping", id);
         return SESSION_ERROR;
     }
     s->refs = 2;
@@ -692,7 +700,7 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
     r->head = s;
     pthread_mutex_unlock(&r->mu);
     char *ws = NULL;
-    disk_result dr = disk_create(r->disk, s->id, s->quota_bytes, &ws);
+    disk_result dr = disk_receive(r->disk, s->id, image_bytes, fill, ctx, &ws, why, whylen);
     pthread_mutex_lock(&r->mu);
     if (dr != DISK_OK) {
         unlink_locked(r, s);

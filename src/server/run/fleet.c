@@ -159,7 +159,11 @@ int server_start_fleet(server *s)
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
     fleet_set_count(a->fleet, count, a->reg);
-    fleet_set_drain(a->fleet, move_drain_step, a);
+    if (!(s->mover = mover_start(a))) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot start the drain's mover");
+        return -1;
+    }
+    fleet_set_drain(a->fleet, mover_wake, s->mover);
     if (start_internal(s) != 0)
         return -1;
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
@@ -171,7 +175,9 @@ int server_start_fleet(server *s)
 
 void server_stop_fleet(server *s)
 {
-    fleet_stop(s->a.fleet);
+    fleet_stop(s->a.fleet); /* first: the heartbeat wakes the mover */
+    mover_stop(s->mover);   /* a move under way is undone: its session stays here */
+    s->mover = NULL;
     stop_internal(s);
 }
 

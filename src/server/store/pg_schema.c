@@ -230,6 +230,8 @@ static const char *const MIGRATIONS[] = {
     " END $$;"
     "CREATE TRIGGER nodes_router AFTER INSERT OR DELETE OR UPDATE OF slot, url, internal_url, state, agent_port"
     " ON nodes FOR EACH ROW EXECUTE FUNCTION airlock_router_node_notice();",
+    /* 7: why a drain could not move a session (it stays on its node; a new drain tries again) */
+    "ALTER TABLE sessions ADD COLUMN move_error text;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
