@@ -5,6 +5,7 @@
  * draining node's tar archive of a session it is moving out. */
 #include "api/handlers.h"
 #include "drain/move.h"
+#include "log/log.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -74,7 +75,7 @@ void api_fleet_move_in(app *a, http_request *r, const api_call *c)
         return;
     }
     if (!registry_move_in_end(a->reg, s, true))
-        fprintf(stderr, "airlockd: moved-in session %s could not be saved in the state file\n", id);
+        log_session(LV_WARN, id, NULL, "moved-in session %s could not be saved in the state file", id);
     http_send_json(r, 200, json_pack("{s:s,s:s}", "session_id", id, "node", fleet_node_id(a->fleet)));
 }
 

@@ -5,6 +5,7 @@
  * (GET /v1/fleet/internal/sessions/{id}/archive), unpacks it on a new disk and becomes the
  * owner. Both requests carry the fleet's secret as a bearer token. */
 #include "drain/move.h"
+#include "log/log.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -128,7 +129,7 @@ int move_fetch(const app *a, const char *source_url, const char *id, const char 
     long code = internal_request("GET", url, a->cfg->fleet_secret, fd, 300);
     int rc = code == 200 && lseek(fd, 0, SEEK_SET) == 0 ? run_tar("-x", workspace, fd) : -1;
     if (code != 200)
-        fprintf(stderr, "airlockd: move of %s: its node answered %ld for the archive\n", id, code);
+        log_session(LV_WARN, id, NULL, "move of %s: its node answered %ld for the archive", id, code);
     close(fd);
     return rc;
 }
@@ -146,11 +147,11 @@ static bool move_one(app *a, const char *id)
         long code = internal_request("POST", url, a->cfg->fleet_secret, -1, 300);
         moved = code == 200;
         if (!moved) {
-            fprintf(stderr, "airlockd: drain: %s could not move to %s (answer %ld); it stays here for now\n", id,
-                    target, code);
+            log_session(LV_WARN, id, NULL, "drain: %s could not move to %s (answer %ld); it stays here for now", id,
+                        target, code);
             fleet_move_cancel(a->fleet, id);
         } else {
-            fprintf(stderr, "airlockd: drain: %s moved to %s\n", id, target);
+            log_session(LV_INFO, id, NULL, "drain: %s moved to %s", id, target);
         }
     }
     registry_move_out_end(a->reg, s, moved);

@@ -126,3 +126,16 @@ void log_write(log_level lvl, const log_ctx *ctx, const char *fmt, ...)
         done += k;
     }
 }
+
+void log_lines(log_level lvl, const char *text)
+{
+    if (!text || !log_enabled(lvl))
+        return;
+    while (*text) {
+        const char *end = strchr(text, '\n');
+        size_t n = end ? (size_t)(end - text) : strlen(text);
+        if (n > 0)
+            log_write(lvl, NULL, "%.*s", n > LOG_LINE_MAX ? LOG_LINE_MAX : (int)n, text);
+        text += n + (end ? 1 : 0);
+    }
+}
