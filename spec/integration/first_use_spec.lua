@@ -1,0 +1,72 @@
+-- What a new user meets following the docs (issue 27 item 6), run as written against a real
+-- airlockd: docs/fleet.md's quick-start lines in a shell without LUA_PATH, with-airlockd.sh from
+-- another directory, api.md's 401 example, and a base_url copied with its /v1.
+-- Lua 5.1-compatible (no <close>).
+local airlockd = require "support.airlockd"
+local proc = require "support.proc"
+
+local q = proc.shell_quote
+local ROOT = proc.repo_root()
+
+describe("a first use, as the docs say", function()
+  local server
+
+  setup(function() server = airlockd.start() end)
+  teardown(function() if server then airlockd.stop(server) end end)
+
+  it("runs docs/fleet.md's quick start (fleet.json's router, the example) in a shell with no LUA_PATH", function()
+    local doc = assert(proc.read_file(ROOT .. "/docs/fleet.md"))
+    local block = assert(doc:match("## One machine: `scripts/fleet.sh`.-```sh\n(.-)```"), "no quick-start block")
+    local lines = {}
+    for line in block:gmatch("[^\n]+") do
+      -- the lines that set up and run the example (up, cat, down and make need a real fleet)
+      if not line:match("fleet%.sh") and not line:match("^make ") and not line:match("^cat ") then
+        lines[#lines + 1] = line
+      end
+    end
+    assert.are.equal(2, #lines, block)
+    -- a fleet directory whose router is this airlockd
+    local dir = proc.make_temp_dir()
+    proc.write_file(dir .. "/fleet.json", '{"router":"' .. server.url .. '"}')
+    local script = table.concat(lines, "\n"):gsub("/tmp/fleet", dir)
+    local rc, out = proc.run_capture(string.format("cd %s && env -u LUA_PATH -u LUA_CPATH -u LUA_PATH_5_4 " ..
+      "-u LUA_CPATH_5_4 KEY=%s bash -c %s", q(ROOT), q(server.tenants.acme), q(script)))
+    proc.remove_tree(dir)
+    assert.are.equal(0, rc, out)
+    assert.are.equal("65536\n0\n", out)
+  end)
+
+  it("runs with-airlockd.sh's command in the caller's directory, a relative script path included", function()
+    local dir = proc.make_temp_dir()
+    proc.write_file(dir .. "/my_script.lua", 'local airlock = require "airlock"\n' ..
+      'print(#airlock.list_sessions(), (io.open("here.txt"):read("*a")))\n')
+    proc.write_file(dir .. "/here.txt", "the caller's directory")
+    local rc, out = proc.run_capture(string.format("cd %s && AIRLOCKD_BIN=%s %s %s my_script.lua", q(dir),
+      q(airlockd.binary():sub(1, 1) == "/" and airlockd.binary() or ROOT .. "/" .. airlockd.binary()),
+      q(ROOT .. "/scripts/with-airlockd.sh"), proc.lua_interpreter()))
+    proc.remove_tree(dir)
+    assert.are.equal(0, rc, out)
+    assert.are.equal("0\tthe caller's directory\n", out)
+  end)
+
+  it("gives the AuthenticationError api.md shows for a wrong key", function()
+    local doc = assert(proc.read_file(ROOT .. "/docs/api.md"))
+    local status, message = doc:match('pcall%(airlock%.sandbox, { api_key = "wrong" }%).-%-%- (%d+)  ([^\n]+)')
+    assert.truthy(status, "no 401 example in docs/api.md")
+    local airlock = require "airlock"
+    local ok, err = pcall(airlock.sandbox, { api_key = "wrong", base_url = server.url })
+    assert.is_false(ok)
+    assert.is_true(airlock.is(err, "AuthenticationError"), tostring(err))
+    assert.are.same({ tonumber(status), message }, { err.status, err.message })
+  end)
+
+  it("takes a base_url copied with its /v1", function()
+    local airlock = require "airlock"
+    for _, url in ipairs({ server.url .. "/v1", server.url .. "/v1/" }) do
+      local sbx = airlock.sandbox({ api_key = server.tenants.acme, base_url = url })
+      assert.are.equal(server.url, sbx.base_url)
+      assert.are.equal("ok\n", sbx:run("echo ok").stdout)
+      sbx:close()
+    end
+  end)
+end)
