@@ -318,7 +318,28 @@ describe("airlockd HTTP API", function()
       assert.are.equal("b", read_file(ws .. "/b.txt"))
     end)
 
-    it("answers a plain-text 500 for directories, empty paths, NUL bytes and non-UTF-8 files", function()
+    it("answers 400 naming the parameter for a NUL byte in a path, on every files route", function()
+      local base = "/v1/sessions/" .. id
+      local query = "Invalid path: the query parameter 'path' contains a NUL byte, which no file name can."
+      local body = "Invalid path: the body's field 'path' contains a NUL byte, which no file name can."
+      local cases = {
+        { query, http(server, "GET", base .. "/read?path=keep.txt%00.png", { key = acme }) },
+        { query, http(server, "GET", base .. "/read?path=a%00b", { key = acme,
+                                                                  headers = { "Accept: application/octet-stream" } }) },
+        { query, http(server, "GET", base .. "/list?path=a%00b", { key = acme }) },
+        { query, http(server, "POST", base .. "/write?path=a%00b", { key = acme, body = "x",
+                                                                     content_type = "application/octet-stream" }) },
+        { body, http(server, "POST", base .. "/write", { key = acme, body = '{"path":"a\u0000b","content":"x"}' }) },
+        { body, http(server, "POST", base .. "/write", { key = acme, body = '{"content":"x","path":"\u0000"}' }) },
+      }
+      for i, c in ipairs(cases) do
+        assert.are.same({ 400, { detail = c[1] } }, { c[2].status, c[2].json }, "case " .. i .. ": " .. c[2].body)
+      end
+      assert.is_nil(read_file(ws .. "/a"))
+      assert.are.equal(200, read("keep.txt").status)
+    end)
+
+    it("answers a plain-text 500 for directories, empty paths and non-UTF-8 files", function()
       write_file(ws .. "/bin.dat", "\255\254")
       local cases = {
         function() return read("pkg") end,
@@ -327,9 +348,6 @@ describe("airlockd HTTP API", function()
         function() return write("", "x") end,
         function() return write("pkg", "x") end,
         function() return write("crlf.txt/below", "x") end,
-        function() return http(server, "POST", "/v1/sessions/" .. id .. "/write",
-          { key = acme, body = '{"path":"a\\u0000b","content":"x"}' }) end,
-        function() return read("a\0b") end,
       }
       for i, f in ipairs(cases) do
         local r = f()

@@ -95,7 +95,15 @@ static void fail(app *a, http_request *r, const api_call *c, const session *s, c
         free(cut);
         free(detail);
     }
-    http_send_json(r, status, json_pack("{s:s%}", "detail", msg, msg_len));
+    json_t *body = json_pack("{s:s%}", "detail", msg, msg_len);
+    /* the contract's 404 text speaks of the hosted service's console; a hint says what holds here */
+    if (body && rc == IMPORT_NOT_FOUND)
+        json_object_set_new(body, "hint",
+                            json_sprintf("airlockd has no console and no GitHub connection: it downloads public "
+                                         "archives from %s only. Check the owner, name and ref; a private "
+                                         "repository's files can be sent with /write instead.",
+                                         a->cfg->import_base_url));
+    http_send_json(r, status, body);
 }
 
 /* "import <repo>[ @<ref>][ into <path>]" as requested. */
