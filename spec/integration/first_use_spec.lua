@@ -69,4 +69,20 @@ describe("a first use, as the docs say", function()
       sbx:close()
     end
   end)
+
+  it("shows in README's Troubleshooting the errors of the wrong Lua that a user sees", function()
+    local readme = assert(proc.read_file(ROOT .. "/README.md"))
+    local trouble = assert(readme:match("## Troubleshooting\n(.-)\n## "), "no Troubleshooting section")
+    local paths = string.format("LUA_PATH=%s LUA_CPATH=%s", q(ROOT .. "/lua/?.lua;" .. ROOT .. "/lua/?/init.lua;;"),
+      q(ROOT .. "/build/?.so;;"))
+    -- `lua` being 5.3 (the examples use 5.4's <close>)
+    local _, out = proc.run_capture(string.format("cd %s && %s lua5.3 examples/quickstart.lua", q(ROOT), paths))
+    local said = assert(out:match("^lua5%.3: (examples/quickstart%.lua:%d+: [^\n]+)"), out)
+    assert.truthy(trouble:find("`lua: " .. said .. "`", 1, true), said)
+    -- LuaJIT loading the 5.4 core of build/
+    _, out = proc.run_capture(string.format("%s luajit -e 'require \"airlock.core\"'", paths))
+    said = assert(out:match("(undefined symbol: [%w_]+)"), out)
+    assert.truthy(trouble:find("error loading module 'airlock.core' from file '.../build/airlock/core.so': ... " ..
+      "undefined\n  " .. said:gsub("^undefined ", ""), 1, true), said)
+  end)
 end)

@@ -329,8 +329,8 @@ describe("airlockd HTTP API", function()
         { query, http(server, "GET", base .. "/list?path=a%00b", { key = acme }) },
         { query, http(server, "POST", base .. "/write?path=a%00b", { key = acme, body = "x",
                                                                      content_type = "application/octet-stream" }) },
-        { body, http(server, "POST", base .. "/write", { key = acme, body = '{"path":"a\u0000b","content":"x"}' }) },
-        { body, http(server, "POST", base .. "/write", { key = acme, body = '{"content":"x","path":"\u0000"}' }) },
+        { body, http(server, "POST", base .. "/write", { key = acme, body = '{"path":"a\\u0000b","content":"x"}' }) },
+        { body, http(server, "POST", base .. "/write", { key = acme, body = '{"content":"x","path":"\\u0000"}' }) },
       }
       for i, c in ipairs(cases) do
         assert.are.same({ 400, { detail = c[1] } }, { c[2].status, c[2].json }, "case " .. i .. ": " .. c[2].body)
