@@ -87,6 +87,13 @@ describe("a 3-node fleet", function()
     end
   end)
 
+  it("says each step of fleet.sh up as it goes (stderr), each with its time", function()
+    local steps = {}
+    for line in f.up_output:gmatch("[^\n]+") do steps[#steps + 1] = line:match("^fleet%.sh: %[%d+ s%] (.*)$") end
+    assert.are.same({ "starting PostgreSQL", "starting 3 nodes", "node1 is up", "node2 is up", "node3 is up",
+      "starting the router" }, steps)
+  end)
+
   it("keeps the database password out of every command line and every log", function()
     local password = f.info.database:match("^postgresql://[^:]+:([^@]+)@")
     assert.is_string(password)

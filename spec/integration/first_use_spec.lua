@@ -85,4 +85,14 @@ describe("a first use, as the docs say", function()
     assert.truthy(trouble:find("error loading module 'airlock.core' from file '.../build/airlock/core.so': ... " ..
       "undefined\n  " .. said:gsub("^undefined ", ""), 1, true), said)
   end)
+
+  -- (once: under Lua 5.4; it runs spec/unit again on Lua 5.3, one job of scripts/test.sh)
+  if _VERSION == "Lua 5.4" and type(jit) ~= "table" then
+    it("shows make test's progress, N of M jobs, as each job ends", function()
+      local rc, out = proc.run_capture(string.format("cd %s && scripts/test.sh --only=lua53", q(ROOT)))
+      assert.are.equal(0, rc, out)
+      assert.truthy(out:match("\n?== 1 of 1: lua53: busted spec/unit %(") or out:match("^== 1 of 1: lua53: busted spec/unit %("),
+        out)
+    end)
+  end
 end)

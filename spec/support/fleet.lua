@@ -49,7 +49,7 @@ function M.up(opts)
                 SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local ok, out = fleet_sh(env, { "up", dir, "--nodes", tostring(opts.nodes or 3) })
-  local f = { dir = dir, env = env }
+  local f = { dir = dir, env = env, up_output = out }
   if not ok then
     M.down(f)
     error("fleet.sh up failed:\n" .. out, 2)
