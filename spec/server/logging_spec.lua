@@ -147,4 +147,20 @@ describe("airlockd's log settings", function()
     assert.truthy(said, out)
     assert.is_nil(out:find(password, 1, true), out)
   end)
+
+  it("says a busy port with its address and the reason, not libmicrohttpd's port 0", function()
+    local socket = require "socket"
+    local taken = assert(socket.bind("127.0.0.1", 0))
+    local _, port = taken:getsockname()
+    local dir = proc.make_temp_dir()
+    local rc, out = proc.run_capture("SANDBOX_API_KEYS=a:logging-spec-key-1 timeout 60 " ..
+      airlockd.shell_quote(airlockd.binary()) .. " --listen 127.0.0.1:" .. port .. " --state-dir " ..
+      airlockd.shell_quote(dir .. "/state"))
+    taken:close()
+    proc.remove_tree(dir)
+    assert.are.equal(1, rc, out)
+    assert.truthy(out:find("error airlockd: --listen: cannot listen on 127.0.0.1:" .. port .. ": Address already in use",
+      1, true), out)
+    assert.is_nil(out:find("port 0", 1, true), out)
+  end)
 end)
