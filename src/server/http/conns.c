@@ -108,10 +108,10 @@ static void cut(conn_table *t, conn_slot *s)
     if (s->phase == PHASE_RESPOND) {
         struct linger lg = {1, 0};
         if (setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0 && errno != EBADF)
-            perror("airlockd: http: SO_LINGER");
+            log_warn("http: SO_LINGER: %s", strerror(errno));
     }
     if (shutdown(s->fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
-        perror("airlockd: http: shutdown");
+        log_warn("http: shutdown: %s", strerror(errno));
     s->cut = true;
     wait_drop(t, s);
     atomic_fetch_add(s->phase == PHASE_HEADERS ? &t->cut_headers
