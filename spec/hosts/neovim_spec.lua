@@ -76,7 +76,9 @@ describe("Neovim", function()
       "no SandboxHello snippet in docs/hosts.md")
     local run = nvim.run({ timeout = 60, env = env, code = [[
       local notified = {}
-      vim.notify = function(msg, level) notified[#notified + 1] = { msg = msg, error = level == vim.log.levels.ERROR } end
+      vim.notify = function(msg, level)
+        notified[#notified + 1] = { msg = msg, error = level == vim.log.levels.ERROR }
+      end
     ]] .. snippet .. [[
       vim.cmd("SandboxHello")
       -- a task whose command the server refuses (a timeout over 60 s): nobody waits on it

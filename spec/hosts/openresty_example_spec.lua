@@ -102,7 +102,8 @@ describe("examples/openresty", function()
       assert.eventually(function()
         res = http_client.request({ url = "http://127.0.0.1:" .. port }, "POST", "/run",
           { body = cjson.encode({ command = "echo via run.sh" }), max_time = 60 })
-        return res.status == 200, res.status .. " " .. tostring(res.body) .. " " .. (proc.read_file(dir .. "/out") or "")
+        return res.status == 200,
+          res.status .. " " .. tostring(res.body) .. " " .. (proc.read_file(dir .. "/out") or "")
       end, { timeout = 30, step = 0.2, what = "run.sh's nginx answers" })
       assert.are.same({ exit_code = 0, stdout = "via run.sh\n", stderr = "", ok = true }, res.json)
       assert.truthy(proc.read_file(dir .. "/run/nginx.pid"), "no pid file in AIRLOCK_OPENRESTY_DIR")

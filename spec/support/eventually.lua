@@ -1,8 +1,7 @@
 -- assert.eventually(fn, opts): a wait and its assertion in one statement, for a condition that
 -- becomes true some time after the request that causes it (a log line written after the answer,
 -- a sweep, a refill). fn is called every opts.step seconds (0.05) until it returns a truthy
--- value without raising, for at most opts.timeout seconds (10, times AIRLOCK_SPEC_SLOWDOWN when
--- set). fn may use assertions (a failed one means "not yet") or return false, what_it_saw. On
+-- value without raising, for at most opts.timeout seconds (10). fn may use assertions (a failed one means "not yet") or return false, what_it_saw. On
 -- timeout the failure says what fn last saw: its last assertion's message, or what_it_saw.
 -- Loading this module adds assert.eventually; it also returns the function.
 local proc = require "support.proc"
@@ -15,10 +14,9 @@ end
 
 local function eventually(fn, opts)
   opts = opts or {}
-  local slowdown = tonumber(os.getenv("AIRLOCK_SPEC_SLOWDOWN") or "") or 1
-  local timeout, step = (opts.timeout or 10) * slowdown, opts.step or 0.05
+  local timeout, step = opts.timeout or 10, opts.step or 0.05
   local deadline = os.time() + timeout -- whole seconds: a bound, never a measurement
-  local tries, last = 0, "fn was never called"
+  local tries, last = 0
   repeat
     tries = tries + 1
     local ok, result, seen = pcall(fn)

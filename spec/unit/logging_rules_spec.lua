@@ -31,7 +31,8 @@ describe("airlockd's logging", function()
   it("finds a secret a server was started with in its log, naming it and never quoting it", function()
     local secrets = log_secrets.from_env({ SANDBOX_API_KEYS = "acme:ak_0123456789abcdef,b:k1",
       SANDBOX_ADMIN_KEY = "adm_" .. string.rep("z", 32),
-      SANDBOX_DATABASE_URL = "postgresql://airlock:pw_secret_99@127.0.0.1:5432/airlock" }, { other = "ok_fedcba9876543210" })
+      SANDBOX_DATABASE_URL = "postgresql://airlock:pw_secret_99@127.0.0.1:5432/airlock" },
+      { other = "ok_fedcba9876543210" })
     -- the short "k1" is too short to look for: it could be in any log by chance
     assert.are.equal(4, #secrets)
     assert.is_nil(log_secrets.leaks("2026-05-04T09:12:30.118Z info  airlockd: listening", secrets, "the log"))
