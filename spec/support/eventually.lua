@@ -1,8 +1,9 @@
 -- assert.eventually(fn, opts): a wait and its assertion in one statement, for a condition that
 -- becomes true some time after the request that causes it (a log line written after the answer,
 -- a sweep, a refill). fn is called every opts.step seconds (0.05) until it returns a truthy
--- value without raising, for at most opts.timeout seconds (10). fn may use assertions (a failed one means "not yet") or return false, what_it_saw. On
--- timeout the failure says what fn last saw: its last assertion's message, or what_it_saw.
+-- value without raising, for at most opts.timeout seconds (10). fn may use assertions (a
+-- failed one means "not yet") or return false, what_it_saw. On timeout the failure says what
+-- fn last saw: its last assertion's message, or what_it_saw; opts.what names the condition.
 -- Loading this module adds assert.eventually; it also returns the function.
 local proc = require "support.proc"
 
