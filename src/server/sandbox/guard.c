@@ -74,6 +74,8 @@ int sbx_guard_spawn(const char *cg_root, int lock_fd, char *errbuf, size_t errle
     return 0;
 }
 
+/* The guard is a process of its own (airlockd started again by posix_spawn, not a forked
+ * child), so it logs through the logger like airlockd, at its default level and format. */
 int sbx_guard_main(const char *cg_root)
 {
     if (!valid_root(cg_root)) {
