@@ -52,6 +52,9 @@ CLEAN_ENV=(env -i "PATH=$SAFE_PATH" LC_ALL=C.UTF-8)
 
 die() { echo "fleet.sh: $*" >&2; exit 1; }
 
+# progress of a long step (up, down) on stderr, with the seconds since the script started
+step() { echo "fleet.sh: [${SECONDS} s] $*" >&2; }
+
 # A TCP port free on HOST (127.0.0.1) right now (the kernel picks it).
 free_port() {
   python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
@@ -471,11 +474,15 @@ cmd_down() {
   local dir=$1
   [ -d "$dir" ] || die "no directory $dir"
   dir=$(cd "$dir" && pwd)
+  step "stopping the router"
   stop_follower "$dir"
   stop_router "$dir"
+  step "stopping the nodes"
   stop_nodes "$dir"
   release_host_objects "$dir"
+  step "stopping PostgreSQL"
   stop_postgres "$dir"
+  step "down"
 }
 
 cmd_up() {
@@ -493,15 +500,18 @@ cmd_up() {
   # a failed start (a failing command or die) leaves nothing running
   up_dir=$dir
   trap 'cmd_down "$up_dir" >/dev/null 2>&1 || true' EXIT
+  step "starting PostgreSQL"
   write_settings "$dir"
   start_postgres "$dir"
   # the fleet's secret for node-to-node moves (a drain), read by each node from this file
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/fleet.secret")
+  step "starting $n nodes"
   for ((i = 1; i <= n; i++)); do
     start_node "$dir" "node$i" "$i"
     echo "$i" > "$dir/nodes/node$i/index"
   done
-  for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; done
+  for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; step "node$i is up"; done
+  step "starting the router"
   grant_router "$dir"
   start_router "$dir"
   start_follower "$dir"

@@ -8,6 +8,7 @@
 
 #include "http/http.h"
 #include "egress/settings.h"
+#include "log/log.h"
 #include "sandbox/sandbox.h"
 
 #include <jansson.h>
@@ -59,6 +60,8 @@ typedef struct config {
     egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
     sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, --isolation /
                                  * SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR */
+    log_level log_level;        /* SANDBOX_LOG_LEVEL (info) */
+    bool log_json;              /* SANDBOX_LOG_FORMAT=json: JSON lines, else text */
     /* flags */
     char *listen_host;          /* --listen (allocated; default 127.0.0.1) */
     unsigned port;

@@ -100,14 +100,14 @@ void disk_pool_start(disk_pool *p)
     }
     long long cap = p->cap, used = p->used;
     pthread_mutex_unlock(&p->mu);
-    fprintf(stderr, "airlockd: workspace disks: %.0f MB in use of %.0f MB (%s), %.0f MB free on the host, "
-                    "%.0f MB kept free for the server's state\n",
-            (double)used / MB, (double)cap / MB, p->cap_given ? "SANDBOX_DISK_TOTAL_MB" : "default: free space",
-            (double)avail / MB, (double)p->reserve / MB);
+    log_info("workspace disks: %.0f MB in use of %.0f MB (%s), %.0f MB free on the host, "
+             "%.0f MB kept free for the server's state",
+             (double)used / MB, (double)cap / MB, p->cap_given ? "SANDBOX_DISK_TOTAL_MB" : "default: free space",
+             (double)avail / MB, (double)p->reserve / MB);
     if (cap - used < image_bytes_for(1))
-        fprintf(stderr, "airlockd: warning: no room for new workspaces on %s: sessions will be refused "
-                        "with 503 until disk space is freed\n",
-                p->images);
+        log_warn("no room for new workspaces on %s: sessions will be refused "
+                 "with 503 until disk space is freed",
+                 p->images);
 }
 
 void disk_pool_close(disk_pool *p)
@@ -115,7 +115,7 @@ void disk_pool_close(disk_pool *p)
     if (!p)
         return;
     if (mounts_is_mount_point(p->workspaces) && mounts_unmount(p->workspaces) != 0)
-        fprintf(stderr, "airlockd: cannot unmount %s: %s\n", p->workspaces, strerror(errno));
+        log_warn("cannot unmount %s: %s", p->workspaces, strerror(errno));
     image_tools_free(&p->tools);
     pthread_mutex_destroy(&p->mu);
     free(p->images);
@@ -140,8 +140,8 @@ static bool reserve_bytes(disk_pool *p, long long bytes)
     long long used = p->used, cap = p->cap;
     pthread_mutex_unlock(&p->mu);
     if (!fits)
-        fprintf(stderr, "airlockd: refusing a new workspace: images use %.0f MB of %.0f MB, it needs %.0f MB\n",
-                (double)used / MB, (double)cap / MB, (double)bytes / MB);
+        log_warn("refusing a new workspace: images use %.0f MB of %.0f MB, it needs %.0f MB",
+                 (double)used / MB, (double)cap / MB, (double)bytes / MB);
     return fits;
 }
 
@@ -151,9 +151,9 @@ static bool reserve_kept(disk_pool *p, long long more)
     long long avail = host_free(p);
     if (avail >= 0 && avail - more >= p->reserve)
         return true;
-    fprintf(stderr, "airlockd: refusing a new workspace: %.0f MB free on the host, %.0f MB are kept for the "
-                    "server's state\n",
-            (double)avail / MB, (double)p->reserve / MB);
+    log_warn("refusing a new workspace: %.0f MB free on the host, %.0f MB are kept for the "
+             "server's state",
+             (double)avail / MB, (double)p->reserve / MB);
     return false;
 }
 
@@ -201,7 +201,8 @@ disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, cha
         }
         account(p, -bytes);
         if (rc == DISK_ERROR)
-            fprintf(stderr, "airlockd: cannot make the workspace disk of %s: %s\n", id, err[0] ? err : "out of memory");
+            log_session(LV_ERROR, id, NULL, "cannot make the workspace disk of %s: %s", id,
+                        err[0] ? err : "out of memory");
     }
     free(img);
     free(mnt);
@@ -246,8 +247,8 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
     if (rc == DISK_HELD && image_mounted_at(img, mnt)) /* unserved: nothing of it stays mounted */
         mounts_unmount(mnt);
     if (rc != DISK_OK)
-        fprintf(stderr, "airlockd: session %s not restored%s: %s\n", id,
-                rc == DISK_HELD ? " (its image is kept for a later start)" : "", err[0] ? err : "out of memory");
+        log_session(LV_WARN, id, NULL, "session %s not restored%s: %s", id,
+                    rc == DISK_HELD ? " (its image is kept for a later start)" : "", err[0] ? err : "out of memory");
     free(img);
     free(mnt);
     return rc;
@@ -340,7 +341,7 @@ disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fil
 static void unmount_session(const char *mnt)
 {
     if (mounts_is_mount_point(mnt) && mounts_unmount(mnt) != 0)
-        fprintf(stderr, "airlockd: cannot unmount %s: %s\n", mnt, strerror(errno));
+        log_warn("cannot unmount %s: %s", mnt, strerror(errno));
 }
 
 void disk_close(disk_pool *p, const char *id)
@@ -355,18 +356,18 @@ void disk_destroy(disk_pool *p, const char *id)
 {
     char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
     if (!img || !mnt) {
-        fprintf(stderr, "airlockd: out of memory removing the disk of %s\n", id);
+        log_session(LV_ERROR, id, NULL, "out of memory removing the disk of %s", id);
     } else {
         unmount_session(mnt);
         if (rmdir(mnt) != 0 && errno != ENOENT)
-            fprintf(stderr, "airlockd: cannot remove %s: %s\n", mnt, strerror(errno));
+            log_warn("cannot remove %s: %s", mnt, strerror(errno));
         struct stat st;
         if (lstat(img, &st) == 0) {
             /* a lazily detached mount keeps the blocks until its last user goes */
             if (unlink(img) == 0)
                 account(p, -(long long)st.st_size);
             else
-                fprintf(stderr, "airlockd: cannot remove %s: %s\n", img, strerror(errno));
+                log_warn("cannot remove %s: %s", img, strerror(errno));
         }
     }
     free(img);
@@ -426,14 +427,14 @@ static void remove_orphan_image(const cleanup_ctx *c, const char *dir, const cha
 {
     char id[256];
     if (!image_id(name, id, sizeof id)) {
-        fprintf(stderr, "airlockd: leaving %s/%s alone (not a workspace image)\n", dir, name);
+        log_info("leaving %s/%s alone (not a workspace image)", dir, name);
         return;
     }
     if (c->live(c->ctx, id))
         return;
     char *path = path_of(dir, name, "");
     if (path && unlink(path) != 0)
-        fprintf(stderr, "airlockd: cannot remove %s: %s\n", path, strerror(errno));
+        log_warn("cannot remove %s: %s", path, strerror(errno));
     free(path);
 }
 
@@ -445,7 +446,7 @@ static void remove_orphan_mount_point(const cleanup_ctx *c, const char *dir, con
     /* unmounted above; a plain directory left there is ours, the walker never crosses into a
      * mount that is still there */
     if (path && !mounts_is_mount_point(path) && fs_rmtree(path) != 0)
-        fprintf(stderr, "airlockd: cannot remove %s: %s\n", path, strerror(errno));
+        log_warn("cannot remove %s: %s", path, strerror(errno));
     free(path);
 }
 
@@ -458,6 +459,6 @@ void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *c
     for_each_name(p->images, remove_orphan_image, &c);
     for_each_name(p->workspaces, remove_orphan_mount_point, &c);
     if (unmounted || detached)
-        fprintf(stderr, "airlockd: removed leftovers of an earlier run: %d mounts, %d loop devices\n", unmounted,
-                detached);
+        log_info("removed leftovers of an earlier run: %d mounts, %d loop devices", unmounted,
+                 detached);
 }

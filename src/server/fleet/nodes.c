@@ -2,6 +2,7 @@
 #include "domain/session_id.h"
 #include "fleet/agent.h"
 #include "fleet/internal.h"
+#include "log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
     atomic_store(&f->accepting, true);
-    fprintf(stderr, "airlockd: fleet node '%s' (slot %02x) at %s\n", f->id, (unsigned)f->slot, f->url);
+    log_info("fleet node '%s' (slot %02x) at %s", f->id, (unsigned)f->slot, f->url);
     return f;
 }
 
@@ -84,7 +85,7 @@ static void beat(fleet *f)
         snprintf(cap, sizeof cap, "%d", f->capacity);
         const char *rp[] = {f->id, f->url, cap};
         free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
-        fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
+        log_warn("this node had been declared dead; registered again");
     }
     atomic_store(&f->accepting, active);
     if (state && strcmp(state, "draining") == 0 && f->drain_step)
@@ -131,7 +132,7 @@ int fleet_start(fleet *f, fleet_load_fn load)
     if (f->agent_port > 0) {
         char err[200];
         if (!(f->agent = fleet_agent_start(agent_reply, f, f->agent_host, f->agent_port, err, sizeof err))) {
-            fprintf(stderr, "airlockd: fleet: %s\n", err);
+            log_error("fleet: %s", err);
             return -1;
         }
     }
@@ -180,7 +181,7 @@ int fleet_set_url(fleet *f, const char *url)
     PQclear(res);
     free(f->url);
     f->url = u;
-    fprintf(stderr, "airlockd: fleet node '%s' advertised at %s\n", f->id, f->url);
+    log_info("fleet node '%s' advertised at %s", f->id, f->url);
     return 0;
 }
 

@@ -45,7 +45,8 @@ static void lost(void *ctx, const char *session_id)
 {
     app *a = ctx;
     if (registry_forget(a->reg, session_id))
-        fprintf(stderr, "airlockd: session %s was declared lost while this node was away; removed\n", session_id);
+        log_session(LV_WARN, session_id, NULL, "session %s was declared lost while this node was away; removed",
+                    session_id);
 }
 
 static size_t count(void *ctx)
@@ -81,7 +82,7 @@ int server_join_fleet(server *s)
     limits_set_shared(a->lim, &ls);
     /* the fleet's keys are in its database (a SANDBOX_KEYSTORE file would be this node's alone) */
     if (c->keystore_path)
-        fprintf(stderr, "airlockd: fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database\n");
+        log_warn("fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database");
     keystore_close(a->keys);
     if (!(a->keys = keystore_open_pg(a->db, c->fleet_key_cache_s))) {
         snprintf(s->err, sizeof s->err, "out of memory");

@@ -4,6 +4,7 @@
  * number of nodes get exact answers. A migration is never edited once released: a change
  * is a new entry at the end. */
 #include "store/pg_schema.h"
+#include "log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,7 +283,7 @@ static int migrate(PGconn *c, void *ctx, char *err, size_t errlen)
             run(c, "ROLLBACK");
             return -1;
         }
-        fprintf(stderr, "airlockd: database schema migrated to version %d\n", v);
+        log_info("database schema migrated to version %d", v);
     }
     return 0;
 }
