@@ -59,7 +59,8 @@ enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
 
 #define UID 1000
 #define GID 1000
-#define NPROC 64
+#define NPROC_DEFAULT 64
+#define NPROC_MAX 1000000
 #define REQUEST_MAX AGENT_REQUEST_MAX
 #define BINDS_MAX 32
 #define CHUNK FRAME_OUTPUT_MAX
@@ -78,6 +79,8 @@ typedef struct {
 
 static bind_mount binds[BINDS_MAX];
 static int nbinds;
+/* Processes a command may have (-p N: its session's max_processes). */
+static long nproc_limit = NPROC_DEFAULT;
 static char request[REQUEST_MAX + 1];
 
 /* The child prepared for the next command. */
@@ -162,8 +165,8 @@ static void child_mounts(int fail_w)
 static void child_drop(int fail_w)
 {
     /* gVisor counts a uid's tasks from their creation: this child was made as root, so it is
-     * not among uid 1000's; one less keeps the command at NPROC processes in all */
-    struct rlimit nproc = {NPROC - 1, NPROC - 1}, core = {0, 0};
+     * not among uid 1000's; one less keeps the command at nproc_limit processes in all */
+    struct rlimit nproc = {(rlim_t)nproc_limit - 1, (rlim_t)nproc_limit - 1}, core = {0, 0};
     if (setrlimit(RLIMIT_NPROC, &nproc) != 0 || setrlimit(RLIMIT_CORE, &core) != 0)
         child_fail(fail_w, "setting limits");
     for (int cap = 0; cap <= 63; cap++)
@@ -649,7 +652,7 @@ static void reap(int sigfd)
 
 static void usage_exit(void)
 {
-    static const char msg[] = "usage: airlock-agent [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
+    static const char msg[] = "usage: airlock-agent [-p PROCESSES] [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
     (void)frame_write_all(2, msg, sizeof msg - 1);
     _exit(2);
 }
@@ -692,6 +695,14 @@ static void cancel(size_t n)
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i += 2) {
+        if (i + 1 < argc && strcmp(argv[i], "-p") == 0) {
+            char *end = NULL;
+            errno = 0;
+            nproc_limit = strtol(argv[i + 1], &end, 10);
+            if (errno || !end || *end || end == argv[i + 1] || nproc_limit < 2 || nproc_limit > NPROC_MAX)
+                usage_exit();
+            continue;
+        }
         if (i + 1 >= argc || nbinds == BINDS_MAX || argv[i + 1][0] != '/' ||
             argv[i][0] != '-' || !strchr("rwd", argv[i][1]) || argv[i][1] == '\0' || argv[i][2] != '\0')
             usage_exit();

@@ -5,6 +5,7 @@
  * draining node's tar archive of a session it is moving out. */
 #include "api/handlers.h"
 #include "drain/move.h"
+#include "fleet/wire.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -51,9 +52,11 @@ void api_fleet_move_in(app *a, http_request *r, const api_call *c)
     }
     long tenant = tenants_intern(a->tenants, json_string_value(json_object_get(row, "tenant")));
     session *s = NULL;
+    /* the same template and size on this node as on the one it comes from */
+    session_spec spec = fleet_shape_spec(json_object_get(row, "shape"),
+                                         (long long)json_integer_value(json_object_get(row, "quota_mb")) << 20);
     session_result rc = tenant < 0 ? SESSION_ERROR
-        : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"),
-                           (long long)json_integer_value(json_object_get(row, "quota_mb")) << 20,
+        : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"), &spec,
                            json_real_value(json_object_get(row, "created_at")),
                            json_real_value(json_object_get(row, "last_used")), &s);
     if (rc != SESSION_OK) {

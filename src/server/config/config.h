@@ -21,6 +21,11 @@ typedef struct {
     int max_sessions;
     int requests_per_minute;
     int max_concurrent_exec;
+    /* the largest session a create may ask for (ours; docs/server.md "Session sizes") */
+    int max_memory_mb;
+    int max_cpu_percent;    /* max_cpus × 100 */
+    int max_disk_mb;        /* 0: the larger of 2048 and SANDBOX_WORKSPACE_QUOTA_MB */
+    int max_processes;
     json_t *egress_allowed; /* expanded rules the tenant may request */
 } tenant_cfg;
 

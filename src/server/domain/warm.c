@@ -89,6 +89,7 @@ static void release_entry(warm_pool *w, entry *e)
         n->session = true;
         n->egress = again.egress;
         n->created_at = again.created_at;
+        n->size = again.size;
         again.egress = NULL;
     }
     json_decref(again.egress);
@@ -133,7 +134,7 @@ static void start_boots(warm_pool *w)
         char name[KEY_MAX + 4];
         snprintf(name, sizeof name, "%s-%s", e->key, e->session ? "s" : "w");
         sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
-                          .boot_ahead = true, .agent = e->session};
+                          .boot_ahead = true, .agent = e->session, .size = e->size};
         char err[512] = "";
         pthread_mutex_unlock(&w->mu);
         /* a session with egress: its sandbox on the session's network (an entry starting
@@ -338,7 +339,7 @@ bool warm_fill_entry(entry *e, const char *key, const char *workspace, const cha
     return true;
 }
 
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const sandbox_size *size)
 {
     if (!w || strlen(key) >= KEY_MAX || !key[0])
         return;
@@ -346,8 +347,9 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
     entry *e = w->stopping ? NULL : find(w, key);
     if (e)
         e->used_ms = warm_now_ms();
-    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL)
-        warm_fill_entry(e, key, workspace, tenant);
+    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL && warm_fill_entry(e, key, workspace, tenant) &&
+             size)
+        e->size = *size;
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);
 }

@@ -191,6 +191,9 @@ static const char *const MIGRATIONS[] = {
     " FOR EACH ROW EXECUTE FUNCTION airlock_session_events_gone();"
     "CREATE TRIGGER sessions_lost AFTER UPDATE OF state ON sessions"
     " FOR EACH ROW WHEN (NEW.state = 'lost' AND OLD.state <> 'lost') EXECUTE FUNCTION airlock_session_events_gone();",
+    /* 6: a session's template and size ({"template", "memory_mb", "cpu_percent",
+     * "max_processes"}; its disk is quota_mb), for the list and for a move; '{}': the defaults */
+    "ALTER TABLE sessions ADD COLUMN shape jsonb NOT NULL DEFAULT '{}';",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
