@@ -13,7 +13,7 @@ local cjson = require "cjson"
 local http = http_client.request
 
 local LIMITS = cjson.encode({ ["*"] = { max_memory_mb = 1024, max_cpus = 2, max_disk_mb = 256, max_processes = 128 } })
-local ENV = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_WORKSPACE_QUOTA_MB = "32" }
+local ENV = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_WORKSPACE_QUOTA_MB = "32", SANDBOX_EXEC_MODE = "session" }
 
 local function create(server, key, body)
   local r = http_client.create(server, key, cjson.encode(body))
