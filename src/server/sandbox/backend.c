@@ -144,7 +144,8 @@ const char *sandbox_backend_cgroup_root(const sandbox_backend *b)
 sbx_cg_limits sbx_command_limits(const sandbox *s)
 {
     return (sbx_cg_limits){.memory_bytes = s->memory_bytes,
-                           .pids = HOST_TASKS_LIMIT + (uint64_t)HOST_TASKS_PER_PROCESS * s->nproc,
+                           .pids = HOST_TASKS_LIMIT + (uint64_t)HOST_TASKS_PER_PROCESS *
+                                                          (s->nproc > SANDBOX_MAX_PROCESSES ? s->nproc - SANDBOX_MAX_PROCESSES : 0),
                            .cpu_percent = s->cpu_percent};
 }
 

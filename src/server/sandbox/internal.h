@@ -13,7 +13,7 @@
 
 /* gVisor's sentry, gofer and systrap stubs are host tasks: a fork bomb at 64 processes
  * peaked at ~145 of them; this only stops a runaway sentry, not sandboxed processes (plus
- * HOST_TASKS_PER_PROCESS for each process a larger sandbox may have). */
+ * HOST_TASKS_PER_PROCESS for each process a sandbox may have beyond the default 64). */
 #define HOST_TASKS_LIMIT 1024
 #define HOST_TASKS_PER_PROCESS 4
 #define TMP_MB 64
