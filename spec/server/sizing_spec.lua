@@ -242,3 +242,26 @@ describe("session sizes with a sandbox per command (SANDBOX_EXEC_MODE=command)",
     assert(ok, err)
   end)
 end)
+
+describe("the server's default session size (SANDBOX_SESSION_MEMORY_MB, _CPUS, _MAX_PROCESSES)", function()
+  it("gives sessions that ask for nothing, and the spares made for them, that size", function()
+    local server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "session",
+      SANDBOX_SESSION_MEMORY_MB = "512", SANDBOX_SESSION_CPUS = "0.5", SANDBOX_SESSION_MAX_PROCESSES = "100",
+      SANDBOX_WARM_NEW = "1" } })
+    local key = server.tenants.acme
+    local ok, err = pcall(function()
+      create(server, key, {}) -- leaves a spare booting for the next create
+      for _, case in ipairs({ { {}, 512, 0.5, 100, "524288" }, { { memory_mb = 256, cpus = 1, max_processes = 64 }, 256, 1, 64, "262144" } }) do
+        local id, json = create(server, key, case[1])
+        assert.are.same({ case[2], case[3], case[4] }, { json.memory_mb, json.cpus, json.max_processes })
+        -- the first command runs in the spare (when adopted) or in the session's own sandbox
+        for _ = 1, 2 do
+          local r = http_client.exec(server, key, id, "grep MemTotal /proc/meminfo")
+          assert.truthy(r.json.stdout:find("MemTotal:%s+" .. case[5] .. " kB"), r.body)
+        end
+      end
+    end)
+    airlockd.stop(server)
+    assert(ok, err)
+  end)
+end)

@@ -50,6 +50,8 @@ typedef struct config {
     size_t nkeys;
     double session_ttl;      /* seconds of idle time */
     long long quota_bytes;   /* per-workspace disk quota (SANDBOX_WORKSPACE_QUOTA_MB) */
+    sandbox_size session_size; /* SANDBOX_SESSION_MEMORY_MB, _CPUS, _MAX_PROCESSES: a session's size
+                                * unless it asks for another (docs/server.md "Session sizes") */
     long long disk_total_bytes;   /* SANDBOX_DISK_TOTAL_MB: cap on all workspace images; 0 = from free space */
     long long disk_reserve_bytes; /* SANDBOX_DISK_RESERVE_MB: host space new images must leave free */
     const char *session_state;    /* SANDBOX_SESSION_STATE: a file; NULL = <state dir>/sessions.json */

@@ -28,6 +28,7 @@ struct registry {
     disk_pool *disk;
     double ttl;
     long long quota_bytes;
+    sandbox_size size;        /* new sessions' size unless they ask for another */
     bool stopping;
     bool reaper_running;
     bool shut_down;           /* nothing is saved any more */
@@ -178,24 +179,33 @@ static bool park(registry *r, session_record *rec)
     return true;
 }
 
-void session_spec_apply(session *s, const session_spec *spec, long long default_quota)
+/* a 0 field of v: d's, else sandbox.h's */
+static unsigned or_default(unsigned v, unsigned d, unsigned builtin)
+{
+    return v ? v : d ? d : builtin;
+}
+
+void session_spec_apply(session *s, const session_spec *spec, const sandbox_size *defaults, long long default_quota)
 {
     const char *tpl = spec && spec->template_name && spec->template_name[0] ? spec->template_name
                                                                            : SESSION_DEFAULT_TEMPLATE;
     snprintf(s->template_name, sizeof s->template_name, "%s", tpl);
     sandbox_size z = {0};
-    const sandbox_size *size = spec ? &spec->size : &z;
-    s->size.memory_mb = size->memory_mb ? size->memory_mb : SANDBOX_MEMORY_MB;
-    s->size.cpu_percent = size->cpu_percent ? size->cpu_percent : SANDBOX_CPU_PERCENT;
-    s->size.max_processes = size->max_processes ? size->max_processes : SANDBOX_MAX_PROCESSES;
+    const sandbox_size *size = spec ? &spec->size : &z, *d = defaults ? defaults : &z;
+    s->size.memory_mb = or_default(size->memory_mb, d->memory_mb, SANDBOX_MEMORY_MB);
+    s->size.cpu_percent = or_default(size->cpu_percent, d->cpu_percent, SANDBOX_CPU_PERCENT);
+    s->size.max_processes = or_default(size->max_processes, d->max_processes, SANDBOX_MAX_PROCESSES);
     s->quota_bytes = spec && spec->quota_bytes > 0 ? spec->quota_bytes : default_quota;
 }
 
-bool session_is_default(const session *s, long long default_quota_bytes)
+/* Whether s has the default template and size (a spare, made ahead, fits only such a one). */
+static bool session_is_default(const registry *r, const session *s)
 {
-    return strcmp(s->template_name, SESSION_DEFAULT_TEMPLATE) == 0 && s->size.memory_mb == SANDBOX_MEMORY_MB &&
-           s->size.cpu_percent == SANDBOX_CPU_PERCENT && s->size.max_processes == SANDBOX_MAX_PROCESSES &&
-           s->quota_bytes == default_quota_bytes;
+    session d = {0};
+    session_spec_apply(&d, NULL, &r->size, r->quota_bytes);
+    return strcmp(s->template_name, d.template_name) == 0 && s->size.memory_mb == d.size.memory_mb &&
+           s->size.cpu_percent == d.size.cpu_percent && s->size.max_processes == d.size.max_processes &&
+           s->quota_bytes == d.quota_bytes;
 }
 
 void session_shape_json(json_t *o, const char *template_name, const sandbox_size *size, long long quota_bytes)
@@ -233,7 +243,7 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
         s->last_accessed_at = rec->last_accessed_at;
         session_spec spec = {.template_name = rec->template_name,
                              .size = {rec->memory_mb, rec->cpu_percent, rec->max_processes}};
-        session_spec_apply(s, &spec, rec->quota_bytes);
+        session_spec_apply(s, &spec, NULL, rec->quota_bytes); /* a file from before sizes: today's */
         s->workspace = ws;
         s->refs = 1;
         s->ready = true;
@@ -296,6 +306,7 @@ registry *registry_new(const registry_opts *o, char *err, size_t errlen)
     }
     r->ttl = o->ttl;
     r->quota_bytes = o->quota_bytes;
+    r->size = o->size;
     r->tenants = o->tenants;
     r->disk = o->disk;
     r->id_slot = o->id_slot;
@@ -523,7 +534,7 @@ static disk_result take_disk(registry *r, session *s, char **ws)
 {
     char id[sizeof s->id];
     /* a spare is made with the default template and size */
-    if (r->spares.adopt && json_array_size(s->egress) == 0 && session_is_default(s, r->quota_bytes) &&
+    if (r->spares.adopt && json_array_size(s->egress) == 0 && session_is_default(r, s) &&
         r->spares.adopt(r->spares.ctx, s->tenant, id, sizeof id, ws)) {
         pthread_mutex_lock(&r->mu);
         memcpy(s->id, id, sizeof id);
@@ -547,7 +558,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
         return SESSION_ERROR;
     }
     s->tenant = tenant;
-    session_spec_apply(s, spec, r->quota_bytes);
+    session_spec_apply(s, spec, &r->size, r->quota_bytes);
     /* Reserve the place (invisible until ready), make the disk without the lock (tens of ms),
      * then publish. */
     pthread_mutex_lock(&r->mu);
@@ -719,7 +730,7 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
     }
     memcpy(s->id, id, sizeof s->id);
     s->tenant = tenant;
-    session_spec_apply(s, spec, r->quota_bytes);
+    session_spec_apply(s, spec, &r->size, r->quota_bytes);
     s->moved_away = true; /* until it is in: undoing it never releases the fleet's row */
     pthread_mutex_lock(&r->mu);
     if (id_taken_locked(r, id) || r->shut_down) {

@@ -46,12 +46,9 @@ typedef struct {
     long long quota_bytes;     /* its disk; 0: the server's (SANDBOX_WORKSPACE_QUOTA_MB) */
 } session_spec;
 
-/* s takes spec's (NULL: the defaults) template and size, each default filled in (the disk:
- * default_quota bytes). */
-void session_spec_apply(session *s, const session_spec *spec, long long default_quota);
-
-/* Whether s has the default template and size (a spare, made ahead, fits only such a one). */
-bool session_is_default(const session *s, long long default_quota_bytes);
+/* s takes spec's (NULL: the defaults) template and size, each default filled in from defaults
+ * (NULL, or a 0 field: sandbox.h's) and default_quota bytes (the disk). */
+void session_spec_apply(session *s, const session_spec *spec, const sandbox_size *defaults, long long default_quota);
 
 /* A fleet's shared session registry (fleet/fleet.h), which decides max_sessions across nodes:
  * reserve registers a new id (0; 1 over the limit with *open_now; -1 unreachable), ready gives
@@ -69,6 +66,7 @@ typedef struct {
     const char *state_dir;   /* absolute, symlink-free */
     double ttl;              /* idle seconds */
     long long quota_bytes;   /* the disk quota of new sessions */
+    sandbox_size size;       /* their size unless they ask for another (0 fields: sandbox.h's) */
     const char *state_file;  /* where sessions are saved; NULL: not persisted (wiped at shutdown) */
     tenants *tenants;        /* names the saved sessions' tenants */
     disk_pool *disk;
@@ -116,7 +114,8 @@ typedef struct {
 void registry_set_spares(registry *r, const registry_spares *sp);
 
 /* A spare's disk: a fresh id no session has, and its new disk of the sessions' quota
- * (*workspace malloc'd); 0 on success, else no room (or an error, logged). */
+ * (*workspace malloc'd); 0 on success, else no room (or an error, logged). A spare's sandbox
+ * has registry_opts.size. */
 int registry_make_spare_disk(registry *r, char *id, size_t id_len, char **workspace);
 
 /* Deletes the disk of a spare no session adopted. */

@@ -377,6 +377,7 @@ void warm_want_spare(warm_pool *w, const char *tenant)
         entry *e = warm_free_entry_locked(w);
         if (!e || !warm_fill_entry(e, NULL, NULL, tenant))
             break;
+        e->size = w->ws.spare_size;
     }
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);

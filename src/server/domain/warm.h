@@ -54,6 +54,7 @@ typedef struct {
     int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
     int max_booting;  /* boots at once (the CPUs) */
     int spares;       /* SANDBOX_WARM_NEW: spares per tenant (0: new sessions start cold) */
+    sandbox_size spare_size; /* a spare's sandbox: the sessions' default size */
     bool sessions;    /* SANDBOX_EXEC_MODE=session: sessions get a sandbox of their own */
     warm_spare_disks disks;
     warm_session_network net;
@@ -78,7 +79,7 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
 sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
 
 /* Keeps settings.spares sandboxes booting or booted for tenant's next new sessions, each over
- * a fresh disk of its own, of the default template and size (a spare counts against max_ready like any other, and is released
+ * a fresh disk of its own, of the default template and settings.spare_size (a spare counts against max_ready like any other, and is released
  * when idle like any other). */
 void warm_want_spare(warm_pool *w, const char *tenant);
 

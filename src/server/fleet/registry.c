@@ -125,7 +125,7 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
         json_t *shape = json_loads(PQgetvalue(res, i, 5), 0, NULL);
         session_spec spec = fleet_shape_spec(shape, quota_mb << 20);
         session filled = {0}; /* the defaults filled in as the node that holds it did */
-        session_spec_apply(&filled, &spec, quota_mb << 20);
+        session_spec_apply(&filled, &spec, NULL, quota_mb << 20);
         if (item)
             session_shape_json(item, filled.template_name, &filled.size, filled.quota_bytes);
         json_decref(shape);
