@@ -4,7 +4,8 @@
 -- sandbox enforces them as it does the defaults: the memory cgroup (a 1 GB session holds a 700 MB
 -- array, a default one is OOM-killed for it), the CFS quota (read from the session sandbox's
 -- host cgroup), gVisor's process limit and the workspace image's size. GET /v1/sessions/{id} and
--- the list show the template and the sizes, and they survive a restart. Lua 5.1-compatible.
+-- the list show the template and the sizes, and they survive a restart; the disk counts against
+-- SANDBOX_DISK_TOTAL_MB; SANDBOX_SESSION_* set the default size. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
@@ -260,6 +261,25 @@ describe("the server's default session size (SANDBOX_SESSION_MEMORY_MB, _CPUS, _
           assert.truthy(r.json.stdout:find("MemTotal:%s+" .. case[5] .. " kB"), r.body)
         end
       end
+    end)
+    airlockd.stop(server)
+    assert(ok, err)
+  end)
+end)
+
+describe("a session's disk counts against the server's disk budget (SANDBOX_DISK_TOTAL_MB)", function()
+  it("refuses a disk that does not fit with the capacity 503, and still makes one that does", function()
+    local server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_DISK_TOTAL_MB = "300",
+      SANDBOX_WORKSPACE_QUOTA_MB = "32", SANDBOX_WARM_NEW = "0" } })
+    local key = server.tenants.acme
+    local ok, err = pcall(function()
+      local big = create(server, key, { disk_mb = 200 }) -- an image of ~215 MB
+      local r = http_client.create(server, key, cjson.encode({ disk_mb = 200 }))
+      assert.are.equal(503, r.status, r.body)
+      assert.are.equal("All sandbox workspaces are in use; try again shortly.", r.json.detail)
+      local small = create(server, key, {}) -- 32 MB fits beside it
+      for _, id in ipairs({ big, small }) do assert.are.equal(200, http_client.delete(server, key, id).status) end
+      create(server, key, { disk_mb = 200 }) -- room again once the first is gone
     end)
     airlockd.stop(server)
     assert(ok, err)
