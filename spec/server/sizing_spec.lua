@@ -165,6 +165,11 @@ describe("session sizes", function()
       assert.are.equal(kind, r.json.detail[1].type, r.body)
       assert.truthy(r.json.detail[1].msg:find(field, 1, true), r.body)
     end
+    -- an integer past 64 bits (as Python reads it: a number) is over the maximum too
+    local huge = http_client.create(server, key, '{"max_processes": 99999999999999999999}')
+    assert.are.equal(422, huge.status, huge.body)
+    assert.are.same({ "body", "max_processes" }, huge.json.detail[1].loc)
+    assert.are.equal("less_than_equal", huge.json.detail[1].type)
     -- every bad field is named at once
     local r = http_client.create(server, key, '{"memory_mb": "x", "cpus": 9, "disk_mb": 0, "max_processes": 1.5}')
     assert.are.equal(422, r.status, r.body)

@@ -1,4 +1,4 @@
-/* /v1/sessions: create (contract 1.2), list (1.3) and delete (1.4) sessions. */
+/* /v1/sessions: create (contract 1.2), list (1.3), delete (1.4) and, ours, one session's fields (GET /v1/sessions/{id}). */
 #include "api/handlers.h"
 
 #include "api/session_size.h"
