@@ -198,12 +198,18 @@ void session_spec_apply(session *s, const session_spec *spec, const sandbox_size
     s->quota_bytes = spec && spec->quota_bytes > 0 ? spec->quota_bytes : default_quota;
 }
 
-/* Whether s has the default template and size (a spare, made ahead, fits only such a one). */
+/* The reference's two template names: both run on the default root. */
+static bool on_default_root(const char *template_name)
+{
+    return strcmp(template_name, SESSION_DEFAULT_TEMPLATE) == 0 || strcmp(template_name, "python:3.11-slim") == 0;
+}
+
+/* Whether s has the default root and size (a spare, made ahead, fits only such a one). */
 static bool session_is_default(const registry *r, const session *s)
 {
     session d = {0};
     session_spec_apply(&d, NULL, &r->size, r->quota_bytes);
-    return strcmp(s->template_name, d.template_name) == 0 && s->size.memory_mb == d.size.memory_mb &&
+    return on_default_root(s->template_name) && s->size.memory_mb == d.size.memory_mb &&
            s->size.cpu_percent == d.size.cpu_percent && s->size.max_processes == d.size.max_processes &&
            s->quota_bytes == d.quota_bytes;
 }
