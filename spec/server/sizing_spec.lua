@@ -39,11 +39,14 @@ local function shape(s)
            max_processes = s.max_processes }
 end
 
--- The CFS quota of the session's own sandbox, from its host cgroup (this server's root,
--- its tenant's group, the sandbox named after the session); nil while there is none.
+-- The CFS quota (µs per 100 ms) of the session's own sandbox, from its host cgroup (this
+-- server's root, its tenant's group, the sandbox named after the session): cgroup v1's
+-- cpu.cfs_quota_us, or v2's cpu.max ("max" = -1); nil while there is none.
 local function cfs_quota(id)
-  local out = proc.output("cat /sys/fs/cgroup/cpu/airlockd-*/*/" .. id .. "*/cpu.cfs_quota_us 2>/dev/null")
-  return tonumber(out:match("^%s*(%-?%d+)"))
+  local v1 = proc.output("cat /sys/fs/cgroup/cpu/airlockd-*/*/" .. id .. "*/cpu.cfs_quota_us 2>/dev/null")
+  local v2 = proc.output("cat /sys/fs/cgroup/airlockd-*/*/" .. id .. "*/cpu.max 2>/dev/null")
+  if v2:match("^max") then return -1 end
+  return tonumber(v1:match("^%s*(%-?%d+)") or v2:match("^(%d+) "))
 end
 
 describe("session sizes", function()
