@@ -87,6 +87,13 @@ describe("a 3-node fleet", function()
     end
   end)
 
+  it("says each step of fleet.sh up as it goes (stderr), each with its time", function()
+    local steps = {}
+    for line in f.up_output:gmatch("[^\n]+") do steps[#steps + 1] = line:match("^fleet%.sh: %[%d+ s%] (.*)$") end
+    assert.are.same({ "starting PostgreSQL", "starting 3 nodes", "node1 is up", "node2 is up", "node3 is up",
+      "starting the router" }, steps)
+  end)
+
   it("keeps the database password out of every command line and every log", function()
     local password = f.info.database:match("^postgresql://[^:]+:([^@]+)@")
     assert.is_string(password)
@@ -334,7 +341,9 @@ describe("a 3-node fleet", function()
     assert.is_true(ok, out)
     local refused = http.create(f.router, KEY)
     assert.are.equal(503, refused.status, refused.body)
-    assert.is_string(refused.json.detail)
+    -- one of the texts docs/fleet.md shows for a create during an outage
+    local doc = proc.read_file(proc.repo_root() .. "/docs/fleet.md")
+    assert.truthy(doc:find('`"' .. refused.json.detail .. '"`', 1, true), refused.json.detail)
     local ran = http.exec(f.router, KEY, s, "echo still here")
     assert.are.equal(200, ran.status, ran.body)
     assert.are.equal("still here\n", ran.json.stdout)
