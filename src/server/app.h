@@ -32,6 +32,7 @@ typedef struct app {
     warm_pool *warm;       /* sandboxes booted ahead for sessions; NULL: every command cold */
     pg_pool *db;           /* a fleet's database (--database), or NULL */
     fleet *fleet;          /* this node's place in the fleet, or NULL */
+    disk_pool *disk;       /* the workspace disks (for their figures; the registry uses them) */
 } app;
 
 #endif

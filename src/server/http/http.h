@@ -146,6 +146,10 @@ void http_send_retry(http_request *r, unsigned status, const char *detail, unsig
 /* Streams size bytes of the open file fd (from its offset 0) as the body, never holding them
  * in memory (sendfile where the kernel can); takes fd, closed once sent or on failure. */
 void http_send_file(http_request *r, unsigned status, int fd, unsigned long long size, const char *ctype);
+/* len bytes of data (copied) as the body, of type ctype, with headers (name, value pairs,
+ * NULL-terminated; NULL: none): the status page's files */
+void http_send_bytes(http_request *r, unsigned status, const void *data, size_t len, const char *ctype,
+                     const char *const *headers);
 /* 500 "Internal Server Error", text/plain; charset=utf-8 */
 void http_send_500(http_request *r);
 /* 307 with a location header and an empty body */

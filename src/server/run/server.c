@@ -78,7 +78,9 @@ static int open_stores(server *s)
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
-    return (s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err)) ? 0 : -1;
+    s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
+    s->a.disk = s->disk; /* the status page's budgets */
+    return s->disk ? 0 : -1;
 }
 
 static int open_egress(server *s)
