@@ -19,6 +19,8 @@
 #                                         it in the background until `down`
 #   scripts/fleet.sh follow --socket S --map M
 #                                         the same next to a real router (docs/fleet.md)
+#   scripts/fleet.sh status DIR           the router, the database, each node and the sessions
+#                                         by tenant and node, as tables (reads only)
 #   scripts/fleet.sh db-stop DIR / db-start DIR
 #                                         stops / starts the fleet's PostgreSQL (outage tests)
 #   scripts/fleet.sh exec [--nodes N] -- CMD...
@@ -651,6 +653,117 @@ cmd_exec() {
     SANDBOX_API_KEY=$key LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;;" LUA_CPATH="$top/build/?.so;;" "$@"
 }
 
+# `status DIR`: the fleet at a glance, as tables: the router (does /healthz answer through it,
+# and whose view it gives), the database, each node (its row, its process, its /healthz and
+# the router's view of it) and the sessions by tenant and node. Reads only; works while the
+# database is down (each node's own answer then, marked). Self-contained: the files `up`
+# writes, psql (the password from DIR/pg/pgpass), the nodes' /healthz and HAProxy's stats
+# socket when there is one.
+cmd_status() {
+  local dir
+  dir=$(cd "$1" && pwd) || die "no directory $1"
+  [ -f "$dir/fleet.json" ] || die "$dir holds no fleet (no fleet.json)"
+  DIR="$dir" python3 - <<'EOF'
+import json, os, socket, subprocess, time, urllib.request
+
+d = os.environ["DIR"]
+info = json.load(open(os.path.join(d, "fleet.json")))
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+
+def get(url):
+    try:
+        with direct.open(url, timeout=3) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, None
+    except Exception:
+        return None, None
+
+def psql(query):
+    env = dict(os.environ, PGPASSFILE=os.path.join(d, "pg/pgpass"), PGCONNECT_TIMEOUT="3")
+    try:
+        out = subprocess.run(["psql", "-X", "-q", "-At", "-F", "\t", "-h", "127.0.0.1", "-p", str(info["postgres"]["port"]),
+                              "-U", "airlock", "-d", "airlock", "-c", query], env=env, capture_output=True, text=True, timeout=10)
+    except Exception:
+        return None
+    return [l.split("\t") for l in out.stdout.splitlines()] if out.returncode == 0 else None
+
+def alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except Exception:
+        return False
+
+def router_servers():
+    """Each node as HAProxy's checks see it ({"node1": "UP"}): its line in the backend that
+    serves tenant-level requests, which tracks the node's one health check."""
+    sock = info.get("haproxy", {}).get("stats_socket")
+    if not sock or not os.path.exists(sock):
+        return {}
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(3)
+        s.connect(sock)
+        s.sendall(b"show stat\n")
+        s.shutdown(socket.SHUT_WR)
+        data = s.makefile().read()
+        s.close()
+    except Exception:
+        return {}
+    states = {}
+    for line in data.splitlines():
+        f = line.split(",")  # pxname, svname, ..., status is the 18th field
+        if len(f) > 17 and f[0] == "any" and f[1] not in ("BACKEND", "FRONTEND"):
+            states[f[1]] = f[17]
+    return states
+
+def table(headers, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    for r in [headers] + rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+code, health = get(info["router"] + "/healthz")
+if code == 200 and health:
+    fl = health.get("fleet") or {}
+    view = ("fleet-wide: %s nodes (%s active), %s sessions" % (fl.get("nodes"), fl.get("nodes_active"), fl.get("sessions"))
+            if health.get("scope") == "fleet" else "node %s's view only: %s sessions" % (health.get("node"), health.get("active_sessions")))
+    print("router    %s  answers /healthz (from node %s; %s)" % (info["router"], health.get("node"), view))
+else:
+    print("router    %s  does not answer /healthz (%s)" % (info["router"], code or "no connection"))
+nodes = psql("SELECT id, lpad(to_hex(slot), 2, '0'), state, round(extract(epoch FROM now() - heartbeat)::numeric, 1),"
+             " load, capacity, (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
+             " (SELECT count(*) FROM commands c WHERE c.node = n.id) FROM nodes n ORDER BY slot")
+print("database  127.0.0.1:%s  %s" % (info["postgres"]["port"], "up" if nodes is not None else
+      "DOWN: node rows below are each node's own answer"))
+print()
+rows_db = {r[0]: r for r in nodes or []}
+servers = router_servers()
+rows = []
+for n in info["nodes"]:
+    c, h = get(n["url"] + "/healthz")
+    r = rows_db.get(n["id"])
+    proc = "running" if alive(n["pid"]) else "gone"
+    answer = "ok" if c == 200 else (str(c) if c else "no answer")
+    held = h.get("node_sessions", h.get("active_sessions")) if h else "?"
+    if r:
+        rows.append([n["id"], r[1], r[2], r[3] + "s ago", r[4], r[5] if r[5] != "0" else "-", r[6], held, r[7],
+                     proc, answer, servers.get(n["id"], "-"), n["url"]])
+    else:
+        rows.append([n["id"], "?", "?", "?", "?", "?", "?", held, "?", proc, answer, servers.get(n["id"], "-"), n["url"]])
+table(["NODE", "SLOT", "STATE", "HEARTBEAT", "LOAD", "CAPACITY", "SESSIONS", "HELD", "COMMANDS", "PROCESS",
+       "HEALTHZ", "ROUTER", "URL"], rows)
+print()
+sessions = psql("SELECT tenant, node, state, count(*) FROM sessions GROUP BY tenant, node, state ORDER BY tenant, node, state")
+if sessions is None:
+    print("sessions: the database cannot be reached (HELD above: each node's own count)")
+elif not sessions:
+    print("sessions: none")
+else:
+    table(["TENANT", "NODE", "STATE", "SESSIONS"], sessions)
+EOF
+}
+
 usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
   exit 2
@@ -674,6 +787,7 @@ case "$cmd" in
   router) [ $# -eq 1 ] || usage; cmd_router "$1" ;;
   start-node) [ $# -eq 2 ] || usage; cmd_start_node "$1" "$2" ;;
   drain) [ $# -eq 2 ] || usage; cmd_drain "$1" "$2" ;;
+  status) [ $# -eq 1 ] || usage; cmd_status "$1" ;;
   follow) cmd_follow "$@" ;;
   db-stop) [ $# -eq 1 ] || usage; stop_postgres "$(cd "$1" && pwd)" ;;
   db-start)

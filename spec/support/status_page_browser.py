@@ -2,7 +2,7 @@
 """Drives airlockd's status page (/admin/) in headless Chromium through Selenium (Debian's
 chromium, chromium-driver and python3-selenium), for spec/server/status_page_spec.lua.
 
-Usage: status_page_browser.py BASE_URL ADMIN_KEY TENANT_KEY OUT_DIR
+Usage: status_page_browser.py BASE_URL ADMIN_KEY TENANT_KEY OUT_DIR [outage]
 
 Steps, each waiting on a condition (bounded) that names what it last saw when it fails:
 a bad key is refused on the page; the admin key fills the tables (budgets, tenants, audit,
@@ -119,8 +119,25 @@ def run(driver, base, admin_key, tenant_key, out_dir, seen):
     seen["console_errors"] = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
+def run_outage(driver, base, admin_key, out_dir, seen):
+    """A fleet whose database is down: the page shows what the node knows, marked."""
+    driver.get(base + "/admin/")
+    wait(driver, "the login form", lambda d: (visible(d, "login"), d.title))
+    login(driver, admin_key)
+    seen["banner"] = wait(driver, "the outage banner", lambda d: (
+        visible(d, "banner") and "cannot be reached" in d.find_element(By.ID, "banner").text,
+        d.find_element(By.ID, "banner").text))
+    seen["nodes_note"] = wait(driver, "the nodes marked as the node's last view", lambda d: (
+        "last view" in d.find_element(By.ID, "nodes-note").text and len(texts(d, "#nodes tbody tr[data-node]")) > 0,
+        d.find_element(By.ID, "nodes-note").text))
+    seen["nodes"] = texts(driver, "#nodes tbody tr[data-node]")
+    seen["screenshot"] = os.path.join(out_dir, "status-page-outage.png")
+    driver.save_screenshot(seen["screenshot"])
+
+
 def main():
     base, admin_key, tenant_key, out_dir = sys.argv[1:5]
+    outage = len(sys.argv) > 5 and sys.argv[5] == "outage"
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -136,7 +153,10 @@ def main():
     try:
         driver.set_page_load_timeout(WAIT_S)
         driver.set_script_timeout(WAIT_S)
-        run(driver, base, admin_key, tenant_key, out_dir, seen)
+        if outage:
+            run_outage(driver, base, admin_key, out_dir, seen)
+        else:
+            run(driver, base, admin_key, tenant_key, out_dir, seen)
     except Exception as e:
         seen["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
