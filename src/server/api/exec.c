@@ -371,10 +371,14 @@ static void exec_in_session(app *a, http_request *r, const api_call *c, session 
         cancel_fd = http_stream_cancel_fd(tap->stream);
     sandbox_result res;
     memset(&res, 0, sizeof res);
+    unsigned long shown = figures_command_begin(a->figures, s->id, q->command, q->command_len);
     int rc = run_in_sandbox(a, s, tenants_get(a->tenants, c->tenant), q, tap, name, spill_id, cancel_fd, &res,
                             errbuf, sizeof errbuf);
     double duration_s = seconds_since(&t0);
     give_turn_back(a, c->tenant);
+    figures_command_end(a->figures, s->id, shown, rc != 0 || res.timed_out || res.cancelled ? -1 : res.exit_code);
+    if (registry_removed(a->reg, s)) /* deleted meanwhile: its figures went before this command's */
+        figures_forget(a->figures, s->id);
     if (rc != 0) {
         fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
         answer_error(ans, 500, NULL);

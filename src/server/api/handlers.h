@@ -39,6 +39,9 @@ void api_keys_revoke(app *a, http_request *r, const api_call *c);
 void api_admin_keys_list(app *a, http_request *r, const api_call *c);
 void api_admin_keys_create(app *a, http_request *r, const api_call *c);
 void api_admin_keys_revoke(app *a, http_request *r, const api_call *c);
+/* session_metrics.c (ours) */
+void api_session_metrics(app *a, http_request *r, const api_call *c);
+void api_admin_sessions(app *a, http_request *r, const api_call *c);
 /* nodes.c: the fleet */
 void api_admin_nodes(app *a, http_request *r, const api_call *c);
 void api_admin_node_drain(app *a, http_request *r, const api_call *c);

@@ -33,6 +33,7 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/sessions/{}/exec",        API_TENANT, true,  FIELDS,    LONG,  api_exec},
     {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  FIELDS,    LONG,  api_import},
     {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, NO_BODY,   QUICK, api_egress_log},
+    {"GET",    "/v1/sessions/{}/metrics",     API_TENANT, false, NO_BODY,   QUICK, api_session_metrics},
     {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
     {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},
     {"GET",    "/v1/audit",                   API_TENANT, false, NO_BODY,   QUICK, api_audit},
@@ -43,6 +44,7 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/admin/keys",              API_ADMIN,  true,  FIELDS,    QUICK, api_admin_keys_create},
     {"DELETE", "/v1/admin/keys/{}",           API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_revoke},
     {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
+    {"GET",    "/v1/admin/sessions",          API_ADMIN,  false, NO_BODY,   QUICK, api_admin_sessions},
     {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
     {"GET",    "/v1/admin/audit",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_audit},
     {"GET",    "/v1/admin/egress",            API_ADMIN,  false, NO_BODY,   QUICK, api_admin_egress},
@@ -158,13 +160,23 @@ typedef struct {
 
 _Static_assert(sizeof(admission) <= HTTP_APP_DATA, "the admission record must fit the request's room");
 
-/* The answer a request whose key failed gets. */
-static void send_unauthorized(http_request *r, const api_route *rt, const admission *ad)
+/* The answer a request whose key failed gets; a valid key on the wrong kind of route says so
+ * after the contract's text (the admin key on a tenant's route, a tenant's key on an admin
+ * route), with the contract's 401. */
+static void send_unauthorized(app *a, http_request *r, const api_route *rt, const admission *ad)
 {
-    if (rt->auth == API_TENANT)
+    const char *key = http_header(r, "X-API-Key");
+    auth_caller who;
+    if (rt->auth == API_TENANT && key && auth_admin(a->cfg, a->keys, key) == AUTH_ADMIN_OK)
+        http_send_detail(r, 401, "Invalid or missing X-API-Key header: this is the admin key, which opens only "
+                                 "the /v1/admin/ routes (GET /v1/admin/sessions lists every tenant's sessions).");
+    else if (rt->auth == API_TENANT)
         http_send_detail(r, 401, "Invalid or missing X-API-Key header");
     else if (ad->admin == AUTH_ADMIN_OFF)
         http_send_detail(r, 404, "The admin API is not enabled on this server.");
+    else if (key && auth_tenant(a->cfg, a->tenants, a->keys, key, &who))
+        http_send_detail(r, 401, "Invalid or missing admin key: this is a tenant's key; the /v1/admin/ routes "
+                                 "need the admin key (SANDBOX_ADMIN_KEY).");
     else
         http_send_detail(r, 401, "Invalid or missing admin key");
 }
@@ -214,7 +226,7 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
     if (ad->authed)
         return;
     if (raw_write) { /* raw bytes are never parsed as JSON: 401 at once */
-        send_unauthorized(r, rt, ad);
+        send_unauthorized(a, r, rt, ad);
         return;
     }
     /* The reference answers a body that is not JSON at all (422) before it checks the key:
@@ -226,7 +238,7 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
         adm->run = HTTP_RUN_QUICK;
         return;
     }
-    send_unauthorized(r, rt, ad);
+    send_unauthorized(a, r, rt, ad);
 }
 
 /* Whether the request deletes one of the caller's own sessions: that frees a session slot,
@@ -287,7 +299,7 @@ static void run(app *a, http_request *r, const api_route *rt, const char *param)
     bool allowed = ad->authed && (rt->auth == API_ADMIN ||
                                   take_request_token(a, r, &c, &ad->who, frees_own_session(a, rt, param, &ad->who)));
     if (!ad->authed)
-        send_unauthorized(r, rt, ad);
+        send_unauthorized(a, r, rt, ad);
     else if (allowed)
         rt->handler(a, r, &c);
     if (file_write)

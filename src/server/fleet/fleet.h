@@ -123,6 +123,10 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
 json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
 /* The tenant's live sessions on every node, or -1. */
 long fleet_session_count(fleet *f, const char *tenant);
+/* Every tenant's sessions in the fleet's registry (the admin's listing), newest first, at most
+ * limit: [{"id","tenant","node","state","created_at","last_accessed_at","disk_quota_mb"}];
+ * NULL when the database cannot be reached. */
+json_t *fleet_session_list_all(fleet *f, int limit);
 
 /* ---- a drain's moves (fleet/moves.c) ---- */
 

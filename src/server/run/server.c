@@ -48,6 +48,10 @@ static int open_sandboxes(server *s)
         return fail(s, "no isolation backend: %s", why);
     /* the first line of the log says what the sandboxes run on */
     fprintf(stderr, "airlockd: isolation: %s\n%s", sandbox_backend_summary(s->a.sb), sandbox_backend_notes(s->a.sb));
+    /* a released sandbox's CPU time and peak stay counted for its session */
+    if (!(s->a.figures = figures_new()))
+        return fail(s, "out of memory");
+    sandbox_backend_on_retire(s->a.sb, figures_retire, s->a.figures);
     const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
         fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", why);
@@ -171,6 +175,14 @@ static int open_warm_pool(server *s)
     return 0;
 }
 
+/* A session left the registry: its proxy pass, listeners and tunnels end, its figures go. */
+static void session_removed(void *ctx, const char *session_id)
+{
+    app *a = ctx;
+    egress_forget_session(a->egress, session_id);
+    figures_forget(a->figures, session_id);
+}
+
 /* The sessions (after the sandbox backend removed the predecessor's sandboxes, which held
  * workspaces), saved where SANDBOX_SESSION_STATE says. */
 static int open_sessions(server *s)
@@ -188,7 +200,7 @@ static int open_sessions(server *s)
     if (!(a->reg = registry_new(&ro, s->err, sizeof s->err)))
         return -1;
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
-    registry_set_remove_hook(a->reg, egress_forget_session, a->egress);
+    registry_set_remove_hook(a->reg, session_removed, a);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
     registry_set_destroy_hook(a->reg, forget_warm, a->warm);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
@@ -327,6 +339,7 @@ void server_close(server *s, int status)
     server_close_fleet(s);     /* after the sessions, which release their rows in it */
     if (a->sb)
         sandbox_backend_close(a->sb);
+    figures_free(a->figures); /* after every sandbox, whose release reports to it */
     if (s->cfg->port_file && status == 0)
         unlink(s->cfg->port_file);
     free(s->state);

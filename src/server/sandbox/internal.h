@@ -11,8 +11,8 @@
 
 #include <pthread.h>
 
-#define MEMORY_LIMIT (256ull * 1024 * 1024)
-#define NPROC_LIMIT 64
+#define MEMORY_LIMIT SANDBOX_MEMORY_BYTES
+#define NPROC_LIMIT SANDBOX_PROCESSES
 /* gVisor's sentry, gofer and systrap stubs are host tasks: a fork bomb at the NPROC limit
  * peaked at ~145 of them; this only stops a runaway sentry, not sandboxed processes. */
 #define HOST_TASKS_LIMIT 1024
@@ -46,6 +46,8 @@ struct sandbox_backend {
     sbx_rootfs rootfs;
     sbx_cg_tree cgroups; /* this server's cgroup root in each hierarchy */
     bool have_cgroups;
+    sandbox_retire_hook on_retire; /* sandbox_backend_on_retire */
+    void *retire_ctx;
     char summary[768];   /* sandbox_backend_summary */
     char notes[1024];    /* sandbox_backend_notes */
 };
