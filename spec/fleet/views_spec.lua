@@ -143,11 +143,12 @@ describe("a fleet's views", function()
     local rc, page = proc.run_capture(string.format("timeout -k 5 300 /usr/bin/python3 %s %s %s %s %s outage",
       proc.shell_quote(proc.repo_root() .. "/spec/support/status_page_browser.py"), proc.shell_quote(f.router.url),
       proc.shell_quote(ADMIN), proc.shell_quote(KEY), proc.shell_quote(dir)))
-    local left = proc.output("pgrep -f " .. proc.shell_quote(dir .. "/profile") .. " || true")
+    local left = proc.output("pgrep -f " .. proc.shell_quote(dir .. "/[p]rofile") .. " || true") -- [p]: not pgrep's own shell
     for pid in left:gmatch("%d+") do proc.stop_process(tonumber(pid), 1) end
     proc.remove_tree(dir .. "/profile")
     local seen = cjson.decode(page:match("(%b{})%s*$") or "{}")
     assert.are.same({ 0, nil }, { rc, seen.error }, page)
+    assert.are.equal("", left, "browser processes left running")
     assert.truthy(seen.banner:find("cannot be reached", 1, true), seen.banner)
     assert.truthy(seen.nodes_note:find("last view, as of", 1, true), seen.nodes_note)
     assert.are.equal(3, #seen.nodes)

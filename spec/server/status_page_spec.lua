@@ -124,7 +124,7 @@ describe("the status page", function()
       q(proc.repo_root() .. "/spec/support/status_page_browser.py"), q(server.url), q(ADMIN), q(key), q(out_dir))
     local rc, out = proc.run_capture(cmd)
     -- nothing of the browser may outlive the run (its profile folder names its processes)
-    local left = proc.output("pgrep -f " .. q(out_dir .. "/profile") .. " || true")
+    local left = proc.output("pgrep -f " .. q(out_dir .. "/[p]rofile") .. " || true") -- [p]: not pgrep's own shell
     for pid in left:gmatch("%d+") do proc.stop_process(tonumber(pid), 1) end
     local seen = cjson.decode(out:match("(%b{})%s*$") or "{}")
     assert.are.same({ 0, nil }, { rc, seen.error }, out)
@@ -138,11 +138,15 @@ describe("the status page", function()
     assert.truthy(table.concat(seen.budgets, "\n"):find("Workspace disks", 1, true))
     assert.truthy(table.concat(seen.tenants, "\n"):find("acme", 1, true))
     assert.truthy(table.concat(seen.egress, "\n"):find(sid, 1, true))
-    assert.truthy(seen.session_row:find(seen.session_id, 1, true), seen.session_row)
+    -- its row: id, state, template, its live figures and disk quota
+    assert.truthy(seen.session_row:find(seen.session_id .. " – idle sandbox-base:latest", 1, true), seen.session_row)
+    assert.truthy(seen.session_row:find("of 16.0 MB", 1, true), seen.session_row)
     assert.truthy(table.concat(seen.session_groups, "\n"):find("Tenant acme", 1, true))
     assert.is_true(seen.session_gone)
     assert.are.equal(cjson.null, seen.key_after_sign_out)
     assert.are.same({}, seen.console_errors)
+    -- the only resources that failed are the bad key's refused reads
+    for _, m in ipairs(seen.failed_loads) do assert.truthy(m:find("status of 401", 1, true), m) end
     local png = proc.read_file(seen.screenshot)
     assert.are.equal("\137PNG", png:sub(1, 4))
     print("status page screenshot: " .. seen.screenshot)

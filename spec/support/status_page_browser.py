@@ -102,7 +102,7 @@ def run(driver, base, admin_key, tenant_key, out_dir, seen):
     seen["session_id"] = sid
     row = "#sessions tbody tr[data-session-id='%s']" % sid
     seen["session_row"] = wait(driver, "the new session in the sessions table", lambda d: (
-        len(texts(d, row)) == 1, texts(d, "#sessions tbody tr")))[0]
+        len(texts(d, row)) == 1, texts(d, row) or texts(d, "#sessions tbody tr")))[0]
     seen["session_groups"] = texts(driver, "#sessions tbody tr.group")
     seen["screenshot"] = os.path.join(out_dir, "status-page.png")
     driver.set_window_size(1280, 1000)
@@ -116,7 +116,10 @@ def run(driver, base, admin_key, tenant_key, out_dir, seen):
     driver.find_element(By.ID, "logout").click()
     wait(driver, "signed out", lambda d: (visible(d, "login"), visible(d, "status")))
     seen["key_after_sign_out"] = driver.execute_script("return sessionStorage.getItem('airlock-admin-key')")
-    seen["console_errors"] = [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+    # the page's own errors (a refused or absent resource is the answer it shows, not one)
+    seen["console_errors"] = [e["message"] for e in driver.get_log("browser")
+                              if e.get("level") == "SEVERE" and "Failed to load resource" not in e["message"]]
+    seen["failed_loads"] = [e["message"] for e in driver.get_log("browser") if "Failed to load resource" in e["message"]]
 
 
 def run_outage(driver, base, admin_key, out_dir, seen):

@@ -61,7 +61,7 @@
     p.textContent = text || "";
     p.classList.toggle("stale", !!stale);
   }
-  function stateCell(state) { return cell(state || "–", "state-" + (state || "none")); }
+  function stateCell(state, text) { return cell(text || state || "–", "state-" + (state || "none")); }
   function bar(used, of) {
     const td = document.createElement("td");
     if (!of) return td;
@@ -110,12 +110,14 @@
         { "data-budget": "disk" }),
     ];
     if (sessions && sessions.status === 200) {
+      // the sessions this server holds (a fleet's others are measured on their own nodes)
       let now = 0, limit = 0;
       for (const s of sessions.json.sessions) {
+        if (s.live === false) continue;
         now += s.memory_bytes || 0;
-        limit += (s.memory_mb || 0) * 1024 * 1024;
+        limit += s.memory_limit_bytes || (s.memory_mb || 0) * 1024 * 1024;
       }
-      rows.push(row(["Memory of the sessions", bytes(now), limit ? bytes(limit) + " (their limits)" : "–", bar(now, limit)],
+      rows.push(row(["Memory of the sessions here", bytes(now), limit ? bytes(limit) + " (their limits)" : "–", bar(now, limit)],
         { "data-budget": "memory" }));
     }
     note("budgets-note", "Isolation: " + st.json.isolation + "; idle sessions end after " + duration(st.json.session_ttl_s) + ".");
@@ -167,9 +169,10 @@
         rows.push(tr);
       }
       const last = s.last_command;
-      rows.push(row([s.id, num(s.node), stateCell(s.state), num(s.template), cell(duration(s.age_s), "num"),
+      rows.push(row([s.id, num(s.node), stateCell(s.state, s.state === "elsewhere" ? "on " + s.node : s.state), num(s.template), cell(duration(s.age_s), "num"),
         cell(s.cpu_seconds === null || s.cpu_seconds === undefined ? "–" : s.cpu_seconds.toFixed(2) + " s", "num"),
-        cell(bytes(s.memory_bytes) + " (" + bytes(s.memory_peak_bytes) + ") of " + (s.memory_mb ? s.memory_mb + " MB" : "–"), "num"),
+        cell(bytes(s.memory_bytes) + " (" + bytes(s.memory_peak_bytes) + ") of " +
+          (s.memory_limit_bytes ? bytes(s.memory_limit_bytes) : s.memory_mb ? s.memory_mb + " MB" : "–"), "num"),
         cell(bytes(s.disk_used_bytes) + " of " + bytes(s.disk_quota_bytes), "num"),
         cell(num(s.processes), "num"), cell(num(s.commands_run), "num"),
         cell(last ? (last.command || "") + (last.exit_code !== undefined && last.exit_code !== null ? " → " + last.exit_code : "") : "–", "cmd")],
@@ -179,8 +182,10 @@
           cell(c.command, "cmd")], { "data-session-id": s.id }));
       }
     }
-    note("sessions-note", r.json.stale ? "The fleet's database cannot be reached: this node's sessions only." : "",
-      r.json.stale);
+    const down = r.json.database === "unreachable";
+    note("sessions-note", down ? "The fleet's database cannot be reached: node " + r.json.node + "'s sessions only." :
+      r.json.node ? "Live figures are those of node " + r.json.node + "'s sessions; the others' are measured on their nodes." : "",
+      down);
     note("running-note", "");
     fill("sessions", rows, "No session is open.");
     fill("running", running, "No command is running.");
@@ -234,8 +239,12 @@
     const key = sessionStorage.getItem(KEY_NAME);
     if (!key) return signOut("");
     const mine = ++generation;
-    const [st, nodes, sessions, egress, audit] = await Promise.all([
-      get("/v1/admin/status", key), get("/v1/admin/nodes", key), get("/v1/admin/sessions", key),
+    const st = await get("/v1/admin/status", key);
+    if (mine !== generation) return;
+    // nodes only in a fleet (one server answers 404: no request made for nothing)
+    const alone = st.status === 200 && !st.json.fleet;
+    const [nodes, sessions, egress, audit] = await Promise.all([
+      alone ? { status: 404, json: null } : get("/v1/admin/nodes", key), get("/v1/admin/sessions", key),
       get("/v1/admin/egress?limit=20", key), get("/v1/admin/audit?limit=20", key)]);
     if (mine !== generation) return;
     // the admin routes answer 401 for a wrong key and 404 while the admin API is off
