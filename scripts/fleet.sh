@@ -656,9 +656,10 @@ cmd_exec() {
 # `status DIR`: the fleet at a glance, as tables: the router (does /healthz answer through it,
 # and whose view it gives), the database, each node (its row, its process, its /healthz and
 # the router's view of it) and the sessions by tenant and node. Reads only; works while the
-# database is down (each node's own answer then, marked). Self-contained: the files `up`
-# writes, psql (the password from DIR/pg/pgpass), the nodes' /healthz and HAProxy's stats
-# socket when there is one.
+# database is down: a node's last view of the nodes table when SANDBOX_ADMIN_KEY is set (sent
+# in a header), else each node's own answer, marked. Self-contained: the files `up` writes,
+# psql (the password from DIR/pg/pgpass), the nodes' HTTP routes and HAProxy's stats socket
+# when there is one.
 cmd_status() {
   local dir
   dir=$(cd "$1" && pwd) || die "no directory $1"
@@ -670,9 +671,10 @@ d = os.environ["DIR"]
 info = json.load(open(os.path.join(d, "fleet.json")))
 direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
 
-def get(url):
+def get(url, key=None):
     try:
-        with direct.open(url, timeout=3) as r:
+        req = urllib.request.Request(url, headers={"X-API-Key": key} if key else {})
+        with direct.open(req, timeout=3) as r:
             return r.status, json.loads(r.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, None
@@ -734,8 +736,19 @@ else:
 nodes = psql("SELECT id, lpad(to_hex(slot), 2, '0'), state, round(extract(epoch FROM now() - heartbeat)::numeric, 1),"
              " load, capacity, (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
              " (SELECT count(*) FROM commands c WHERE c.node = n.id) FROM nodes n ORDER BY slot")
-print("database  127.0.0.1:%s  %s" % (info["postgres"]["port"], "up" if nodes is not None else
-      "DOWN: node rows below are each node's own answer"))
+seen_by = None
+if nodes is None and os.environ.get("SANDBOX_ADMIN_KEY"):
+    # a node's last view of the nodes table (GET /v1/admin/nodes answers it during an outage)
+    for n in info["nodes"]:
+        c, view = get(n["url"] + "/v1/admin/nodes", os.environ["SANDBOX_ADMIN_KEY"])
+        if c == 200 and view:
+            seen_by = "node %s's last view, as of %s" % (view["node"], time.strftime("%H:%M:%S", time.localtime(view["as_of"])))
+            nodes = [[x["id"], x["slot"], x["state"], "%.1f" % x["heartbeat_age_s"], str(x["load"]), str(x["capacity"]),
+                      str(x["sessions"]), str(x["commands_running"])] for x in view["nodes"]]
+            break
+state = "up" if seen_by is None and nodes is not None else "DOWN: " + (
+    "node rows below are " + seen_by + " (stale)" if seen_by else "node rows below are each node's own answer")
+print("database  127.0.0.1:%s  %s" % (info["postgres"]["port"], state))
 print()
 rows_db = {r[0]: r for r in nodes or []}
 servers = router_servers()
@@ -754,7 +767,8 @@ for n in info["nodes"]:
 table(["NODE", "SLOT", "STATE", "HEARTBEAT", "LOAD", "CAPACITY", "SESSIONS", "HELD", "COMMANDS", "PROCESS",
        "HEALTHZ", "ROUTER", "URL"], rows)
 print()
-sessions = psql("SELECT tenant, node, state, count(*) FROM sessions GROUP BY tenant, node, state ORDER BY tenant, node, state")
+sessions = None if seen_by or nodes is None else psql(
+    "SELECT tenant, node, state, count(*) FROM sessions GROUP BY tenant, node, state ORDER BY tenant, node, state")
 if sessions is None:
     print("sessions: the database cannot be reached (HELD above: each node's own count)")
 elif not sessions:

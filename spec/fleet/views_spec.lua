@@ -96,10 +96,16 @@ describe("a fleet's views", function()
   it("answers the admin views from the node's last view while the database is down, marked stale", function()
     local s = http.create(f.router, KEY).json.session_id
     -- every node has a view with the session in it before the outage
+    local views
     assert.is_true(proc.wait_until(20, function()
-      local h = healthz()
-      return h.json and h.json.scope == "fleet" and h.json.active_sessions == 1
-    end, 0.2))
+      views = {}
+      for id, n in pairs(f.nodes) do
+        local h = http.request(n, "GET", "/healthz").json
+        if not (h and h.scope == "fleet" and h.active_sessions == 1) then return false end
+        views[#views + 1] = id
+      end
+      return true
+    end, 0.2), "every node's view counts the session; those that did: " .. table.concat(views or {}, " "))
     local before = admin_nodes()
     assert.are.same({ 200, false }, { before.status, before.json.stale })
     local ok, out = fleet.sh(f.env, { "db-stop", f.dir })
@@ -131,12 +137,20 @@ describe("a fleet's views", function()
     assert.are.same({ 200, false, true }, { st.status, st.json.database_reachable, st.json.fleet })
     local eg = http.request(f.router, "GET", "/v1/admin/egress", { key = ADMIN })
     assert.are.same({ 200, "node", true }, { eg.status, eg.json.scope, eg.json.stale })
-    -- fleet.sh status still lists each node, from the nodes themselves
+    -- fleet.sh status still lists each node: a node's last view (the admin key is in its
+    -- environment), marked stale; without the key, each node's own answer
     local sok, sout = fleet.sh(f.env, { "status", f.dir })
     assert.is_true(sok, sout)
-    assert.truthy(sout:find("DOWN: node rows below are each node's own answer", 1, true), sout)
-    for id in pairs(f.nodes) do assert.truthy(sout:find("\n" .. id .. "%s"), sout) end
+    assert.truthy(sout:find("DOWN: node rows below are node node%d's last view, as of %d%d:%d%d:%d%d %(stale%)"), sout)
+    for id in pairs(f.nodes) do assert.truthy(sout:find("\n" .. id .. "%s+%x%x%s+active%s"), sout) end
     assert.truthy(sout:find("sessions: the database cannot be reached", 1, true), sout)
+    local env = {}
+    for k, v in pairs(f.env) do env[k] = v end
+    env.SANDBOX_ADMIN_KEY = nil
+    sok, sout = fleet.sh(env, { "status", f.dir })
+    assert.is_true(sok, sout)
+    assert.truthy(sout:find("DOWN: node rows below are each node's own answer", 1, true), sout)
+    for id in pairs(f.nodes) do assert.truthy(sout:find("\n" .. id .. "%s+%?%s"), sout) end
 
     -- the status page in headless Chromium through the router: the node's view, marked
     local dir = proc.make_temp_dir()
