@@ -99,6 +99,7 @@ describe("the status page", function()
     assert.is_true(b.commands.max >= 1)
     assert.are.equal(16 * 1024 * 1024, b.disk.session_quota_bytes)
     assert.is_true(b.disk.used_bytes > 0 and b.disk.used_bytes <= b.disk.total_bytes, st.body)
+    assert.is_true(b.host_memory.available_bytes > 0 and b.host_memory.available_bytes <= b.host_memory.total_bytes)
     assert.are.same({ false, cjson.null }, { st.json.fleet, st.json.node })
     local acme
     for _, t in ipairs(st.json.tenants) do if t.tenant == "acme" then acme = t end end
@@ -135,7 +136,10 @@ describe("the status page", function()
     assert.are.equal(cjson.null, seen.key_kept_after_refusal)
     assert.is_false(seen.key_in_url)
     assert.are.equal("This server runs alone (no fleet).", seen.nodes_note)
-    assert.truthy(table.concat(seen.budgets, "\n"):find("Workspace disks", 1, true))
+    local budgets = table.concat(seen.budgets, "\n")
+    for _, name in ipairs({ "Sessions", "Commands running", "Workspace disks", "Host memory in use", "Memory of the sessions here" }) do
+      assert.truthy(budgets:find(name, 1, true), budgets)
+    end
     assert.truthy(table.concat(seen.tenants, "\n"):find("acme", 1, true))
     assert.truthy(table.concat(seen.egress, "\n"):find(sid, 1, true))
     -- its row: id, state, template, its live figures and disk quota

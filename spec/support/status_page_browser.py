@@ -87,7 +87,7 @@ def run(driver, base, admin_key, tenant_key, out_dir, seen):
 
     login(driver, admin_key)
     seen["budgets"] = wait(driver, "the budgets table filled", lambda d: (
-        visible(d, "status") and len(texts(d, "#budgets tbody tr[data-budget]")) >= 3,
+        visible(d, "status") and len(texts(d, "#budgets tbody tr[data-budget]")) >= 5,
         texts(d, "#budgets tbody tr")))
     seen["tenants"] = texts(driver, "#tenants tbody tr")
     seen["nodes_note"] = driver.find_element(By.ID, "nodes-note").text

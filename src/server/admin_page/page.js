@@ -109,6 +109,12 @@
       row(["Workspace disks", bytes(b.disk.used_bytes), bytes(b.disk.total_bytes), bar(b.disk.used_bytes, b.disk.total_bytes)],
         { "data-budget": "disk" }),
     ];
+    const host = b.host_memory;
+    if (host && host.total_bytes !== null && host.available_bytes !== null) {
+      const used = host.total_bytes - host.available_bytes;
+      rows.push(row(["Host memory in use", bytes(used), bytes(host.total_bytes), bar(used, host.total_bytes)],
+        { "data-budget": "host-memory" }));
+    }
     if (sessions && sessions.status === 200) {
       // the sessions this server holds (a fleet's others are measured on their own nodes)
       let now = 0, limit = 0;

@@ -7,6 +7,8 @@
 
 #include "egress/log.h"
 
+#include <stdio.h>
+
 #define RECENT_DEFAULT 50
 #define TENANTS_SHOWN 200 /* tenants listed in the status at most (the busiest are all there) */
 
@@ -87,20 +89,45 @@ static json_t *tenant_rows(app *a)
     return out;
 }
 
+/* The host's memory (/proc/meminfo, kB): its total and what is available; -1 when unknown. */
+static void host_memory(long long *total, long long *available)
+{
+    *total = *available = -1;
+    FILE *f = fopen("/proc/meminfo", "re");
+    char line[128];
+    long long kb;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemTotal: %lld kB", &kb) == 1)
+            *total = kb * 1024;
+        else if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            *available = kb * 1024;
+    }
+    if (f)
+        fclose(f);
+}
+
+static json_t *bytes_or_null(long long n)
+{
+    return n >= 0 ? json_integer(n) : json_null();
+}
+
 void api_admin_status(app *a, http_request *r, const api_call *c)
 {
     (void)c;
     long long disk_used = 0, disk_cap = 0;
     if (a->disk)
         disk_pool_usage(a->disk, &disk_used, &disk_cap);
+    long long mem_total, mem_available;
+    host_memory(&mem_total, &mem_available);
     int capacity = a->cfg->fleet_capacity;
     json_t *budgets = json_pack(
-        "{s:{s:I,s:o},s:{s:i,s:i},s:{s:I,s:I,s:I}}",
+        "{s:{s:I,s:o},s:{s:i,s:i},s:{s:I,s:I,s:I},s:{s:o,s:o}}",
         "sessions", "open", (json_int_t)registry_count(a->reg), "max",
         a->fleet && capacity > 0 ? json_integer(capacity) : json_null(),
         "commands", "running", slots_running(a->slots), "max", slots_max(a->slots),
         "disk", "used_bytes", (json_int_t)disk_used, "total_bytes", (json_int_t)disk_cap, "session_quota_bytes",
-        (json_int_t)a->cfg->quota_bytes);
+        (json_int_t)a->cfg->quota_bytes,
+        "host_memory", "total_bytes", bytes_or_null(mem_total), "available_bytes", bytes_or_null(mem_available));
     http_send_json(r, 200, json_pack("{s:o,s:b,s:o,s:s,s:f,s:o,s:o}", "node",
                                      a->fleet ? json_string(fleet_node_id(a->fleet)) : json_null(), "fleet",
                                      a->fleet != NULL, "database_reachable",
