@@ -2,10 +2,12 @@
 -- The fleet's views for operators (docs/fleet.md "Looking at a fleet"), on a real 3-node
 -- fleet brought up once for this file and always taken down: /healthz through the router
 -- gives the fleet's count (and says so), `fleet.sh status` prints the router, each node and
--- the sessions, and during a database outage GET /v1/admin/nodes answers from the node's last
--- view marked stale, /healthz says it is one node's, and the status page shows what the node
--- knows in headless Chromium.
+-- the sessions, the admin audit and egress views read every node's rows from the database, and
+-- during a database outage GET /v1/admin/nodes answers from the node's last view marked stale,
+-- /healthz says it is one node's, and the status page shows what the node knows in headless
+-- Chromium.
 local cjson = require "cjson"
+local egress = require "support.egress"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
 local proc = require "support.proc"
@@ -20,7 +22,7 @@ describe("a fleet's views", function()
     f = fleet.up{ nodes = 3, env = {
       SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_ADMIN_KEY = ADMIN,
       SANDBOX_TENANT_LIMITS = cjson.encode{ main = { max_sessions = 20, requests_per_minute = 100000 } },
-      SANDBOX_FLEET_LOST_AFTER = "60",
+      SANDBOX_FLEET_LOST_AFTER = "60", SANDBOX_EGRESS_POLICY = cjson.encode{ main = { "allowed.test" } },
     } }
   end)
 
@@ -93,6 +95,32 @@ describe("a fleet's views", function()
     assert.truthy(bad:find("holds no fleet", 1, true), bad)
   end)
 
+  it("lists every node's audit rows and egress denials to the admin key, from the database", function()
+    local sid = egress.session(f.router, KEY, { "allowed.test" })
+    assert.are.equal(200, http.exec(f.router, KEY, sid, "echo views-audit").status)
+    assert.are.same({ { status = 403 } }, egress.probe(f.router, KEY, sid, { { op = "connect", target = "denied.test:443" } }))
+    local by_slot = {}
+    for _, n in ipairs(admin_nodes().json.nodes) do by_slot[n.slot] = n.id end
+    local owner = by_slot[sid:sub(5, 6)]
+    -- whichever node answers (the router picks any), the rows of the session's node are there
+    local audit, denial
+    assert.is_true(proc.wait_until(20, function()
+      local a = http.request(f.router, "GET", "/v1/admin/audit?limit=20", { key = ADMIN })
+      local e = http.request(f.router, "GET", "/v1/admin/egress?limit=20", { key = ADMIN })
+      audit, denial = nil, nil
+      for _, row in ipairs(a.json and a.json.entries or {}) do
+        if row.command == "echo views-audit" then audit = row end
+      end
+      for _, ev in ipairs(e.json and e.json.denials or {}) do
+        if ev.session_id == sid and ev.host == "denied.test" then denial = ev end
+      end
+      return a.json and a.json.scope == "fleet" and e.json and e.json.scope == "fleet" and audit and denial
+    end, 0.25), "the fleet's audit row and egress denial")
+    assert.are.same({ "main", owner, sid, 0 }, { audit.tenant_id, audit.node, audit.session_id, audit.exit_code })
+    assert.are.same({ "deny", "host not on allowlist" }, { denial.decision, denial.reason })
+    assert.are.equal(200, http.delete(f.router, KEY, sid).status)
+  end)
+
   it("answers the admin views from the node's last view while the database is down, marked stale", function()
     local s = http.create(f.router, KEY).json.session_id
     -- every node has a view with the session in it before the outage
@@ -137,6 +165,8 @@ describe("a fleet's views", function()
     assert.are.same({ 200, false, true }, { st.status, st.json.database_reachable, st.json.fleet })
     local eg = http.request(f.router, "GET", "/v1/admin/egress", { key = ADMIN })
     assert.are.same({ 200, "node", true }, { eg.status, eg.json.scope, eg.json.stale })
+    local au = http.request(f.router, "GET", "/v1/admin/audit", { key = ADMIN })
+    assert.are.same({ 200, "node", true }, { au.status, au.json.scope, au.json.stale })
     -- fleet.sh status still lists each node: a node's last view (the admin key is in its
     -- environment), marked stale; without the key, each node's own answer
     local sok, sout = fleet.sh(f.env, { "status", f.dir })
