@@ -23,6 +23,8 @@ packages=(
   libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
   # the fleet (scripts/fleet.sh, docs/fleet.md): PostgreSQL 15 and its client library, HAProxy
   postgresql libpq-dev haproxy
+  # GET /metrics: promtool checks a scrape, a real Prometheus scrapes airlockd (spec/server/prometheus_spec.lua)
+  prometheus
   # the status page: embedded into airlockd with xxd; driven in headless Chromium by Selenium
   # (spec/server/status_page_spec.lua), with a font for its screenshot
   xxd chromium chromium-driver python3-selenium fonts-dejavu-core

@@ -22,8 +22,8 @@ local BAD_ADMIN = '{"detail":"Invalid or missing admin key"}'
 local BAD_KEY = '{"detail":"Invalid or missing X-API-Key header"}'
 local ADMIN_ON_TENANT = '{"detail":"Invalid or missing X-API-Key header: this is the admin key, which opens only ' ..
   'the /v1/admin/ routes (GET /v1/admin/sessions lists every tenant\'s sessions)."}'
-local TENANT_ON_ADMIN = '{"detail":"Invalid or missing admin key: this is a tenant\'s key; the /v1/admin/ routes ' ..
-  'need the admin key (SANDBOX_ADMIN_KEY)."}'
+local TENANT_ON_ADMIN = '{"detail":"Invalid or missing admin key: this is a tenant\'s key; the admin routes ' ..
+  '(/v1/admin/..., /metrics) need the admin key (SANDBOX_ADMIN_KEY)."}'
 
 local read_file = proc.read_file
 local tmpdir = proc.make_temp_dir

@@ -39,6 +39,8 @@ void api_keys_revoke(app *a, http_request *r, const api_call *c);
 void api_admin_keys_list(app *a, http_request *r, const api_call *c);
 void api_admin_keys_create(app *a, http_request *r, const api_call *c);
 void api_admin_keys_revoke(app *a, http_request *r, const api_call *c);
+/* metrics.c (ours): GET /metrics, Prometheus */
+void api_metrics(app *a, http_request *r, const api_call *c);
 /* session_metrics.c (ours) */
 void api_session_metrics(app *a, http_request *r, const api_call *c);
 void api_admin_sessions(app *a, http_request *r, const api_call *c);

@@ -1,6 +1,8 @@
 /* The node's row: registration, the heartbeat thread, the admin list of nodes. */
 #include "fleet/agent.h"
+
 #include "fleet/internal.h"
+#include "obs/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +72,8 @@ static void beat(fleet *f)
     const char *p[] = {f->id, l, g};
     char *state = pg_value(f->db, "SELECT airlock_node_heartbeat($1, $2::integer, $3::double precision)", 3, p);
     bool active = state && strcmp(state, "active") == 0;
+    if (state)
+        metrics_heartbeat_ok();
     if (state && strcmp(state, "dead") == 0 && drop_lost(f)) {
         /* declared dead while it could not reach the database: it drops the sessions
          * declared lost first (their ids answer 410 from the database), and only then

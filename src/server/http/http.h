@@ -57,6 +57,11 @@ typedef void (*http_admit)(void *cls, http_request *r, http_admission *adm);
  * http_send_* (else the client gets a 500). */
 typedef void (*http_handler)(void *cls, http_request *req);
 
+/* Called once per request that got past its request line, as it is freed, with its status
+ * (0: no answer was sent) and seconds since its start; on any thread, so it must be quick
+ * (the application counts it). */
+typedef void (*http_finished)(void *cls, http_request *r, unsigned status, double seconds);
+
 /* Every limit of the layer; http_limits_default gives the documented defaults. */
 typedef struct {
     unsigned max_connections;     /* per listening socket (TCP, unix) */
@@ -92,7 +97,8 @@ typedef struct {
     const char *unix_path; /* also listen on this unix socket when non-NULL */
     http_admit admit;
     http_handler handler;
-    void *cls;             /* passed to admit and handler */
+    http_finished finished; /* NULL: none */
+    void *cls;             /* passed to admit, handler and finished */
     http_limits limits;
 } http_options;
 
@@ -134,6 +140,8 @@ int http_client_fd(const http_request *r);
  * admission and read by the handler. */
 #define HTTP_APP_DATA 128
 void *http_app_data(http_request *r);
+/* The server-wide memory budget of request bodies: bytes held now and the total. */
+void http_body_budget(const http_request *r, size_t *used, size_t *total);
 
 /* Serialises like Starlette's JSONResponse; takes ownership of body. */
 void http_send_json(http_request *r, unsigned status, json_t *body);

@@ -249,8 +249,10 @@ int server_listen(server *s)
     const config *c = s->cfg;
     if (signals_catch() != 0)
         return fail(s, "pipe: %s", strerror(errno));
+    api_name_routes();
     http_options ho = {.host = c->listen_host, .port = c->port, .unix_path = c->unix_path,
-                       .admit = api_admit, .handler = api_handle, .cls = &s->a, .limits = c->http};
+                       .admit = api_admit, .handler = api_handle, .finished = api_finished, .cls = &s->a,
+                       .limits = c->http};
     if (!(s->srv = http_start(&ho, s->err, sizeof s->err)))
         return -1;
     if (registry_start_reaper(s->a.reg) != 0)

@@ -168,6 +168,9 @@ int sbx_cg_usage_of(const sbx_cg_tree *t, const char *group, const char *prefix,
 /* The usage of one run's group (zeros for what cannot be read). */
 void sbx_cg_run_usage(const sbx_cgroup *cg, sbx_cg_usage *u);
 
+/* The usage of this server's root: every sandbox together (the peak: the root's own). */
+void sbx_cg_total_usage(const sbx_cg_tree *t, sbx_cg_usage *u);
+
 /* SIGKILLs every process in the groups until none is left (bounded retries). Returns the
  * number of processes still present (0 on success). */
 int sbx_cg_kill_all(const sbx_cgroup *cg);

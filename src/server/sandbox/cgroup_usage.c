@@ -56,21 +56,22 @@ static uint64_t read_keyed(const char *dir, const char *file, const char *key)
     return 0;
 }
 
-/* hier/root/group/id into dir; false when it does not fit or the hierarchy is absent. */
-static bool group_dir(const sbx_cg_tree *t, int hier, const char *group, const char *id, char dir[SBX_CG_PATH_MAX])
+/* hier/root/rel into dir (rel "": the root itself); false when it does not fit or the
+ * hierarchy is absent. */
+static bool group_dir(const sbx_cg_tree *t, int hier, const char *rel, char dir[SBX_CG_PATH_MAX])
 {
     if (hier < 0)
         return false;
-    int n = snprintf(dir, SBX_CG_PATH_MAX, "%s/%s/%s/%s", t->hier[hier], t->root, group, id);
+    int n = snprintf(dir, SBX_CG_PATH_MAX, "%s/%s%s%s", t->hier[hier], t->root, rel[0] ? "/" : "", rel);
     return n >= 0 && n < SBX_CG_PATH_MAX;
 }
 
-/* Adds group/id's usage to *u. */
-static void add_group(const sbx_cg_tree *t, const char *group, const char *id, sbx_cg_usage *u)
+/* Adds the usage of the group at rel (under the root) to *u. */
+static void add_dir(const sbx_cg_tree *t, const char *rel, sbx_cg_usage *u)
 {
     char dir[SBX_CG_PATH_MAX];
     if (t->v2) {
-        if (!group_dir(t, 0, group, id, dir))
+        if (!group_dir(t, 0, rel, dir))
             return;
         u->cpu_ns += read_keyed(dir, "cpu.stat", "usage_usec") * 1000u;
         uint64_t now = read_number(dir, "memory.current");
@@ -82,16 +83,16 @@ static void add_group(const sbx_cg_tree *t, const char *group, const char *id, s
         u->groups++;
         return;
     }
-    if (group_dir(t, t->cpuacct, group, id, dir))
+    if (group_dir(t, t->cpuacct, rel, dir))
         u->cpu_ns += read_number(dir, "cpuacct.usage");
-    if (group_dir(t, t->memory, group, id, dir)) {
+    if (group_dir(t, t->memory, rel, dir)) {
         uint64_t now = read_number(dir, "memory.usage_in_bytes");
         uint64_t peak = read_number(dir, "memory.max_usage_in_bytes");
         u->memory_bytes += now;
         peak = now > peak ? now : peak;
         u->memory_peak_bytes = peak > u->memory_peak_bytes ? peak : u->memory_peak_bytes;
     }
-    if (group_dir(t, t->pids, group, id, dir))
+    if (group_dir(t, t->pids, rel, dir))
         u->tasks += read_number(dir, "pids.current");
     u->groups++;
 }
@@ -111,7 +112,9 @@ int sbx_cg_usage_of(const sbx_cg_tree *t, const char *group, const char *prefix,
     while ((e = readdir(d)) && read_groups < GROUPS_READ_MAX) {
         if (e->d_type != DT_DIR || strncmp(e->d_name, prefix, plen) != 0)
             continue;
-        add_group(t, group, e->d_name, u);
+        char rel[SBX_CG_PATH_MAX];
+        if (snprintf(rel, sizeof rel, "%s/%s", group, e->d_name) < (int)sizeof rel)
+            add_dir(t, rel, u);
         read_groups++;
     }
     closedir(d);
@@ -121,7 +124,14 @@ int sbx_cg_usage_of(const sbx_cg_tree *t, const char *group, const char *prefix,
 void sbx_cg_run_usage(const sbx_cgroup *cg, sbx_cg_usage *u)
 {
     memset(u, 0, sizeof *u);
-    const char *id = strrchr(cg->rel, '/');
-    if (cg->tree && id)
-        add_group(cg->tree, cg->group, id + 1, u);
+    /* rel is "/<root>/<group>/<id>" */
+    const char *below = cg->tree ? strchr(cg->rel + 1, '/') : NULL;
+    if (below)
+        add_dir(cg->tree, below + 1, u);
+}
+
+void sbx_cg_total_usage(const sbx_cg_tree *t, sbx_cg_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    add_dir(t, "", u);
 }

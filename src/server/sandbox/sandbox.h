@@ -153,6 +153,10 @@ typedef struct {
  * (the peak: the highest one's); false when it cannot be read (no cgroups). */
 bool sandbox_usage_of(const sandbox_backend *b, const char *tenant, const char *name_prefix, sandbox_usage *out);
 
+/* The usage of every sandbox of this server together (CPU time since it started); false when
+ * it cannot be read (no cgroups). */
+bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out);
+
 /* Called with the container id (its sandbox_opts.name, "-" and a suffix) and final usage of
  * every sandbox as it is released, on the releasing thread: quick, no lock of the caller's
  * held across sandbox calls. Set before any sandbox is made. */

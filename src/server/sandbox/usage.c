@@ -27,6 +27,17 @@ bool sandbox_usage_of(const sandbox_backend *b, const char *tenant, const char *
     return true;
 }
 
+bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!b || !b->have_cgroups)
+        return false;
+    sbx_cg_usage u;
+    sbx_cg_total_usage(&b->cgroups, &u);
+    from_cgroup(&u, out);
+    return true;
+}
+
 static void retired(void *ctx, const char *id, const sbx_cg_usage *u)
 {
     const sandbox_backend *b = ctx;

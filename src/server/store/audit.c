@@ -470,3 +470,26 @@ int audit_egress_outbox_done(audit_store *s, const char *sk)
 {
     return run_with_sk(s, "DELETE FROM egress_outbox WHERE sk <= ?", sk, "clearing the egress outbox");
 }
+
+/* One count(*) (0 or more), or -1. */
+static long long count_rows(audit_store *s, const char *sql)
+{
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    long long n = -1;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void audit_outbox_depth(audit_store *s, long long *audit_rows, long long *egress_rows)
+{
+    *audit_rows = *egress_rows = -1;
+    if (!s)
+        return;
+    *audit_rows = count_rows(s, "SELECT count(*) FROM audit"
+                                " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')");
+    *egress_rows = count_rows(s, "SELECT count(*) FROM egress_outbox");
+}

@@ -60,6 +60,9 @@ int audit_recent(audit_store *store, int limit, json_t **entries);
  * limit rows recorded after the shipped mark, oldest first, as objects with the columns of
  * the table ("tenant_id", "sk", "ts_us", ...), in *rows; 0 or -1. */
 int audit_outbox_read(audit_store *store, int limit, json_t **rows);
+/* Rows waiting in the outbox for the database: audit rows, egress events; -1 each when
+ * unreadable. */
+void audit_outbox_depth(audit_store *store, long long *audit_rows, long long *egress_rows);
 /* Everything up to sort key sk has reached the database. */
 int audit_outbox_mark(audit_store *store, const char *sk);
 
