@@ -160,7 +160,8 @@
     }
     const list = r.json.sessions.slice().sort((a, b) =>
       a.tenant < b.tenant ? -1 : a.tenant > b.tenant ? 1 : a.created_at - b.created_at);
-    const rows = [], running = [];
+    const rows = [], running = [], count = new Map();
+    for (const s of list) count.set(s.tenant, (count.get(s.tenant) || 0) + 1);
     let tenant = null;
     const cols = $("sessions").tHead.rows[0].cells.length;
     for (const s of list) {
@@ -168,20 +169,21 @@
         tenant = s.tenant;
         const th = document.createElement("th");
         th.colSpan = cols;
-        th.textContent = "Tenant " + tenant + " (" + list.filter((x) => x.tenant === tenant).length + ")";
+        th.textContent = "Tenant " + tenant + " (" + count.get(tenant) + ")";
         const tr = document.createElement("tr");
         tr.className = "group";
         tr.appendChild(th);
         rows.push(tr);
       }
       const last = s.last_command;
-      rows.push(row([s.id, num(s.node), stateCell(s.state, s.state === "elsewhere" ? "on " + s.node : s.state), num(s.template), cell(duration(s.age_s), "num"),
+      const where = s.state === "elsewhere" ? "on " + s.node : s.state;
+      rows.push(row([s.id, num(s.node), stateCell(s.state, where), num(s.template), cell(duration(s.age_s), "num"),
         cell(s.cpu_seconds === null || s.cpu_seconds === undefined ? "–" : s.cpu_seconds.toFixed(2) + " s", "num"),
         cell(bytes(s.memory_bytes) + " (" + bytes(s.memory_peak_bytes) + ") of " +
           (s.memory_limit_bytes ? bytes(s.memory_limit_bytes) : s.memory_mb ? s.memory_mb + " MB" : "–"), "num"),
         cell(bytes(s.disk_used_bytes) + " of " + bytes(s.disk_quota_bytes), "num"),
         cell(num(s.processes), "num"), cell(num(s.commands_run), "num"),
-        cell(last ? (last.command || "") + (last.exit_code !== undefined && last.exit_code !== null ? " → " + last.exit_code : "") : "–", "cmd")],
+        cell(last ? (last.command || "") + (typeof last.exit_code === "number" ? " → " + last.exit_code : "") : "–", "cmd")],
         { "data-session-id": s.id, "data-tenant": s.tenant }));
       for (const c of s.running || []) {
         running.push(row([s.id, s.tenant, num(s.node), cell(duration(Date.now() / 1000 - c.started_at), "num"),
