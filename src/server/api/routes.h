@@ -18,4 +18,9 @@ void api_name_routes(void);
 /* An http_finished: the request counted by its route and status (obs/metrics.h). */
 void api_finished(void *cls, http_request *r, unsigned status, double seconds);
 
+/* The same pair for a fleet node's internal listener: the node-to-node routes alone (every
+ * other path 404). */
+void api_admit_internal(void *cls, http_request *r, http_admission *adm);
+void api_handle_internal(void *cls, http_request *r);
+
 #endif
