@@ -113,6 +113,8 @@ describe("GET /metrics", function()
     -- no raw path with its id is ever a label
     assert.is_nil(after:find(id, 1, true))
     assert.are.equal(1, sample(after, 'airlockd_sessions{state="active"}'))
+    local started = sample(after, "airlockd_start_time_seconds")
+    assert.is_true(started > 1e9 and started <= os.time() + 1, tostring(started))
     assert.are.equal(0, sample(after, "airlockd_commands_running"))
     -- every command ran in a sandbox started for it, booted ahead or the session's own
     assert.is_true(sample(after, 'airlockd_sandboxes_started_total{result="ok"}') >= 1)

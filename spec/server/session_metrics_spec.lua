@@ -190,11 +190,12 @@ for _, mode in ipairs({ "session", "command" }) do
       local r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
       assert.are.equal(200, r.status, r.body)
       assert.are.equal(cjson.null, r.json.node)
-      local by_id = {}
-      for _, s in ipairs(r.json.sessions) do
+      local by_id, place = {}, {}
+      for i, s in ipairs(r.json.sessions) do
         assert.are.same(ADMIN_FIELDS, sorted_keys(s))
-        by_id[s.id] = s
+        by_id[s.id], place[s.id] = s, i
       end
+      assert.is_true(place[other] < place[id], "newest first: " .. r.body)
       assert.are.equal("acme", by_id[id].tenant)
       assert.are.equal("other", by_id[other].tenant)
       for _, s in ipairs({ by_id[id], by_id[other] }) do
@@ -210,6 +211,9 @@ for _, mode in ipairs({ "session", "command" }) do
       assert.are.equal(0, by_id[other].commands_run)
       assert.are.equal(cjson.null, by_id[other].last_command)
       assert.is_true(by_id[id].cpu_seconds >= 0.3)
+      if mode == "session" then -- its own sandbox lives between commands: read live in the listing's one pass
+        assert.is_true(by_id[id].sandboxes >= 1 and by_id[id].memory_bytes > 0 and by_id[id].processes > 0, r.body)
+      end
       -- a tenant's key on the admin route, and the admin key on a tenant's route, are told so
       r = http(server, "GET", "/v1/admin/sessions", { key = server.tenants.acme })
       assert.are.equal(401, r.status)

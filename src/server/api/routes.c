@@ -401,6 +401,7 @@ static metrics_timed timed_of(const api_route *rt)
 
 void api_name_routes(void)
 {
+    metrics_mark_start();
     for (size_t i = 0; i < N_ROUTES; i++)
         metrics_set_route((unsigned)i, ROUTES[i].method, ROUTES[i].pattern, timed_of(&ROUTES[i]));
 }

@@ -12,7 +12,7 @@ void api_admit(void *cls, http_request *r, http_admission *adm);
 /* An http_handler (cls is the app): body parsing, 401, the rate limit, the route's handler. */
 void api_handle(void *cls, http_request *r);
 
-/* Names the routes to the metrics (obs/metrics.h), once before serving. */
+/* Names the routes to the metrics (obs/metrics.h) and marks their start, once before serving. */
 void api_name_routes(void);
 
 /* An http_finished: the request counted by its route and status (obs/metrics.h). */

@@ -23,11 +23,15 @@ typedef struct {
     const char *state;
 } session_figures;
 
-static void read_figures(app *a, const session *s, session_figures *out)
+/* live: its sandboxes' usage read already (the listing's one pass), or NULL: read now. */
+static void read_figures(app *a, const session *s, const sandbox_usage *live, session_figures *out)
 {
     char prefix[24];
     snprintf(prefix, sizeof prefix, "%s-", s->id); /* its sandboxes' names (api/exec.c, domain/warm.c) */
-    (void)sandbox_usage_of(a->sb, tenants_get(a->tenants, s->tenant)->name, prefix, &out->live);
+    if (live)
+        out->live = *live;
+    else
+        (void)sandbox_usage_of(a->sb, tenants_get(a->tenants, s->tenant)->name, prefix, &out->live);
     figures_get(a->figures, s->id, &out->fig);
     out->disk_used = quota_usage(s->workspace);
     out->state = s->moving ? "moving" : out->fig.running > 0 ? "running" : "idle";
@@ -85,7 +89,7 @@ void api_session_metrics(app *a, http_request *r, const api_call *c)
         return;
     }
     session_figures f;
-    read_figures(a, s, &f);
+    read_figures(a, s, NULL, &f);
     json_t *obj = json_pack("{s:s,s:s}", "session_id", s->id, "tenant_id", tenants_get(a->tenants, s->tenant)->name);
     put_figures(obj, s, &f);
     json_object_set_new(obj, "sampled_at", json_real(epoch_now()));
@@ -103,14 +107,78 @@ static void put_sizes(json_t *obj, long long quota_bytes)
     json_object_set_new(obj, "max_processes", json_integer(SANDBOX_PROCESSES));
 }
 
+/* This node's sessions for the listing, sorted by id, each with its sandboxes' usage (read
+ * in one pass over every sandbox, not one per session). */
+typedef struct {
+    char id[17];
+    size_t tenant;
+    sandbox_usage live;
+} local_session;
+
+typedef struct {
+    local_session *v;
+    size_t n;
+} local_sessions;
+
+static int by_id(const void *x, const void *y)
+{
+    return strcmp(((const local_session *)x)->id, ((const local_session *)y)->id);
+}
+
+static local_session *find_local(const local_sessions *l, const char *id)
+{
+    local_session key = {.tenant = 0};
+    snprintf(key.id, sizeof key.id, "%s", id);
+    return l->n ? bsearch(&key, l->v, l->n, sizeof *l->v, by_id) : NULL;
+}
+
+/* A sandbox named "<session id>-...": its usage goes to that session (sandbox_usage_fn). */
+static void add_sandbox(void *ctx, const char *name, const sandbox_usage *u)
+{
+    char id[17];
+    if (strlen(name) <= 16 || name[16] != '-')
+        return;
+    memcpy(id, name, 16);
+    id[16] = '\0';
+    local_session *ls = find_local(ctx, id);
+    if (!ls)
+        return;
+    ls->live.cpu_ns += u->cpu_ns;
+    ls->live.memory_bytes += u->memory_bytes;
+    ls->live.tasks += u->tasks;
+    ls->live.sandboxes += u->sandboxes;
+    if (u->memory_peak_bytes > ls->live.memory_peak_bytes)
+        ls->live.memory_peak_bytes = u->memory_peak_bytes;
+}
+
+/* Every session of this node (NULL entries when out of memory: none listed). */
+static local_sessions read_local(app *a)
+{
+    local_sessions l = {NULL, 0};
+    char (*ids)[17] = NULL;
+    size_t *owners = NULL;
+    size_t n = registry_owners(a->reg, &ids, &owners);
+    l.v = ids && owners ? calloc(n ? n : 1, sizeof *l.v) : NULL;
+    for (size_t i = 0; l.v && i < n; i++) {
+        memcpy(l.v[i].id, ids[i], sizeof l.v[i].id);
+        l.v[i].tenant = owners[i];
+    }
+    l.n = l.v ? n : 0;
+    free(ids);
+    free(owners);
+    qsort(l.v, l.n, sizeof *l.v, by_id);
+    (void)sandbox_usage_each(a->sb, add_sandbox, &l);
+    return l;
+}
+
 /* One of this node's sessions with its live figures (NULL when it went meanwhile). */
-static json_t *local_row(app *a, const char *id, size_t tenant, double now)
+static json_t *local_row(app *a, const local_session *ls, double now)
 {
     session *s = NULL;
-    if (registry_acquire(a->reg, id, tenant, false, &s) != SESSION_OK)
+    if (registry_acquire(a->reg, ls->id, ls->tenant, false, &s) != SESSION_OK)
         return NULL;
     session_figures f;
-    read_figures(a, s, &f);
+    read_figures(a, s, &ls->live, &f);
     json_t *row = json_pack("{s:s,s:s,s:o,s:s,s:f,s:f,s:f}", "id", s->id, "tenant",
                             tenants_get(a->tenants, s->tenant)->name, "node",
                             a->fleet ? json_string(fleet_node_id(a->fleet)) : json_null(), "state", f.state,
@@ -131,6 +199,13 @@ static json_t *local_row(app *a, const char *id, size_t tenant, double now)
     json_object_set_new(row, "live", json_true());
     registry_release(a->reg, s);
     return row;
+}
+
+static int newest_first(const void *x, const void *y)
+{
+    double a = json_real_value(json_object_get(*(json_t *const *)x, "created_at"));
+    double b = json_real_value(json_object_get(*(json_t *const *)y, "created_at"));
+    return a < b ? 1 : a > b ? -1 : 0;
 }
 
 /* A session of another node, as the fleet's database has it: no live figures. */
@@ -157,16 +232,17 @@ void api_admin_sessions(app *a, http_request *r, const api_call *c)
 {
     (void)c;
     double now = epoch_now();
-    char (*ids)[17] = NULL;
-    size_t *owners = NULL;
-    size_t n = registry_owners(a->reg, &ids, &owners);
+    local_sessions local = read_local(a);
     json_t *rows = json_array();
-    for (size_t i = 0; ids && owners && i < n; i++) {
-        json_t *row = local_row(a, ids[i], owners[i], now);
-        if (row)
-            json_array_append_new(rows, row);
-    }
-    free(owners);
+    json_t **made = calloc(local.n ? local.n : 1, sizeof *made);
+    size_t nmade = 0;
+    for (size_t i = 0; made && i < local.n; i++)
+        if ((made[nmade] = local_row(a, &local.v[i], now)))
+            nmade++;
+    qsort(made, nmade, sizeof *made, newest_first);
+    for (size_t i = 0; i < nmade; i++)
+        json_array_append_new(rows, made[i]);
+    free(made);
     json_t *answer = json_pack("{s:o,s:o}", "sessions", rows, "node",
                                a->fleet ? json_string(fleet_node_id(a->fleet)) : json_null());
     if (a->fleet) {
@@ -175,15 +251,12 @@ void api_admin_sessions(app *a, http_request *r, const api_call *c)
         json_t *db_row;
         json_array_foreach(db, k, db_row) {
             const char *id = json_string_value(json_object_get(db_row, "id"));
-            bool here = false;
-            for (size_t i = 0; ids && id && i < n && !here; i++)
-                here = strcmp(ids[i], id) == 0;
-            if (id && !here)
+            if (id && !find_local(&local, id))
                 json_array_append_new(rows, remote_row(db_row, now));
         }
         json_object_set_new(answer, "database", json_string(db ? "ok" : "unreachable"));
         json_decref(db);
     }
-    free(ids);
+    free(local.v);
     http_send_json(r, 200, answer);
 }

@@ -49,6 +49,7 @@ static atomic_ulong refused[2][METRICS_TENANTS_MAX + 1];
 static atomic_ulong db_errors;
 static atomic_ulong sandboxes_started[2]; /* failed, started */
 static atomic_llong heartbeat_ms; /* CLOCK_MONOTONIC ms of the last good heartbeat; 0: none */
+static _Atomic double started_at;  /* epoch seconds */
 
 #define RELAXED memory_order_relaxed
 
@@ -57,6 +58,13 @@ static long long mono_ms(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+void metrics_mark_start(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    atomic_store(&started_at, (double)t.tv_sec + (double)(t.tv_nsec / 1000000) / 1000.0);
 }
 
 void metrics_set_route(unsigned i, const char *method, const char *pattern, metrics_timed timed)
@@ -259,6 +267,8 @@ static void write_refusals(buffer *b, const char *(*tenant_name)(void *ctx, size
 
 int metrics_write_counters(buffer *b, const char *(*tenant_name)(void *ctx, size_t i), void *ctx)
 {
+    metrics_write_gauge(b, "airlockd_start_time_seconds", "When this airlockd started serving (epoch seconds): its "
+                        "counters count from then", NULL, atomic_load(&started_at));
     write_requests(b);
     write_latency(b);
     metrics_write_help(b, "airlockd_exec_total", "counter", "Commands (POST .../exec) ended, by outcome");

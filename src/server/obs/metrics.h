@@ -40,6 +40,9 @@ typedef enum {
     METRICS_EXEC_OUTCOMES
 } metrics_outcome;
 
+/* The server starts serving now (airlockd_start_time_seconds: where its counters began). */
+void metrics_mark_start(void);
+
 /* Names the routes once, before serving: method and pattern of row i ("{}" is written
  * "{id}"), and which histogram its latency goes to. */
 void metrics_set_route(unsigned i, const char *method, const char *pattern, metrics_timed timed);

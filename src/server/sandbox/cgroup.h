@@ -165,6 +165,11 @@ void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit);
  * are read. 0, or -1 when the tenant's group cannot be listed (none yet: nothing added). */
 int sbx_cg_usage_of(const sbx_cg_tree *t, const char *group, const char *prefix, sbx_cg_usage *u);
 
+/* Calls fn(ctx, id, usage) for every run's group under this server's root, every tenant's,
+ * in one pass (at most 65,536). 0, or -1 when the root cannot be listed. */
+typedef void (*sbx_cg_usage_fn)(void *ctx, const char *id, const sbx_cg_usage *u);
+int sbx_cg_usage_each(const sbx_cg_tree *t, sbx_cg_usage_fn fn, void *ctx);
+
 /* The usage of one run's group (zeros for what cannot be read). */
 void sbx_cg_run_usage(const sbx_cgroup *cg, sbx_cg_usage *u);
 

@@ -13,6 +13,8 @@
  * commands); more than this is not a session's. */
 #define GROUPS_READ_MAX 256
 #define VALUE_FILE_MAX 4096
+/* Groups read in one pass over every run (more sandboxes than a server holds at once). */
+#define EACH_READ_MAX 65536
 
 /* The first bytes of dir/file (NUL-terminated) into buf; false when unreadable. */
 static bool read_small(const char *dir, const char *file, char *buf, size_t size)
@@ -117,6 +119,47 @@ int sbx_cg_usage_of(const sbx_cg_tree *t, const char *group, const char *prefix,
             add_dir(t, rel, u);
         read_groups++;
     }
+    closedir(d);
+    return 0;
+}
+
+/* Calls fn with each run's group of the tenant's group dir (at most *budget of them). */
+static void each_in_group(const sbx_cg_tree *t, const char *base, const char *group, sbx_cg_usage_fn fn, void *ctx,
+                          unsigned *budget)
+{
+    char dir[SBX_CG_PATH_MAX];
+    int n = snprintf(dir, sizeof dir, "%s/%s", base, group);
+    DIR *d = n > 0 && n < (int)sizeof dir ? opendir(dir) : NULL;
+    if (!d)
+        return;
+    struct dirent *e;
+    while (*budget > 0 && (e = readdir(d))) {
+        if (e->d_type != DT_DIR || e->d_name[0] == '.')
+            continue;
+        char rel[SBX_CG_PATH_MAX];
+        if (snprintf(rel, sizeof rel, "%s/%s", group, e->d_name) >= (int)sizeof rel)
+            continue;
+        sbx_cg_usage u;
+        memset(&u, 0, sizeof u);
+        add_dir(t, rel, &u);
+        fn(ctx, e->d_name, &u);
+        (*budget)--;
+    }
+    closedir(d);
+}
+
+int sbx_cg_usage_each(const sbx_cg_tree *t, sbx_cg_usage_fn fn, void *ctx)
+{
+    char base[SBX_CG_PATH_MAX];
+    int n = snprintf(base, sizeof base, "%s/%s", t->hier[t->memory >= 0 ? t->memory : 0], t->root);
+    DIR *d = n > 0 && n < (int)sizeof base ? opendir(base) : NULL;
+    if (!d)
+        return -1;
+    unsigned budget = EACH_READ_MAX;
+    struct dirent *e;
+    while (budget > 0 && (e = readdir(d)))
+        if (e->d_type == DT_DIR && e->d_name[0] != '.')
+            each_in_group(t, base, e->d_name, fn, ctx, &budget);
     closedir(d);
     return 0;
 }

@@ -153,6 +153,11 @@ typedef struct {
  * (the peak: the highest one's); false when it cannot be read (no cgroups). */
 bool sandbox_usage_of(const sandbox_backend *b, const char *tenant, const char *name_prefix, sandbox_usage *out);
 
+/* Calls fn(ctx, id, usage) for every sandbox of this server, each tenant's, in one pass (the
+ * id: its sandbox_opts.name, "-" and a suffix); false when it cannot be read (no cgroups). */
+typedef void (*sandbox_usage_fn)(void *ctx, const char *id, const sandbox_usage *u);
+bool sandbox_usage_each(const sandbox_backend *b, sandbox_usage_fn fn, void *ctx);
+
 /* The usage of every sandbox of this server together (CPU time since it started); false when
  * it cannot be read (no cgroups). */
 bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out);

@@ -27,6 +27,27 @@ bool sandbox_usage_of(const sandbox_backend *b, const char *tenant, const char *
     return true;
 }
 
+typedef struct {
+    sandbox_usage_fn fn;
+    void *ctx;
+} each_ctx;
+
+static void each_one(void *ctx, const char *id, const sbx_cg_usage *u)
+{
+    const each_ctx *e = ctx;
+    sandbox_usage out;
+    from_cgroup(u, &out);
+    e->fn(e->ctx, id, &out);
+}
+
+bool sandbox_usage_each(const sandbox_backend *b, sandbox_usage_fn fn, void *ctx)
+{
+    if (!b || !b->have_cgroups)
+        return false;
+    each_ctx e = {fn, ctx};
+    return sbx_cg_usage_each(&b->cgroups, each_one, &e) == 0;
+}
+
 bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out)
 {
     memset(out, 0, sizeof *out);
