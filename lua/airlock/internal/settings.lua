@@ -40,6 +40,8 @@ local function endpoint(opts, getenv)
     errors.raise("ValidationError", "bad argument 'api_key': control characters are not allowed")
   end
   base_url = base_url:gsub("/+$", "")
+  -- the SDK adds /v1/... itself: a base URL copied with its /v1 would answer every call 404
+  base_url = base_url:match("^([hH][tT][tT][pP][sS]?://[^/]+.-)/+v1$") or base_url
   return check.check_url("base_url", base_url), api_key
 end
 

@@ -10,6 +10,7 @@
 #include "api/exec_tap.h"
 
 #include "domain/quota.h"
+#include "log/log.h"
 #include "obs/metrics.h"
 #include "text/exec_format.h"
 #include "text/utf8.h"
@@ -111,7 +112,7 @@ static int run_command(app *a, session *s, const sandbox_opts *so, const char *c
         sandbox_release(ready);
         if (!retry)
             return rc;
-        fprintf(stderr, "airlockd: %s; running the command cold\n", errbuf);
+        log_session(LV_WARN, s->id, so->tenant, "%s; running the command cold", errbuf);
     }
     int rc = sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
     if (!ready)
@@ -330,7 +331,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
                       .command = q->command, .has_duration = true, .duration_s = duration_s};
     if (res->cancelled) {
         /* the client hung up (nobody reads this answer) or the server is stopping (503) */
-        fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
+        log_session(LV_INFO, s->id, t->name, "exec in %s stopped: its client hung up or the server is stopping", s->id);
         ae.detail = CANCEL_DETAIL;
         (void)api_audit_record(a, &ae); /* nobody reads the answer (or it is a 503) */
         answer_error(ans, 503, "The command was stopped before it finished.");
@@ -399,7 +400,7 @@ static void exec_in_session(app *a, http_request *r, const api_call *c, session 
     if (registry_removed(a->reg, s)) /* deleted meanwhile: its figures went before this command's */
         figures_forget(a->figures, s->id);
     if (rc != 0) {
-        fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
+        log_session(LV_ERROR, s->id, tenants_get(a->tenants, c->tenant)->name, "exec in %s failed: %s", s->id, errbuf);
         answer_error(ans, 500, NULL);
     } else {
         finish(a, c, s, q, tap, &res, duration_s, ans);

@@ -218,8 +218,8 @@ static json_t *remote_row(json_t *db_row, double now)
         json_object_set_new(row, "state", json_string("elsewhere"));
     json_object_set_new(row, "age_s", json_real(to_ms(now - json_real_value(json_object_get(row, "created_at")))));
     put_sizes(row, quota_mb << 20);
-    const char *absent[] = {"cpu_seconds", "memory_bytes", "memory_peak_bytes", "disk_used_bytes", "processes",
-                            "commands_run", "running", "last_command"};
+    const char *absent[] = {"cpu_seconds", "memory_bytes",     "memory_peak_bytes", "disk_used_bytes", "processes",
+                            "sandboxes",   "commands_run",     "running_commands",  "running",         "last_command"};
     for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
         json_object_set_new(row, absent[i], json_null());
     json_object_set_new(row, "memory_limit_bytes", json_integer((json_int_t)SANDBOX_MEMORY_BYTES));

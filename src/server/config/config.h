@@ -8,6 +8,7 @@
 
 #include "http/http.h"
 #include "egress/settings.h"
+#include "log/log.h"
 #include "sandbox/sandbox.h"
 
 #include <jansson.h>
@@ -59,6 +60,8 @@ typedef struct config {
     egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
     sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, --isolation /
                                  * SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR */
+    log_level log_level;        /* SANDBOX_LOG_LEVEL (info) */
+    bool log_json;              /* SANDBOX_LOG_FORMAT=json: JSON lines, else text */
     /* flags */
     char *listen_host;          /* --listen (allocated; default 127.0.0.1) */
     unsigned port;
@@ -79,6 +82,7 @@ typedef struct config {
     double fleet_lost_after;    /* SANDBOX_FLEET_LOST_AFTER: seconds a silent node keeps its sessions (120) */
     double fleet_key_cache_s;   /* SANDBOX_FLEET_KEY_CACHE_S: seconds a looked-up key is trusted without a
                                  * revocation notice reaching the node (2) */
+    int fleet_move_timeout_s;   /* SANDBOX_FLEET_MOVE_TIMEOUT_S: the longest one drain's move may take (300) */
     int fleet_capacity;         /* SANDBOX_FLEET_CAPACITY: sessions this node holds at most (0: no cap) */
     int fleet_agent_port;       /* SANDBOX_FLEET_AGENT_PORT: HAProxy's agent-check port (0: none) */
     char *fleet_secret;         /* read from SANDBOX_FLEET_SECRET_FILE (0600): node-to-node moves (NULL: none) */

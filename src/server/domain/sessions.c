@@ -2,6 +2,7 @@
  * (disk/pool), their persistence (store/session_state) and the idle reaper thread. */
 #include "domain/sessions.h"
 
+#include "log/log.h"
 #include "store/session_state.h"
 
 #include <errno.h>
@@ -125,8 +126,8 @@ static bool save(registry *r)
         ok = session_state_save(r->state_file, r->state_dir, v, n, err, sizeof err) == 0;
     if (!ok) {
         if (!r->save_failing)
-            fprintf(stderr, "airlockd: sessions not saved (new sessions are refused until a save works): %s\n",
-                    err);
+            log_error("sessions not saved (new sessions are refused until a save works): %s",
+                      err);
         pthread_mutex_lock(&r->mu);
         r->dirty = true; /* the reaper tries again */
         pthread_mutex_unlock(&r->mu);
@@ -179,7 +180,7 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
                         int *expired)
 {
     if (now - rec->last_accessed_at > r->ttl) {
-        fprintf(stderr, "airlockd: session %s expired while the server was down\n", rec->id);
+        log_session(LV_INFO, rec->id, rec->tenant, "session %s expired while the server was down", rec->id);
         (*expired)++;
         if (r->shared.release)
             r->shared.release(r->shared.ctx, rec->id);
@@ -208,9 +209,9 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
     free(s);
     if (dr == DISK_HELD) {
         if (tenant < 0)
-            fprintf(stderr, "airlockd: session %s not restored (kept for a later start): its tenant '%s' is not "
-                            "configured\n",
-                    rec->id, rec->tenant);
+            log_session(LV_WARN, rec->id, rec->tenant,
+                        "session %s not restored (kept for a later start): its tenant '%s' is not configured", rec->id,
+                        rec->tenant);
         if (park(r, rec))
             (*kept)++;
     }
@@ -229,7 +230,8 @@ static int restore(registry *r, char *err, size_t errlen)
     for (size_t i = 0; i < n; i++) {
         bool dup = id_taken_locked(r, v[i].id);
         if (dup)
-            fprintf(stderr, "airlockd: session %s is listed twice in %s; the first is kept\n", v[i].id, r->state_file);
+            log_session(LV_WARN, v[i].id, NULL, "session %s is listed twice in %s; the first is kept", v[i].id,
+                        r->state_file);
         else
             restore_one(r, &v[i], now, &adopted, &mounted, &kept, &expired);
     }
@@ -237,11 +239,11 @@ static int restore(registry *r, char *err, size_t errlen)
     disk_cleanup(r->disk, id_live, r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (n)
-        fprintf(stderr, "airlockd: restored %d sessions in %.0f ms (%d mounts taken over, %d images mounted again); "
-                        "%d expired, %d kept for a later start\n",
-                adopted + mounted,
-                (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, adopted, mounted,
-                expired, kept);
+        log_info("restored %d sessions in %.0f ms (%d mounts taken over, %d images mounted again); "
+                 "%d expired, %d kept for a later start",
+                 adopted + mounted,
+                 (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, adopted, mounted,
+                 expired, kept);
     disk_pool_start(r->disk);
     save(r);
     return 0;
@@ -340,7 +342,7 @@ static void *reaper_main(void *arg)
                 /* a session with a request in flight (e.g. a long command) is not idle */
                 if (!s->ready || s->refs > 1 || now - s->last_accessed_at <= r->ttl)
                     continue;
-                fprintf(stderr, "airlockd: session %s expired after %.0f s idle\n", s->id, r->ttl);
+                log_session(LV_INFO, s->id, NULL, "session %s expired after %.0f s idle", s->id, r->ttl);
                 retire_locked(r, s, &doomed);
                 swept = true;
             }
@@ -660,18 +662,25 @@ void registry_move_out_end(registry *r, session *s, bool moved)
         session_destroy(r, s);
 }
 
-char *registry_moving_workspace(registry *r, const char *id)
+char *registry_moving_image(registry *r, const char *id)
 {
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
-    char *ws = s && s->moving && s->workspace ? strdup(s->workspace) : NULL;
+    char *img = s && s->moving ? disk_image_path(r->disk, s->id) : NULL;
     pthread_mutex_unlock(&r->mu);
-    return ws;
+    return img;
+}
+
+int registry_move_freeze(registry *r, session *s, bool freeze)
+{
+    return freeze ? disk_freeze(r->disk, s->id) : disk_thaw(r->disk, s->id);
 }
 
 session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
-                                long long quota_bytes, double created_at, double last_used, session **out)
+                                long long quota_bytes, long long image_bytes, disk_fill_fn fill, void *ctx,
+                                double created_at, double last_used, session **out, char *why, size_t whylen)
 {
+    snprintf(why, whylen, "out of memory");
     session *s = calloc(1, sizeof *s);
     if (!s || strlen(id) != sizeof s->id - 1 || !(s->egress = json_deep_copy(egress))) {
         free(s);
@@ -685,6 +694,7 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
     if (id_taken_locked(r, id) || r->shut_down) {
         pthread_mutex_unlock(&r->mu);
         session_free(s);
+        snprintf(why, whylen, "this node already holds a session %s or is stopping", id);
         return SESSION_ERROR;
     }
     s->refs = 2;
@@ -692,7 +702,7 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
     r->head = s;
     pthread_mutex_unlock(&r->mu);
     char *ws = NULL;
-    disk_result dr = disk_create(r->disk, s->id, s->quota_bytes, &ws);
+    disk_result dr = disk_receive(r->disk, s->id, image_bytes, fill, ctx, &ws, why, whylen);
     pthread_mutex_lock(&r->mu);
     if (dr != DISK_OK) {
         unlink_locked(r, s);

@@ -156,12 +156,19 @@ bool registry_move_out_begin(registry *r, const char *id, session **out);
 /* The move is over: moved, it leaves this node (its disk deleted, the fleet's row kept:
  * another node owns it); else it is back in service. Drops the reference. */
 void registry_move_out_end(registry *r, session *s, bool moved);
-/* The workspace of session id while it is moving out (malloc'd), else NULL. */
-char *registry_moving_workspace(registry *r, const char *id);
-/* A session moving in: id with a new disk of quota_bytes, invisible (and with a reference in
- * *out) until registry_move_in_end. SESSION_OK, SESSION_CAPACITY, SESSION_ERROR. */
+/* The image file of session id while it is moving out (malloc'd), else NULL. */
+char *registry_moving_image(registry *r, const char *id);
+/* Freezes (or thaws) the disk of s, which is moving out: its image stays as it is while it is
+ * copied. 0, or -1 with errno. */
+int registry_move_freeze(registry *r, session *s, bool freeze);
+/* A session moving in: id with the disk another node sends (an image of image_bytes, which
+ * fill writes: disk/pool.h's disk_receive), invisible (and with a reference in *out) until
+ * registry_move_in_end. SESSION_OK; SESSION_CAPACITY when this node has no room for it (checked
+ * before fill runs), SESSION_ERROR when it could not be made or did not arrive whole: the
+ * reason in why. */
 session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
-                                long long quota_bytes, double created_at, double last_used, session **out);
+                                long long quota_bytes, long long image_bytes, disk_fill_fn fill, void *ctx,
+                                double created_at, double last_used, session **out, char *why, size_t whylen);
 /* ok: it is served and saved from now on (false when the save failed: undone); else it goes
  * (its disk deleted, the fleet's row kept for the node it came from). Drops the reference. */
 bool registry_move_in_end(registry *r, session *s, bool ok);

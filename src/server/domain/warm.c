@@ -2,6 +2,7 @@
  * and releases them, and the hand-over to a session's next command (see warm.h). */
 #include "domain/warm_internal.h"
 
+#include "log/log.h"
 #include "sandbox/session_sandbox.h"
 
 #include <errno.h>
@@ -149,7 +150,7 @@ static void start_boots(warm_pool *w)
         e->sb = sb;
         e->net = sb ? net : NULL;
         if (!sb) {
-            fprintf(stderr, "airlockd: cannot boot a sandbox ahead for %s: %s\n", e->key, err[0] ? err : "no egress");
+            log_warn("cannot boot a sandbox ahead for %s: %s", e->key, err[0] ? err : "no egress");
             warm_clear_entry(e);
         } else if (e->doomed || w->stopping) {
             release_entry(w, e);
@@ -174,8 +175,8 @@ static void look_around(warm_pool *w)
                 e->used_ms = now;
                 pthread_cond_broadcast(&w->changed); /* a command may wait for a session's own */
             } else if (rc < 0 || now - e->started_ms > BOOT_GIVE_UP_MS) {
-                fprintf(stderr, "airlockd: sandbox booted ahead for %s given up: %s\n", e->key,
-                        rc < 0 ? err : "boot too slow");
+                log_warn("sandbox booted ahead for %s given up: %s", e->key,
+                         rc < 0 ? err : "boot too slow");
                 release_entry(w, e);
             }
         } else if (e->state == E_DOOMED ||
@@ -444,7 +445,7 @@ static bool wait_booted(sandbox *sb, int cancel_fd)
         int rc = sandbox_boot_check(sb, err, sizeof err);
         if (rc != 0) {
             if (rc < 0)
-                fprintf(stderr, "airlockd: %s\n", err);
+                log_warn("%s", err);
             return rc == 1;
         }
         int64_t left = until - warm_now_ms();

@@ -1,6 +1,7 @@
 /* The fleet's session registry in PostgreSQL: which node holds which session, the tenants'
  * session counts, the answers for a session whose node is not this one. */
 #include "fleet/internal.h"
+#include "log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +55,7 @@ void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), 
         const char *q[] = {id, f->id};
         PQclear(pg_query(f->db, "UPDATE sessions SET state = 'lost', lost_at = now() WHERE id = $1 AND node = $2"
                                 " AND state = 'active'", 2, q));
-        fprintf(stderr, "airlockd: session %s is not on this node any more: declared lost\n", id);
+        log_session(LV_WARN, id, NULL, "session %s is not on this node any more: declared lost", id);
     }
     PQclear(res);
 }

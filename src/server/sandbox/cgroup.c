@@ -2,6 +2,7 @@
  * membership, OOM evidence, and removal of everything under the root. */
 #include "sandbox/cgroup.h"
 
+#include "log/log.h"
 #include "util/buf.h"
 
 #include <dirent.h>
@@ -359,8 +360,8 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
     /* what a killed predecessor on this state dir left: its processes and groups */
     int left = sbx_cg_tree_clear(t, true);
     if (left)
-        fprintf(stderr, "airlockd: %d cgroup(s) under %s left by a previous run could not be removed\n",
-                left, t->root);
+        log_warn("%d cgroup(s) under %s left by a previous run could not be removed",
+                 left, t->root);
     int limited[4] = {t->memory, t->pids, t->cpu, t->v2 ? -1 : t->cpuacct}; /* and the runs' CPU time */
     for (int k = 0; k < 4; k++) {
         if (limited[k] < 0 || (k > 0 && limited[k] == limited[0] && t->v2))
@@ -507,6 +508,25 @@ static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *grou
     return 0;
 }
 
+/* v1 with CPU accounting in a hierarchy of its own: the run's group there, made (and so
+ * owned) by airlockd, not by runsc, which would remove it with the sandbox's last process:
+ * the run's CPU time stays readable until sbx_cg_destroy (cgroup_usage.c). */
+static int make_acct_group(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, char *errbuf, size_t errlen)
+{
+    const char *hier = t->hier[t->cpuacct];
+    if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+        return -1;
+    int n = snprintf(cg->acct_dir, sizeof cg->acct_dir, "%s%s", hier, cg->rel);
+    if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof cg->acct_dir || mkdir(cg->acct_dir, 0755) != 0) {
+        snprintf(errbuf, errlen, "cannot create cgroup %s: %s", cg->acct_dir, n < 0 ? "" : strerror(errno));
+        cg->acct_dir[0] = '\0';
+        return -1;
+    }
+    memcpy(cg->acct_procs, cg->acct_dir, (size_t)n);
+    memcpy(cg->acct_procs + n, "/cgroup.procs", sizeof "/cgroup.procs");
+    return 0;
+}
+
 /* The active table with room for one more entry (NULL when out of memory; the old stays). */
 static sbx_cg_active *grow_active(sbx_cg_tree *t)
 {
@@ -607,25 +627,6 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
     if (t->cpu >= 0)
         cap_tenants_locked(t);
     pthread_mutex_unlock(&t->mu);
-}
-
-/* v1 with CPU accounting in a hierarchy of its own: the run's group there, made (and so
- * owned) by airlockd, not by runsc, which would remove it with the sandbox's last process:
- * the run's CPU time stays readable until sbx_cg_destroy (cgroup_usage.c). */
-static int make_acct_group(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, char *errbuf, size_t errlen)
-{
-    const char *hier = t->hier[t->cpuacct];
-    if (ensure_group(t, hier, group, errbuf, errlen) != 0)
-        return -1;
-    int n = snprintf(cg->acct_dir, sizeof cg->acct_dir, "%s%s", hier, cg->rel);
-    if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof cg->acct_dir || mkdir(cg->acct_dir, 0755) != 0) {
-        snprintf(errbuf, errlen, "cannot create cgroup %s: %s", cg->acct_dir, n < 0 ? "" : strerror(errno));
-        cg->acct_dir[0] = '\0';
-        return -1;
-    }
-    memcpy(cg->acct_procs, cg->acct_dir, (size_t)n);
-    memcpy(cg->acct_procs + n, "/cgroup.procs", sizeof "/cgroup.procs");
-    return 0;
 }
 
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
@@ -862,7 +863,7 @@ void sbx_cg_destroy(sbx_cgroup *cg)
         char dir[SBX_CG_PATH_MAX];
         int n = snprintf(dir, sizeof dir, "%s%s", cg->tree->hier[i], cg->rel);
         if (n > 0 && (size_t)n < sizeof dir && rmdir_retrying(dir) != 0)
-            fprintf(stderr, "airlockd: cannot remove cgroup %s: %s\n", dir, strerror(errno));
+            log_warn("cannot remove cgroup %s: %s", dir, strerror(errno));
     }
     if (cg->counted)
         tenant_runs(cg->tree, cg->group, -1);

@@ -6,6 +6,7 @@
  * enforces on sandboxed tasks only; the host pids limit just stops runaway gVisor stubs. */
 #include "sandbox/internal.h"
 
+#include "log/log.h"
 #include "sandbox/netjoin.h"
 #include "fs/walk.h"
 #include "sandbox/oci.h"
@@ -293,7 +294,7 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen)
     /* idle until its command: systrap's stubs would otherwise spin a few % of a CPU each */
     int err = sbx_cg_freeze(&s->cg, true);
     if (err)
-        fprintf(stderr, "airlockd: cannot freeze idle sandbox %s: %s\n", s->id, strerror(err));
+        log_warn("cannot freeze idle sandbox %s: %s", s->id, strerror(err));
     return 1;
 }
 
@@ -404,8 +405,8 @@ static void gvisor_release(sandbox *s)
     if (runsc_state_left(s->b, s->id))
         runsc_delete(s->b, s->id);
     if (s->bundle && fs_rmtree(s->bundle) != 0 && errno != ENOENT)
-        fprintf(stderr, "airlockd: cannot remove sandbox bundle %s: %s\n", s->bundle,
-                strerror(errno));
+        log_warn("cannot remove sandbox bundle %s: %s", s->bundle,
+                 strerror(errno));
     free(s->bundle);
     s->bundle = NULL;
 }

@@ -8,6 +8,7 @@
  * plus a grace is killed. */
 #include "sandbox/session_sandbox.h"
 
+#include "log/log.h"
 #include "sandbox/internal.h"
 #include "../../agent/protocol.h"
 
@@ -317,7 +318,7 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
         return -1;
     }
     if (a.not_started) { /* its next command gets a new sandbox; this one runs another way */
-        fprintf(stderr, "airlockd: %s; the command runs in a sandbox of its own\n", errbuf);
+        log_warn("%s; the command runs in a sandbox of its own", errbuf);
         kill_sandbox_now(s);
         sbx_proc_result_free(&a.r);
         return 1;

@@ -4,6 +4,7 @@
  * number of nodes get exact answers. A migration is never edited once released: a change
  * is a new entry at the end. */
 #include "store/pg_schema.h"
+#include "log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +231,8 @@ static const char *const MIGRATIONS[] = {
     " END $$;"
     "CREATE TRIGGER nodes_router AFTER INSERT OR DELETE OR UPDATE OF slot, url, internal_url, state, agent_port"
     " ON nodes FOR EACH ROW EXECUTE FUNCTION airlock_router_node_notice();",
+    /* 7: why a drain could not move a session (it stays on its node; a new drain tries again) */
+    "ALTER TABLE sessions ADD COLUMN move_error text;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
@@ -280,7 +283,7 @@ static int migrate(PGconn *c, void *ctx, char *err, size_t errlen)
             run(c, "ROLLBACK");
             return -1;
         }
-        fprintf(stderr, "airlockd: database schema migrated to version %d\n", v);
+        log_info("database schema migrated to version %d", v);
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Session state as one JSON document: {"airlockd_sessions": 1, "state_dir": ..., "sessions": [...]}. */
 #include "store/session_state.h"
 
+#include "log/log.h"
 #include "util/sync.h"
 
 #include <errno.h>
@@ -108,7 +109,7 @@ int session_state_load(const char *path, const char *state_dir, session_record *
         if (record_from(item, &v[*n]))
             (*n)++;
         else
-            fprintf(stderr, "airlockd: %s: skipping session record %zu (malformed)\n", path, i);
+            log_warn("%s: skipping session record %zu (malformed)", path, i);
     }
     json_decref(doc);
     *out = v;
