@@ -428,8 +428,10 @@ describe("a 3-node fleet", function()
   it("drains a node: its sessions move with their ids and files, it takes no new session", function()
     local by_slot = nodes()
     local moving, sums = {}, {}
+    -- the third one sized (issue #24): its template and size go with it
+    local SIZED = { template = "python:3.11-slim", memory_mb = 512, cpus = 1.5, disk_mb = 64, max_processes = 100 }
     for i = 1, 3 do
-      local id = create_on("node2")
+      local id = create_on("node2", i == 3 and cjson.encode(SIZED) or nil)
       moving[i] = id
       assert.are.equal(200, http.write(f.router, KEY, id, "notes/a.txt", "file a of " .. id).status)
       assert.are.equal(200, http.write(f.router, KEY, id, "b.txt", string.rep("b" .. i, 3000)).status)
@@ -515,6 +517,21 @@ describe("a 3-node fleet", function()
       assert.are.equal(503, http.read({ url = f.nodes.node2.url }, KEY, id, "b.txt").status)
     end
     assert.are.equal(open_before, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+    -- the sized session has its template and size on its new node, and in the fleet's list
+    local function shape(s)
+      return { template = s.template, memory_mb = s.memory_mb, cpus = s.cpus, disk_mb = s.disk_mb,
+               max_processes = s.max_processes }
+    end
+    local got = http.request(f.router, "GET", "/v1/sessions/" .. moving[3], { key = KEY })
+    assert.are.equal(200, got.status, got.body)
+    assert.are.same(SIZED, shape(got.json))
+    local listed
+    for _, s in ipairs(http.request(f.router, "GET", "/v1/sessions", { key = KEY }).json.sessions) do
+      if s.session_id == moving[3] then listed = s end
+    end
+    assert.are.same(SIZED, shape(listed))
+    local mem = http.exec(f.router, KEY, moving[3], "grep MemTotal /proc/meminfo")
+    assert.truthy(mem.json.stdout:find("MemTotal:%s+524288 kB"), mem.body)
     -- the egress log moved with its session: the same events, once each, from its new node
     assert.are.same(eg_events, egress.events(f.router, KEY, eg))
     assert.are.equal(200, http.delete(f.router, KEY, eg).status)

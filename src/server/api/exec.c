@@ -64,7 +64,7 @@ static bool accepts_ndjson(const http_request *r)
 static void want_next(app *a, session *s, const char *tenant)
 {
     if (!registry_removed(a->reg, s))
-        warm_want(a->warm, s->id, s->workspace, tenant);
+        warm_want(a->warm, s->id, s->workspace, tenant, &s->size);
 }
 
 /* SANDBOX_EXEC_MODE=session: in the session's own sandbox when it is ready; else (its boot
@@ -211,7 +211,7 @@ static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_re
         return -1;
     sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
                        .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
-                       .tap = tap->stream || q->spill ? &tap->tap : NULL};
+                       .tap = tap->stream || q->spill ? &tap->tap : NULL, .size = s->size};
     /* SANDBOX_EXEC_MODE=session with egress: in the session's own sandbox, which has the
      * session's network; else in a sandbox of its own with a network made for it */
     if (json_array_size(s->egress) > 0 && warm_sessions(a->warm)) {

@@ -168,7 +168,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         char name[64], errbuf[512] = "";
         snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
         sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
-                           .cancel_fd = cancel_fd};
+                           .cancel_fd = cancel_fd, .size = s->size};
         rc = import_unpack(a->sb, &so, fd, spec, &files, &msg, errbuf, sizeof errbuf);
         slots_release(a->slots, tenant);
         if (rc == IMPORT_FAILED)

@@ -9,6 +9,7 @@
 #include "domain/session_id.h"
 #include "drain/transfer.h"
 #include "log/log.h"
+#include "fleet/wire.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -94,8 +95,10 @@ void api_fleet_move_in(app *a, http_request *r, const api_call *c)
                         .image_bytes = bytes, .timeout_s = (long)(bound * 3 / 4)};
     session *s = NULL;
     char why[400] = "";
+    /* the same template and size on this node as on the one it comes from */
+    session_spec spec = fleet_shape_spec(json_object_get(row, "shape"), quota);
     session_result rc = tenant < 0 ? SESSION_ERROR
-        : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"), quota, bytes,
+        : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"), &spec, bytes,
                            transfer_fetch_fill, &t, json_real_value(json_object_get(row, "created_at")),
                            json_real_value(json_object_get(row, "last_used")), &s, why, sizeof why);
     transfer_incoming_give();

@@ -22,6 +22,11 @@ typedef struct {
     int max_sessions;
     int requests_per_minute;
     int max_concurrent_exec;
+    /* the largest session a create may ask for (ours; docs/server.md "Session sizes") */
+    int max_memory_mb;
+    int max_cpu_percent;    /* max_cpus × 100 */
+    int max_disk_mb;        /* 0: the larger of 2048 and SANDBOX_WORKSPACE_QUOTA_MB */
+    int max_processes;
     json_t *egress_allowed; /* expanded rules the tenant may request */
 } tenant_cfg;
 
@@ -46,6 +51,8 @@ typedef struct config {
     size_t nkeys;
     double session_ttl;      /* seconds of idle time */
     long long quota_bytes;   /* per-workspace disk quota (SANDBOX_WORKSPACE_QUOTA_MB) */
+    sandbox_size session_size; /* SANDBOX_SESSION_MEMORY_MB, _CPUS, _MAX_PROCESSES: a session's size
+                                * unless it asks for another (docs/server.md "Session sizes") */
     long long disk_total_bytes;   /* SANDBOX_DISK_TOTAL_MB: cap on all workspace images; 0 = from free space */
     long long disk_reserve_bytes; /* SANDBOX_DISK_RESERVE_MB: host space new images must leave free */
     const char *session_state;    /* SANDBOX_SESSION_STATE: a file; NULL = <state dir>/sessions.json */

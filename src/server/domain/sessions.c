@@ -29,6 +29,7 @@ struct registry {
     disk_pool *disk;
     double ttl;
     long long quota_bytes;
+    sandbox_size size;        /* new sessions' size unless they ask for another */
     bool stopping;
     bool reaper_running;
     bool shut_down;           /* nothing is saved any more */
@@ -110,6 +111,10 @@ static bool save(registry *r)
         e->created_at = s->created_at;
         e->last_accessed_at = s->last_accessed_at;
         e->quota_bytes = s->quota_bytes;
+        memcpy(e->template_name, s->template_name, sizeof e->template_name);
+        e->memory_mb = s->size.memory_mb;
+        e->cpu_percent = s->size.cpu_percent;
+        e->max_processes = s->size.max_processes;
         ok = e->tenant != NULL;
     }
     for (size_t i = 0; ok && i < r->nparked; i++) {
@@ -175,6 +180,52 @@ static bool park(registry *r, session_record *rec)
     return true;
 }
 
+/* a 0 field of v: d's, else sandbox.h's */
+static unsigned or_default(unsigned v, unsigned d, unsigned builtin)
+{
+    return v ? v : d ? d : builtin;
+}
+
+void session_spec_apply(session *s, const session_spec *spec, const sandbox_size *defaults, long long default_quota)
+{
+    const char *tpl = spec && spec->template_name && spec->template_name[0] ? spec->template_name
+                                                                           : SESSION_DEFAULT_TEMPLATE;
+    snprintf(s->template_name, sizeof s->template_name, "%s", tpl);
+    sandbox_size z = {0};
+    const sandbox_size *size = spec ? &spec->size : &z, *d = defaults ? defaults : &z;
+    s->size.memory_mb = or_default(size->memory_mb, d->memory_mb, SANDBOX_MEMORY_MB);
+    s->size.cpu_percent = or_default(size->cpu_percent, d->cpu_percent, SANDBOX_CPU_PERCENT);
+    s->size.max_processes = or_default(size->max_processes, d->max_processes, SANDBOX_MAX_PROCESSES);
+    s->quota_bytes = spec && spec->quota_bytes > 0 ? spec->quota_bytes : default_quota;
+}
+
+/* The reference's two template names: both run on the default root. */
+static bool on_default_root(const char *template_name)
+{
+    return strcmp(template_name, SESSION_DEFAULT_TEMPLATE) == 0 || strcmp(template_name, "python:3.11-slim") == 0;
+}
+
+/* Whether s has the default root and size (a spare, made ahead, fits only such a one). */
+static bool session_is_default(const registry *r, const session *s)
+{
+    session d = {0};
+    session_spec_apply(&d, NULL, &r->size, r->quota_bytes);
+    return on_default_root(s->template_name) && s->size.memory_mb == d.size.memory_mb &&
+           s->size.cpu_percent == d.size.cpu_percent && s->size.max_processes == d.size.max_processes &&
+           s->quota_bytes == d.quota_bytes;
+}
+
+void session_shape_json(json_t *o, const char *template_name, const sandbox_size *size, long long quota_bytes)
+{
+    json_object_set_new(o, "template", json_string(template_name));
+    json_object_set_new(o, "memory_mb", json_integer((json_int_t)size->memory_mb));
+    /* a whole number of CPUs as an integer (2), else as a number (0.5) */
+    json_object_set_new(o, "cpus", size->cpu_percent % 100 == 0 ? json_integer((json_int_t)(size->cpu_percent / 100))
+                                                                : json_real(size->cpu_percent / 100.0));
+    json_object_set_new(o, "disk_mb", json_integer((json_int_t)(quota_bytes >> 20)));
+    json_object_set_new(o, "max_processes", json_integer((json_int_t)size->max_processes));
+}
+
 /* Brings back one persisted session (registry_new, single-threaded). */
 static void restore_one(registry *r, session_record *rec, double now, int *adopted, int *mounted, int *kept,
                         int *expired)
@@ -197,7 +248,9 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
         s->egress = json_incref(rec->egress);
         s->created_at = rec->created_at;
         s->last_accessed_at = rec->last_accessed_at;
-        s->quota_bytes = rec->quota_bytes;
+        session_spec spec = {.template_name = rec->template_name,
+                             .size = {rec->memory_mb, rec->cpu_percent, rec->max_processes}};
+        session_spec_apply(s, &spec, NULL, rec->quota_bytes); /* a file from before sizes: today's */
         s->workspace = ws;
         s->refs = 1;
         s->ready = true;
@@ -261,6 +314,7 @@ registry *registry_new(const registry_opts *o, char *err, size_t errlen)
     }
     r->ttl = o->ttl;
     r->quota_bytes = o->quota_bytes;
+    r->size = o->size;
     r->tenants = o->tenants;
     r->disk = o->disk;
     r->id_slot = o->id_slot;
@@ -485,7 +539,8 @@ void registry_drop_spare_disk(registry *r, const char *id)
 static disk_result take_disk(registry *r, session *s, char **ws)
 {
     char id[sizeof s->id];
-    if (r->spares.adopt && json_array_size(s->egress) == 0 &&
+    /* a spare is made with the default template and size */
+    if (r->spares.adopt && json_array_size(s->egress) == 0 && session_is_default(r, s) &&
         r->spares.adopt(r->spares.ctx, s->tenant, id, sizeof id, ws)) {
         pthread_mutex_lock(&r->mu);
         memcpy(s->id, id, sizeof id);
@@ -501,7 +556,7 @@ static disk_result take_disk(registry *r, session *s, char **ws)
 }
 
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
-                               session **out, int *open_now)
+                               const session_spec *spec, session **out, int *open_now)
 {
     session *s = calloc(1, sizeof *s);
     if (!s || !(s->egress = json_deep_copy(egress))) {
@@ -509,7 +564,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
         return SESSION_ERROR;
     }
     s->tenant = tenant;
-    s->quota_bytes = r->quota_bytes;
+    session_spec_apply(s, spec, &r->size, r->quota_bytes);
     /* Reserve the place (invisible until ready), make the disk without the lock (tens of ms),
      * then publish. */
     pthread_mutex_lock(&r->mu);
@@ -559,7 +614,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
     s->ready = true;
     pthread_mutex_unlock(&r->mu);
     if (r->shared.ready)
-        r->shared.ready(r->shared.ctx, reserved, s->id, s->created_at);
+        r->shared.ready(r->shared.ctx, reserved, s->id, s->created_at, s);
     if (!save(r)) {
         /* fail closed: a session a restart would not bring back is never handed out; its
          * disk goes with it */
@@ -677,7 +732,7 @@ int registry_move_freeze(registry *r, session *s, bool freeze)
 }
 
 session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
-                                long long quota_bytes, long long image_bytes, disk_fill_fn fill, void *ctx,
+                                const session_spec *spec, long long image_bytes, disk_fill_fn fill, void *ctx,
                                 double created_at, double last_used, session **out, char *why, size_t whylen)
 {
     snprintf(why, whylen, "out of memory");
@@ -688,7 +743,7 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
     }
     memcpy(s->id, id, sizeof s->id);
     s->tenant = tenant;
-    s->quota_bytes = quota_bytes;
+    session_spec_apply(s, spec, &r->size, r->quota_bytes);
     s->moved_away = true; /* until it is in: undoing it never releases the fleet's row */
     pthread_mutex_lock(&r->mu);
     if (id_taken_locked(r, id) || r->shut_down) {
@@ -779,6 +834,8 @@ session_info *registry_list(registry *r, size_t tenant, size_t *n)
         e->last_accessed_at = s->last_accessed_at;
         e->expires_at = s->last_accessed_at + r->ttl;
         e->quota_bytes = s->quota_bytes;
+        memcpy(e->template_name, s->template_name, sizeof e->template_name);
+        e->size = s->size;
     }
     pthread_mutex_unlock(&r->mu);
     /* newest first (a stable insertion sort: creations in the same microsecond keep their
@@ -791,6 +848,28 @@ session_info *registry_list(registry *r, size_t tenant, size_t *n)
         }
     }
     return v;
+}
+
+session_result registry_info(registry *r, const char *id, size_t tenant, session_info *out)
+{
+    pthread_mutex_lock(&r->mu);
+    session *s = find_locked(r, id);
+    session_result rc = owner_check(s, tenant);
+    if (rc == SESSION_OK && s->moving)
+        rc = SESSION_MOVING;
+    if (rc == SESSION_OK) {
+        memset(out, 0, sizeof *out);
+        memcpy(out->id, s->id, sizeof out->id);
+        out->egress = json_incref(s->egress);
+        out->created_at = s->created_at;
+        out->last_accessed_at = s->last_accessed_at;
+        out->expires_at = s->last_accessed_at + r->ttl;
+        out->quota_bytes = s->quota_bytes;
+        memcpy(out->template_name, s->template_name, sizeof out->template_name);
+        out->size = s->size;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
 }
 
 void session_info_free(session_info *v, size_t n)

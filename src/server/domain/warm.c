@@ -90,6 +90,7 @@ static void release_entry(warm_pool *w, entry *e)
         n->session = true;
         n->egress = again.egress;
         n->created_at = again.created_at;
+        n->size = again.size;
         again.egress = NULL;
     }
     json_decref(again.egress);
@@ -134,7 +135,7 @@ static void start_boots(warm_pool *w)
         char name[KEY_MAX + 4];
         snprintf(name, sizeof name, "%s-%s", e->key, e->session ? "s" : "w");
         sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
-                          .boot_ahead = true, .agent = e->session};
+                          .boot_ahead = true, .agent = e->session, .size = e->size};
         char err[512] = "";
         pthread_mutex_unlock(&w->mu);
         /* a session with egress: its sandbox on the session's network (an entry starting
@@ -339,7 +340,7 @@ bool warm_fill_entry(entry *e, const char *key, const char *workspace, const cha
     return true;
 }
 
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const sandbox_size *size)
 {
     if (!w || strlen(key) >= KEY_MAX || !key[0])
         return;
@@ -347,8 +348,9 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
     entry *e = w->stopping ? NULL : find(w, key);
     if (e)
         e->used_ms = warm_now_ms();
-    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL)
-        warm_fill_entry(e, key, workspace, tenant);
+    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL && warm_fill_entry(e, key, workspace, tenant) &&
+             size)
+        e->size = *size;
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);
 }
@@ -376,6 +378,7 @@ void warm_want_spare(warm_pool *w, const char *tenant)
         entry *e = warm_free_entry_locked(w);
         if (!e || !warm_fill_entry(e, NULL, NULL, tenant))
             break;
+        e->size = w->ws.spare_size;
     }
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);

@@ -102,8 +102,9 @@ int fleet_drain(fleet *f, const char *node_id, json_t **row);
  * tenant's sessions), -1 the database cannot be reached. */
 int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max, const json_t *egress,
                           long long quota_bytes, int *open_now);
-/* The reserved row takes its final id (a spare's) and creation time. */
-void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at);
+/* The reserved row takes its final id (a spare's), creation time and shape (the session's
+ * template and size: {"template", "memory_mb", "cpu_percent", "max_processes"}; NULL: '{}'). */
+void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at, const json_t *shape);
 /* The session is gone for good (deleted, expired, its disk failed). */
 void fleet_session_release(fleet *f, const char *id);
 /* At start: this node's sessions the database lists as active but the node no longer holds
@@ -153,7 +154,7 @@ void fleet_move_refused(fleet *f, const char *sid, const char *why);
 /* The draining node: whether sid is its own and moving (its disk may be read). */
 bool fleet_move_outgoing(fleet *f, const char *sid);
 /* The receiving node: sid's row when the database says it is moving to this node
- * ({tenant, egress, quota_mb, created_at, last_used, source: the draining node's URL}), else
+ * ({tenant, egress, quota_mb, shape, created_at, last_used, source: the draining node's URL}), else
  * NULL. */
 json_t *fleet_move_incoming(fleet *f, const char *sid);
 /* The receiving node owns sid from now on: 0, or -1 (it was not moving here). */

@@ -83,15 +83,16 @@ json_t *fleet_move_incoming(fleet *f, const char *sid)
 {
     const char *p[] = {sid, f->id};
     PGresult *res = pg_query(f->db,
-        "SELECT s.tenant, s.egress::text, s.quota_mb, s.created_at, s.last_used, coalesce(n.internal_url, n.url)"
-        " FROM sessions s"
+        "SELECT s.tenant, s.egress::text, s.quota_mb, s.created_at, s.last_used, coalesce(n.internal_url, n.url),"
+        " s.shape::text FROM sessions s"
         " JOIN nodes n ON n.id = s.node WHERE s.id = $1 AND s.moving_to = $2 AND s.state = 'active'", 2, p);
     json_t *row = NULL;
     if (res && PQntuples(res) == 1)
-        row = json_pack("{s:s,s:o,s:I,s:f,s:f,s:s}", "tenant", PQgetvalue(res, 0, 0), "egress",
+        row = json_pack("{s:s,s:o,s:I,s:f,s:f,s:s,s:o}", "tenant", PQgetvalue(res, 0, 0), "egress",
                         json_loads(PQgetvalue(res, 0, 1), 0, NULL), "quota_mb",
                         (json_int_t)atoll(PQgetvalue(res, 0, 2)), "created_at", atof(PQgetvalue(res, 0, 3)),
-                        "last_used", atof(PQgetvalue(res, 0, 4)), "source", PQgetvalue(res, 0, 5));
+                        "last_used", atof(PQgetvalue(res, 0, 4)), "source", PQgetvalue(res, 0, 5), "shape",
+                        json_loads(PQgetvalue(res, 0, 6), 0, NULL));
     PQclear(res);
     return row;
 }

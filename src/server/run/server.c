@@ -161,7 +161,7 @@ static int open_warm_pool(server *s)
 {
     const config *c = s->cfg;
     warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
-                        .max_booting = c->warm_booting, .spares = c->warm_new,
+                        .max_booting = c->warm_booting, .spares = c->warm_new, .spare_size = c->session_size,
                         .sessions = c->sandbox.session_mode,
                         .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a},
                         .net = {.open = session_net_open, .close = session_net_close, .ctx = s->a.egress}};
@@ -196,6 +196,7 @@ static int open_sessions(server *s)
         return fail(s, "out of memory");
     }
     registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
+                        .size = c->session_size,
                         .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
                         .tenants = a->tenants, .disk = s->disk, .id_slot = a->fleet ? fleet_slot(a->fleet) : 0,
                         .shared = a->fleet ? &s->shared : NULL};

@@ -143,6 +143,14 @@ const char *sandbox_backend_cgroup_root(const sandbox_backend *b)
     return b->have_cgroups ? b->cgroups.root : NULL;
 }
 
+sbx_cg_limits sbx_command_limits(const sandbox *s)
+{
+    return (sbx_cg_limits){.memory_bytes = s->memory_bytes,
+                           .pids = HOST_TASKS_LIMIT + (uint64_t)HOST_TASKS_PER_PROCESS *
+                                                          (s->nproc > SANDBOX_MAX_PROCESSES ? s->nproc - SANDBOX_MAX_PROCESSES : 0),
+                           .cpu_percent = s->cpu_percent};
+}
+
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen)
 {
     if (errlen)
@@ -164,6 +172,9 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     }
     s->b = b;
     s->network = o->network;
+    s->memory_bytes = (uint64_t)(o->size.memory_mb ? o->size.memory_mb : SANDBOX_MEMORY_MB) << 20;
+    s->cpu_percent = o->size.cpu_percent ? o->size.cpu_percent : SANDBOX_CPU_PERCENT;
+    s->nproc = o->size.max_processes ? o->size.max_processes : SANDBOX_MAX_PROCESSES;
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);

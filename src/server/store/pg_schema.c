@@ -233,6 +233,9 @@ static const char *const MIGRATIONS[] = {
     " ON nodes FOR EACH ROW EXECUTE FUNCTION airlock_router_node_notice();",
     /* 7: why a drain could not move a session (it stays on its node; a new drain tries again) */
     "ALTER TABLE sessions ADD COLUMN move_error text;",
+    /* 8: a session's template and size ({"template", "memory_mb", "cpu_percent",
+     * "max_processes"}; its disk is quota_mb), for the list and for a move; '{}': the defaults */
+    "ALTER TABLE sessions ADD COLUMN shape jsonb NOT NULL DEFAULT '{}';",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
