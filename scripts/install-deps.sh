@@ -26,6 +26,9 @@ packages=(
   # the fleet (scripts/fleet.sh, docs/fleet.md): PostgreSQL 15 and its client library, HAProxy;
   # libext2fs reads a workspace disk's used blocks for a drain's moves
   postgresql libpq-dev haproxy libext2fs-dev
+  # the status page: embedded into airlockd with xxd; driven in headless Chromium by Selenium
+  # (spec/server/status_page_spec.lua), with a font for its screenshot
+  xxd chromium chromium-driver python3-selenium fonts-dejavu-core
 )
 
 # The egress specs run npm inside sandboxes, whose root is built from the host's /usr. A

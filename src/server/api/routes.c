@@ -51,6 +51,13 @@ static const api_route ROUTES[] = {
     {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
     {"GET",    "/v1/admin/sessions",          API_ADMIN,  false, NO_BODY,   QUICK, api_admin_sessions},
     {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
+    {"GET",    "/v1/admin/audit",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_audit},
+    {"GET",    "/v1/admin/egress",            API_ADMIN,  false, NO_BODY,   QUICK, api_admin_egress},
+    {"GET",    "/v1/admin/status",            API_ADMIN,  false, NO_BODY,   QUICK, api_admin_status},
+    /* the status page (its files embedded in airlockd; the key is asked for by the page) */
+    {"GET",    "/admin",                      API_PUBLIC, false, NO_BODY,   QUICK, api_admin_page},
+    {"GET",    "/admin/",                     API_PUBLIC, false, NO_BODY,   QUICK, api_admin_page},
+    {"GET",    "/admin/{}",                   API_PUBLIC, false, NO_BODY,   QUICK, api_admin_page},
     {"GET",    "/v1/fleet/accepting",         API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_fleet_accepting},
 };
 

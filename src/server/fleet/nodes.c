@@ -49,6 +49,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     PQclear(pg_query(db, "UPDATE nodes SET agent_port = $2::integer WHERE id = $1", 2, ap));
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->ship_mu, NULL);
+    pthread_mutex_init(&f->view_mu, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
     atomic_store(&f->accepting, true);
@@ -96,6 +97,8 @@ static void beat(fleet *f)
     long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);
+    if (state) /* the view the admin list and /healthz fall back on during an outage */
+        json_decref(fleet_nodes(f));
     free(state);
 }
 
@@ -220,6 +223,8 @@ void fleet_close(fleet *f)
     if (f->locks_ready) {
         pthread_mutex_destroy(&f->mu);
         pthread_mutex_destroy(&f->ship_mu);
+        pthread_mutex_destroy(&f->view_mu);
+        fleet_view_free(f);
         pthread_cond_destroy(&f->cond);
     }
     free(f->id);
@@ -294,6 +299,7 @@ json_t *fleet_nodes(fleet *f)
     }
     PQclear(um);
     PQclear(res);
+    fleet_view_keep(f, arr);
     return arr;
 }
 
