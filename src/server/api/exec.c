@@ -10,6 +10,8 @@
 #include "api/exec_tap.h"
 
 #include "domain/quota.h"
+#include "log/log.h"
+#include "obs/metrics.h"
 #include "text/exec_format.h"
 #include "text/utf8.h"
 
@@ -62,7 +64,7 @@ static bool accepts_ndjson(const http_request *r)
 static void want_next(app *a, session *s, const char *tenant, const char *root)
 {
     if (!registry_removed(a->reg, s))
-        warm_want(a->warm, s->id, s->workspace, tenant, root);
+        warm_want(a->warm, s->id, s->workspace, tenant, &s->size, root);
 }
 
 /* SANDBOX_EXEC_MODE=session: in the session's own sandbox when it is ready; else (its boot
@@ -110,7 +112,7 @@ static int run_command(app *a, session *s, const sandbox_opts *so, const char *c
         sandbox_release(ready);
         if (!retry)
             return rc;
-        fprintf(stderr, "airlockd: %s; running the command cold\n", errbuf);
+        log_session(LV_WARN, s->id, so->tenant, "%s; running the command cold", errbuf);
     }
     int rc = sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
     if (!ready)
@@ -168,6 +170,7 @@ static void answer_error(exec_answer *ans, unsigned status, const char *detail)
 static bool take_turn(app *a, size_t tenant, const exec_request *q, int cancel_fd, exec_answer *ans)
 {
     if (!limits_exec_begin(a->lim, tenant)) {
+        metrics_rate_refused(tenant, true);
         ans->exec_limit = tenants_get(a->tenants, tenant)->max_concurrent_exec;
         answer_error(ans, 429, NULL);
         return false;
@@ -217,7 +220,7 @@ static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_re
     }
     sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
                        .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
-                       .tap = tap->stream || q->spill ? &tap->tap : NULL, .root_dir = root};
+                       .tap = tap->stream || q->spill ? &tap->tap : NULL, .size = s->size, .root_dir = root};
     int rc = run_on_root(a, s, t, q, &so, res, errbuf, errlen);
     free(root);
     return rc;
@@ -347,7 +350,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
                       .command = q->command, .has_duration = true, .duration_s = duration_s};
     if (res->cancelled) {
         /* the client hung up (nobody reads this answer) or the server is stopping (503) */
-        fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
+        log_session(LV_INFO, s->id, t->name, "exec in %s stopped: its client hung up or the server is stopping", s->id);
         ae.detail = CANCEL_DETAIL;
         (void)api_audit_record(a, &ae); /* nobody reads the answer (or it is a 503) */
         answer_error(ans, 503, "The command was stopped before it finished.");
@@ -367,6 +370,20 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
         answer_error(ans, 500, NULL);
     }
     free_output(&o);
+}
+
+/* How a command ended, for the metrics. */
+static metrics_outcome outcome_of(int rc, const sandbox_result *res)
+{
+    if (rc != 0)
+        return METRICS_EXEC_ERROR;
+    if (res->cancelled)
+        return METRICS_EXEC_CANCELLED;
+    if (res->timed_out)
+        return METRICS_EXEC_TIMED_OUT;
+    if (res->oom_killed)
+        return METRICS_EXEC_OOM_KILLED;
+    return res->exit_code == 0 ? METRICS_EXEC_OK : METRICS_EXEC_EXIT_NONZERO;
 }
 
 /* Everything that needs the session: the turn, the run, the audit record. The streamed answer
@@ -390,12 +407,19 @@ static void exec_in_session(app *a, http_request *r, const api_call *c, session 
         cancel_fd = http_stream_cancel_fd(tap->stream);
     sandbox_result res;
     memset(&res, 0, sizeof res);
+    unsigned long shown = figures_command_begin(a->figures, s->id, q->command, q->command_len);
+    metrics_commands_running(1);
     int rc = run_in_sandbox(a, s, tenants_get(a->tenants, c->tenant), q, tap, name, spill_id, cancel_fd, &res,
                             errbuf, sizeof errbuf);
     double duration_s = seconds_since(&t0);
+    metrics_commands_running(-1);
+    metrics_exec_outcome(outcome_of(rc, &res));
     give_turn_back(a, c->tenant);
+    figures_command_end(a->figures, s->id, shown, rc != 0 || res.timed_out || res.cancelled ? -1 : res.exit_code);
+    if (registry_removed(a->reg, s)) /* deleted meanwhile: its figures went before this command's */
+        figures_forget(a->figures, s->id);
     if (rc != 0) {
-        fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
+        log_session(LV_ERROR, s->id, tenants_get(a->tenants, c->tenant)->name, "exec in %s failed: %s", s->id, errbuf);
         answer_error(ans, 500, NULL);
     } else {
         finish(a, c, s, q, tap, &res, duration_s, ans);

@@ -54,6 +54,7 @@ typedef struct {
     int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
     int max_booting;  /* boots at once (the CPUs) */
     int spares;       /* SANDBOX_WARM_NEW: spares per tenant (0: new sessions start cold) */
+    sandbox_size spare_size; /* a spare's sandbox: the sessions' default size */
     bool sessions;    /* SANDBOX_EXEC_MODE=session: sessions get a sandbox of their own */
     warm_spare_disks disks;
     warm_session_network net;
@@ -67,10 +68,11 @@ warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, s
  * running in one). */
 void warm_free(warm_pool *w);
 
-/* Boots a sandbox ahead for session key over workspace (absolute), for tenant, on root (a
- * template's, sandbox_opts.root_dir; NULL: the default); name prefixes
- * its id. Does nothing when key already has one, or when full with nothing to evict. */
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const char *root);
+/* Boots a sandbox ahead for session key over workspace (absolute), for tenant, of size (NULL:
+ * the default), on root (a template's, sandbox_opts.root_dir; NULL: the default); name
+ * prefixes its id. Does nothing when key already has one, or when full with nothing to evict. */
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const sandbox_size *size,
+               const char *root);
 
 /* key's sandbox, booted (waiting up to a few seconds for a boot under way, less if cancel_fd
  * hangs up), now the caller's to sandbox_run and sandbox_release; NULL when there is none
@@ -78,8 +80,8 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
 sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
 
 /* Keeps settings.spares sandboxes booting or booted for tenant's next new sessions on root (a
- * template's; NULL: the default root: spares are kept per template in use), each over
- * a fresh disk of its own (a spare counts against max_ready like any other, and is released
+ * built template's; NULL: the default root: spares are kept per template in use), each over
+ * a fresh disk of its own, of settings.spare_size (a spare counts against max_ready like any other, and is released
  * when idle like any other). */
 void warm_want_spare(warm_pool *w, const char *tenant, const char *root);
 
@@ -112,6 +114,14 @@ void warm_want_session(warm_pool *w, const session *s, const char *tenant, const
  * booting, none could be had, or it cannot take this command). */
 int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
                      int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen);
+
+/* The sandboxes held, by state (for GET /metrics): booting (wanted, starting or booting),
+ * ready (booted, waiting frozen), in use (a session's own sandbox lent to commands), and how
+ * many of all of them are spares for tenants' next sessions. */
+typedef struct {
+    int booting, ready, in_use, spares;
+} warm_counts;
+void warm_count(warm_pool *w, warm_counts *out);
 
 /* For a server exiting without cleanup (_exit): kills the processes of every sandbox held,
  * so that none is left frozen (the next start removes the rest). */

@@ -1,6 +1,7 @@
 /* The egress log of one session: a ring of the last events and an optional JSON-lines file. */
 #include "egress/log.h"
 
+#include "log/log.h"
 #include "text/pyjson.h"
 
 #include <errno.h>
@@ -73,7 +74,7 @@ static void rotate(egress_log *l)
     l->fd = -1;
     if (rename(l->path, old) != 0 || open_file(l) != 0) {
         if (!l->reported)
-            fprintf(stderr, "airlockd: cannot rotate the egress log %s: %s\n", l->path, strerror(errno));
+            log_error("cannot rotate the egress log %s: %s", l->path, strerror(errno));
         l->reported = true;
         if (l->fd < 0)
             (void)open_file(l);
@@ -94,8 +95,8 @@ static void write_line(egress_log *l, const json_t *event)
     if (w > 0)
         l->size += w;
     if (w != (ssize_t)(n + 1) && !l->reported) {
-        fprintf(stderr, "airlockd: cannot write the egress log %s: %s\n", l->path,
-                w < 0 ? strerror(errno) : "short write");
+        log_error("cannot write the egress log %s: %s", l->path,
+                  w < 0 ? strerror(errno) : "short write");
         l->reported = true;
     }
     free(text);
@@ -139,6 +140,25 @@ json_t *egress_log_last(egress_log *l, size_t limit)
     }
     pthread_mutex_unlock(&l->mu);
     return out;
+}
+
+void egress_log_denials(egress_log *l, size_t limit, json_t *out)
+{
+    pthread_mutex_lock(&l->mu);
+    size_t have = l->total < EGRESS_LOG_RING ? l->total : EGRESS_LOG_RING, found = 0;
+    for (size_t k = 1; k <= have && found < limit; k++) {
+        json_t *ev = l->ring[(l->next + EGRESS_LOG_RING - k) % EGRESS_LOG_RING];
+        const char *decision = json_string_value(json_object_get(ev, "decision"));
+        if (!decision || strcmp(decision, "deny") != 0)
+            continue;
+        json_t *copy = json_copy(ev);
+        if (copy) {
+            json_object_set_new(copy, "session_id", json_string(l->session_id));
+            json_array_append_new(out, copy);
+        }
+        found++;
+    }
+    pthread_mutex_unlock(&l->mu);
 }
 
 size_t egress_log_count(egress_log *l)

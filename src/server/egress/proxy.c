@@ -8,6 +8,8 @@
 #include "egress/loop.h"
 #include "egress/policy.h"
 #include "egress/request.h"
+#include "log/log.h"
+#include "obs/metrics.h"
 #include "text/utf8.h"
 
 #include <arpa/inet.h>
@@ -187,6 +189,7 @@ static json_t *event_of(const conn *c, bool allow, const char *reason, bool with
         return NULL;
     json_object_set_new(e, "ts", json_real(floor(wall() * 1000.0 + 0.5) / 1000.0));
     json_object_set_new(e, "decision", json_string(allow ? "allow" : "deny"));
+    metrics_egress(allow); /* every event is made here, once */
     json_object_set_new(e, "duration_ms", json_integer((json_int_t)((mono() - c->t0) * 1000.0)));
     if (c->authed) {
         json_object_set_new(e, "session", json_string(c->s->id));
@@ -705,7 +708,7 @@ static void accept_some(egress_proxy *p, egress_listener *l)
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* out of descriptors: stop accepting for a tick (the backlog waits) */
                 if (!p->emfile_reported)
-                    fprintf(stderr, "airlockd: egress proxy: accept: %s; pausing\n", strerror(errno));
+                    log_error("egress proxy: accept: %s; pausing", strerror(errno));
                 p->emfile_reported = true;
                 epoll_ctl(p->ep, EPOLL_CTL_DEL, l->fd, NULL);
                 l->registered = false;

@@ -30,7 +30,14 @@ struct fleet {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_mutex_t ship_mu; /* one outbox shipment at a time (heartbeat and request threads) */
+    pthread_mutex_t view_mu; /* guards view and view_at (fleet/view.c) */
+    json_t *view;            /* the nodes as last read from the database, or NULL */
+    double view_at;
 };
+
+/* fleet/view.c: keeps a copy of nodes (a successful read of the nodes table) as the view. */
+void fleet_view_keep(fleet *f, const json_t *nodes);
+void fleet_view_free(fleet *f);
 
 
 /* The number a statement counts for its one parameter ($1), or -1 when the database cannot

@@ -3,6 +3,7 @@
 #include "run/server.h"
 
 #include "api/routes.h"
+#include "log/log.h"
 #include "run/fleet.h"
 #include "run/signals.h"
 #include "sandbox/guard.h"
@@ -47,10 +48,15 @@ static int open_sandboxes(server *s)
     if (!(s->a.sb = sandbox_backend_open(s->state, &s->cfg->sandbox, why, sizeof why)))
         return fail(s, "no isolation backend: %s", why);
     /* the first line of the log says what the sandboxes run on */
-    fprintf(stderr, "airlockd: isolation: %s\n%s", sandbox_backend_summary(s->a.sb), sandbox_backend_notes(s->a.sb));
+    log_info("isolation: %s", sandbox_backend_summary(s->a.sb));
+    log_lines(LV_WARN, sandbox_backend_notes(s->a.sb));
+    /* a released sandbox's CPU time and peak stay counted for its session */
+    if (!(s->a.figures = figures_new()))
+        return fail(s, "out of memory");
+    sandbox_backend_on_retire(s->a.sb, figures_retire, s->a.figures);
     const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
-        fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", why);
+        log_warn("%s (a killed airlockd's sandboxes then wait for the next start)", why);
     if (s->cfg->egress.test_ca && sandbox_backend_trust_ca(s->a.sb, s->cfg->egress.test_ca, why, sizeof why) != 0)
         return fail(s, "AIRLOCK_TEST_EGRESS_CA: %s", why);
     return 0;
@@ -78,7 +84,9 @@ static int open_stores(server *s)
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
-    return (s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err)) ? 0 : -1;
+    s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
+    s->a.disk = s->disk; /* the status page's budgets */
+    return s->disk ? 0 : -1;
 }
 
 static int open_egress(server *s)
@@ -186,7 +194,7 @@ static int open_warm_pool(server *s)
 {
     const config *c = s->cfg;
     warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
-                        .max_booting = c->warm_booting, .spares = c->warm_new,
+                        .max_booting = c->warm_booting, .spares = c->warm_new, .spare_size = c->session_size,
                         .sessions = c->sandbox.session_mode,
                         .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a},
                         .net = {.open = session_net_open, .close = session_net_close, .ctx = s->a.egress}};
@@ -195,11 +203,19 @@ static int open_warm_pool(server *s)
     if (!s->a.warm && s->err[0])
         return -1;
     if (c->sandbox.session_mode)
-        fprintf(stderr, "airlockd: commands run %s\n",
-                warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
-                                         : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor, "
-                                           "airlock-agent and SANDBOX_WARM_MAX > 0");
+        log_info("commands run %s",
+                 warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
+                 : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor, "
+                 "airlock-agent and SANDBOX_WARM_MAX > 0");
     return 0;
+}
+
+/* A session left the registry: its proxy pass, listeners and tunnels end, its figures go. */
+static void session_removed(void *ctx, const char *session_id)
+{
+    app *a = ctx;
+    egress_forget_session(a->egress, session_id);
+    figures_forget(a->figures, session_id);
 }
 
 /* The sessions (after the sandbox backend removed the predecessor's sandboxes, which held
@@ -213,13 +229,14 @@ static int open_sessions(server *s)
         return fail(s, "out of memory");
     }
     registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
+                        .size = c->session_size,
                         .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
                         .tenants = a->tenants, .disk = s->disk, .id_slot = a->fleet ? fleet_slot(a->fleet) : 0,
                         .shared = a->fleet ? &s->shared : NULL};
     if (!(a->reg = registry_new(&ro, s->err, sizeof s->err)))
         return -1;
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
-    registry_set_remove_hook(a->reg, egress_forget_session, a->egress);
+    registry_set_remove_hook(a->reg, session_removed, a);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
     registry_set_destroy_hook(a->reg, forget_warm, a->warm);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
@@ -268,8 +285,10 @@ int server_listen(server *s)
     const config *c = s->cfg;
     if (signals_catch() != 0)
         return fail(s, "pipe: %s", strerror(errno));
+    api_name_routes();
     http_options ho = {.host = c->listen_host, .port = c->port, .unix_path = c->unix_path,
-                       .admit = api_admit, .handler = api_handle, .cls = &s->a, .limits = c->http};
+                       .admit = api_admit, .handler = api_handle, .finished = api_finished, .cls = &s->a,
+                       .limits = c->http};
     if (!(s->srv = http_start(&ho, s->err, sizeof s->err)))
         return -1;
     if (registry_start_reaper(s->a.reg) != 0)
@@ -278,8 +297,8 @@ int server_listen(server *s)
         return -1;
     if (c->port_file && write_port_file(c->port_file, http_port(s->srv)) != 0)
         return fail(s, "--port-file %s: %s", c->port_file, strerror(errno));
-    fprintf(stderr, "airlockd listening on http://%s:%u%s%s (isolation: %s)\n", c->listen_host, http_port(s->srv),
-            c->unix_path ? " and unix:" : "", c->unix_path ? c->unix_path : "", sandbox_backend_name(s->a.sb));
+    log_info("listening on http://%s:%u%s%s (isolation: %s)", c->listen_host, http_port(s->srv),
+             c->unix_path ? " and unix:" : "", c->unix_path ? c->unix_path : "", sandbox_backend_name(s->a.sb));
     return 0;
 }
 
@@ -309,10 +328,10 @@ bool server_stop(server *s)
         unlink(c->unix_path);
     unsigned running = http_in_flight(srv);
     if (running)
-        fprintf(stderr, "airlockd: waiting up to %.0f s for %u running requests (a second signal stops them now)\n",
-                c->shutdown_grace, running);
+        log_info("waiting up to %.0f s for %u running requests (a second signal stops them now)",
+                 c->shutdown_grace, running);
     if (!wait_for_requests(srv, c->shutdown_grace)) {
-        fprintf(stderr, "airlockd: stopping %u running requests\n", http_in_flight(srv));
+        log_info("stopping %u running requests", http_in_flight(srv));
         http_cancel(srv);
         wait_for_requests(srv, CANCEL_WAIT_S);
     }
@@ -329,7 +348,7 @@ void server_abandon(server *s, int status)
 {
     /* a handler is still inside a command or a download: freeing what it uses would be
      * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
-    fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
+    log_error("requests did not end in time; exiting without cleanup");
     warm_abandon(s->a.warm); /* frozen, they would outlive this process */
     if (s->cfg->port_file)
         unlink(s->cfg->port_file);
@@ -360,6 +379,7 @@ void server_close(server *s, int status)
     server_close_fleet(s);     /* after the sessions, which release their rows in it */
     if (a->sb)
         sandbox_backend_close(a->sb);
+    figures_free(a->figures); /* after every sandbox, whose release reports to it */
     if (s->cfg->port_file && status == 0)
         unlink(s->cfg->port_file);
     free(s->state);

@@ -60,6 +60,20 @@ typedef struct {
     void *ctx;
 } sandbox_tap;
 
+/* The size of a sandbox unless its session asks for another (ours: POST /v1/sessions
+ * memory_mb, cpus, max_processes; docs/server.md "Session sizes"). */
+#define SANDBOX_MEMORY_MB 256
+#define SANDBOX_CPU_PERCENT 100 /* one CPU */
+#define SANDBOX_MAX_PROCESSES 64
+
+/* A sandbox's size; a 0 field means its default above. Enforced by its host cgroup (memory
+ * without swap, the CFS quota over a 100 ms period) and gVisor's RLIMIT_NPROC (processes). */
+typedef struct {
+    unsigned memory_mb;
+    unsigned cpu_percent;   /* 100 = one CPU */
+    unsigned max_processes;
+} sandbox_size;
+
 /* What a sandbox is made for, known before its command. */
 typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
@@ -87,6 +101,7 @@ typedef struct {
      * first process is the agent (src/agent/agent.c); its commands run through
      * sandbox/session_sandbox.h, each in fresh namespaces, never through sandbox_run. */
     bool agent;
+    sandbox_size size;         /* fixed at prepare (boot), like the workspace */
     /* Ours: a template's root (domain/templates.h), a whole read-only tree with its own /usr,
      * made usable by sandbox_backend_finish_root; gVisor only. NULL: the generated root over
      * the host's /usr. Kept by the caller until sandbox_release. */
@@ -139,6 +154,34 @@ const char *sandbox_backend_notes(const sandbox_backend *b);
  * when it runs without cgroups. */
 const char *sandbox_backend_cgroup_root(const sandbox_backend *b);
 
+/* What sandboxes use, from their host cgroups (sandbox/usage.c). */
+typedef struct {
+    unsigned long long cpu_ns;            /* CPU time used */
+    unsigned long long memory_bytes;      /* memory charged now */
+    unsigned long long memory_peak_bytes; /* the highest of one sandbox's since its command began */
+    unsigned long long tasks;             /* host tasks now (gVisor's own threads included) */
+    unsigned sandboxes;                   /* sandboxes counted */
+} sandbox_usage;
+
+/* The usage of tenant's sandboxes whose sandbox_opts.name started with name_prefix, summed
+ * (the peak: the highest one's); false when it cannot be read (no cgroups). */
+bool sandbox_usage_of(const sandbox_backend *b, const char *tenant, const char *name_prefix, sandbox_usage *out);
+
+/* Calls fn(ctx, id, usage) for every sandbox of this server, each tenant's, in one pass (the
+ * id: its sandbox_opts.name, "-" and a suffix); false when it cannot be read (no cgroups). */
+typedef void (*sandbox_usage_fn)(void *ctx, const char *id, const sandbox_usage *u);
+bool sandbox_usage_each(const sandbox_backend *b, sandbox_usage_fn fn, void *ctx);
+
+/* The usage of every sandbox of this server together (CPU time since it started); false when
+ * it cannot be read (no cgroups). */
+bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out);
+
+/* Called with the container id (its sandbox_opts.name, "-" and a suffix) and final usage of
+ * every sandbox as it is released, on the releasing thread: quick, no lock of the caller's
+ * held across sandbox calls. Set before any sandbox is made. */
+typedef void (*sandbox_retire_hook)(void *ctx, const char *id, const sandbox_usage *u);
+void sandbox_backend_on_retire(sandbox_backend *b, sandbox_retire_hook hook, void *ctx);
+
 /* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
  * (appended to the generated root's CA bundle). */
 int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *errbuf, size_t errlen);
@@ -148,8 +191,8 @@ int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *err
 void sandbox_backend_close(sandbox_backend *b);
 
 /* A sandbox ready for one command: read-only root, /tmp tmpfs 64 MB noexec, uid SANDBOX_UID,
- * no capabilities, no network unless o->network, 256 MB memory without swap, 64 processes,
- * 1 CPU. NULL with a
+ * no capabilities, no network unless o->network, o->size (by default 256 MB memory without
+ * swap, 64 processes, 1 CPU). NULL with a
  * message in errbuf when it cannot be made. */
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen);
 
