@@ -97,12 +97,27 @@ void api_fleet_move_in(app *a, http_request *r, const api_call *c)
     char why[400] = "";
     /* the same template and size on this node as on the one it comes from */
     session_spec spec = fleet_shape_spec(json_object_get(row, "shape"), quota);
+    /* ours: a built template runs on this node's build of it, made from the fleet's recipe; until
+     * it is ready here the move waits (the drain tries again) */
+    char tpl_id[SESSION_TEMPLATE_ID_MAX] = "";
+    const char *tname = json_string_value(json_object_get(row, "tenant")), *tstatus = "";
+    if (tenant >= 0 && spec.template_name && api_template_name_valid(spec.template_name, strlen(spec.template_name))) {
+        if (templates_resolve(a->templates, tname, spec.template_name, tpl_id, &tstatus) != TPL_OK) {
+            transfer_incoming_give();
+            json_decref(row);
+            http_send_retry(r, 503, "The session's template is not built on this node yet; retry shortly.", 5);
+            return;
+        }
+        spec.template_id = tpl_id;
+    }
     session_result rc = tenant < 0 ? SESSION_ERROR
         : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"), &spec, bytes,
                            transfer_fetch_fill, &t, json_real_value(json_object_get(row, "created_at")),
                            json_real_value(json_object_get(row, "last_used")), &s, why, sizeof why);
     transfer_incoming_give();
     json_decref(row);
+    if (tpl_id[0])
+        templates_unpin(a->templates, tpl_id);
     if (rc == SESSION_CAPACITY) {
         log_session(LV_WARN, id, NULL, "drain: no room for this moving session: %s", why);
         char d[600];
