@@ -166,16 +166,21 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         free(a2);
         json_decref(refused);
         json_decref(expanded);
+        if (tpl_id[0])
+            templates_unpin(a->templates, tpl_id);
         return;
     }
     json_decref(refused);
     spec.template_name = tpl; /* an allowed name: NUL-terminated, no longer than the longest */
+    spec.template_id = tpl_id[0] ? tpl_id : NULL; /* ours: a built template */
     /* draining, full, or no database: HAProxy retries the create on another node */
     if (a->fleet && (!fleet_accepting(a->fleet) || fleet_full(a->fleet))) {
         json_decref(expanded);
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", "This node takes no new sessions now "
                                                 "(draining, full, or its database cannot be reached); retry shortly."),
                               "retry-after", "2");
+        if (tpl_id[0])
+            templates_unpin(a->templates, tpl_id);
         return;
     }
     session *s = NULL;
