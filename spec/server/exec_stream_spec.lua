@@ -51,6 +51,16 @@ local function types(events)
   return table.concat(t, " ")
 end
 
+-- The events' types without heartbeats (a loaded machine can be silent for a heartbeat's
+-- interval anywhere, before the first output too).
+local function types_of_output(events)
+  local t = {}
+  for _, e in ipairs(events) do
+    if e.type ~= "heartbeat" then t[#t + 1] = e.type end
+  end
+  return table.concat(t, " ")
+end
+
 -- The concatenated data of one stream's events.
 local function joined(events, kind)
   local parts = {}
@@ -85,7 +95,7 @@ describe("streaming exec", function()
     local events, status, ctype = stream_exec(server, key, id, command)
     assert.are.equal(200, status)
     assert.are.equal("application/x-ndjson", ctype)
-    assert.are.equal("stdout stderr stdout result", (types(events):gsub(" heartbeat", "")))
+    assert.are.equal("stdout stderr stdout result", types_of_output(events))
     assert.are.equal("one\n", events[1].data)
     local plain = http_client.exec(server, key, id, command)
     assert.are.equal(200, plain.status)
@@ -103,6 +113,10 @@ describe("streaming exec", function()
   it("sends heartbeats while the command is silent", function()
     local events = stream_exec(server, key, id, "echo a; sleep 5; echo b")
     local t = types(events)
+    repeat -- heartbeats before the first output too, on a loaded machine
+      local before = t
+      t = t:gsub("^heartbeat ", "")
+    until t == before
     assert.truthy(t:find("^stdout heartbeat.* stdout result$"), t)
   end)
 

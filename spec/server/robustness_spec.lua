@@ -146,10 +146,16 @@ describe("airlockd robustness", function()
 
     it("answers junk paths, ids and methods through the normal client", function()
       local id = http_client.create(server, k).json.session_id
-      for _, p in ipairs({ "%00", "%ff%fe", "a%00b", "%2e%2e/%2e%2e/etc/passwd" }) do
+      for _, p in ipairs({ "%ff%fe", "%2e%2e/%2e%2e/etc/passwd" }) do
         local r = http(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. p, { key = k })
         assert.truthy(r.status == 403 or r.status == 500 or r.status == 200, p .. " -> " .. r.status)
         if r.status == 500 then assert.are.equal("Internal Server Error", r.body) end
+      end
+      -- a NUL byte is a 400 naming the parameter (docs/server.md), as every other bad path
+      for _, p in ipairs({ "%00", "a%00b" }) do
+        local r = http(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. p, { key = k })
+        assert.are.equal(400, r.status, p .. " -> " .. r.body)
+        assert.truthy(r.body:find("'path' contains a NUL byte", 1, true), r.body)
       end
       -- 300 levels: over the documented depth, refused before any filesystem work
       local deep = http(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. string.rep("a/", 300) .. "f", { key = k })
