@@ -1,6 +1,7 @@
 /* airlockd: a local Airlock-compatible sandbox server. Its start-up story: the settings, the
  * process, the server's parts, serving until a signal, the shutdown. */
 #include "config/config.h"
+#include "run/migrate.h"
 #include "run/server.h"
 #include "run/signals.h"
 #include "sandbox/guard.h"
@@ -82,6 +83,11 @@ int main(int argc, char **argv)
     config cfg;
     int status = load_settings(&cfg, argc, argv);
     if (status >= 0) {
+        config_free(&cfg);
+        return status;
+    }
+    if (cfg.migrate_only) {
+        status = migrate_main(&cfg);
         config_free(&cfg);
         return status;
     }
