@@ -1,3 +1,4 @@
+-- luacheck: max line length 140
 -- The fleet's SQL tested as SQL: a private PostgreSQL only (no node, no router), the schema
 -- applied by airlockd's own migrations (--migrate-only), and the schema's functions called
 -- from several connections at once: request-token leases (a refill is counted once, whatever

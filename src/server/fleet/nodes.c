@@ -1,6 +1,7 @@
 /* The node's row: registration, the heartbeat thread, the admin list of nodes. */
 #include "fleet/agent.h"
 #include "fleet/internal.h"
+#include "log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     free(slot);
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->ship_mu, NULL);
+    pthread_mutex_init(&f->cmd_mu, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
     atomic_store(&f->accepting, true);
@@ -60,14 +62,19 @@ static bool drop_lost(fleet *f)
     return res != NULL;
 }
 
+/* One heartbeat, one statement: the node's row, its state, the reaping of dead nodes (by one
+ * node at a time) and the count of nodes alive (schema migration 6). */
 static void beat(fleet *f)
 {
     int load = f->load ? f->load(f->load_ctx) : 0;
+    fleet_commands_flush(f); /* ends no audit row took along (the database was away) */
     char l[24], g[32];
     snprintf(l, sizeof l, "%d", load);
     snprintf(g, sizeof g, "%.3f", f->lost_after);
     const char *p[] = {f->id, l, g};
-    char *state = pg_value(f->db, "SELECT airlock_node_heartbeat($1, $2::integer, $3::double precision)", 3, p);
+    PGresult *res = pg_query(f->db, "SELECT st, live FROM airlock_node_beat($1, $2::integer, $3::double precision)",
+                             3, p);
+    const char *state = res && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : NULL;
     bool active = state && strcmp(state, "active") == 0;
     if (state && strcmp(state, "dead") == 0 && drop_lost(f)) {
         /* declared dead while it could not reach the database: it drops the sessions
@@ -78,15 +85,16 @@ static void beat(fleet *f)
         snprintf(cap, sizeof cap, "%d", f->capacity);
         const char *rp[] = {f->id, f->url, cap};
         free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
-        fprintf(stderr, "airlockd: this node had been declared dead; registered again\n");
+        log_warn("this node had been declared dead; registered again");
     }
     atomic_store(&f->accepting, active);
-    if (state && strcmp(state, "draining") == 0 && f->drain_step)
-        f->drain_step(f->drain_ctx);
-    long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
+    bool draining = state && strcmp(state, "draining") == 0;
+    long live = state ? atol(PQgetvalue(res, 0, 1)) : -1;
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);
-    free(state);
+    PQclear(res);
+    if (draining && f->drain_step)
+        f->drain_step(f->drain_ctx);
 }
 
 static void *heartbeat_main(void *arg)
@@ -202,8 +210,13 @@ void fleet_close(fleet *f)
     if (f->locks_ready) {
         pthread_mutex_destroy(&f->mu);
         pthread_mutex_destroy(&f->ship_mu);
+        pthread_mutex_destroy(&f->cmd_mu);
         pthread_cond_destroy(&f->cond);
     }
+    for (size_t i = 0; i < f->ncmds; i++)
+        free(f->cmds[i].tenant);
+    free(f->cmds);
+    free(f->ended);
     free(f->id);
     free(f->url);
     free(f->agent_host);
@@ -285,13 +298,4 @@ int fleet_drain(fleet *f, const char *node_id, json_t **row)
         *row = json_pack("{s:s,s:s}", "id", PQgetvalue(res, 0, 0), "state", PQgetvalue(res, 0, 1));
     PQclear(res);
     return rc;
-}
-
-long fleet_count(fleet *f, const char *sql, const char *tenant)
-{
-    const char *p[] = {tenant};
-    char *v = pg_value(f->db, sql, 1, p);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
 }

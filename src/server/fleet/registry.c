@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max, const json_t *egress,
                           long long quota_bytes, int *open_now)
@@ -59,27 +60,54 @@ void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), 
     PQclear(res);
 }
 
+/* a last use this much older than the previous touch is sent again: one recorded while the
+ * previous list was being taken is never missed */
+#define TOUCH_OVERLAP_S 2.0
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times)
 {
-    if (n == 0)
+    /* only the sessions used since the last touch: its cost follows the requests, not the
+     * sessions held */
+    double since = f->touch_since - TOUCH_OVERLAP_S, now = wall_now();
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++)
+        used += times[i] >= since;
+    if (used == 0) {
+        f->touch_since = now;
         return;
+    }
     /* two Postgres arrays: {id,...} and {time,...} */
-    size_t cap = n * 40 + 8;
+    size_t cap = used * 40 + 8;
     char *a = malloc(cap), *b = malloc(cap);
     if (a && b) {
         size_t ao = 0, bo = 0;
         a[ao++] = '{';
         b[bo++] = '{';
-        for (size_t i = 0; i < n; i++) {
-            ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", i ? "," : "", ids[i]);
-            bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", i ? "," : "", times[i]);
+        for (size_t i = 0, k = 0; i < n; i++) {
+            if (times[i] < since)
+                continue;
+            ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", k ? "," : "", ids[i]);
+            bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", k ? "," : "", times[i]);
+            k++;
         }
         snprintf(a + ao, cap - ao, "}");
         snprintf(b + bo, cap - bo, "}");
         const char *p[] = {a, b, f->id};
-        PQclear(pg_query(f->db, "UPDATE sessions s SET last_used = u.t"
-                                " FROM unnest($1::text[], $2::double precision[]) AS u(id, t)"
-                                " WHERE s.id = u.id AND s.node = $3 AND s.last_used < u.t", 3, p));
+        /* rows locked in id order, as the reaping of dead nodes locks them (no deadlock) */
+        PGresult *res = pg_query(f->db, "UPDATE sessions s SET last_used = u.t"
+                                        " FROM unnest($1::text[], $2::double precision[]) AS u(id, t)"
+                                        " WHERE s.id = u.id AND s.last_used < u.t AND s.id IN (SELECT id FROM sessions"
+                                        " WHERE id = ANY ($1::text[]) AND node = $3 ORDER BY id FOR UPDATE)", 3, p);
+        if (res) /* else they are sent again next time */
+            f->touch_since = now;
+        PQclear(res);
     }
     free(a);
     free(b);
@@ -123,7 +151,4 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
     return arr;
 }
 
-long fleet_session_count(fleet *f, const char *tenant)
-{
-    return fleet_count(f, "SELECT count(*) FROM sessions WHERE tenant = $1 AND state = 'active'", tenant);
-}
+
