@@ -10,7 +10,8 @@
 --   3. PostgreSQL's transactions per request type (pg_stat_database, the idle fleet's own rate
 --      subtracted) and its CPU per request type.
 --   4. A projection: how many nodes one 2-core PostgreSQL carries, each node at its own
---      saturation (its 2 cores busy) with an agent-like mix (one exec and three small calls),
+--      saturation (its 2 cores busy: its CPU per mix, sandboxes included) with an agent-like
+--      mix (one exec and three small calls: a read, a write, a file listing),
 --      from the node's and the database's measured CPU per call; and the ceiling of one
 --      tenant's requests, from the lease statements one bucket row takes a second (pgbench)
 --      and the tokens a lease carries.
@@ -48,12 +49,21 @@ local function cpu_of(pid)
   return (tonumber(fields[12]) + tonumber(fields[13]) + tonumber(fields[14]) + tonumber(fields[15])) / TICK
 end
 
--- CPU seconds of a process and its children now running (PostgreSQL: the postmaster and
--- its backends).
+-- CPU seconds of a process and all its descendants now running, each with the children it
+-- has waited for (PostgreSQL: the postmaster, its backends and the ones that ended; a node:
+-- airlockd, its guard and the sandboxes they ran).
 local function cpu_tree(pid)
-  local total = cpu_of(pid)
-  for child in proc.output("ps -o pid= --ppid " .. pid):gmatch("%d+") do total = total + cpu_of(child) end
-  return total
+  local children = {}
+  for p, pp in proc.output("ps -e -o pid=,ppid="):gmatch("(%d+)%s+(%d+)") do
+    children[pp] = children[pp] or {}
+    table.insert(children[pp], p)
+  end
+  local function sum(p)
+    local total = cpu_of(p)
+    for _, c in ipairs(children[p] or {}) do total = total + sum(c) end
+    return total
+  end
+  return sum(tostring(pid))
 end
 
 -- One request on a new connection: status and decoded body.
@@ -105,7 +115,7 @@ local ok, err = pcall(function()
       q(KEY), READS))
     return assert(tonumber(out:match("rate=([%d.]+)")), "raw_curl_rate said: " .. out)
   end
-  local rate = { single = {}, direct = {}, router = {} }
+  local rate = { single = {}, direct = {}, router = {}, direct_x = {}, router_x = {}, hop = {} }
   local cpu = { single = 0, node = 0, db = 0, haproxy = 0, router_node = 0, router_db = 0 }
   reads(single.url, sid_single) -- warm
   reads(node.url, sid_node)
@@ -121,16 +131,21 @@ local ok, err = pcall(function()
     rate.router[#rate.router + 1] = reads(f.router.url, sid_node)
     cpu.haproxy = cpu.haproxy + cpu_of(f.info.haproxy.pid) - h0
     cpu.router_node, cpu.router_db = cpu.router_node + cpu_of(node.pid) - n0, cpu.router_db + cpu_tree(pm) - d0
+    local i = #rate.single
+    rate.direct_x[i] = rate.direct[i] / rate.single[i]
+    rate.router_x[i] = rate.router[i] / rate.single[i]
+    rate.hop[i] = 1000 / rate.router[i] - 1000 / rate.direct[i]
   end
   local r = {}
   for k, v in pairs(rate) do r[k] = stats.summary(v).p50 end
   local all = READS * ROUNDS
   local per = function(seconds) return seconds / all * 1e3 end -- ms per read
-  print(string.format("10-byte reads, one keep-alive connection, %d x %d (median rate)", ROUNDS, READS))
+  print(string.format("10-byte reads, one keep-alive connection, %d rounds of %d (medians; ratios within a round)",
+    ROUNDS, READS))
   print(string.format("  single airlockd          %8.0f/s", r.single))
-  print(string.format("  straight to a node       %8.0f/s  %.2fx single (goal >= 0.8x)", r.direct, r.direct / r.single))
-  print(string.format("  through the router       %8.0f/s  %.2fx single", r.router, r.router / r.single))
-  print(string.format("  router's hop per read    %+8.3f ms (goal <= 0.3 ms)", 1000 / r.router - 1000 / r.direct))
+  print(string.format("  straight to a node       %8.0f/s  %.2fx single (goal >= 0.8x)", r.direct, r.direct_x))
+  print(string.format("  through the router       %8.0f/s  %.2fx single", r.router, r.router_x))
+  print(string.format("  router's hop per read    %+8.3f ms (goal <= 0.3 ms)", r.hop))
   print(string.format("  server CPU per read: single %.3f ms; node %.3f + database %.3f = %.3f ms, %.2fx single (goal <= 1.5x)",
     per(cpu.single), per(cpu.node), per(cpu.db), per(cpu.node + cpu.db), (cpu.node + cpu.db) / cpu.single))
   print(string.format("  through the router: node %.3f + database %.3f ms, HAProxy's own %.3f ms per read",
@@ -157,36 +172,44 @@ local ok, err = pcall(function()
   -- 3. transactions and database CPU per request type: each phase, then the time a backend
   -- may keep its counts before it reports them (10 s), against the idle fleet's own rate
   local FLUSH = 11
+  -- n requests, their transactions (counted once every backend reported), the database's CPU
+  -- while they ran and the seconds of each
   local function phase(fn)
     local x0, c0, t0 = xacts(), cpu_tree(pm), socket.gettime()
     local n = fn()
+    local c1, t1 = cpu_tree(pm), socket.gettime()
     proc.sleep(FLUSH)
-    return n, xacts() - x0, cpu_tree(pm) - c0, socket.gettime() - t0
+    return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - t0
   end
-  local _, idle_x, idle_c, idle_t = phase(function() proc.sleep(9); return 0 end)
-  local idle_rate, idle_cpu = idle_x / idle_t, idle_c / idle_t
+  proc.sleep(FLUSH) -- what ran before is counted before the idle fleet is
+  local _, idle_x, idle_c, idle_t, idle_all = phase(function() proc.sleep(20); return 0 end)
+  local idle_rate, idle_cpu = idle_x / idle_all, idle_c / idle_t
   print(string.format("idle fleet (3 nodes): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
     idle_cpu * 100))
   local cost = {}
   local function measure(name, fn)
-    local n, x, c, t = phase(fn)
-    cost[name] = { tx = (x - idle_rate * t) / n, cpu = math.max(0, (c - idle_cpu * t) / n) }
+    local n, x, c, t, all_t = phase(fn)
+    cost[name] = { tx = (x - idle_rate * all_t) / n, cpu = math.max(0, (c - idle_cpu * t) / n) }
     print(string.format("  %-28s %7.3f transactions, %.3f ms database CPU each (%d)", name, cost[name].tx,
       cost[name].cpu * 1e3, n))
   end
   print("PostgreSQL per request (idle rate subtracted):")
   measure("read (10 bytes)", function() reads(node.url, sid_node); return READS end)
   measure("write (10 bytes)", function()
-    for _ = 1, 300 do
+    for _ = 1, 1000 do
       call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/write", cjson.encode{ path = "w.txt", content = "0123456789" })
     end
-    return 300
+    return 1000
   end)
-  measure("usage", function() for _ = 1, 300 do call(node.url, "GET", "/v1/usage") end return 300 end)
-  measure("list own sessions", function() for _ = 1, 300 do call(node.url, "GET", "/v1/sessions") end return 300 end)
+  measure("list files", function()
+    for _ = 1, 1000 do call(node.url, "GET", "/v1/sessions/" .. sid_node .. "/list") end
+    return 1000
+  end)
+  measure("usage", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/usage") end return 1000 end)
+  measure("list own sessions", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/sessions") end return 1000 end)
   measure("exec `true`", function()
-    for _ = 1, 60 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
-    return 60
+    for _ = 1, 100 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
+    return 100
   end)
   measure("create + delete", function()
     for _ = 1, 20 do
@@ -201,22 +224,23 @@ local ok, err = pcall(function()
 
   -- 4a. nodes per 2-core PostgreSQL: a node at saturation runs the mix at 2 cores / its CPU
   -- per mix; the database spends its CPU per mix that often, plus each node's idle share
-  local n0 = cpu_of(node.pid)
+  local n0 = cpu_tree(node.pid)
   local t0 = socket.gettime()
-  local MIXES = 30
+  local MIXES = 40
   for _ = 1, MIXES do
     call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec)
     call(node.url, "GET", "/v1/sessions/" .. sid_node .. "/read?path=ten.txt")
     call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/write", cjson.encode{ path = "w.txt", content = "0123456789" })
-    call(node.url, "GET", "/v1/usage")
+    call(node.url, "GET", "/v1/sessions/" .. sid_node .. "/list")
   end
   local mix_wall = (socket.gettime() - t0) / MIXES
-  local node_mix = (cpu_of(node.pid) - n0) / MIXES
-  local db_mix = cost["exec `true`"].cpu + cost["read (10 bytes)"].cpu + cost["write (10 bytes)"].cpu + cost["usage"].cpu
-  local tx_mix = cost["exec `true`"].tx + cost["read (10 bytes)"].tx + cost["write (10 bytes)"].tx + cost["usage"].tx
+  local node_mix = (cpu_tree(node.pid) - n0) / MIXES
+  local mix = { "exec `true`", "read (10 bytes)", "write (10 bytes)", "list files" }
+  local db_mix, tx_mix = 0, 0
+  for _, k in ipairs(mix) do db_mix, tx_mix = db_mix + cost[k].cpu, tx_mix + cost[k].tx end
   local sat = 2 / math.max(node_mix, 1e-6) -- mixes a second of a node with its 2 cores busy
   local per_node_db = sat * db_mix + idle_cpu / 3
-  print(string.format("agent-like mix (exec + read + write + usage): node CPU %.2f ms (%.0f ms wall, one client),"
+  print(string.format("agent-like mix (exec + read + write + list files): node CPU %.2f ms (%.0f ms wall, one client),"
     .. " database CPU %.3f ms, %.2f transactions", node_mix * 1e3, mix_wall * 1e3, db_mix * 1e3, tx_mix))
   print(string.format("  a node at saturation: %.0f mixes/s; one 2-core PostgreSQL carries %.0f such nodes (goal >= 100)",
     sat, 2 / per_node_db))

@@ -28,21 +28,28 @@ int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, d
     return 0;
 }
 
+/* Room for one more running command (with cmd_mu held); false when out of memory. */
+static bool room_for_command(fleet *f)
+{
+    if (f->ncmds < f->cmdcap)
+        return true;
+    size_t cap = f->cmdcap ? 2 * f->cmdcap : 16;
+    fleet_command *v = realloc(f->cmds, cap * sizeof *v);
+    if (!v)
+        return false;
+    f->cmds = v;
+    f->cmdcap = cap;
+    return true;
+}
+
 /* Remembers a running command's row (its tenant's name with it); false when out of memory. */
 static bool remember(fleet *f, const char *tenant, long long id)
 {
     char *name = strdup(tenant);
-    bool ok = name != NULL;
+    if (!name)
+        return false;
     pthread_mutex_lock(&f->cmd_mu);
-    if (ok && f->ncmds == f->cmdcap) {
-        size_t cap = f->cmdcap ? 2 * f->cmdcap : 16;
-        fleet_command *v = realloc(f->cmds, cap * sizeof *v);
-        ok = v != NULL;
-        if (ok) {
-            f->cmds = v;
-            f->cmdcap = cap;
-        }
-    }
+    bool ok = room_for_command(f);
     if (ok)
         f->cmds[f->ncmds++] = (fleet_command){.tenant = name, .id = id};
     pthread_mutex_unlock(&f->cmd_mu);
