@@ -192,21 +192,27 @@ void limits_return_leases(limits *l, bool all)
     if (!l->sh.lease)
         return;
     size_t n = tenants_capacity(l->tenants);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t from = 0; from < n;) {
+        /* a batch of tenants with something to give back, taken under one lock */
+        size_t idx[64], k = 0;
+        double give_back[64];
         pthread_mutex_lock(&l->mu);
-        tenant_state *s = &l->t[i];
-        double give_back = 0;
-        if (s->leased > 0 && !s->leasing && (all || mono_now() >= s->lease_until)) {
-            give_back = s->leased;
-            s->leased = 0;
-            s->lease_spent = 0;
+        double now = mono_now();
+        for (; from < n && k < 64; from++) {
+            tenant_state *s = &l->t[from];
+            if (s->leased > 0 && !s->leasing && (all || now >= s->lease_until)) {
+                idx[k] = from;
+                give_back[k++] = s->leased;
+                s->leased = 0;
+                s->lease_spent = 0;
+            }
         }
         pthread_mutex_unlock(&l->mu);
-        if (give_back > 0) {
-            const tenant_cfg *tc = tenants_get(l->tenants, i);
+        for (size_t i = 0; i < k; i++) {
+            const tenant_cfg *tc = tenants_get(l->tenants, idx[i]);
             int granted;
             double left, wait_s;
-            (void)l->sh.lease(l->sh.ctx, tc->name, tc->requests_per_minute, 0, give_back, &granted, &left, &wait_s);
+            (void)l->sh.lease(l->sh.ctx, tc->name, tc->requests_per_minute, 0, give_back[i], &granted, &left, &wait_s);
         }
     }
 }
