@@ -132,26 +132,30 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
     pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
   end)
 
-  it("beats without reading the sessions, however many there are", function()
-    pg.psql("SELECT airlock_node_register('big-node', 'http://127.0.0.9:1', 0)")
+  it("beats without reading the sessions, however many there are, and records the last uses it carries", function()
+    pg.psql("SELECT airlock_node_register('big-node', 'http://127.0.0.9:1', 0);"
+      .. " SELECT airlock_node_register('other-node', 'http://127.0.0.9:2', 0)")
     pg.psql("INSERT INTO sessions (id, tenant, node, created_at, last_used)"
       .. " SELECT 'sbx_big' || g, 'big-tenant', 'big-node', 0, 0 FROM generate_series(1, 20000) g;"
       .. " INSERT INTO sessions (id, tenant, node, state, created_at, last_used, lost_at)"
       .. " SELECT 'sbx_lost' || g, 'big-tenant', 'big-node', 'lost', 0, 0, now() FROM generate_series(1, 20000) g;"
+      .. " INSERT INTO sessions (id, tenant, node, created_at, last_used) VALUES ('sbx_other', 'big-tenant', 'other-node', 0, 0);"
       .. " ANALYZE sessions")
     -- this transaction's own counters: a sequential scan of sessions, or more than a few rows
     -- read through its indexes, would be a heartbeat whose cost grows with sessions
-    local row = pg.psql("BEGIN; SELECT st FROM airlock_node_beat('big-node', 3, 60);"
+    local row = pg.psql("BEGIN; SELECT st FROM airlock_node_beat('big-node', 3, 60,"
+      .. " '{sbx_big7,sbx_big9,sbx_other}', '{100,200,300}');"
       .. " SELECT seq_scan, coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables WHERE relname = 'sessions'; COMMIT")
     local st, seq, fetched = row:match("^(%a+)\n(%d+)|(%d+)")
     assert.are.equal("active", st, row)
     assert.are.equal(0, num(seq), row)
-    assert.is_true(num(fetched) <= 2, row)
+    assert.is_true(num(fetched) <= 5 * (3 + 1), row) -- a few for each session it carries, of 40,001
+    -- its own sessions' last uses, never another node's
+    assert.are.equal("sbx_big7|100\nsbx_big9|200\nsbx_other|0", pg.psql("SELECT id, last_used FROM sessions"
+      .. " WHERE id IN ('sbx_big7', 'sbx_big9', 'sbx_other') ORDER BY id"))
     pg.psql("DELETE FROM sessions; DELETE FROM nodes")
   end)
 
-  -- 20 nodes, each with 5 sessions (and `more` others) and a running command, all silent for
-  -- an hour
   local function twenty_silent_nodes(more)
     pg.psql("DO $$ BEGIN FOR i IN 1..20 LOOP"
       .. " PERFORM airlock_node_register('dead-' || i, 'http://127.0.0.9:1', 0);"

@@ -200,7 +200,8 @@ void limits_return_leases(limits *l, bool all)
         double now = mono_now();
         for (; from < n && k < 64; from++) {
             tenant_state *s = &l->t[from];
-            if (s->leased > 0 && !s->leasing && (all || now >= s->lease_until)) {
+            /* a tenant still busy gives it back with its next lease (one statement, not two) */
+            if (s->leased > 0 && !s->leasing && (all || now >= s->lease_until + LIMITS_LEASE_S)) {
                 idx[k] = from;
                 give_back[k++] = s->leased;
                 s->leased = 0;

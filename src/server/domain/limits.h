@@ -52,7 +52,8 @@ void limits_exec_end(limits *l, size_t tenant);
 int limits_running(limits *l, size_t tenant);
 
 /* Gives the fleet's buckets back the leased tokens this node did not spend: those of leases
- * past their time, or (all) every one (at shutdown). One statement per such tenant. */
+ * a lease's time past their end (a tenant still busy gives them back with its next lease), or
+ * (all) every one (at shutdown). One statement per such tenant. */
 void limits_return_leases(limits *l, bool all);
 
 #endif

@@ -89,7 +89,8 @@ void fleet_session_release(fleet *f, const char *id);
  * (its state was lost, e.g. a wiped state directory) are declared lost, so they free their
  * tenant's slots and answer 410. held(ctx, id) says whether the node holds id. */
 void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx);
-/* Last-use times of this node's sessions (ids[i] at times[i]). */
+/* Last-use times of this node's sessions (ids[i] at times[i]): those used since the last
+ * heartbeat reached the database go with the next one (call it from the load function). */
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times);
 
 typedef enum {

@@ -41,6 +41,8 @@ struct fleet {
     long long *ended;        /* rows of ended commands not deleted yet */
     size_t nended, endcap;
     double touch_since;      /* wall clock: last uses before this reached the database */
+    double touch_at;         /* wall clock: when the staged list below was taken */
+    char *touch_ids, *touch_times; /* last uses for the next heartbeat (Postgres arrays), or NULL */
 };
 
 

@@ -71,9 +71,11 @@ static void beat(fleet *f)
     char l[24], g[32];
     snprintf(l, sizeof l, "%d", load);
     snprintf(g, sizeof g, "%.3f", f->lost_after);
-    const char *p[] = {f->id, l, g};
-    PGresult *res = pg_query(f->db, "SELECT st, live FROM airlock_node_beat($1, $2::integer, $3::double precision)",
-                             3, p);
+    const char *p[] = {f->id, l, g, f->touch_ids, f->touch_times};
+    PGresult *res = pg_query(f->db, "SELECT st, live FROM airlock_node_beat($1, $2::integer, $3::double precision,"
+                                    " $4::text[], $5::double precision[])", 5, p);
+    if (res) /* the last uses it carried are in the database */
+        f->touch_since = f->touch_at;
     const char *state = res && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : NULL;
     bool active = state && strcmp(state, "active") == 0;
     if (state && strcmp(state, "dead") == 0 && drop_lost(f)) {
@@ -217,6 +219,8 @@ void fleet_close(fleet *f)
         free(f->cmds[i].tenant);
     free(f->cmds);
     free(f->ended);
+    free(f->touch_ids);
+    free(f->touch_times);
     free(f->id);
     free(f->url);
     free(f->agent_host);

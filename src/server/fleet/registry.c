@@ -73,44 +73,40 @@ static double wall_now(void)
 
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times)
 {
-    /* only the sessions used since the last touch: its cost follows the requests, not the
-     * sessions held */
-    double since = f->touch_since - TOUCH_OVERLAP_S, now = wall_now();
+    /* only the sessions used since the last beat reached the database: its cost follows the
+     * requests, not the sessions held */
+    double since = f->touch_since - TOUCH_OVERLAP_S;
+    f->touch_at = wall_now();
+    free(f->touch_ids);
+    free(f->touch_times);
+    f->touch_ids = f->touch_times = NULL;
     size_t used = 0;
     for (size_t i = 0; i < n; i++)
         used += times[i] >= since;
-    if (used == 0) {
-        f->touch_since = now;
+    if (used == 0)
         return;
-    }
-    /* two Postgres arrays: {id,...} and {time,...} */
+    /* two Postgres arrays: {id,...} and {time,...}, sent with the next heartbeat */
     size_t cap = used * 40 + 8;
     char *a = malloc(cap), *b = malloc(cap);
-    if (a && b) {
-        size_t ao = 0, bo = 0;
-        a[ao++] = '{';
-        b[bo++] = '{';
-        for (size_t i = 0, k = 0; i < n; i++) {
-            if (times[i] < since)
-                continue;
-            ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", k ? "," : "", ids[i]);
-            bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", k ? "," : "", times[i]);
-            k++;
-        }
-        snprintf(a + ao, cap - ao, "}");
-        snprintf(b + bo, cap - bo, "}");
-        const char *p[] = {a, b, f->id};
-        /* rows locked in id order, as the reaping of dead nodes locks them (no deadlock) */
-        PGresult *res = pg_query(f->db, "UPDATE sessions s SET last_used = u.t"
-                                        " FROM unnest($1::text[], $2::double precision[]) AS u(id, t)"
-                                        " WHERE s.id = u.id AND s.last_used < u.t AND s.id IN (SELECT id FROM sessions"
-                                        " WHERE id = ANY ($1::text[]) AND node = $3 ORDER BY id FOR UPDATE)", 3, p);
-        if (res) /* else they are sent again next time */
-            f->touch_since = now;
-        PQclear(res);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return;
     }
-    free(a);
-    free(b);
+    size_t ao = 0, bo = 0;
+    a[ao++] = '{';
+    b[bo++] = '{';
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (times[i] < since)
+            continue;
+        ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", k ? "," : "", ids[i]);
+        bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", k ? "," : "", times[i]);
+        k++;
+    }
+    snprintf(a + ao, cap - ao, "}");
+    snprintf(b + bo, cap - bo, "}");
+    f->touch_ids = a;
+    f->touch_times = b;
 }
 
 fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, char *node, size_t nodelen)

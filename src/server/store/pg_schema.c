@@ -252,11 +252,18 @@ static const char *const MIGRATIONS[] = {
     "  RETURN cardinality(dead);"
     " END $$;"
     /* a heartbeat: the node's state (a draining node with no session left is drained), the
-     * reaping of dead nodes when no other node is at it, and the nodes not dead */
+     * last uses of its sessions used since its last beat (p_ids at p_times; locked after its
+     * own row, as the reaping locks a node's row before its sessions), the reaping of dead
+     * nodes when no other node is at it, and the nodes not dead */
     "CREATE FUNCTION airlock_node_beat(p_id text, p_load integer, p_grace double precision,"
-    "  OUT st text, OUT live integer)"
+    "  p_ids text[], p_times double precision[], OUT st text, OUT live integer)"
     " LANGUAGE plpgsql AS $$ BEGIN"
     "  UPDATE nodes SET heartbeat = now(), load = p_load WHERE id = p_id RETURNING state INTO st;"
+    "  IF p_ids IS NOT NULL THEN"
+    "   UPDATE sessions s SET last_used = u.t FROM unnest(p_ids, p_times) AS u(id, t)"
+    "    WHERE s.id = u.id AND s.last_used < u.t AND s.id IN (SELECT id FROM sessions"
+    "     WHERE id = ANY (p_ids) AND node = p_id ORDER BY id FOR UPDATE);"
+    "  END IF;"
     "  IF st = 'draining' AND NOT EXISTS (SELECT 1 FROM sessions WHERE node = p_id AND state = 'active') THEN"
     "   UPDATE nodes SET state = 'drained' WHERE id = p_id;"
     "   st := 'drained';"
@@ -265,7 +272,7 @@ static const char *const MIGRATIONS[] = {
     "  SELECT count(*) INTO live FROM nodes WHERE state <> 'dead';"
     " END $$;"
     "CREATE OR REPLACE FUNCTION airlock_node_heartbeat(p_id text, p_load integer, p_grace double precision)"
-    " RETURNS text LANGUAGE sql AS $$ SELECT st FROM airlock_node_beat(p_id, p_load, p_grace) $$;",
+    " RETURNS text LANGUAGE sql AS $$ SELECT st FROM airlock_node_beat(p_id, p_load, p_grace, NULL, NULL) $$;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
