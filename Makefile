@@ -117,11 +117,13 @@ $(WAITER): src/waiter/waiter.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
 
-$(AGENT): src/agent/agent.c src/agent/frames.h
+# the agent's parts, one file per process (src/agent/agent.h), and the protocol (protocol.h)
+AGENT_SRC  := src/agent/agent.c src/agent/worker.c src/agent/container.c
+$(AGENT): $(AGENT_SRC) src/agent/agent.h src/agent/protocol.h
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/agent/agent.c
+	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ $(AGENT_SRC)
 
-$(BOOTSTRAP): src/agent/bootstrap.c src/agent/frames.h
+$(BOOTSTRAP): src/agent/bootstrap.c src/agent/protocol.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -shared -fPIC -o $@ src/agent/bootstrap.c
 

@@ -181,21 +181,10 @@ local ok, err = pcall(function()
     proc.sleep(FLUSH)
     return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - t0
   end
-  -- scripts/fleet.sh's map follower reads the sessions table 4 times a second on a new
-  -- connection each (the router's own follower, told by LISTEN, replaces it): its rate is
-  -- measured, then it is paused while the requests are counted, so they stand out
-  local follower = f.info.haproxy.map_follower_pid
-  if follower and proc.alive(follower) then
-    proc.sleep(FLUSH)
-    local _, fx, fc, ft, fall = phase(function() proc.sleep(10); return 0 end)
-    print(string.format("idle fleet (3 nodes) with fleet.sh's map follower: %.1f transactions/s, %.2f%% of a core in PostgreSQL",
-      fx / fall, fc / ft * 100))
-    os.execute("kill -STOP " .. follower)
-  end
   proc.sleep(FLUSH) -- what ran before is counted before the idle fleet is
   local _, idle_x, idle_c, idle_t, idle_all = phase(function() proc.sleep(20); return 0 end)
   local idle_rate, idle_cpu = idle_x / idle_all, idle_c / idle_t
-  print(string.format("idle fleet (3 nodes, no map follower): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
+  print(string.format("idle fleet (3 nodes and the router program): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
     idle_cpu * 100))
   local cost = {}
   local function measure(name, fn)
@@ -230,7 +219,6 @@ local ok, err = pcall(function()
     end
     return 40
   end)
-  if follower then os.execute("kill -CONT " .. follower) end
   print(string.format("  goals: read <= 0.05 transactions (%s), exec <= 2 (%s)",
     cost["read (10 bytes)"].tx <= 0.05 and "met" or "missed", cost["exec `true`"].tx <= 2 and "met" or "missed"))
 
@@ -275,7 +263,6 @@ local ok, err = pcall(function()
   print(string.format("one tenant's bucket row: %.0f lease statements/s; a tenant allowed 20,000/s leases %d tokens at a time"
     .. " (3 nodes) or %d (100 nodes): ceiling %.0f or %.0f requests/s (goal >= 20,000)", tps, l3, l100, c3, c100))
 end)
-if f and f.info.haproxy.map_follower_pid then os.execute("kill -CONT " .. f.info.haproxy.map_follower_pid .. " 2>/dev/null") end
 if f then fleet.down(f) end
 airlockd.stop(single)
 if not ok then error(err, 0) end

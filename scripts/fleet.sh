@@ -3,22 +3,23 @@
 #
 #   scripts/fleet.sh up DIR [--nodes N]   a private PostgreSQL 15 cluster (initdb in DIR/pg, run
 #                                         as the system user airlock-pg, on a free loopback
-#                                         port), N airlockd nodes on 127.0.0.2 .. 127.0.0.N+1
-#                                         (state in DIR/nodes/<id>), HAProxy on 127.0.0.1;
+#                                         port; the fleet's role `airlock` is no superuser),
+#                                         N airlockd nodes on 127.0.0.2 .. 127.0.0.N+1 (state
+#                                         in DIR/nodes/<id>), HAProxy on 127.0.0.1 and the
+#                                         router program beside it (airlockd router follow);
+#                                         writes the fleet's settings to DIR/fleet.env (0600),
 #                                         waits until all are healthy, writes DIR/fleet.json
 #   scripts/fleet.sh down DIR             stops everything `up` started in DIR, nothing else
-#   scripts/fleet.sh router DIR           writes HAProxy's configuration again from the nodes
-#                                         table and reloads it (after a node joined or left);
-#                                         starts it again on its port if it is not running
-#   scripts/fleet.sh start-node DIR ID    starts node ID again on its state directory
-#   scripts/fleet.sh drain DIR ID         drains node ID (as POST /v1/admin/nodes/ID/drain):
-#                                         it takes no new session and its sessions move to
-#                                         the other nodes; returns once the node is drained
-#   scripts/fleet.sh follow DIR           keeps the router's map of moved sessions current
-#                                         (no reload), whoever started the drain; `up` runs
-#                                         it in the background until `down`
-#   scripts/fleet.sh follow --socket S --map M
-#                                         the same next to a real router (docs/fleet.md)
+#   scripts/fleet.sh router DIR           prints HAProxy's configuration again from the nodes
+#                                         table (airlockd router config) and reloads it (after
+#                                         a node joined or left); starts HAProxy again on its
+#                                         port if it is not running, and the router program
+#   scripts/fleet.sh start-node DIR ID    starts node ID again on its state directory, with
+#                                         the settings of DIR/fleet.env (its keys, address and
+#                                         ports), whatever this shell's environment
+#   scripts/fleet.sh drain DIR ID         POST /v1/admin/nodes/ID/drain with the fleet's admin
+#                                         key: it takes no new session and its sessions move
+#                                         to the other nodes; returns once it is drained
 #   scripts/fleet.sh db-stop DIR / db-start DIR
 #                                         stops / starts the fleet's PostgreSQL (outage tests)
 #   scripts/fleet.sh exec [--nodes N] -- CMD...
@@ -26,10 +27,12 @@
 #                                         SANDBOX_API_URL (the router) and SANDBOX_API_KEY set,
 #                                         then the fleet taken down (make fleet)
 #
-# The nodes take SANDBOX_API_KEYS, SANDBOX_API_KEY, SANDBOX_ADMIN_KEY, SANDBOX_TENANT_LIMITS
-# (and every other SANDBOX_* setting) from this script's environment. The database URL, which
-# holds the password, reaches them in a file (SANDBOX_DATABASE_URL_FILE), never on a command
-# line. The system's own PostgreSQL service is neither used nor touched.
+# `up` records SANDBOX_API_KEYS, SANDBOX_API_KEY, SANDBOX_ADMIN_KEY, SANDBOX_TENANT_LIMITS (and
+# every other SANDBOX_* and AIRLOCK_* setting) of this script's environment in DIR/fleet.env;
+# the nodes get those alone (env -i), and PostgreSQL, HAProxy and the router program get none
+# of them. The database URL, which holds the password, reaches a node in a file
+# (SANDBOX_DATABASE_URL_FILE), never on a command line. The system's own PostgreSQL service is
+# neither used nor touched.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 AIRLOCKD=${AIRLOCKD_BIN:-$top/build/airlockd}
@@ -42,24 +45,100 @@ fi
 PG_USER=airlock-pg   # the OS user PostgreSQL runs as when this script runs as root
 # seconds a node that stopped answering keeps its sessions before they are declared lost
 FLEET_LOST_AFTER=${SANDBOX_FLEET_LOST_AFTER:-60}
+# what a process that needs none of the fleet's settings is started with (env -i): no key, no
+# admin key, no password, no secret
+SAFE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+CLEAN_ENV=(env -i "PATH=$SAFE_PATH" LC_ALL=C.UTF-8)
 
 die() { echo "fleet.sh: $*" >&2; exit 1; }
 
-# A TCP port free on 127.0.0.1 right now (the kernel picks it).
+# A TCP port free on HOST (127.0.0.1) right now (the kernel picks it).
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
 }
 
-# Runs a command as the PostgreSQL user (ourselves when not root).
+# Runs a command as the PostgreSQL user (ourselves when not root), with a clean environment.
 as_pg() {
-  if [ "$(id -u)" -eq 0 ]; then runuser -u "$PG_USER" -- "$@"; else "$@"; fi
+  if [ "$(id -u)" -eq 0 ]; then "${CLEAN_ENV[@]}" runuser -u "$PG_USER" -- "$@"; else "${CLEAN_ENV[@]}" "$@"; fi
 }
 
-# psql on the fleet's database; the password comes from DIR/pg/pgpass, never argv.
+# psql on the fleet's database as its role `airlock`; the password comes from DIR/pg/pgpass,
+# never argv.
 fleet_psql() {
   local dir=$1; shift
-  PGPASSFILE="$dir/pg/pgpass" psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$(cat "$dir/pg/port")" \
-    -U airlock -d airlock "$@"
+  "${CLEAN_ENV[@]}" PGPASSFILE="$dir/pg/pgpass" psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 \
+    -p "$(cat "$dir/pg/port")" -U airlock -d airlock "$@"
+}
+
+# psql as the cluster's superuser, over its unix socket (peer: the OS user PostgreSQL runs as;
+# it has no password and cannot log in over TCP). SQL on stdin, so no password is on argv.
+super_psql() {
+  local dir=$1; shift
+  as_pg psql -X -q -v ON_ERROR_STOP=1 -h "$dir/pg/sock" -p "$(cat "$dir/pg/port")" -U "$(pg_superuser)" "$@"
+}
+
+# The cluster's superuser: the OS user PostgreSQL runs as (peer authentication).
+pg_superuser() {
+  if [ "$(id -u)" -eq 0 ]; then echo "$PG_USER"; else id -un; fi
+}
+
+# ---- the fleet's settings (DIR/fleet.env, 0600): written by `up`, read by `start-node` ----
+# One "NAME=value" line per setting the nodes take (SANDBOX_*, AIRLOCK_*, PATH), and
+# "node:ID:WHAT=value" for each node's own address and ports, so a node started again comes
+# back as it was whatever the caller's environment.
+
+# Writes DIR/fleet.env from this script's environment (no node lines yet).
+write_settings() {
+  local dir=$1 name
+  (
+    umask 077
+    {
+      printf 'PATH=%s\n' "$PATH"
+      printf 'SANDBOX_FLEET_LOST_AFTER=%s\n' "$FLEET_LOST_AFTER"
+      while IFS= read -r name; do
+        case "$name" in
+          SANDBOX_FLEET_LOST_AFTER|SANDBOX_DATABASE_URL|SANDBOX_DATABASE_URL_FILE|SANDBOX_FLEET_SECRET_FILE|\
+          SANDBOX_FLEET_AGENT_PORT|SANDBOX_FLEET_INTERNAL_LISTEN|AIRLOCK_FLEET_LOGS) continue ;;
+        esac
+        case "${!name}" in *$'\n'*) die "$name holds a newline: the fleet's settings file takes one line each" ;; esac
+        printf '%s=%s\n' "$name" "${!name}"
+      done < <(compgen -e | grep -E '^(SANDBOX|AIRLOCK)_' | sort)
+    } > "$dir/fleet.env.new"
+  ) || exit 1
+  mv "$dir/fleet.env.new" "$dir/fleet.env"
+}
+
+# The value of KEY in DIR/fleet.env (empty when it has none).
+setting() { # dir key
+  local line
+  while IFS= read -r line; do
+    [ "${line%%=*}" = "$2" ] && { printf '%s\n' "${line#*=}"; return 0; }
+  done < "$1/fleet.env"
+  return 0
+}
+
+# Sets KEY to VALUE in DIR/fleet.env (replacing an earlier value).
+set_setting() { # dir key value
+  local line
+  (
+    umask 077
+    {
+      while IFS= read -r line; do
+        [ "${line%%=*}" = "$2" ] || printf '%s\n' "$line"
+      done < "$1/fleet.env"
+      printf '%s=%s\n' "$2" "$3"
+    } > "$1/fleet.env.new"
+  )
+  mv "$1/fleet.env.new" "$1/fleet.env"
+}
+
+# The settings every node takes, one "NAME=value" word each (for env -i).
+node_env() { # dir -> array NODE_ENV
+  local line
+  NODE_ENV=()
+  while IFS= read -r line; do
+    case "$line" in node:*) ;; *=*) NODE_ENV+=("$line") ;; esac
+  done < "$1/fleet.env"
 }
 
 # true when pid is alive and its command line mentions needle (a pid reused by another
@@ -167,12 +246,12 @@ start_postgres() {
   fi
   chmod 700 "$dir/pg"
   password=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  router_password=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
   umask 077
-  printf '%s\n' "$password" > "$dir/pg/pwfile"
-  [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$dir/pg/pwfile"
-  as_pg "$PG_BIN/initdb" -D "$dir/pg/data" -U airlock --pwfile="$dir/pg/pwfile" --auth=scram-sha-256 \
+  # the superuser is the OS user PostgreSQL runs as, over the unix socket only (peer); the
+  # fleet's role `airlock` (below) is no superuser and owns only its database
+  as_pg "$PG_BIN/initdb" -D "$dir/pg/data" -U "$(pg_superuser)" --auth-local=peer --auth-host=scram-sha-256 \
     -E UTF8 --locale=C.UTF-8 > "$dir/pg/initdb.log" 2>&1 || { cat "$dir/pg/initdb.log" >&2; die "initdb failed"; }
-  rm -f "$dir/pg/pwfile"
   mkdir -p "$dir/pg/sock"
   [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$dir/pg/sock"
   local tries
@@ -183,27 +262,53 @@ start_postgres() {
     [ "$tries" -eq 3 ] && { cat "$dir/pg/postgres.log" >&2; die "PostgreSQL did not start"; }
   done
   printf '127.0.0.1:%s:*:airlock:%s\n' "$port" "$password" > "$dir/pg/pgpass"
-  PGPASSFILE="$dir/pg/pgpass" psql -X -q -h 127.0.0.1 -p "$port" -U airlock -d postgres \
-    -c 'CREATE DATABASE airlock' > /dev/null
+  # the roles (passwords on stdin, never argv): `airlock` for the nodes, `airlock_router` for
+  # the router program (it reads nodes and sessions: GRANTs once the nodes made the schema)
+  super_psql "$dir" -d postgres > /dev/null <<SQL || die "cannot create the fleet's roles"
+CREATE ROLE airlock LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD '$password';
+CREATE ROLE airlock_router LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD '$router_password';
+CREATE DATABASE airlock OWNER airlock;
+REVOKE ALL ON DATABASE airlock FROM PUBLIC;
+GRANT CONNECT ON DATABASE airlock TO airlock_router;
+SQL
   printf 'postgresql://airlock:%s@127.0.0.1:%s/airlock\n' "$password" "$port" > "$dir/database.url"
+  printf 'postgresql://airlock_router:%s@127.0.0.1:%s/airlock\n' "$router_password" "$port" > "$dir/router.url"
   umask 022
 }
 
+# What the router program may read, once the nodes made the schema (docs/fleet.md).
+grant_router() {
+  fleet_psql "$1" > /dev/null <<'SQL' || die "cannot grant the router's role its tables"
+GRANT SELECT ON nodes, sessions TO airlock_router;
+SQL
+}
+
+# Its address and ports, chosen once and kept in DIR/fleet.env: the router's configuration and
+# the other nodes reach it there every time it starts.
+node_ports() { # dir id index
+  local dir=$1 id=$2 host="127.0.0.$(($3 + 1))" what
+  for what in listen internal; do
+    [ -n "$(setting "$dir" "node:$id:$what")" ] || set_setting "$dir" "node:$id:$what" "$host:$(free_port "$host")"
+  done
+  # its load report for HAProxy's agent-check (placement by load)
+  [ -n "$(setting "$dir" "node:$id:agent_port")" ] || set_setting "$dir" "node:$id:agent_port" "$(free_port "$host")"
+}
+
 start_node() { # dir id index
-  local dir=$1 id=$2 i=$3 port=0
+  local dir=$1 id=$2 i=$3 listen
   local nd="$dir/nodes/$id"
   mkdir -p "$nd"
-  # a node started again keeps its address, so the router's configuration stays right
-  [ -s "$nd/port" ] && port=$(cat "$nd/port")
+  node_ports "$dir" "$id" "$i"
+  listen=$(setting "$dir" "node:$id:listen")
   rm -f "$nd/port"
-  # its load report for HAProxy's agent-check (placement by load), on a port it keeps
-  [ -s "$nd/agent_port" ] || free_port > "$nd/agent_port"
-  SANDBOX_DATABASE_URL_FILE="$dir/database.url" SANDBOX_FLEET_LOST_AFTER=$FLEET_LOST_AFTER \
-    SANDBOX_FLEET_AGENT_PORT="$(cat "$nd/agent_port")" SANDBOX_FLEET_SECRET_FILE="$dir/fleet.secret" \
-    setsid "$AIRLOCKD" --listen "127.0.0.$((i + 1)):$port" --state-dir "$nd/state" --port-file "$nd/port" \
+  node_env "$dir"
+  env -i "${NODE_ENV[@]}" SANDBOX_DATABASE_URL_FILE="$dir/database.url" \
+    SANDBOX_FLEET_AGENT_PORT="$(setting "$dir" "node:$id:agent_port")" SANDBOX_FLEET_SECRET_FILE="$dir/fleet.secret" \
+    SANDBOX_FLEET_INTERNAL_LISTEN="$(setting "$dir" "node:$id:internal")" \
+    setsid "$AIRLOCKD" --listen "$listen" --state-dir "$nd/state" --port-file "$nd/port" \
     --node-id "$id" < /dev/null >> "$nd/log" 2>&1 &
   echo $! > "$nd/pid"
-  echo "127.0.0.$((i + 1))" > "$nd/host"
+  echo "${listen%:*}" > "$nd/host"
 }
 
 wait_node() { # dir id
@@ -219,144 +324,15 @@ wait_node() { # dir id
     die "node $2 is not healthy"
 }
 
-# Each live session a drain moved (its id's slot is not its node's): "id slot_SS", SS its
-# node's slot. $1: the fleet's DIR, or empty for the database libpq's variables name (PGHOST,
-# PGPORT, PGUSER, PGDATABASE, PGPASSFILE: never a password on a command line).
-moved_sessions() {
-  local query="SELECT s.id, 'slot_' || lpad(to_hex(n.slot), 2, '0') FROM sessions s JOIN nodes n ON n.id = s.node
-     WHERE s.state = 'active' AND substr(s.id, 5, 2) <> lpad(to_hex(n.slot), 2, '0') ORDER BY s.id"
-  if [ -n "$1" ]; then
-    fleet_psql "$1" -At -F ' ' -c "$query"
-  else
-    psql -X -q -v ON_ERROR_STOP=1 -At -F ' ' -c "$query"
-  fi
-}
-
-# One command of HAProxy's runtime API on its stats socket $1; its answer on stdout.
-router_api() {
-  python3 -c 'import socket, sys
-s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall((sys.argv[2] + "\n").encode())
-s.shutdown(socket.SHUT_WR); sys.stdout.write(s.makefile().read())' "$1" "$2"
-}
-
-# One of HAProxy's own answers as a file (errorfile): status, reason, Retry-After (or empty),
-# and the detail of a JSON body like airlockd's.
-error_page() { # dir status reason retry_after detail
-  local retry=""
-  [ -n "$4" ] && retry="Retry-After: $4\r\n"
-  printf "HTTP/1.0 %s %s\r\nCache-Control: no-cache\r\nConnection: close\r\nContent-Type: application/json\r\n${retry}\r\n{\"detail\": \"%s\"}\n" \
-    "$2" "$3" "$5" > "$1/$2.http"
-}
-
-# HAProxy's configuration from the nodes table: one backend per node slot (the first two hex
-# digits of a session id), each falling back to the other nodes when its own is down (they
-# answer from the database); new sessions round robin over the nodes that accept them, each
-# weighted by the room it reports to HAProxy's agent-check (a full or draining node: none).
+# HAProxy's configuration, printed by the router program from the nodes table (airlockd router
+# config, with the role that only reads: docs/fleet.md), checked, then put in place; the map of
+# moved sessions it names is written beside it.
 write_router_config() {
-  local dir=$1 port
-  local hd="$dir/haproxy"
-  port=$(cat "$hd/port")
-  local nodes
-  nodes=$(fleet_psql "$dir" -At -F ' ' -c \
-    "SELECT id, lpad(to_hex(slot), 2, '0'), regexp_replace(url, '^https?://', '') FROM nodes
-     WHERE state <> 'dead' ORDER BY slot")
-  [ -n "$nodes" ] || die "no node in the nodes table"
-  moved_sessions "$dir" | sort > "$hd/moved.map"
-  {
-    cat <<EOF
-# Generated by scripts/fleet.sh from the nodes table; docs/fleet.md explains each part.
-global
-    maxconn 4096
-    # expose-fd listeners: a reload (-x) takes the listening sockets over, refusing nothing
-    stats socket $hd/admin.sock mode 600 level admin expose-fd listeners
-    pidfile $hd/haproxy.pid
-
-defaults
-    mode http
-    timeout connect 2s
-    timeout check 1s
-    timeout client 120s
-    timeout server 120s
-    timeout http-request 10s
-    option http-keep-alive
-    # HAProxy's own answers in airlockd's shape ({"detail": ...}), never its HTML pages
-    errorfile 400 $hd/400.http
-    errorfile 404 $hd/404.http
-    errorfile 408 $hd/408.http
-    errorfile 500 $hd/500.http
-    errorfile 502 $hd/502.http
-    errorfile 503 $hd/503.http
-    errorfile 504 $hd/504.http
-
-frontend api
-    bind 127.0.0.1:$port
-    # a session's requests go to the node whose slot opens its id
-    acl session_path path_reg ^/v1/sessions/sbx_[0-9a-f]{12}(/|\$)
-    http-request set-var(txn.slot) path,field(4,/),bytes(4,2) if session_path
-    # node-to-node routes (a drain's moves) are never reachable through the router
-    http-request deny deny_status 404 if { path_beg /v1/fleet/internal/ }
-    # a session a drain moved: the map names its new node's backend (fleet.sh drain keeps it
-    # current over the runtime API; written from the sessions table here)
-    http-request set-var(txn.moved) path,field(4,/),map($hd/moved.map) if session_path
-    use_backend %[var(txn.moved)] if session_path { var(txn.moved) -m found }
-    use_backend slot_%[var(txn.slot)] if session_path
-    acl create method POST
-    acl sessions_root path /v1/sessions
-    use_backend create if create sessions_root
-    default_backend any
-
-backend create
-    # a create a node refuses (503: draining, full, no database) or never received (its port
-    # closed) is retried on another node; never one that may have run (no empty-response or
-    # response-timeout retries: a session could be made twice). A node is up here exactly
-    # when its slot's backend routes to it (track: one health check per node, so a session
-    # is never made on a node its own requests cannot reach yet); its weight is the share of
-    # its capacity still free, read from its agent every 500 ms (0 while it takes no new
-    # session: full, draining, no database).
-    balance roundrobin
-    option http-buffer-request
-    retry-on 503 conn-failure
-    retries 3
-    option redispatch 1
-EOF
-    while read -r id slot addr; do
-      local agent=""
-      [ -s "$dir/nodes/$id/agent_port" ] &&
-        agent=" agent-check agent-port $(cat "$dir/nodes/$id/agent_port") agent-inter 500ms"
-      echo "    server $id $addr weight 100 track slot_$slot/$id$agent"
-    done <<< "$nodes"
-    cat <<EOF
-
-backend any
-    # tenant-level requests: any live node answers from PostgreSQL (retried only when the
-    # connection was refused: POST /v1/keys must not run twice)
-    balance roundrobin
-    retry-on conn-failure
-    option redispatch 1
-EOF
-    while read -r id slot addr; do
-      echo "    server $id $addr track slot_$slot/$id"
-    done <<< "$nodes"
-    while read -r id slot addr; do
-      echo
-      echo "backend slot_$slot"
-      echo "    # node $id; while it is down another node answers 503 / 410 from the database"
-      echo "    option httpchk GET /healthz"
-      echo "    default-server inter 500ms fall 2 rise 2"
-      echo "    server $id $addr check"
-      while read -r oid oslot oaddr; do
-        [ "$oid" = "$id" ] || echo "    server $oid $oaddr track slot_$oslot/$oid backup"
-      done <<< "$nodes"
-    done <<< "$nodes"
-  } > "$hd/haproxy.cfg.new"
-  error_page "$hd" 400 "Bad Request" "" "The router could not read this request."
-  error_page "$hd" 404 "Not Found" "" "Not Found"
-  error_page "$hd" 408 "Request Timeout" "" "The request did not arrive in time."
-  error_page "$hd" 500 "Internal Server Error" "" "The router failed on this request."
-  error_page "$hd" 502 "Bad Gateway" "" "The node holding this request stopped answering."
-  error_page "$hd" 503 "Service Unavailable" 1 "No airlockd node can take this request right now; retry shortly."
-  error_page "$hd" 504 "Gateway Timeout" "" "The node holding this request did not answer in time."
-  "$HAPROXY" -c -q -f "$hd/haproxy.cfg.new" || die "the generated HAProxy configuration is invalid"
+  local dir=$1 hd="$1/haproxy"
+  "${CLEAN_ENV[@]}" "$AIRLOCKD" router config --database-url-file "$dir/router.url" \
+    --bind "127.0.0.1:$(cat "$hd/port")" --stats-socket "$hd/admin.sock" --map "$hd/moved.map" \
+    > "$hd/haproxy.cfg.new" 2> "$hd/config.log" || { cat "$hd/config.log" >&2; die "airlockd router config failed"; }
+  "${CLEAN_ENV[@]}" "$HAPROXY" -c -q -f "$hd/haproxy.cfg.new" || die "the printed HAProxy configuration is invalid"
   mv "$hd/haproxy.cfg.new" "$hd/haproxy.cfg"
 }
 
@@ -365,12 +341,30 @@ start_router() { # dir [keep-port]
   mkdir -p "$hd"
   if [ "${2:-}" != keep-port ] || [ ! -s "$hd/port" ]; then free_port > "$hd/port"; fi
   write_router_config "$dir"
-  "$HAPROXY" -D -f "$hd/haproxy.cfg" -p "$hd/haproxy.pid" > "$hd/log" 2>&1 || { cat "$hd/log" >&2; die "HAProxy did not start"; }
+  "${CLEAN_ENV[@]}" "$HAPROXY" -D -f "$hd/haproxy.cfg" -p "$hd/haproxy.pid" > "$hd/log" 2>&1 ||
+    { cat "$hd/log" >&2; die "HAProxy did not start"; }
   for ((i = 0; i < 100; i++)); do
     curl -fsS --max-time 2 "http://127.0.0.1:$(cat "$hd/port")/healthz" > /dev/null 2>&1 && return 0
     sleep 0.1
   done
   die "HAProxy does not answer"
+}
+
+# The router program beside HAProxy: it follows the fleet (told by the database) and applies
+# each change over HAProxy's runtime API; a clean environment, the router's role.
+start_follower() {
+  local dir=$1 hd="$1/haproxy"
+  "${CLEAN_ENV[@]}" setsid "$AIRLOCKD" router follow --database-url-file "$dir/router.url" \
+    --stats-socket "$hd/admin.sock" --map "$hd/moved.map" < /dev/null >> "$hd/router.log" 2>&1 &
+  echo $! > "$hd/router.pid"
+}
+
+stop_follower() {
+  local pid
+  pid=$(cat "$1/haproxy/router.pid" 2>/dev/null || true)
+  pid_is "$pid" "router follow --database-url-file $1/" || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  end_process "$pid" 5 || echo "fleet.sh: the router program pid $pid does not end" >&2
 }
 
 write_fleet_json() {
@@ -391,7 +385,7 @@ out = {"router": f"http://127.0.0.1:{read('haproxy/port')}", "database": read("d
        "postgres": {"data_dir": os.path.join(d, "pg/data"), "pid": pg_pid, "port": int(read("pg/port"))},
        "haproxy": {"pid": int(read("haproxy/haproxy.pid")), "config": os.path.join(d, "haproxy/haproxy.cfg"),
                    "stats_socket": os.path.join(d, "haproxy/admin.sock"),
-                   "map_follower_pid": int(read("haproxy/follow.pid"))},
+                   "router_pid": int(read("haproxy/router.pid"))},
        "nodes": nodes}
 tmp = os.path.join(d, "fleet.json.tmp")
 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the database password
@@ -495,10 +489,11 @@ cmd_up() {
   if [ -f "$dir/pg/data/postmaster.pid" ] || [ -f "$dir/haproxy/haproxy.pid" ]; then
     die "$dir holds a fleet already (scripts/fleet.sh down $dir first)"
   fi
-  rm -rf "$dir/pg" "$dir/nodes" "$dir/haproxy" "$dir/fleet.json"
+  rm -rf "$dir/pg" "$dir/nodes" "$dir/haproxy" "$dir/fleet.json" "$dir/fleet.env"
   # a failed start (a failing command or die) leaves nothing running
   up_dir=$dir
   trap 'cmd_down "$up_dir" >/dev/null 2>&1 || true' EXIT
+  write_settings "$dir"
   start_postgres "$dir"
   # the fleet's secret for node-to-node moves (a drain), read by each node from this file
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/fleet.secret")
@@ -507,6 +502,7 @@ cmd_up() {
     echo "$i" > "$dir/nodes/node$i/index"
   done
   for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; done
+  grant_router "$dir"
   start_router "$dir"
   start_follower "$dir"
   write_fleet_json "$dir"
@@ -521,11 +517,14 @@ cmd_router() {
   if pid_is "$pid" "$dir/haproxy/haproxy.cfg"; then
     write_router_config "$dir"
     # a soft reload: the old process finishes its connections, the new one takes the listener
-    "$HAPROXY" -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" -x "$dir/haproxy/admin.sock" -sf "$pid"
+    "${CLEAN_ENV[@]}" "$HAPROXY" -D -f "$dir/haproxy/haproxy.cfg" -p "$dir/haproxy/haproxy.pid" \
+      -x "$dir/haproxy/admin.sock" -sf "$pid"
   else
     # HAProxy is gone (it died or was stopped): a fresh one on the same port and map file
     start_router "$dir" keep-port
   fi
+  pid=$(cat "$dir/haproxy/router.pid" 2>/dev/null || true)
+  pid_is "$pid" "router follow --database-url-file $dir/" || start_follower "$dir"
   write_fleet_json "$dir"
 }
 
@@ -533,6 +532,7 @@ cmd_start_node() {
   local dir=$1 id=$2 pid
   dir=$(cd "$dir" && pwd)
   [ -f "$dir/nodes/$id/index" ] || die "no node $id in $dir"
+  [ -f "$dir/fleet.env" ] || die "no settings file $dir/fleet.env (a fleet from scripts/fleet.sh up)"
   pid=$(cat "$dir/nodes/$id/pid")
   pid_is "$pid" "$dir/nodes/$id/" && die "node $id is running"
   start_node "$dir" "$id" "$(cat "$dir/nodes/$id/index")"
@@ -540,101 +540,40 @@ cmd_start_node() {
   write_fleet_json "$dir"
 }
 
-# Brings HAProxy's map of moved sessions to the sessions table: the map file (read by the next
-# reload or restart) and the running HAProxy over its runtime API (no reload). $4 holds what
-# this caller last applied; each caller diffs against its own list, never the shared file
-# (`drain` and the follower may run at once). A database that does not answer leaves both.
-sync_moved_map() { # dir-or-empty socket map applied_file
-  local dir=$1 sock=$2 map=$3 applied=$4 now tmp sid be
-  now=$(moved_sessions "$dir" 2>/dev/null) || return 0
-  printf '%s\n' "$now" | sed '/^$/d' | sort > "$applied.now"
-  if ! cmp -s "$applied.now" "$map"; then
-    tmp=$(mktemp "$map.XXXXXX")
-    cp "$applied.now" "$tmp" && chmod 644 "$tmp" && mv "$tmp" "$map"
-  fi
-  touch "$applied"
-  cmp -s "$applied.now" "$applied" && return 0
-  # ended or moved again: out; new or moved again: in
-  while read -r sid be; do
-    router_api "$sock" "del map $map $sid" > /dev/null || true
-  done < <(comm -23 "$applied" "$applied.now")
-  while read -r sid be; do
-    router_api "$sock" "add map $map $sid $be" > /dev/null || true
-  done < <(comm -13 "$applied" "$applied.now")
-  mv "$applied.now" "$applied"
-}
-
-# The router's companion: keeps HAProxy's map of moved sessions current (every 0.25 s) however
-# a drain was started (the admin route or `drain`). `follow DIR` (what `up` starts; `down`
-# stops it) ends by itself once neither the fleet's HAProxy nor its PostgreSQL runs (a
-# restarted HAProxy reads the map file it keeps); `follow --socket S --map M` (a router
-# machine, the database from libpq's variables: docs/fleet.md) runs until stopped.
-cmd_follow() {
-  local dir="" sock="" map="" pidfile="" pid pg applied
-  case "${1:-}" in
-    --socket)
-      while [ $# -gt 0 ]; do
-        case "$1" in
-          --socket) sock=${2:-}; shift 2 || usage ;;
-          --map) map=${2:-}; shift 2 || usage ;;
-          *) usage ;;
-        esac
-      done
-      if [ -z "$sock" ] || [ -z "$map" ]; then usage; fi ;;
-    *)
-      [ $# -eq 1 ] || usage
-      dir=$(cd "$1" && pwd)
-      sock=$dir/haproxy/admin.sock map=$dir/haproxy/moved.map pidfile=$dir/haproxy/haproxy.pid ;;
-  esac
-  applied=$(mktemp)
-  trap 'rm -f "$applied" "$applied.now"' EXIT
-  trap 'exit 0' TERM INT
-  sort "$map" > "$applied" 2>/dev/null || true
-  while :; do
-    if [ -n "$dir" ]; then
-      pid=$(cat "$pidfile" 2>/dev/null || true)
-      pg=$(head -1 "$dir/pg/data/postmaster.pid" 2>/dev/null || true)
-      pid_is "$pid" "$dir/haproxy/haproxy.cfg" || pid_is "$pg" "$dir/pg/data" || break
-    fi
-    sync_moved_map "$dir" "$sock" "$map" "$applied"
-    sleep 0.25
-  done
-}
-
-start_follower() {
-  local dir=$1
-  setsid "$top/scripts/fleet.sh" follow "$dir" < /dev/null > "$dir/haproxy/follow.log" 2>&1 &
-  echo $! > "$dir/haproxy/follow.pid"
-}
-
-stop_follower() {
-  local pid
-  pid=$(cat "$1/haproxy/follow.pid" 2>/dev/null || true)
-  pid_is "$pid" "fleet.sh follow $1" || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  end_process "$pid" 5 || echo "fleet.sh: the map follower pid $pid does not end" >&2
-}
-
-# Drains node ID (as POST /v1/admin/nodes/ID/drain) and follows its moves into the router's
-# map as the follower does; returns when the node is drained.
+# Drains node ID over the admin API (POST /v1/admin/nodes/ID/drain, the admin key from the
+# fleet's settings, sent on stdin, never argv) and waits until the nodes list says it is
+# drained; the router program routes each moved session meanwhile.
 cmd_drain() {
-  local dir=$1 id=$2 state i applied t0
+  local dir=$1 id=$2 router code t0 i state=""
   dir=$(cd "$dir" && pwd)
-  t0=$(date +%s.%N)
-  state=$(fleet_psql "$dir" -At -c "UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END
-                                     WHERE id = '${id//\'/}' RETURNING state")
-  [ -n "$state" ] || die "no node $id"
-  applied=$(mktemp)
+  [ -n "$(setting "$dir" SANDBOX_ADMIN_KEY)" ] || die "the fleet has no admin key (SANDBOX_ADMIN_KEY at up)"
+  case "$id" in *[!A-Za-z0-9._-]*|"") die "no node $id" ;; esac
+  router="http://127.0.0.1:$(cat "$dir/haproxy/port")"
+  t0=$(date +%s%N)
+  code=$(admin_curl "$dir" -o /dev/null -w '%{http_code}' -X POST "$router/v1/admin/nodes/$id/drain")
+  [ "$code" = 404 ] && die "no node $id"
+  [ "$code" = 200 ] || die "the drain of $id was answered $code"
   for ((i = 0; i < 6000; i++)); do
-    # the state first: once drained, this round's map holds every move
-    state=$(fleet_psql "$dir" -At -c "SELECT state FROM nodes WHERE id = '${id//\'/}'")
-    sync_moved_map "$dir" "$dir/haproxy/admin.sock" "$dir/haproxy/moved.map" "$applied"
+    state=$(admin_curl "$dir" "$router/v1/admin/nodes" |
+      grep -o "\"id\":\"$id\",\"slot\":\"[0-9a-f]*\",\"url\":\"[^\"]*\",\"state\":\"[a-z]*\"" |
+      sed 's/.*"state":"//; s/"$//') || true
     [ "$state" = drained ] && break
     sleep 0.1
   done
-  rm -f "$applied" "$applied.now"
-  [ "$state" = drained ] || die "node $id is not drained yet ($state)"
-  echo "fleet.sh: node $id drained in $(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$(date +%s.%N)") s"
+  [ "$state" = drained ] || die "node $id is not drained yet (${state:-unknown})"
+  # the router program applies each move as it is told; one pass here makes sure the last
+  # one is in HAProxy before this returns
+  "${CLEAN_ENV[@]}" "$AIRLOCKD" router sync --database-url-file "$dir/router.url" \
+    --stats-socket "$dir/haproxy/admin.sock" --map "$dir/haproxy/moved.map" 2>> "$dir/haproxy/router.log" ||
+    die "the router could not be brought up to date ($dir/haproxy/router.log)"
+  echo "fleet.sh: node $id drained in $(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }') s"
+}
+
+# curl with the fleet's admin key as a header read from stdin (never on a command line).
+admin_curl() { # dir curl-args...
+  local dir=$1; shift
+  printf 'X-API-Key: %s\n' "$(setting "$dir" SANDBOX_ADMIN_KEY)" |
+    "${CLEAN_ENV[@]}" curl -sS --max-time 10 -H @- "$@"
 }
 
 exec_dir=
@@ -674,7 +613,6 @@ case "$cmd" in
   router) [ $# -eq 1 ] || usage; cmd_router "$1" ;;
   start-node) [ $# -eq 2 ] || usage; cmd_start_node "$1" "$2" ;;
   drain) [ $# -eq 2 ] || usage; cmd_drain "$1" "$2" ;;
-  follow) cmd_follow "$@" ;;
   db-stop) [ $# -eq 1 ] || usage; stop_postgres "$(cd "$1" && pwd)" ;;
   db-start)
     [ $# -eq 1 ] || usage

@@ -66,7 +66,7 @@ describe("a 3-node fleet", function()
       end)
       assert.are.equal(201, res.status, res.body)
       local s = res.json.session_id
-      if by_slot[s:sub(5, 6)].id == node_id then return s end
+      if by_slot[fleet.slot_of(s)].id == node_id then return s end
       assert.are.equal(200, http.delete(f.router, KEY, s).status)
     end
     error("no create landed on " .. node_id)
@@ -80,8 +80,8 @@ describe("a 3-node fleet", function()
     assert.is_string(info.postgres.data_dir)
     assert.is_true(proc.alive(info.haproxy.pid))
     assert.is_string(proc.read_file(info.haproxy.config))
-    -- the router's companion that keeps its map of moved sessions current
-    assert.is_true(proc.alive(info.haproxy.map_follower_pid))
+    -- the router program that keeps HAProxy's moved sessions and servers current
+    assert.is_true(proc.alive(info.haproxy.router_pid))
     assert.are.equal(3, #info.nodes)
     for i, n in ipairs(info.nodes) do
       assert.are.equal("node" .. i, n.id)
@@ -144,7 +144,7 @@ describe("a 3-node fleet", function()
       assert.are.equal(201, res.status, res.body)
       local id = res.json.session_id
       assert.matches("^sbx_%x%x%x%x%x%x%x%x%x%x%x%x$", id)
-      local owner = by_slot[id:sub(5, 6)]
+      local owner = by_slot[fleet.slot_of(id)]
       assert.is_table(owner, "no node has the slot of " .. id)
       per_node[owner.id] = (per_node[owner.id] or 0) + 1
       ids[i] = { id = id, node = owner }
@@ -212,7 +212,7 @@ describe("a 3-node fleet", function()
       local c = http.create(f.router, KEY)
       assert.are.equal(201, c.status, c.body)
       made[#made + 1] = c.json.session_id
-      assert.are_not.equal("node1", by_slot[c.json.session_id:sub(5, 6)].id)
+      assert.are_not.equal("node1", by_slot[fleet.slot_of(c.json.session_id)].id)
     end
     -- room again: node1 reports it and HAProxy gives it a weight again
     for i = 1, CAPACITY do assert.are.equal(200, http.delete(f.router, KEY, made[i]).status) end
@@ -229,7 +229,7 @@ describe("a 3-node fleet", function()
     local list = http.request(f.router, "GET", "/v1/sessions", { key = LIMITED })
     assert.are.equal(10, #list.json.sessions)
     local slots = {}
-    for _, s in ipairs(list.json.sessions) do slots[s.session_id:sub(5, 6)] = true end
+    for _, s in ipairs(list.json.sessions) do slots[fleet.slot_of(s.session_id)] = true end
     local n = 0
     for _ in pairs(slots) do n = n + 1 end
     assert.is_true(n >= 2, "the 10 sessions landed on one node")
@@ -277,7 +277,7 @@ describe("a 3-node fleet", function()
     local ids, on = {}, {}
     while #ids < 3 do -- one session on each node
       local s = http.create(f.router, BUSY).json.session_id
-      local node = by_slot[s:sub(5, 6)].id
+      local node = by_slot[fleet.slot_of(s)].id
       if on[node] then http.delete(f.router, BUSY, s) else on[node] = true; ids[#ids + 1] = s end
     end
     local running = {}
@@ -329,7 +329,7 @@ describe("a 3-node fleet", function()
     local on = {}
     for i = 1, 6 do
       local s = http.create(f.router, KEY).json.session_id
-      on[by_slot[s:sub(5, 6)].id] = true
+      on[by_slot[fleet.slot_of(s)].id] = true
       assert.are.equal(200, http.exec(f.router, KEY, s, "echo audited " .. i).status)
       -- read at once, from every node: a command's row is in the database before its answer
       for _, n in ipairs(f.info.nodes) do
@@ -391,11 +391,11 @@ describe("a 3-node fleet", function()
     for _, x in ipairs(list.json.sessions) do http.delete(f.router, KEY, x.session_id) end
   end)
 
-  -- POST path straight to node id with "Authorization: Bearer <secret>" (raw HTTP: the
-  -- secret never goes on a command line); the status.
+  -- POST path straight to node id's node-to-node listener with "Authorization: Bearer
+  -- <secret>" (raw HTTP: the secret never goes on a command line); the status.
   local function internal_post(id, path, secret)
     local socket = require "socket"
-    local host, port = f.nodes[id].url:match("^http://([%d.]+):(%d+)")
+    local host, port = fleet.setting(f, "node:" .. id .. ":internal"):match("^([%d.]+):(%d+)$")
     local c = assert(socket.connect(host, tonumber(port)))
     c:settimeout(30)
     c:send("POST " .. path .. " HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n"
@@ -435,6 +435,8 @@ describe("a 3-node fleet", function()
     assert.are.equal(404, denied.status)
     assert.are.same({ detail = "Not Found" }, denied.json) -- HAProxy's own answers in airlockd's shape
     assert.are.equal(404, http.request(f.router, "GET", internal .. "/archive", { key = KEY }).status)
+    -- and not on a node's own address either (they live on its node-to-node listener)
+    assert.are.equal(404, http.request({ url = f.nodes.node1.url }, "POST", internal, { key = KEY }).status)
     assert.are.equal(401, internal_post("node1", internal))
     assert.are.equal(401, internal_post("node1", internal, string.rep("0", 64)))
     local secret = assert(proc.read_file(f.dir .. "/fleet.secret"))
@@ -444,7 +446,7 @@ describe("a 3-node fleet", function()
     assert.is_true(proc.wait_until(15, function()
       return http.read(f.router, KEY, moving[1], "started").status == 200
     end))
-    -- the admin route alone: the router's map follows each move (fleet.sh's follower)
+    -- the admin route alone: the router program routes each move (told by the database)
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
     assert.are.equal("draining", res.json.state)
@@ -471,7 +473,7 @@ describe("a 3-node fleet", function()
     local _, after = nodes()
     assert.are.equal("drained", after.node2.state)
     assert.are.equal(0, after.node2.sessions)
-    -- the follower routes each move within its next rounds (the last one may have moved a
+    -- the router program routes each move as it is told of it (the last one may have moved a
     -- moment ago): until then a caller gets 503 + Retry-After, never anything else
     for _, id in ipairs({ moving[1], moving[2], moving[3], eg }) do
       assert.is_true(proc.wait_until(15, function()
@@ -503,7 +505,7 @@ describe("a 3-node fleet", function()
     for i = 1, 3 do
       local c = http.create(f.router, KEY)
       assert.are.equal(201, c.status, c.body)
-      assert.are_not.equal("node2", by_slot[c.json.session_id:sub(5, 6)].id)
+      assert.are_not.equal("node2", by_slot[fleet.slot_of(c.json.session_id)].id)
       made[i] = c.json.session_id
     end
     assert.are.equal(503, http.create({ url = f.nodes.node2.url }, KEY).status)
@@ -527,7 +529,7 @@ describe("a 3-node fleet", function()
     local function create_elsewhere()
       local res = http.create(f.router, KEY)
       assert.are.equal(201, res.status, res.body)
-      assert.are_not.equal(victim.slot, res.json.session_id:sub(5, 6))
+      assert.are_not.equal(victim.slot, fleet.slot_of(res.json.session_id))
       return res.json.session_id
     end
     local created = { create_elsewhere() }
@@ -643,7 +645,7 @@ describe("a 3-node fleet", function()
     fleet.reload(f)
     assert.are.equal(router, f.info.router)
     assert.are_not.equal(old, f.info.haproxy.pid)
-    assert.is_true(proc.alive(f.info.haproxy.map_follower_pid))
+    assert.is_true(proc.alive(f.info.haproxy.router_pid))
     r = http.read(f.router, KEY, s, "kept.txt")
     assert.are.equal(200, r.status, r.body)
     assert.are.equal("kept by " .. s, r.json.content)

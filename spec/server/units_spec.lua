@@ -5,6 +5,7 @@
 -- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c;
 -- the settings' parsers and loader (src/server/config/) in spec/c/config_units_test.c; the
 -- leases of a fleet's request tokens (src/server/domain/limits.c) in spec/c/limits_units_test.c.
+-- The agent protocol's frames (src/agent/protocol.h) in spec/c/agent_protocol_test.c.
 -- Lua 5.1-compatible (no <close>).
 local c_unit = require "support.c_unit"
 

@@ -30,7 +30,7 @@ function M.reload(f)
   -- cjson may give whole numbers as floats (4400.0): pids are made integers
   f.info.postgres.pid = int(f.info.postgres.pid)
   f.info.haproxy.pid = int(f.info.haproxy.pid)
-  f.info.haproxy.map_follower_pid = int(f.info.haproxy.map_follower_pid)
+  f.info.haproxy.router_pid = int(f.info.haproxy.router_pid)
   for _, n in ipairs(f.info.nodes) do n.pid = int(n.pid) end
   f.router = { url = f.info.router }
   f.nodes = {}
@@ -63,7 +63,7 @@ function M.sql(f, query)
   return (proc.output(cmd):gsub("%s+$", ""))
 end
 
--- Every process of the fleet as pids: PostgreSQL, HAProxy, its map follower and the nodes from
+-- Every process of the fleet as pids: PostgreSQL, HAProxy, the router program and the nodes from
 -- fleet.json, and every process each of them started (PostgreSQL's backends, each node's
 -- cgroup guard and sandboxes).
 function M.pids(f)
@@ -74,7 +74,7 @@ function M.pids(f)
   end
   add(f.info.postgres.pid)
   add(f.info.haproxy.pid)
-  add(f.info.haproxy.map_follower_pid)
+  add(f.info.haproxy.router_pid)
   for _, n in ipairs(f.info.nodes) do add(n.pid) end
   local parent = {}
   for pid, ppid in proc.output("ps -e -o pid=,ppid="):gmatch("(%d+)%s+(%d+)") do
@@ -130,7 +130,7 @@ end
 -- The line node id's load report gives HAProxy's agent-check ("ready up 70%", "drain").
 function M.agent(f, id)
   local socket = require "socket"
-  local port = tonumber(proc.read_file(f.dir .. "/nodes/" .. id .. "/agent_port"))
+  local port = tonumber(M.setting(f, "node:" .. id .. ":agent_port"))
   local host = f.nodes[id].url:match("^http://([%d.]+):")
   local c = assert(socket.connect(host, port))
   c:settimeout(5)
@@ -145,6 +145,32 @@ function M.haproxy(f, command)
     "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);"
     .. " s.sendall(sys.stdin.buffer.read()); s.shutdown(socket.SHUT_WR);"
     .. " sys.stdout.write(s.makefile().read())") .. " " .. q(f.info.haproxy.stats_socket))
+end
+
+-- The slot a session id names (its first two hex digits after "sbx_": domain/session_id.h).
+function M.slot_of(id)
+  return id:sub(5, 6)
+end
+
+-- A setting of the fleet's settings file (DIR/fleet.env), e.g. "node:node1:internal".
+function M.setting(f, key)
+  for line in (proc.read_file(f.dir .. "/fleet.env") or ""):gmatch("[^\n]+") do
+    local k, v = line:match("^([^=]+)=(.*)$")
+    if k == key then return v end
+  end
+  return nil
+end
+
+-- One raw HTTP request (text as sent) to HOST:PORT; the status and the whole answer.
+function M.raw(hostport, text)
+  local socket = require "socket"
+  local host, port = hostport:match("^([%d.]+):(%d+)$")
+  local c = assert(socket.connect(host, tonumber(port)))
+  c:settimeout(30)
+  c:send(text)
+  local answer = c:receive("*a")
+  c:close()
+  return tonumber((answer or ""):match("^HTTP/1%.%d (%d+)")), answer or ""
 end
 
 -- The router's or a node's log lines.

@@ -17,8 +17,8 @@
  *
  * What bash's own start cannot see is redone by a real exec: a request whose environment glibc
  * or the loader read before main (LD_*, GLIBC_TUNABLES, MALLOC_*) is exec'd as
- * `/bin/bash -c COMMAND` from here. A failure is text on fd 5, the agent's 'F'. */
-#include "frames.h"
+ * `/bin/bash -c COMMAND` from here. A failure is text on fd 5, the command's FRAME_FAIL. */
+#include "protocol.h"
 
 #include <fcntl.h>
 #include <stdbool.h>
@@ -27,7 +27,6 @@
 #include <string.h>
 
 enum { FD_REQUEST = 3, FD_READY = 4, FD_FAIL = 5 };
-#define ENV_MAX 64
 
 extern char **environ;
 
@@ -38,23 +37,6 @@ static void fail(const char *step, int err)
     if (n > 0)
         (void)frame_write_all(FD_FAIL, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
     _exit(126);
-}
-
-/* Parses req[0..len) in place: its command and environment (env NULL-terminated); 0 or -1. */
-static int parse_request(char *req, size_t len, char **command, char *env[ENV_MAX + 1])
-{
-    if (len < 5 || req[len - 1] != '\0')
-        return -1;
-    char *p = req + 4, *end = req + len;
-    *command = p;
-    p += strlen(p) + 1;
-    int n = 0;
-    while (p < end && n < ENV_MAX) {
-        env[n++] = p;
-        p += strlen(p) + 1;
-    }
-    env[n] = NULL;
-    return p == end ? 0 : -1;
 }
 
 /* Whether bash must be exec'd anew for this environment: the loader and glibc read these
@@ -73,7 +55,8 @@ __attribute__((constructor)) static void bootstrap(int argc, char **argv, char *
     (void)envp;
     if (argc != 3 || strcmp(argv[1], "-c") != 0 || strcmp(argv[2], AGENT_BOOTSTRAP_WAITING) != 0)
         return;
-    (void)frame_write_all(FD_READY, "r", 1);
+    const char ready = WORKER_READY; /* (any byte: the worker waits for one) */
+    (void)frame_write_all(FD_READY, &ready, 1);
     close(FD_READY);
     unsigned char h[4];
     if (frame_read_all(FD_REQUEST, h, 4) != 0)
@@ -83,11 +66,11 @@ __attribute__((constructor)) static void bootstrap(int argc, char **argv, char *
     if (!req || frame_read_all(FD_REQUEST, req, len) != 0)
         _exit(0);
     close(FD_REQUEST);
-    char *command, **env = malloc((ENV_MAX + 1) * sizeof *env);
-    if (!env)
-        fail("reading the request", ENOMEM);
-    if (parse_request(req, len, &command, env) != 0)
+    /* static: bash keeps using its environment strings and array after this returns */
+    static frame_run run;
+    if (frame_run_get(req, len, &run) != 0)
         fail("reading the request", EINVAL);
+    char *command = run.command, **env = run.env;
     if (needs_exec(env)) {
         /* close-on-exec: its end of file tells the agent the exec happened */
         if (fcntl(FD_FAIL, F_SETFD, FD_CLOEXEC) != 0)

@@ -1,6 +1,7 @@
 /* airlockd: a local Airlock-compatible sandbox server. Its start-up story: the settings, the
  * process, the server's parts, serving until a signal, the shutdown. */
 #include "config/config.h"
+#include "router/router.h"
 #include "run/migrate.h"
 #include "run/server.h"
 #include "run/signals.h"
@@ -79,6 +80,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], GUARD_OPTION) == 0)
         return sbx_guard_main(argv[2]); /* airlockd's own guard (sandbox/guard.h) */
+    if (argc >= 2 && strcmp(argv[1], "router") == 0)
+        return router_main(argc - 1, argv + 1); /* the fleet's router program (router/router.h) */
     keep_std_fds();
     config cfg;
     int status = load_settings(&cfg, argc, argv);

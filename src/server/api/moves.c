@@ -1,9 +1,10 @@
-/* The node-to-node routes of a drain (docs/fleet.md "Drain"), never reachable through the
- * router (HAProxy denies /v1/fleet/internal/): each needs the fleet's secret as a bearer
- * token. POST /v1/fleet/internal/sessions/{id}: take a session the database says is moving
+/* The node-to-node routes of a drain (docs/fleet.md "Drain"), served only on the node's own
+ * node-to-node listener (api/routes.c, run/fleet.c), never on the address the router forwards
+ * to: each needs the fleet's secret as a bearer token. POST /v1/fleet/internal/sessions/{id}: take a session the database says is moving
  * to this node (its archive fetched from the draining node); GET .../{id}/archive: the
  * draining node's tar archive of a session it is moving out. */
 #include "api/handlers.h"
+#include "domain/session_id.h"
 #include "drain/move.h"
 
 #include <openssl/crypto.h>
@@ -33,7 +34,7 @@ static bool internal_caller(app *a, http_request *r)
 /* "sbx_" + 12 lowercase hex: the only ids that go into a URL or the database here. */
 static bool session_id_shape(http_request *r, const char *id)
 {
-    bool ok = strlen(id) == 16 && strncmp(id, "sbx_", 4) == 0 && strspn(id + 4, "0123456789abcdef") == 12;
+    bool ok = session_id_valid(id);
     if (!ok)
         http_send_detail(r, 404, "Session not found");
     return ok;

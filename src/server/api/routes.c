@@ -45,12 +45,18 @@ static const api_route ROUTES[] = {
     {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
     {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
     {"GET",    "/v1/fleet/accepting",         API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_fleet_accepting},
-    /* node to node (a drain's moves): the fleet's secret, checked by the handler */
+};
+
+/* Node to node (a drain's moves), served only on a fleet node's own internal listener
+ * (SANDBOX_FLEET_INTERNAL_LISTEN), never on the address the router forwards to: no spelling
+ * of a path reaches them from a client. The fleet's secret is checked by the handler. */
+static const api_route INTERNAL_ROUTES[] = {
     {"POST",   "/v1/fleet/internal/sessions/{}",         API_PUBLIC, false, NO_BODY, LONG, api_fleet_move_in},
     {"GET",    "/v1/fleet/internal/sessions/{}/archive", API_PUBLIC, false, NO_BODY, LONG, api_fleet_move_archive},
 };
 
 #define N_ROUTES (sizeof ROUTES / sizeof ROUTES[0])
+#define N_INTERNAL_ROUTES (sizeof INTERNAL_ROUTES / sizeof INTERNAL_ROUTES[0])
 #define PARAM_MAX 256
 
 /* Matches path against pattern; the "{}" segment is copied to param (≤ 255 bytes). */
@@ -87,21 +93,27 @@ static const char *route_method(const char *method)
 
 /* The route for method and path (param filled), or NULL; *partial is the first route whose
  * path matched with another method (for the 405), when partial is non-NULL. */
-static const api_route *find_route(const char *method, const char *path, char param[PARAM_MAX],
-                                   const api_route **partial)
+static const api_route *find_route_in(const api_route *routes, size_t n, const char *method, const char *path,
+                                      char param[PARAM_MAX], const api_route **partial)
 {
     method = route_method(method);
     if (partial)
         *partial = NULL;
-    for (size_t i = 0; i < N_ROUTES; i++) {
-        if (!path_matches(ROUTES[i].pattern, path, param, PARAM_MAX))
+    for (size_t i = 0; i < n; i++) {
+        if (!path_matches(routes[i].pattern, path, param, PARAM_MAX))
             continue;
-        if (strcmp(ROUTES[i].method, method) == 0)
-            return &ROUTES[i];
+        if (strcmp(routes[i].method, method) == 0)
+            return &routes[i];
         if (partial && !*partial)
-            *partial = &ROUTES[i];
+            *partial = &routes[i];
     }
     return NULL;
+}
+
+static const api_route *find_route(const char *method, const char *path, char param[PARAM_MAX],
+                                   const api_route **partial)
+{
+    return find_route_in(ROUTES, N_ROUTES, method, path, param, partial);
 }
 
 static void redirect_without_slash(http_request *r, const char *path)
@@ -287,6 +299,35 @@ static void run(app *a, http_request *r, const api_route *rt, const char *param)
         api_write_body_free(&wb, c.body);
     else
         json_decref(c.body);
+}
+
+void api_admit_internal(void *cls, http_request *r, http_admission *adm)
+{
+    (void)cls;
+    const api_route *partial = NULL;
+    char param[PARAM_MAX];
+    const api_route *rt = find_route_in(INTERNAL_ROUTES, N_INTERNAL_ROUTES, http_method(r), http_path(r), param,
+                                        &partial);
+    if (!rt) {
+        if (partial)
+            http_send_405(r, partial->method);
+        else
+            http_send_detail(r, 404, "Not Found");
+        return;
+    }
+    adm->body_cap = rt->max_body;
+    adm->run = rt->run;
+}
+
+void api_handle_internal(void *cls, http_request *r)
+{
+    char param[PARAM_MAX];
+    const api_route *rt = find_route_in(INTERNAL_ROUTES, N_INTERNAL_ROUTES, http_method(r), http_path(r), param,
+                                        NULL);
+    if (rt)
+        run(cls, r, rt, param);
+    else
+        http_send_500(r); /* admitted requests have a route */
 }
 
 void api_handle(void *cls, http_request *r)

@@ -12,4 +12,9 @@ void api_admit(void *cls, http_request *r, http_admission *adm);
 /* An http_handler (cls is the app): body parsing, 401, the rate limit, the route's handler. */
 void api_handle(void *cls, http_request *r);
 
+/* The same pair for a fleet node's internal listener: the node-to-node routes alone (every
+ * other path 404). */
+void api_admit_internal(void *cls, http_request *r, http_admission *adm);
+void api_handle_internal(void *cls, http_request *r);
+
 #endif

@@ -83,6 +83,9 @@ typedef struct config {
     int fleet_capacity;         /* SANDBOX_FLEET_CAPACITY: sessions this node holds at most (0: no cap) */
     int fleet_agent_port;       /* SANDBOX_FLEET_AGENT_PORT: HAProxy's agent-check port (0: none) */
     char *fleet_secret;         /* read from SANDBOX_FLEET_SECRET_FILE (0600): node-to-node moves (NULL: none) */
+    char *fleet_internal_host;  /* SANDBOX_FLEET_INTERNAL_LISTEN: the node-to-node listener's address (NULL:
+                                 * the listen address) and port (0: any free one) */
+    unsigned fleet_internal_port;
 } config;
 
 typedef enum {

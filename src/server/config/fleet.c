@@ -1,7 +1,8 @@
 /* The fleet's settings (docs/fleet.md): the database URL, which holds a password (from
  * --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names, never quoted
- * in a message), how long a silent node keeps its sessions, how many sessions it holds at most
- * and the port of its load report for HAProxy's agent-check. */
+ * in a message), how long a silent node keeps its sessions, how many sessions it holds at most,
+ * the port of its load report for HAProxy's agent-check and the address of its node-to-node
+ * listener. */
 #include "config/internal.h"
 
 #include <stdio.h>
@@ -64,6 +65,10 @@ int config_load_fleet(config *c, const config_src *src)
     if (c->database_url && strncmp(c->database_url, "postgresql://", 13) != 0 &&
         strncmp(c->database_url, "postgres://", 11) != 0)
         return config_fail(src->err, "SANDBOX_DATABASE_URL", NULL, "must be a postgresql:// URL");
+    const char *internal = config_var(src, "SANDBOX_FLEET_INTERNAL_LISTEN");
+    if (internal && config_host_port(src->err, "SANDBOX_FLEET_INTERNAL_LISTEN", internal, &c->fleet_internal_host,
+                                     &c->fleet_internal_port))
+        return -1;
     return read_secret(c, src) || config_var_positive(src, "SANDBOX_FLEET_LOST_AFTER", DEFAULT_LOST_AFTER, &c->fleet_lost_after) ||
            config_var_positive(src, "SANDBOX_FLEET_KEY_CACHE_S", DEFAULT_KEY_CACHE_S, &c->fleet_key_cache_s) ||
            config_var_int(src, "SANDBOX_FLEET_CAPACITY", 0, 0, 1000000, "sessions", &c->fleet_capacity) ||

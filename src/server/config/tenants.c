@@ -306,6 +306,8 @@ void config_free(config *c)
     }
     free(c->tenants);
     free(c->keys);
+    free(c->fleet_internal_host);
+    c->fleet_internal_host = NULL;
     free(c->listen_host);
     c->tenants = NULL;
     c->keys = NULL;

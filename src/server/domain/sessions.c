@@ -453,9 +453,7 @@ static int new_id(char out[17], int slot)
         }
         got += (size_t)n;
     }
-    if (slot > 0)
-        b[0] = (unsigned char)slot;
-    snprintf(out, 17, "sbx_%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3], b[4], b[5]);
+    session_id_format(out, b, slot);
     return 0;
 }
 

@@ -4,7 +4,7 @@
 #include "domain/warm_internal.h"
 
 #include "sandbox/session_sandbox.h"
-#include "../../agent/frames.h"
+#include "../../agent/protocol.h"
 
 #include <poll.h>
 #include <string.h>

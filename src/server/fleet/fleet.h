@@ -51,6 +51,8 @@ bool fleet_full(fleet *f);
 void fleet_agent_reply(fleet *f, char *out, size_t outlen);
 /* The advertised URL once the listening port is known; 0 or -1. */
 int fleet_set_url(fleet *f, const char *url);
+/* Where the other nodes reach this node's node-to-node routes (its internal listener); 0 or -1. */
+int fleet_set_internal_url(fleet *f, const char *url);
 /* Stops the heartbeat (NULL: nothing); fleet_close then frees. */
 void fleet_stop(fleet *f);
 void fleet_close(fleet *f);

@@ -13,13 +13,15 @@ void fleet_set_drain(fleet *f, fleet_drain_fn step, void *ctx)
     f->drain_ctx = ctx;
 }
 
+/* The URLs a move uses are the nodes' internal listeners (internal_url), never the address
+ * the router forwards to. */
 int fleet_move_begin(fleet *f, const char *sid, char *url, size_t urllen)
 {
     /* the active node with the most free room (heartbeat fresh, below its capacity), counting
      * the sessions it owns and those moving to it now */
     const char *p[] = {sid, f->id};
     PGresult *res = pg_query(f->db,
-        "WITH c AS (SELECT n.id, n.url, n.capacity, (SELECT count(*) FROM sessions s WHERE s.state = 'active'"
+        "WITH c AS (SELECT n.id, coalesce(n.internal_url, n.url) AS url, n.capacity, (SELECT count(*) FROM sessions s WHERE s.state = 'active'"
         "   AND (s.node = n.id OR s.moving_to = n.id)) AS held FROM nodes n WHERE n.state = 'active' AND n.id <> $2"
         "   AND n.heartbeat > now() - interval '5 seconds'),"
         " t AS (SELECT id, url FROM c WHERE capacity = 0 OR held < capacity"
@@ -52,7 +54,8 @@ json_t *fleet_move_incoming(fleet *f, const char *sid)
 {
     const char *p[] = {sid, f->id};
     PGresult *res = pg_query(f->db,
-        "SELECT s.tenant, s.egress::text, s.quota_mb, s.created_at, s.last_used, n.url FROM sessions s"
+        "SELECT s.tenant, s.egress::text, s.quota_mb, s.created_at, s.last_used, coalesce(n.internal_url, n.url)"
+        " FROM sessions s"
         " JOIN nodes n ON n.id = s.node WHERE s.id = $1 AND s.moving_to = $2 AND s.state = 'active'", 2, p);
     json_t *row = NULL;
     if (res && PQntuples(res) == 1)

@@ -1,4 +1,5 @@
 /* The node's row: registration, the heartbeat thread, the admin list of nodes. */
+#include "domain/session_id.h"
 #include "fleet/agent.h"
 #include "fleet/internal.h"
 #include "log/log.h"
@@ -40,6 +41,11 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     }
     f->slot = atoi(slot);
     free(slot);
+    /* the port HAProxy's agent-check reads (the router program prints it from here) */
+    char agent[24];
+    snprintf(agent, sizeof agent, "%d", o->agent_port);
+    const char *ap[] = {f->id, agent};
+    PQclear(pg_query(db, "UPDATE nodes SET agent_port = $2::integer WHERE id = $1", 2, ap));
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->ship_mu, NULL);
     pthread_mutex_init(&f->cmd_mu, NULL);
@@ -188,6 +194,14 @@ int fleet_set_url(fleet *f, const char *url)
     return 0;
 }
 
+int fleet_set_internal_url(fleet *f, const char *url)
+{
+    const char *p[] = {f->id, url};
+    PGresult *res = pg_query(f->db, "UPDATE nodes SET internal_url = $2 WHERE id = $1", 2, p);
+    PQclear(res);
+    return res ? 0 : -1;
+}
+
 void fleet_stop(fleet *f)
 {
     if (!f)
@@ -255,13 +269,7 @@ bool fleet_accepting(fleet *f)
 
 int fleet_slot_of(const char *id)
 {
-    static const char hex[] = "0123456789abcdef";
-    if (strncmp(id, "sbx_", 4) != 0 || strlen(id) != 16)
-        return -1;
-    const char *a = strchr(hex, id[4]), *b = strchr(hex, id[5]);
-    if (!a || !b || !id[4] || !id[5])
-        return -1;
-    return (int)((a - hex) * 16 + (b - hex));
+    return session_id_slot(id);
 }
 
 json_t *fleet_nodes(fleet *f)

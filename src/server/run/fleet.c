@@ -2,19 +2,25 @@
  * sessions, the limits, the keys and the audit log. */
 #include "run/fleet.h"
 
-#include "fleet/wire.h"
+#include "api/routes.h"
 #include "drain/move.h"
+#include "fleet/wire.h"
+#include "log/log.h"
 #include "store/pg_schema.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The pool's connections (made when first needed): with the key revocations' listener, a node
  * holds at most this plus one of the database's connections (docs/fleet.md). A plain call
  * needs none: only creates, deletes, execs, listings and the heartbeat take one. */
 #define FLEET_DB_CONNECTIONS 4
+
+/* seconds a node-to-node request still running at shutdown gets before it is cut */
+#define INTERNAL_STOP_S 10
 
 /* Each heartbeat: the sessions' last uses, the audit outbox and the unspent tokens of
  * leases past their time go to the database; the load is the number of sessions held. */
@@ -108,6 +114,49 @@ int server_settle_fleet(server *s)
     return 0;
 }
 
+/* The node-to-node routes (a drain's moves) on a listener of their own, on the node's private
+ * address (SANDBOX_FLEET_INTERNAL_LISTEN), which the router never forwards to: only with the
+ * fleet's secret (a node without it neither sends nor takes moves). */
+static int start_internal(server *s)
+{
+    const config *c = s->cfg;
+    if (!c->fleet_secret)
+        return 0;
+    const char *host = c->fleet_internal_host ? c->fleet_internal_host : c->listen_host;
+    http_options ho = {.host = host, .port = c->fleet_internal_port, .admit = api_admit_internal,
+                       .handler = api_handle_internal, .cls = &s->a, .limits = c->http};
+    char err[256];
+    if (!(s->internal = http_start(&ho, err, sizeof err))) {
+        snprintf(s->err, sizeof s->err, "fleet: the node-to-node listener (SANDBOX_FLEET_INTERNAL_LISTEN): %s", err);
+        return -1;
+    }
+    char url[300];
+    snprintf(url, sizeof url, strchr(host, ':') ? "http://[%s]:%u" : "http://%s:%u", host, http_port(s->internal));
+    if (fleet_set_internal_url(s->a.fleet, url) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot record the node-to-node listener in the database");
+        return -1;
+    }
+    return 0;
+}
+
+/* Stops the node-to-node listener: a move still running gets INTERNAL_STOP_S seconds. */
+static void stop_internal(server *s)
+{
+    if (!s->internal)
+        return;
+    http_quiesce(s->internal);
+    for (int i = 0; i < INTERNAL_STOP_S * 20 && http_in_flight(s->internal) > 0; i++)
+        nanosleep(&(struct timespec){0, 50000000L}, NULL);
+    if (http_in_flight(s->internal) > 0)
+        http_cancel(s->internal);
+    for (int i = 0; i < INTERNAL_STOP_S * 20 && http_in_flight(s->internal) > 0; i++)
+        nanosleep(&(struct timespec){0, 50000000L}, NULL);
+    if (http_stop(s->internal))
+        s->internal = NULL;
+    else
+        log_warn("fleet: a node-to-node request did not end; its listener is left open until exit");
+}
+
 int server_start_fleet(server *s)
 {
     app *a = &s->a;
@@ -117,6 +166,8 @@ int server_start_fleet(server *s)
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
     fleet_set_count(a->fleet, count, a->reg);
     fleet_set_drain(a->fleet, move_drain_step, a);
+    if (start_internal(s) != 0)
+        return -1;
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot advertise this node");
         return -1;
@@ -129,6 +180,7 @@ void server_stop_fleet(server *s)
     if (s->a.fleet) /* what this node leased and did not spend is the other nodes' again */
         limits_return_leases(s->a.lim, true);
     fleet_stop(s->a.fleet);
+    stop_internal(s);
 }
 
 void server_close_fleet(server *s)

@@ -19,6 +19,7 @@ typedef struct {
     registry_shared shared; /* a fleet's session registry (run/fleet.h) */
     char *audit_file;   /* <state>/audit.db: a fleet node's audit outbox when SANDBOX_AUDIT names none */
     http_server *srv;
+    http_server *internal; /* a fleet node's node-to-node listener (run/fleet.c), or NULL */
     char err[512];      /* why a step failed */
 } server;
 

@@ -7,7 +7,7 @@
 #include "sandbox/proc.h"
 #include "sandbox/rootfs.h"
 #include "sandbox/sandbox.h"
-#include "../../agent/frames.h"
+#include "../../agent/protocol.h"
 
 #include <pthread.h>
 

@@ -1,14 +1,15 @@
-/* Commands through a session sandbox's agent (see session_sandbox.h): the request frame on
- * the agent's command pipe, then its frames back (output, exit) on the command's slot's own
- * pipe, read under a deadline, the output budget, the tap and the client's cancel; several
- * commands at once, one per slot; the sandbox thawed while any runs and frozen after the last
- * once the agent's next container is ready (sandbox_session_settle, from the warm thread). The
- * agent enforces the timeout itself (it kills the command's PID namespace); a sandbox whose
- * agent does not answer by the timeout plus a grace is killed. */
+/* Commands through a session sandbox's agent (see session_sandbox.h; the frames are
+ * src/agent/protocol.h's): the request frame on the agent's command pipe, then its frames back
+ * (output, exit) on the command's slot's own pipe, read under a deadline, the output budget,
+ * the tap and the client's cancel; several commands at once, one per slot; the sandbox thawed
+ * while any runs and frozen after the last once the agent's next container is ready
+ * (sandbox_session_settle, from the warm thread). The agent enforces the timeout itself (it
+ * kills the command's PID namespace); a sandbox whose agent does not answer by the timeout
+ * plus a grace is killed. */
 #include "sandbox/session_sandbox.h"
 
 #include "sandbox/internal.h"
-#include "../../agent/frames.h"
+#include "../../agent/protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,35 +56,20 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The 'C' frame: timeout, command, the sandbox's environment. NULL when out of memory or
- * too long for the agent. */
+/* The FRAME_RUN frame for slot: timeout, command, the sandbox's environment. NULL when out of
+ * memory or too long for the agent. */
 static unsigned char *request_frame(const sandbox *s, unsigned slot, const char *command, int timeout_seconds,
                                     size_t *len)
 {
     const char *env[SBX_ENV_ALL_MAX];
     sbx_env_with_network(s, env);
-    size_t clen = strlen(command);
-    if (clen >= SBX_WAITER_COMMAND_MAX)
-        return NULL;
-    size_t payload = 1 + 4 + clen + 1;
-    for (size_t i = 0; env[i]; i++)
-        payload += strlen(env[i]) + 1;
-    unsigned char *f = malloc(5 + payload);
+    size_t payload = strlen(command) < SBX_WAITER_COMMAND_MAX ? frame_run_len(command, env) : 0;
+    unsigned char *f = payload ? malloc(FRAME_HEADER + payload) : NULL;
     if (!f)
         return NULL;
-    f[0] = 'C';
-    frame_put_u32(f + 1, (uint32_t)payload);
-    f[5] = (unsigned char)slot;
-    frame_put_u32(f + 6, (uint32_t)timeout_seconds * 1000u);
-    unsigned char *p = f + 10;
-    memcpy(p, command, clen + 1);
-    p += clen + 1;
-    for (size_t i = 0; env[i]; i++) {
-        size_t l = strlen(env[i]) + 1;
-        memcpy(p, env[i], l);
-        p += l;
-    }
-    *len = 5 + payload;
+    frame_head_put(f, FRAME_RUN, slot, (uint32_t)payload);
+    frame_run_put(f + FRAME_HEADER, (uint32_t)timeout_seconds * 1000u, command, env);
+    *len = FRAME_HEADER + payload;
     return f;
 }
 
@@ -101,46 +87,44 @@ typedef struct {
     bool gone;      /* end of file or a broken frame: the sandbox died */
 } agent_run;
 
-/* Reads one frame from the agent and takes it in (its output to the tap too, with to_tap). */
+/* Reads one frame from the agent and takes it in (its output to the tap too, with to_tap). A
+ * frame that breaks the protocol, or is not of this slot, is a sandbox that cannot be trusted:
+ * gone. */
 static void take_frame(agent_run *a, bool to_tap, char *errbuf, size_t errlen)
 {
-    unsigned char h[FRAME_HEADER];
     static _Thread_local char payload[FRAME_OUTPUT_MAX];
-    if (frame_read_all(a->events_r, h, FRAME_HEADER) != 0) {
-        a->gone = true;
-        return;
-    }
-    uint32_t n = frame_get_u32(h + 1);
-    if (n > FRAME_OUTPUT_MAX || frame_read_all(a->events_r, payload, n) != 0) {
+    frame_head h;
+    frame_exit x;
+    if (frame_recv(a->events_r, &h, payload, sizeof payload) != 0 || h.slot != a->slot) {
         a->gone = true;
         return;
     }
     const sandbox_tap *tap = to_tap ? a->tap : NULL;
-    switch (h[0]) {
-    case '1':
-    case '2':
-        if (capture_feed(h[0] == '1' ? &a->r.out : &a->r.err, payload, n) != 0) {
+    switch (h.type) {
+    case FRAME_STDOUT:
+    case FRAME_STDERR:
+        if (capture_feed(h.type == FRAME_STDOUT ? &a->r.out : &a->r.err, payload, h.len) != 0) {
             snprintf(errbuf, errlen, "out of memory");
             a->failed = true;
         } else if (tap) {
-            tap->output(tap->ctx, h[0] - '0', payload, n);
+            tap->output(tap->ctx, h.type == FRAME_STDOUT ? 1 : 2, payload, h.len);
         }
         break;
-    case 'X':
-        if (n >= 5) {
-            a->ended = true;
-            a->code = (int)frame_get_u32((unsigned char *)payload);
-            a->r.timed_out = payload[4] == 1;
-            a->r.cancelled = payload[4] == 2;
-        } else {
+    case FRAME_EXIT:
+        if (frame_exit_get((unsigned char *)payload, h.len, &x) != 0) {
             a->gone = true;
+            break;
         }
+        a->ended = true;
+        a->code = x.code;
+        a->r.timed_out = x.ending == FRAME_ENDED_TIMED_OUT;
+        a->r.cancelled = x.ending == FRAME_ENDED_KILLED;
         break;
-    case 'F':
-        snprintf(errbuf, errlen, "the sandbox could not start the command: %.*s", (int)(n > 300 ? 300 : n), payload);
+    case FRAME_FAIL:
+        snprintf(errbuf, errlen, "the sandbox could not start the command: %.*s", (int)h.len, payload);
         a->not_started = true;
         break;
-    default:
+    default: /* FRAME_RUN, FRAME_KILL: never the agent's */
         a->gone = true;
         break;
     }
@@ -224,11 +208,10 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
             return;
         }
         if (i_cancel >= 0 && (pf[i_cancel].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) {
-            unsigned char k[6] = {'K', 1, 0, 0, 0, (unsigned char)a->slot};
             asked_kill = true;
             a->r.cancelled = true;
             pthread_mutex_lock(&s->agent_mu);
-            if (frame_write_all(s->cmd_w, k, sizeof k) != 0)
+            if (frame_send(s->cmd_w, FRAME_KILL, a->slot, NULL, 0) != 0)
                 a->gone = true;
             pthread_mutex_unlock(&s->agent_mu);
         }

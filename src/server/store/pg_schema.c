@@ -191,7 +191,46 @@ static const char *const MIGRATIONS[] = {
     " FOR EACH ROW EXECUTE FUNCTION airlock_session_events_gone();"
     "CREATE TRIGGER sessions_lost AFTER UPDATE OF state ON sessions"
     " FOR EACH ROW WHEN (NEW.state = 'lost' AND OLD.state <> 'lost') EXECUTE FUNCTION airlock_session_events_gone();",
-    /* 6: a call decided on its node (docs/fleet.md "The cost of a call"). Request tokens are
+    /* 6: the router program (airlockd router, docs/fleet.md): each node's node-to-node
+     * listener and agent port; the session-id layout (domain/session_id.h) and "which
+     * sessions moved" said once in SQL; and a notice on the channel airlock_router from the
+     * statements that change a node or a moved session's route, so the router is told */
+    "ALTER TABLE nodes ADD COLUMN internal_url text;"
+    "ALTER TABLE nodes ADD COLUMN agent_port integer NOT NULL DEFAULT 0;"
+    /* the slot an id names: 'sbx_' + 12 lowercase hex, the first two its node's slot */
+    "CREATE FUNCTION airlock_id_slot(p_id text) RETURNS integer LANGUAGE sql IMMUTABLE AS"
+    " $$ SELECT CASE WHEN p_id ~ '^sbx_[0-9a-f]{12}$' THEN ('x' || substr(p_id, 5, 2))::bit(8)::integer END $$;"
+    /* a session moved when its id's slot is not its node's (a drain moved it) */
+    "CREATE FUNCTION airlock_moved(p_id text, p_node_slot integer) RETURNS boolean LANGUAGE sql IMMUTABLE AS"
+    " $$ SELECT airlock_id_slot(p_id) IS DISTINCT FROM p_node_slot $$;"
+    /* every live moved session and the router's backend for it (its node's slot) */
+    "CREATE FUNCTION airlock_moved_sessions() RETURNS TABLE (id text, backend text) LANGUAGE sql STABLE AS"
+    " $$ SELECT s.id, 'slot_' || lpad(to_hex(n.slot), 2, '0') FROM sessions s JOIN nodes n ON n.id = s.node"
+    "    WHERE s.state = 'active' AND airlock_moved(s.id, n.slot) $$;"
+    "CREATE FUNCTION airlock_router_session_notice() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " DECLARE be text; BEGIN"
+    "  IF TG_OP = 'DELETE' THEN"
+    "   IF airlock_moved(OLD.id, (SELECT slot FROM nodes WHERE id = OLD.node)) THEN"
+    "    PERFORM pg_notify('airlock_router', 's ' || OLD.id || ' -');"
+    "   END IF;"
+    "   RETURN NULL;"
+    "  END IF;"
+    "  SELECT m.backend INTO be FROM airlock_moved_sessions() m WHERE m.id = NEW.id;"
+    "  PERFORM pg_notify('airlock_router', 's ' || NEW.id || ' ' || coalesce(be, '-'));"
+    "  RETURN NULL;"
+    " END $$;"
+    "CREATE TRIGGER sessions_router AFTER UPDATE OF node, state ON sessions FOR EACH ROW"
+    " WHEN (OLD.node IS DISTINCT FROM NEW.node OR OLD.state IS DISTINCT FROM NEW.state)"
+    " EXECUTE FUNCTION airlock_router_session_notice();"
+    "CREATE TRIGGER sessions_router_gone AFTER DELETE ON sessions FOR EACH ROW"
+    " EXECUTE FUNCTION airlock_router_session_notice();"
+    "CREATE FUNCTION airlock_router_node_notice() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    "  PERFORM pg_notify('airlock_router', 'n ' || CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END);"
+    "  RETURN NULL;"
+    " END $$;"
+    "CREATE TRIGGER nodes_router AFTER INSERT OR DELETE OR UPDATE OF slot, url, internal_url, state, agent_port"
+    " ON nodes FOR EACH ROW EXECUTE FUNCTION airlock_router_node_notice();",
+    /* 7: a call decided on its node (docs/fleet.md "The cost of a call"). Request tokens are
      * leased: a node takes a share of the tenant's bucket in one statement and spends it
      * locally; what it did not use comes back with its next lease. The clock is read after
      * the bucket's row lock, so one interval is refilled once. A command's start returns its

@@ -14,16 +14,6 @@
 
 #define FORMAT 1
 
-bool session_id_valid(const char *id)
-{
-    if (strncmp(id, "sbx_", 4) != 0 || strlen(id) != 16)
-        return false;
-    for (const char *p = id + 4; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return false;
-    return true;
-}
-
 void session_records_free(session_record *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

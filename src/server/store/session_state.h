@@ -4,6 +4,8 @@
 #ifndef AIRLOCKD_SESSION_STATE_H
 #define AIRLOCKD_SESSION_STATE_H
 
+#include "domain/session_id.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,9 +21,6 @@ typedef struct {
     double last_accessed_at;
     long long quota_bytes;  /* the quota its image was made for */
 } session_record;
-
-/* True for "sbx_" + 12 lowercase hex digits. */
-bool session_id_valid(const char *id);
 
 /* Reads path: *out (malloc'd, *n records; NULL and 0 when the file does not exist). Malformed
  * records are skipped with a log line. -1 with a message when the file cannot be read, is not

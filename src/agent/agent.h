@@ -1,0 +1,63 @@
+/* What the agent's parts share (bubblewrap-style: one file per process of the agent): the
+ * container child (container.c), the worker that runs commands in such children one after
+ * another (worker.c), and the agent's loop that hands airlockd's frames to workers (agent.c).
+ * The protocol itself is protocol.h. */
+#ifndef AIRLOCK_AGENT_AGENT_H
+#define AIRLOCK_AGENT_AGENT_H
+
+#include "protocol.h"
+
+#include <sys/types.h>
+
+/* The descriptors airlockd passes (protocol.h: the channels). */
+enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
+
+#define BINDS_MAX 32
+
+/* A bind mount of the sandbox's placed again in each container's root. */
+typedef struct {
+    const char *dir;
+    char kind; /* 'r' read-only, 'w' read-write, 'd' devices (as the sandbox has it) */
+} bind_mount;
+
+/* The sandbox's bind mounts, from the agent's argv (agent.c). */
+extern bind_mount agent_binds[BINDS_MAX];
+extern int agent_nbinds;
+
+/* A container child prepared for the next command: bash exec'd and waiting in the bootstrap. */
+typedef struct {
+    pid_t pid;
+    int out_r;   /* its stdout and stderr */
+    int err_r;
+    int fail_r;  /* its setup error text, or end of file at its exec */
+    int ready_r; /* a byte (or end of file) once its mounts are made */
+} prepared;
+
+/* Makes the next container child, which reads its request from cmd_r (taken: closed here);
+ * 0, or -1 (errno). (container.c) */
+int container_prepare(prepared *p, int cmd_r);
+
+/* Kills and reaps p's child if any, and closes its descriptors. (container.c) */
+void container_discard(prepared *p);
+
+/* A worker as the agent's loop sees it. */
+typedef struct {
+    pid_t pid;
+    int msg_w;   /* FRAME_RUN / FRAME_KILL frames to it */
+    int state_r; /* WORKER_READY / WORKER_DONE bytes from it */
+    int slot;    /* the slot of the command it runs; -1 when it has none */
+} worker;
+
+/* Forks a worker: 0, or -1. (worker.c) */
+int worker_start(worker *w);
+
+/* Closes *fd when open and sets it to -1. */
+static inline void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+#endif

@@ -1,0 +1,275 @@
+/* The agent's worker: runs a session's commands one after another, each in a container child
+ * made ahead of it (container.c). It says WORKER_READY on its state pipe once the container is
+ * made (or cannot be), takes a FRAME_RUN from its message pipe, hands the request to the
+ * container, relays the command's pipes to the command's slot as FRAME_STDOUT/FRAME_STDERR,
+ * kills it at its timeout or at a FRAME_KILL, says WORKER_DONE, sends FRAME_EXIT (or
+ * FRAME_FAIL), and makes the next container: commands after the first do not pay for a fork
+ * of the worker. It ends when the agent closes its message pipe, or with the agent (its death
+ * signal). */
+#include "agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* After PID 1 of a command ended, its pipes close as soon as the kernel has killed the rest. */
+#define DRAIN_MS 3000
+/* A command's timeout when its request says none. */
+#define DEFAULT_TIMEOUT_MS 15000
+#define UNPREPARED "cannot prepare a container"
+#define MALFORMED "a malformed request"
+
+static char request[AGENT_REQUEST_MAX + 1];
+static char chunk[FRAME_OUTPUT_MAX];
+
+/* Where this worker's frames for its current command go, and their slot. */
+static int out_fd = -1;
+static unsigned out_slot;
+
+/* One frame to airlockd; a failure means airlockd is gone: the sandbox ends with the agent. */
+static void send_out(frame_type t, const void *p, size_t n)
+{
+    if (frame_send(out_fd, t, out_slot, p, n) != 0)
+        _exit(0);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Relays what one pipe has to airlockd as frames of type t; -1 at end of file. */
+static int relay(int *fd, frame_type t)
+{
+    ssize_t r = read(*fd, chunk, sizeof chunk);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
+        return 0;
+    if (r <= 0) {
+        close_fd(fd);
+        return -1;
+    }
+    send_out(t, chunk, (size_t)r);
+    return 0;
+}
+
+static int exit_code(int status)
+{
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return -1;
+}
+
+/* How a command ended: the frame that says so (FRAME_EXIT, or FRAME_FAIL with the container's
+ * set-up error). */
+typedef struct {
+    frame_type type;
+    unsigned char payload[FRAME_FAIL_MAX];
+    size_t len;
+} ending;
+
+/* Whether a FRAME_KILL for the running command came on *msg_r (anything else is dropped: the
+ * agent sends a worker with a command nothing but kills). Closes *msg_r when the agent is gone. */
+static bool kill_asked(int *msg_r)
+{
+    frame_head h;
+    int rc = frame_recv(*msg_r, &h, request, sizeof request);
+    if (rc != 0) {
+        close_fd(msg_r); /* the agent is gone: so is this worker, at its death signal */
+        return false;
+    }
+    return h.type == FRAME_KILL;
+}
+
+/* Relays the output of p, whose request the worker wrote to it, until it ends, the timeout or
+ * a FRAME_KILL on *msg_r (airlockd's cancel); then says how it ended in *end. */
+static void run(prepared *p, uint32_t timeout_ms, int sigfd, int *msg_r, ending *end)
+{
+    int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS);
+    frame_ending killed = FRAME_ENDED_EXITED;
+    int status = 0, exited = 0;
+    int64_t drain_until = 0;
+    size_t fail_len = 0;
+    while (p->out_r >= 0 || p->err_r >= 0 || !exited || p->fail_r >= 0) {
+        struct pollfd pf[5] = {
+            {.fd = p->out_r, .events = POLLIN}, {.fd = p->err_r, .events = POLLIN},
+            {.fd = sigfd, .events = POLLIN},    {.fd = p->fail_r, .events = POLLIN},
+            {.fd = killed || exited ? -1 : *msg_r, .events = POLLIN},
+        };
+        int64_t now = now_ms();
+        int64_t until = exited ? drain_until : deadline;
+        if (now >= until) {
+            if (exited)
+                break; /* something outside the namespace holds a pipe: give up on it */
+            kill(p->pid, SIGKILL);
+            killed = FRAME_ENDED_TIMED_OUT;
+            deadline = now + 60000;
+            continue;
+        }
+        if (poll(pf, 5, (int)(until - now)) < 0 && errno != EINTR)
+            _exit(1);
+        if (pf[0].revents)
+            relay(&p->out_r, FRAME_STDOUT);
+        if (pf[1].revents)
+            relay(&p->err_r, FRAME_STDERR);
+        if (pf[3].revents) {
+            ssize_t r = read(p->fail_r, end->payload + fail_len, sizeof end->payload - fail_len);
+            if (r > 0)
+                fail_len += (size_t)r;
+            else if (r == 0 || errno != EINTR)
+                close_fd(&p->fail_r);
+        }
+        if (pf[4].revents && kill_asked(msg_r)) {
+            kill(p->pid, SIGKILL);
+            killed = FRAME_ENDED_KILLED;
+        }
+        if (pf[2].revents) {
+            struct signalfd_siginfo si;
+            while (read(sigfd, &si, sizeof si) > 0) {
+            }
+            int st;
+            if (!exited && waitpid(p->pid, &st, WNOHANG) == p->pid) {
+                exited = 1;
+                status = st;
+                drain_until = now_ms() + DRAIN_MS;
+            }
+        }
+    }
+    p->pid = -1;
+    close_fd(&p->out_r);
+    close_fd(&p->err_r);
+    close_fd(&p->fail_r);
+    if (fail_len > 0 && !killed) {
+        end->type = FRAME_FAIL;
+        end->len = fail_len;
+        return;
+    }
+    end->type = FRAME_EXIT;
+    frame_exit_put(end->payload, killed ? -1 : exit_code(status), killed);
+    end->len = 5;
+}
+
+/* Hands request[0..len) to a container on its request pipe, as u32 length and request. A
+ * container that died in its set-up is told nothing: its fail pipe has the reason. */
+static void give_request(int cmd_w, size_t len)
+{
+    unsigned char n[4];
+    frame_put_u32(n, (uint32_t)len);
+    if (frame_write_all(cmd_w, n, 4) == 0)
+        (void)frame_write_all(cmd_w, request, len);
+}
+
+/* Waits for the next FRAME_RUN on msg_r (a FRAME_KILL for a command that ended already is
+ * nothing); its head, or ends the worker when the agent is gone or needs it no more. */
+static frame_head next_run(int msg_r, prepared *p)
+{
+    frame_head h;
+    do {
+        int rc = frame_recv(msg_r, &h, request, sizeof request);
+        if (rc == -2)
+            _exit(1); /* the agent never sends one */
+        if (rc != 0) {
+            container_discard(p);
+            _exit(0);
+        }
+    } while (h.type != FRAME_RUN);
+    return h;
+}
+
+/* Points the frames of the command at its slot's channel (the warm-up's go nowhere). */
+static void aim_output(unsigned slot)
+{
+    out_slot = slot;
+    if (slot == FRAME_SLOT_WARMUP) {
+        out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (out_fd < 0)
+            _exit(1);
+    } else {
+        out_fd = FD_OUT + (int)slot;
+    }
+}
+
+static void worker_main(int msg_r, int state_w)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        _exit(1);
+    close(FD_IN);
+    close(FD_READY);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    for (;;) {
+        prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
+        int cmd[2] = {-1, -1};
+        /* a container that cannot be made is said to its command's slot, once that comes */
+        bool unprepared = sigfd < 0 || pipe2(cmd, O_CLOEXEC) != 0 || container_prepare(&p, cmd[0]) != 0;
+        char b;
+        if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
+        }
+        close_fd(&p.ready_r);
+        const char ready = WORKER_READY, done = WORKER_DONE;
+        if (frame_write_all(state_w, &ready, 1) != 0)
+            _exit(0);
+        frame_head h = next_run(msg_r, &p);
+        aim_output(h.slot);
+        frame_run req;
+        const char *refusal = unprepared ? UNPREPARED
+                              : frame_run_get(request, h.len, &req) != 0 ? MALFORMED : NULL;
+        ending end = {.type = FRAME_FAIL};
+        if (refusal) {
+            end.len = strlen(refusal);
+            memcpy(end.payload, refusal, end.len);
+            close_fd(&cmd[1]);
+            container_discard(&p);
+        } else {
+            give_request(cmd[1], h.len);
+            close_fd(&cmd[1]);
+            run(&p, req.timeout_ms, sigfd, &msg_r, &end);
+        }
+        /* free again before airlockd hears of the exit: the next command, sent when it does,
+         * finds this worker free */
+        if (msg_r < 0 || frame_write_all(state_w, &done, 1) != 0)
+            _exit(0);
+        send_out(end.type, end.payload, end.len);
+        if (h.slot == FRAME_SLOT_WARMUP)
+            close(out_fd);
+        out_fd = -1;
+    }
+}
+
+int worker_start(worker *w)
+{
+    int msg[2], state[2];
+    if (pipe2(msg, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(state, O_CLOEXEC) != 0) {
+        close(msg[0]);
+        close(msg[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(msg[1]);
+        close(state[0]);
+        worker_main(msg[0], state[1]);
+    }
+    close(msg[0]);
+    close(state[1]);
+    if (pid < 0) {
+        close(msg[1]);
+        close(state[0]);
+        return -1;
+    }
+    *w = (worker){.pid = pid, .msg_w = msg[1], .state_r = state[0], .slot = -1};
+    return 0;
+}
