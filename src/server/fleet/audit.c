@@ -74,9 +74,9 @@ void fleet_audit_ship(fleet *f, audit_store *store)
     pthread_mutex_lock(&f->ship_mu);
     char *ended = fleet_commands_ended(f);
     bool sent = false;
-    ship_locked(f, store, audit_outbox_read, audit_outbox_mark,
-                ended ? "WITH ended AS (DELETE FROM commands WHERE id = ANY ($3::bigint[])) " AUDIT_INSERT : AUDIT_INSERT,
-                ended, &sent);
+    const char *insert = ended ? "WITH ended AS (DELETE FROM commands WHERE id = ANY ($3::bigint[])) " AUDIT_INSERT
+                               : AUDIT_INSERT;
+    ship_locked(f, store, audit_outbox_read, audit_outbox_mark, insert, ended, &sent);
     pthread_mutex_unlock(&f->ship_mu);
     if (ended && !sent) /* no audit row went: the ends go alone */
         fleet_commands_unended(f, ended);

@@ -69,7 +69,7 @@ static bool drop_lost(fleet *f)
 }
 
 /* One heartbeat, one statement: the node's row, its state, the reaping of dead nodes (by one
- * node at a time) and the count of nodes alive (schema migration 6). */
+ * node at a time) and the count of nodes alive (schema migration 7). */
 static void beat(fleet *f)
 {
     int load = f->load ? f->load(f->load_ctx) : 0;
