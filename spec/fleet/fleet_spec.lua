@@ -14,7 +14,7 @@ local LIMITED = "fleet-limited-" .. string.rep("b", 20)
 local RATED = "fleet-rated-" .. string.rep("c", 22)
 local BUSY = "fleet-busy-" .. string.rep("d", 23)
 local HAMMER = "fleet-hammer-" .. string.rep("f", 21)
-local HAMMER_RPM = 120
+local HAMMER_RPM = 600
 local ADMIN = "fleet-admin-" .. string.rep("e", 30)
 local LOST_AFTER = 10
 local CAPACITY = 10 -- sessions per node
@@ -248,14 +248,17 @@ describe("a 3-node fleet", function()
   end)
 
   it("holds one tenant to its allowance plus the lease bound when all 3 nodes are hammered at once", function()
-    -- finding 8: three nodes admitted 2.5-3.2 times the allowance. Now each node leases at most
-    -- max(1, min(rpm * 2 s / 60, rpm / (8 * nodes))) tokens at a time (docs/fleet.md "The
-    -- cost of a call"): 4 here, so the fleet admits at most 3 * 4 beyond the bucket
+    -- finding 8: three nodes admitted 2.5-3.2 times the allowance (the database read its clock
+    -- before the bucket's lock, so requests queued on it refilled one interval more than once).
+    -- Now each node leases at most max(1, min(rpm * 2 s / 60, rpm / (8 * nodes))) tokens at a
+    -- time (docs/fleet.md "The cost of a call"): 20 here, so the fleet admits at most 3 * 20
+    -- beyond the bucket and its refill
     local lease_max = math.max(1, math.floor(math.min(HAMMER_RPM * 2 / 60, HAMMER_RPM / 24)))
+    local per_node = 400
     local jobs = {}
     for _, n in ipairs(f.info.nodes) do
-      jobs[#jobs + 1] = string.format("seq 150 | xargs -P 8 -I@ curl -s -o /dev/null -w '%%{http_code}\\n'"
-        .. " --max-time 60 -H %s %s", proc.shell_quote("X-API-Key: " .. HAMMER), proc.shell_quote(n.url
+      jobs[#jobs + 1] = string.format("seq %d | xargs -P 8 -I@ curl -s -o /dev/null -w '%%{http_code}\\n'"
+        .. " --max-time 60 -H %s %s", per_node, proc.shell_quote("X-API-Key: " .. HAMMER), proc.shell_quote(n.url
         .. "/v1/egress/policy"))
     end
     local t0 = os.time()
@@ -267,9 +270,9 @@ describe("a 3-node fleet", function()
     local most = HAMMER_RPM + math.ceil(window * HAMMER_RPM / 60) + 3 * lease_max
     local seen = string.format("%d admitted, %d refused in %d s (at most %d)", admitted, counts["429"] or 0,
       window, most)
-    assert.are.equal(450, admitted + (counts["429"] or 0), seen)
+    assert.are.equal(3 * per_node, admitted + (counts["429"] or 0), seen)
     assert.is_true(admitted <= most, seen)
-    assert.is_true(admitted >= HAMMER_RPM - 3 * lease_max, seen)
+    assert.is_true(admitted >= math.min(3 * per_node, HAMMER_RPM - 3 * lease_max), seen)
   end)
 
   it("holds max_concurrent_exec across nodes", function()
