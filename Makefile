@@ -31,6 +31,8 @@ CARES_LIBS    ?= $(shell $(PKG_CONFIG) --libs libcares)
 # the fleet's shared state (--database): PostgreSQL's client library
 PQ_CFLAGS     ?= $(shell $(PKG_CONFIG) --cflags libpq)
 PQ_LIBS       ?= $(shell $(PKG_CONFIG) --libs libpq)
+# libext2fs reads a workspace disk's block bitmaps (a drain's moves send only used blocks)
+EXT2FS_LIBS   ?= $(shell $(PKG_CONFIG) --libs ext2fs com_err)
 
 PREFIX      ?= /usr/local
 INST_LIBDIR ?= $(PREFIX)/lib/lua/5.4
@@ -87,7 +89,7 @@ COMPILE     := $(CC) $(CFLAGS) $(WARN) $(WERROR) $(SANITIZE)
 SERVER_CFLAGS := -D_GNU_SOURCE -pthread -I src/server $(MHD_CFLAGS) $(JSON_CFLAGS) $(SQLITE_CFLAGS) \
   $(CRYPTO_CFLAGS) $(CURL_CFLAGS) $(MNL_CFLAGS) $(CARES_CFLAGS) $(PQ_CFLAGS)
 SERVER_LIBS := $(MHD_LIBS) $(JSON_LIBS) $(SQLITE_LIBS) $(CRYPTO_LIBS) $(CURL_LIBS) $(MNL_LIBS) \
-  $(CARES_LIBS) $(PQ_LIBS) -lm -pthread
+  $(CARES_LIBS) $(PQ_LIBS) $(EXT2FS_LIBS) -lm -pthread
 SERVER_OBJ  := $(SERVER_SRC:src/server/%.c=$(OBJ)/server/%.o)
 # the core is one translation unit: core.c includes its parts
 CORE_OBJ    := $(OBJ)/core/core.o
@@ -269,9 +271,9 @@ install: build
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and
-# the .src.rock, in build/dist/: the rockspec with the same files beside it, the layout
-# `luarocks pack rockspec/...` gives from a git checkout (the rockspec's source is the
-# directory it lies in). Works on any copy of the sources, git or not. Installs offline:
+# the .src.rock, in build/dist/: the rockspec and that tarball (its source), what
+# `luarocks pack rockspec/...` then gives too. Works on any copy of the sources, git or not.
+# Installs offline:
 #   luarocks --lua-version=5.4 install --deps-mode=none ./airlock-sandbox-<v>-1.src.rock
 DIST_FILES := Makefile README.md SECURITY.md CONTRIBUTING.md rockspec src/core lua bin docs examples
 dist:
@@ -281,8 +283,7 @@ dist:
 	rm -rf $(DIST_DIR) && mkdir -p $(DIST_DIR)/rock
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
 	  --transform 's,^,$(DIST_NAME)/,' -czf $(DIST_DIR)/$(DIST_NAME).tar.gz $(DIST_FILES)
-	tar -xzf $(DIST_DIR)/$(DIST_NAME).tar.gz -C $(DIST_DIR)/rock --strip-components=1
-	cp $(ROCKSPEC) $(DIST_DIR)/rock/
+	cp $(DIST_DIR)/$(DIST_NAME).tar.gz $(ROCKSPEC) $(DIST_DIR)/rock/
 	find $(DIST_DIR)/rock -exec touch -h -d @0 {} +
 	cd $(DIST_DIR)/rock && find . -mindepth 1 | LC_ALL=C sort | \
 	  zip -q -X -D ../$(DIST_NAME)-1.src.rock -@

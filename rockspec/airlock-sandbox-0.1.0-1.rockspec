@@ -1,16 +1,18 @@
 rockspec_format = "3.0"
 package = "airlock-sandbox"
 version = "0.1.0-1"
--- Where the sources are. In a checkout (this file is <checkout>/rockspec/...), `luarocks pack`
--- clones the checkout's own git repository (its committed HEAD; offline) into the rock; in a
--- .src.rock (`luarocks pack`, `make dist`: the sources beside this file) and for
--- `luarocks make --deps-mode=none rockspec/airlock-sandbox-0.1.0-1.rockspec` in a checkout,
--- the sources are in the current directory. A rockspec cannot ask for its own path, but
+-- Where the sources are: the release tarball `make dist` makes (the files it chooses: the SDK's
+-- sources, docs and examples, not the server, specs or benches). In a .src.rock (`make dist`,
+-- or `luarocks pack` of this file) the tarball lies beside this file; in a checkout (this file
+-- is <checkout>/rockspec/...) `luarocks pack` takes it from <checkout>/build/dist/, so run
+-- `make dist` first. `luarocks make --deps-mode=none rockspec/...` in a checkout builds the
+-- current directory and needs no tarball. A rockspec cannot ask for its own path, but
 -- LuaRocks loads it under that (absolute) name, which a dumped function carries.
 local checkout = ("").dump(function() end):match("(/[^%z]*)/rockspec/airlock%-sandbox%-[^/%z]*%.rockspec")
+local tarball = "airlock-sandbox-" .. version:match("^(.*)%-%d+$") .. ".tar.gz"
 source = {
-   url = checkout and ("git+file://" .. checkout .. "/.") or "git+file://.",
-   dir = ".",
+   url = "file://" .. (checkout and (checkout .. "/build/dist/") or "") .. tarball,
+   dir = tarball:match("^(.*)%.tar%.gz$"),
 }
 description = {
    summary = "Lua SDK for Airlock sandbox servers: run AI agents' code in isolated gVisor sandboxes",

@@ -52,6 +52,9 @@ CLEAN_ENV=(env -i "PATH=$SAFE_PATH" LC_ALL=C.UTF-8)
 
 die() { echo "fleet.sh: $*" >&2; exit 1; }
 
+# progress of a long step (up, down) on stderr, with the seconds since the script started
+step() { echo "fleet.sh: [${SECONDS} s] $*" >&2; }
+
 # A TCP port free on HOST (127.0.0.1) right now (the kernel picks it).
 free_port() {
   python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"
@@ -471,11 +474,15 @@ cmd_down() {
   local dir=$1
   [ -d "$dir" ] || die "no directory $dir"
   dir=$(cd "$dir" && pwd)
+  step "stopping the router"
   stop_follower "$dir"
   stop_router "$dir"
+  step "stopping the nodes"
   stop_nodes "$dir"
   release_host_objects "$dir"
+  step "stopping PostgreSQL"
   stop_postgres "$dir"
+  step "down"
 }
 
 cmd_up() {
@@ -493,15 +500,18 @@ cmd_up() {
   # a failed start (a failing command or die) leaves nothing running
   up_dir=$dir
   trap 'cmd_down "$up_dir" >/dev/null 2>&1 || true' EXIT
+  step "starting PostgreSQL"
   write_settings "$dir"
   start_postgres "$dir"
   # the fleet's secret for node-to-node moves (a drain), read by each node from this file
   (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/fleet.secret")
+  step "starting $n nodes"
   for ((i = 1; i <= n; i++)); do
     start_node "$dir" "node$i" "$i"
     echo "$i" > "$dir/nodes/node$i/index"
   done
-  for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; done
+  for ((i = 1; i <= n; i++)); do wait_node "$dir" "node$i"; step "node$i is up"; done
+  step "starting the router"
   grant_router "$dir"
   start_router "$dir"
   start_follower "$dir"
@@ -542,9 +552,11 @@ cmd_start_node() {
 
 # Drains node ID over the admin API (POST /v1/admin/nodes/ID/drain, the admin key from the
 # fleet's settings, sent on stdin, never argv) and waits until the nodes list says it is
-# drained; the router program routes each moved session meanwhile.
+# drained; the router program routes each moved session meanwhile. A drain that could not move
+# some sessions (they stay on the node, served there) returns once every session left was
+# tried, with their list and reasons (exit status 1).
 cmd_drain() {
-  local dir=$1 id=$2 router code t0 i state=""
+  local dir=$1 id=$2 router code t0 i state="" left=0 unmoved=0 partial=false
   dir=$(cd "$dir" && pwd)
   [ -n "$(setting "$dir" SANDBOX_ADMIN_KEY)" ] || die "the fleet has no admin key (SANDBOX_ADMIN_KEY at up)"
   case "$id" in *[!A-Za-z0-9._-]*|"") die "no node $id" ;; esac
@@ -553,20 +565,43 @@ cmd_drain() {
   code=$(admin_curl "$dir" -o /dev/null -w '%{http_code}' -X POST "$router/v1/admin/nodes/$id/drain")
   [ "$code" = 404 ] && die "no node $id"
   [ "$code" = 200 ] || die "the drain of $id was answered $code"
-  for ((i = 0; i < 6000; i++)); do
-    state=$(admin_curl "$dir" "$router/v1/admin/nodes" |
-      grep -o "\"id\":\"$id\",\"slot\":\"[0-9a-f]*\",\"url\":\"[^\"]*\",\"state\":\"[a-z]*\"" |
-      sed 's/.*"state":"//; s/"$//') || true
+  for ((i = 0; i < 3000; i++)); do
+    # "state sessions unmoved" of the node
+    read -r state left unmoved < <(admin_curl "$dir" "$router/v1/admin/nodes" | drain_report "$id" count) || true
     [ "$state" = drained ] && break
-    sleep 0.1
+    if [ "$state" = draining ] && [ "${left:-0}" -gt 0 ] && [ "$left" = "$unmoved" ]; then
+      partial=true
+      break
+    fi
+    sleep 0.2
   done
-  [ "$state" = drained ] || die "node $id is not drained yet (${state:-unknown})"
+  [ "$state" = drained ] || $partial || die "node $id is not drained yet (${state:-unknown})"
   # the router program applies each move as it is told; one pass here makes sure the last
   # one is in HAProxy before this returns
   "${CLEAN_ENV[@]}" "$AIRLOCKD" router sync --database-url-file "$dir/router.url" \
     --stats-socket "$dir/haproxy/admin.sock" --map "$dir/haproxy/moved.map" 2>> "$dir/haproxy/router.log" ||
     die "the router could not be brought up to date ($dir/haproxy/router.log)"
+  if $partial; then
+    echo "fleet.sh: node $id is still draining: $left sessions could not move and are served where they were:"
+    admin_curl "$dir" "$router/v1/admin/nodes" | drain_report "$id" list
+    exit 1
+  fi
   echo "fleet.sh: node $id drained in $(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }') s"
+}
+
+# Reads GET /v1/admin/nodes on stdin: node $1's "state sessions unmoved" (count), or each
+# session it could not move with its reason (list).
+drain_report() { # id count|list
+  python3 -c '
+import json, sys
+node = next((n for n in json.load(sys.stdin)["nodes"] if n["id"] == sys.argv[1]), None)
+if node is None:
+    sys.exit(1)
+if sys.argv[2] == "count":
+    print(node["state"], node["sessions"], len(node.get("unmoved", [])))
+else:
+    for u in node.get("unmoved", []):
+        print("  %s: %s" % (u["session_id"], u["reason"]))' "$@"
 }
 
 # curl with the fleet's admin key as a header read from stdin (never on a command line).

@@ -15,14 +15,15 @@ packages=(
   lua5.4 liblua5.4-dev lua-cjson lua-busted lua-check lua-socket luarocks
   luajit2 libluajit2-5.1-dev
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
-  bubblewrap e2fsprogs python3 ca-certificates curl cppcheck valgrind
+  bubblewrap e2fsprogs python3 ca-certificates curl jq cppcheck valgrind
   # egress: rtnetlink for the sandboxes' veth pairs, DNS on the proxy's event loop; `ip` for the specs
   libmnl-dev libc-ares-dev iproute2
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
   # the SDK's hosts, driven by spec/hosts: nginx's Lua module, Neovim, LÖVE
   libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
-  # the fleet (scripts/fleet.sh, docs/fleet.md): PostgreSQL 15 and its client library, HAProxy
-  postgresql libpq-dev haproxy
+  # the fleet (scripts/fleet.sh, docs/fleet.md): PostgreSQL 15 and its client library, HAProxy;
+  # libext2fs reads a workspace disk's used blocks for a drain's moves
+  postgresql libpq-dev haproxy libext2fs-dev
 )
 
 # The egress specs run npm inside sandboxes, whose root is built from the host's /usr. A

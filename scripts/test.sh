@@ -25,7 +25,8 @@
 # Under --asan, the 5.4 run is the ASan one for what ASAN_SPECS lists (below: files
 # or whole folders); a file whose text holds the tag #noasan (a plain lua5.4 child, memory figures)
 # stays plain. --only=KIND keeps the jobs of one kind (make asan-test, make valgrind-test).
-# Every job's output is printed whole when it ends. Ends with one line
+# Every job's output is printed whole when it ends, after a line `== N of M: ...` (N jobs ended
+# of all M so far). Ends with one line
 # `N passed, N failed, N skipped` over all jobs; exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -156,7 +157,11 @@ run_job() {
   printf '%6.1f s  %-8s %s\n' "$secs" "$kind" "$args" >> "$work/times"
   {
     flock 9
-    printf '== %s: busted %s (%.1f s, exit %d)\n' "$kind" "$args" "$secs" "$rc"
+    # progress: how many jobs have ended, of all, as each ends
+    local ended
+    ended=$(( $(cat "$work/ended" 2>/dev/null || echo 0) + 1 ))
+    echo "$ended" > "$work/ended"
+    printf '== %d of %d: %s: busted %s (%.1f s, exit %d)\n' "$ended" "${#jobs[@]}" "$kind" "$args" "$secs" "$rc"
     cat "$log"
   } 9> "$work/lock"
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Starts a fresh airlockd on 127.0.0.1 (ephemeral port, newly generated key), runs the given
-# command with SANDBOX_API_URL and SANDBOX_API_KEY set, then stops airlockd.
+# command with SANDBOX_API_URL and SANDBOX_API_KEY set, then stops airlockd. The command runs
+# in the caller's directory (`scripts/with-airlockd.sh lua5.4 my_script.lua` from anywhere).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-top=$PWD
+top=$(cd "$(dirname "$0")/.." && pwd)
 
 dir=$(mktemp -d)
 key="alk_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"

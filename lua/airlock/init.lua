@@ -97,6 +97,15 @@ local function check_self(self, what)
   end
 end
 
+-- The template and size a server answered with (airlockd; another server's answer has none,
+-- and the handle keeps what it had).
+local function take_shape(self, data)
+  if type(data.template) == "string" then self.template = data.template end
+  for _, name in ipairs(engine.SIZES) do
+    if type(data[name]) == "number" then self[name] = data[name] end
+  end
+end
+
 -- sbx:start() → self. Creates the session (POST /v1/sessions) unless it has one. The host is
 -- told before the create starts (OpenResty: a client that hangs up meanwhile gets the new
 -- session deleted as soon as the create is over).
@@ -105,13 +114,17 @@ function Sandbox:start()
   if self.session_id then return self end
   local s = self._settings
   local created = dropped.creating(s)
-  local called, ok, data = tasks.pcall(exchange.call, s, "POST", "/v1/sessions",
-    { { "template", s.template }, { "egress", engine.array(self.requested_egress) } })
+  local body = { { "template", s.template }, { "egress", engine.array(self.requested_egress) } }
+  for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
+    if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end
+  end
+  local called, ok, data = tasks.pcall(exchange.call, s, "POST", "/v1/sessions", body)
   if called and ok and type(data) == "table" and type(data.session_id) == "string" and data.session_id ~= "" then
     self.session_id = data.session_id
     self.tenant_id = data.tenant_id
     self.egress = type(data.egress) == "table" and data.egress or {}
     self.disk_quota_mb = data.disk_quota_mb
+    take_shape(self, data)
     -- the guard deletes the session if this handle is dropped unclosed (queued, no I/O in GC)
     self._guard = dropped.guard(data.session_id, s)
   end
@@ -216,6 +229,16 @@ end
 function Sandbox:write_file(path, content)
   self.files:write(path, content)
   return "Successfully wrote " .. engine.utf8_len(content) .. " characters to " .. path
+end
+
+-- sbx:info() → the session as the server shows it (GET /v1/sessions/{id}, airlockd): template,
+-- memory_mb, cpus, disk_mb, max_processes, egress, created_at, expires_at, ...; the handle's
+-- fields follow it. Does not count as a use of the session (its idle time goes on).
+function Sandbox:info()
+  local id = started(self, "info")
+  local data = call(self._settings, "GET", engine.session_path(id, ""))
+  if type(data) == "table" then take_shape(self, data) end
+  return data
 end
 
 function Sandbox:usage()

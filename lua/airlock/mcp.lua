@@ -119,6 +119,8 @@ function M.usage()
     "  SANDBOX_API_INSECURE  1/true/yes: accept any TLS certificate",
     "  AIRLOCK_EGRESS        comma-separated hosts or presets the sandbox may reach (pypi, npm, ...)",
     "  AIRLOCK_TEMPLATE      sandbox template (default sandbox-base:latest)",
+    "  AIRLOCK_MEMORY_MB, AIRLOCK_CPUS, AIRLOCK_DISK_MB, AIRLOCK_MAX_PROCESSES",
+    "                        the sandbox's size (airlockd; default the server's)",
     "  AIRLOCK_STATE_DIR     where the session id is kept (default $XDG_STATE_HOME/airlock-sandbox",
     "                        or ~/.local/state/airlock-sandbox)",
     "",
@@ -128,6 +130,29 @@ function M.usage()
     "  --help                this text",
     "  --version             print the version",
   }, "\n") .. "\n"
+end
+
+-- The size variables, in the order they are hashed into the state file's name.
+local SIZE_VARS = {
+  { "memory_mb", "AIRLOCK_MEMORY_MB" }, { "cpus", "AIRLOCK_CPUS" }, { "disk_mb", "AIRLOCK_DISK_MB" },
+  { "max_processes", "AIRLOCK_MAX_PROCESSES" },
+}
+
+-- The sizes the environment asks for (nil when none), or nil and an error message.
+local function sizes_from_env(getenv)
+  local sizes
+  for _, pair in ipairs(SIZE_VARS) do
+    local raw = trim(getenv(pair[2]) or "")
+    if raw ~= "" then
+      local n = tonumber(raw)
+      if not n or n ~= n or n == math.huge or n == -math.huge then
+        return nil, "airlock-mcp: " .. pair[2] .. " must be a number, got '" .. raw .. "' (see --help)."
+      end
+      sizes = sizes or {}
+      sizes[pair[1]] = n
+    end
+  end
+  return sizes
 end
 
 --- Reads the settings from the environment (`getenv`, e.g. os.getenv) and the command-line
@@ -160,6 +185,8 @@ function M.settings_from_env(getenv, argv)
   if trim(url) == "" or trim(key) == "" then
     return nil, "airlock-mcp: set SANDBOX_API_URL and SANDBOX_API_KEY (see --help).", 2
   end
+  local sizes, size_err = sizes_from_env(getenv)
+  if size_err then return nil, size_err, 2 end
   local template = template_arg or getenv("AIRLOCK_TEMPLATE")
   if template == nil or trim(template) == "" then template = "sandbox-base:latest" end
   local state_dir = getenv("AIRLOCK_STATE_DIR")
@@ -178,14 +205,20 @@ function M.settings_from_env(getenv, argv)
     egress = split_egress(egress_arg or getenv("AIRLOCK_EGRESS") or ""),
     verify = not truthy_flag(getenv("SANDBOX_API_INSECURE")),
     state_dir = state_dir,
+    sizes = sizes,
   }
 end
 
 --- The state file for these settings: <state_dir>/mcp-session-<16 hex>.json, named from a
--- hash of url, key, template and egress (the key itself is never stored).
+-- hash of url, key, template and egress (the key itself is never stored), and the sizes
+-- when any was asked for (a session of another size is another session).
 function M.state_file(settings)
-  local material = table.concat({ settings.base_url, settings.api_key, settings.template,
-    table.concat(settings.egress, ",") }, "|")
+  local parts = { settings.base_url, settings.api_key, settings.template, table.concat(settings.egress, ",") }
+  for _, pair in ipairs(settings.sizes and SIZE_VARS or {}) do
+    local v = settings.sizes[pair[1]]
+    if v ~= nil then parts[#parts + 1] = pair[1] .. "=" .. string.format("%.17g", v) end
+  end
+  local material = table.concat(parts, "|")
   return settings.state_dir .. "/mcp-session-" .. M.sha256_hex(material):sub(1, 16) .. ".json"
 end
 
@@ -215,6 +248,7 @@ function Sdk.options(_, settings, extra)
     base_url = settings.base_url, api_key = settings.api_key, template = settings.template,
     egress = settings.egress, verify = settings.verify,
   }
+  for k, v in pairs(settings.sizes or {}) do opts[k] = v end
   for k, v in pairs(extra or {}) do opts[k] = v end
   return opts
 end

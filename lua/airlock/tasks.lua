@@ -110,6 +110,8 @@ local function resume(task, ...)
   local r = pack(coroutine.resume(task.co, ...))
   if not r[1] then
     task.status, task.error, task.waiting = "failed", r[2], nil
+    -- a host where no caller looks at results (Neovim) shows the error: scheduler.on_failed
+    if owner.on_failed then pcall(owner.on_failed, owner, task, r[2]) end
   elseif coroutine.status(task.co) == "dead" then
     task.status, task.waiting = "done", nil
     task.values = pack(unpack(r, 2, r.n))

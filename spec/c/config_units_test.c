@@ -126,18 +126,27 @@ static void test_load_defaults_and_flags(void)
     CHECK(c.disk_total_bytes == 0 && c.disk_reserve_bytes == 1024LL * 1048576 && !c.session_state_off);
     CHECK(c.egress.max_tunnels == 32 && c.egress.max_tunnels_total == 1024 && !c.egress.total_given);
     CHECK(c.tenants[0].max_sessions == 10 && c.star.requests_per_minute == 120 && c.star.max_concurrent_exec == 4);
+    /* the largest session a tenant may ask for (docs/server.md "Session sizes") */
+    CHECK(c.star.max_memory_mb == 2048 && c.star.max_cpu_percent == 200 && c.star.max_disk_mb == 0 &&
+          c.star.max_processes == 256 && c.tenants[0].max_memory_mb == 2048);
+    CHECK(c.session_size.memory_mb == 256 && c.session_size.cpu_percent == 100 && c.session_size.max_processes == 64);
     CHECK(strcmp(c.sandbox.runsc, "/flag/runsc") == 0); /* the flag wins */
     CHECK(strcmp(c.sandbox.search_path, "/usr/bin:/bin") == 0 && c.sandbox.waiter == NULL);
     config_free(&c);
 
     char *env2[] = {"SANDBOX_API_KEY=k", "AIRLOCK_RUNSC=/env/runsc", "SANDBOX_SESSION_STATE=off",
-                    "SANDBOX_TENANT_LIMITS={\"*\":{\"max_sessions\":3},\"default\":{\"requests_per_minute\":9}}",
-                    "SANDBOX_MAX_CONNECTIONS=100", "SANDBOX_EGRESS_MAX_TUNNELS_TOTAL=50", NULL};
+                    "SANDBOX_TENANT_LIMITS={\"*\":{\"max_sessions\":3,\"max_cpus\":0.5},\"default\":{\"requests_per_minute\":9,"
+                    "\"max_memory_mb\":4096,\"max_cpus\":4,\"max_disk_mb\":100,\"max_processes\":1000}}",
+                    "SANDBOX_MAX_CONNECTIONS=100", "SANDBOX_EGRESS_MAX_TUNNELS_TOTAL=50", "SANDBOX_SESSION_MEMORY_MB=512",
+                    "SANDBOX_SESSION_CPUS=1.5", "SANDBOX_SESSION_MAX_PROCESSES=100", NULL};
     char *argv2[] = {"airlockd", NULL};
     CHECK(load(&c, env2, 1, argv2) == CONFIG_OK);
     CHECK(strcmp(c.listen_host, "127.0.0.1") == 0 && c.port == 8000 && strcmp(c.sandbox.runsc, "/env/runsc") == 0);
     CHECK(c.session_state_off && c.http.max_connections == 100 && c.egress.total_given);
+    CHECK(c.session_size.memory_mb == 512 && c.session_size.cpu_percent == 150 && c.session_size.max_processes == 100);
     CHECK(c.tenants[0].max_sessions == 3 && c.tenants[0].requests_per_minute == 9 && c.star.max_sessions == 3);
+    CHECK(c.tenants[0].max_memory_mb == 4096 && c.tenants[0].max_cpu_percent == 400 && c.tenants[0].max_disk_mb == 100 &&
+          c.tenants[0].max_processes == 1000 && c.star.max_cpu_percent == 50 && c.star.max_memory_mb == 2048);
     tenant_cfg t;
     CHECK(config_runtime_tenant(&c, "late", &t) && t.max_sessions == 3 && t.requests_per_minute == 120);
     config_tenant_free(&t);
@@ -232,10 +241,28 @@ static void test_load_errors(void)
     char *map[] = {"SANDBOX_API_KEY=k", "AIRLOCK_TEST_EGRESS_MAP=a=127.0.0.1:1", NULL};
     CHECK(load(&c, map, 1, argv) == CONFIG_INVALID && strstr(msg, "AIRLOCK_TEST_EGRESS_MAP is a test-only") == msg);
     config_free(&c);
+    char *cpus[] = {"SANDBOX_API_KEY=k", "SANDBOX_SESSION_CPUS=0.25", NULL};
+    CHECK(load(&c, cpus, 1, argv) == CONFIG_INVALID);
+    CHECK(strcmp(msg, "SANDBOX_SESSION_CPUS: must be a number of CPUs from 0.1 to 1024 in steps of 0.1") == 0);
+    config_free(&c);
+    char *memory[] = {"SANDBOX_API_KEY=k", "SANDBOX_SESSION_MEMORY_MB=64", NULL};
+    CHECK(load(&c, memory, 1, argv) == CONFIG_INVALID && strstr(msg, "SANDBOX_SESSION_MEMORY_MB") == msg);
+    config_free(&c);
     char *limits[] = {"SANDBOX_API_KEY=k", "SANDBOX_TENANT_LIMITS={\"*\":{\"max_sessions\":true}}", NULL};
     CHECK(load(&c, limits, 1, argv) == CONFIG_INVALID);
     CHECK(strcmp(msg, "SANDBOX_TENANT_LIMITS: max_sessions for '*' must be a positive integer") == 0);
     config_free(&c);
+    const char *bad_sizes[] = {"{\"*\":{\"max_memory_mb\":1.5}}", "{\"*\":{\"max_processes\":0}}",
+                               "{\"*\":{\"max_cpus\":0.25}}", "{\"*\":{\"max_cpus\":\"2\"}}",
+                               "{\"*\":{\"max_cpus\":0}}", "{\"*\":{\"max_disk_mb\":true}}"};
+    for (size_t i = 0; i < sizeof bad_sizes / sizeof bad_sizes[0]; i++) {
+        char var[128];
+        snprintf(var, sizeof var, "SANDBOX_TENANT_LIMITS=%s", bad_sizes[i]);
+        char *sized[] = {"SANDBOX_API_KEY=k", var, NULL};
+        CHECK(load(&c, sized, 1, argv) == CONFIG_INVALID && strstr(msg, "SANDBOX_TENANT_LIMITS: max_") == msg);
+        config_free(&c);
+    }
+    CHECK(strcmp(msg, "SANDBOX_TENANT_LIMITS: max_disk_mb for '*' must be a positive integer") == 0);
     char *url[] = {"SANDBOX_API_KEY=k", NULL};
     char *urlflag[] = {"airlockd", "--import-base-url=file:///x", NULL};
     CHECK(load(&c, url, 2, urlflag) == CONFIG_INVALID && strstr(msg, "--import-base-url: must be an http") != NULL);

@@ -253,8 +253,8 @@ static void test_session_state(void)
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 0 && !v); /* none yet */
     session_record recs[2] = {
         {"sbx_000000000001", "acme", json_pack("[s,s]", "pypi.org", "files.pythonhosted.org"), 1.5, 1796000000.123456,
-         5 * MIB},
-        {"sbx_000000000002", "t\"x", json_array(), 2.25, 3.75, 512LL * MIB},
+         5 * MIB, "python:3.11-slim", 1024, 150, 100},
+        {"sbx_000000000002", "t\"x", json_array(), 2.25, 3.75, 512LL * MIB, "", 0, 0, 0},
     };
     CHECK(session_state_save(file, "/st", recs, 2, err, sizeof err) == 0);
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 2);
@@ -262,13 +262,22 @@ static void test_session_state(void)
           json_equal(v[0].egress, recs[0].egress) && v[0].created_at == 1.5 &&
           v[0].last_accessed_at == 1796000000.123456 && v[0].quota_bytes == 5 * MIB);
     CHECK(n == 2 && strcmp(v[1].tenant, "t\"x") == 0 && v[1].quota_bytes == 512LL * MIB);
+    /* the template and size (issue #24); a record without them keeps 0: the defaults */
+    CHECK(n == 2 && strcmp(v[0].template_name, "python:3.11-slim") == 0 && v[0].memory_mb == 1024 &&
+          v[0].cpu_percent == 150 && v[0].max_processes == 100);
+    CHECK(n == 2 && v[1].template_name[0] == '\0' && v[1].memory_mb == 0 && v[1].cpu_percent == 0 &&
+          v[1].max_processes == 0);
     session_records_free(v, n);
     /* another state directory's file, or not a state file: refused (nothing is deleted) */
     CHECK(session_state_load(file, "/other", &v, &n, err, sizeof err) == -1 && strstr(err, "state directory /st"));
     FILE *f = fopen(file, "w");
     fputs("{\"airlockd_sessions\":1,\"state_dir\":\"/st\",\"sessions\":[{\"session_id\":\"../x\"},"
           "{\"session_id\":\"sbx_000000000003\",\"tenant_id\":\"a\",\"egress\":[],\"created_at\":1,"
-          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576}]}",
+          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576},"
+          "{\"session_id\":\"sbx_000000000004\",\"tenant_id\":\"a\",\"egress\":[],\"created_at\":1,"
+          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576,\"memory_mb\":0},"
+          "{\"session_id\":\"sbx_000000000005\",\"tenant_id\":\"a\",\"egress\":[],\"created_at\":1,"
+          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576,\"template\":7}]}",
           f);
     fclose(f);
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 1 &&

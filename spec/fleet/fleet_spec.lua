@@ -91,6 +91,13 @@ describe("a 3-node fleet", function()
     end
   end)
 
+  it("says each step of fleet.sh up as it goes (stderr), each with its time", function()
+    local steps = {}
+    for line in f.up_output:gmatch("[^\n]+") do steps[#steps + 1] = line:match("^fleet%.sh: %[%d+ s%] (.*)$") end
+    assert.are.same({ "starting PostgreSQL", "starting 3 nodes", "node1 is up", "node2 is up", "node3 is up",
+      "starting the router" }, steps)
+  end)
+
   it("keeps the database password out of every command line and every log", function()
     local password = f.info.database:match("^postgresql://[^:]+:([^@]+)@")
     assert.is_string(password)
@@ -366,7 +373,9 @@ describe("a 3-node fleet", function()
     assert.is_true(ok, out)
     local refused = http.create(f.router, KEY)
     assert.are.equal(503, refused.status, refused.body)
-    assert.is_string(refused.json.detail)
+    -- one of the texts docs/fleet.md shows for a create during an outage
+    local doc = proc.read_file(proc.repo_root() .. "/docs/fleet.md")
+    assert.truthy(doc:find('`"' .. refused.json.detail .. '"`', 1, true), refused.json.detail)
     local ran = http.exec(f.router, KEY, s, "echo still here")
     assert.are.equal(200, ran.status, ran.body)
     assert.are.equal("still here\n", ran.json.stdout)
@@ -411,8 +420,10 @@ describe("a 3-node fleet", function()
   it("drains a node: its sessions move with their ids and files, it takes no new session", function()
     local by_slot = nodes()
     local moving, sums = {}, {}
+    -- the third one sized (issue #24): its template and size go with it
+    local SIZED = { template = "python:3.11-slim", memory_mb = 512, cpus = 1.5, disk_mb = 64, max_processes = 100 }
     for i = 1, 3 do
-      local id = create_on("node2")
+      local id = create_on("node2", i == 3 and cjson.encode(SIZED) or nil)
       moving[i] = id
       assert.are.equal(200, http.write(f.router, KEY, id, "notes/a.txt", "file a of " .. id).status)
       assert.are.equal(200, http.write(f.router, KEY, id, "b.txt", string.rep("b" .. i, 3000)).status)
@@ -498,6 +509,21 @@ describe("a 3-node fleet", function()
       assert.are.equal(503, http.read({ url = f.nodes.node2.url }, KEY, id, "b.txt").status)
     end
     assert.are.equal(open_before, http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open)
+    -- the sized session has its template and size on its new node, and in the fleet's list
+    local function shape(s)
+      return { template = s.template, memory_mb = s.memory_mb, cpus = s.cpus, disk_mb = s.disk_mb,
+               max_processes = s.max_processes }
+    end
+    local got = http.request(f.router, "GET", "/v1/sessions/" .. moving[3], { key = KEY })
+    assert.are.equal(200, got.status, got.body)
+    assert.are.same(SIZED, shape(got.json))
+    local listed
+    for _, s in ipairs(http.request(f.router, "GET", "/v1/sessions", { key = KEY }).json.sessions) do
+      if s.session_id == moving[3] then listed = s end
+    end
+    assert.are.same(SIZED, shape(listed))
+    local mem = http.exec(f.router, KEY, moving[3], "grep MemTotal /proc/meminfo")
+    assert.truthy(mem.json.stdout:find("MemTotal:%s+524288 kB"), mem.body)
     -- the egress log moved with its session: the same events, once each, from its new node
     assert.are.same(eg_events, egress.events(f.router, KEY, eg))
     assert.are.equal(200, http.delete(f.router, KEY, eg).status)

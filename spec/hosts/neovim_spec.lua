@@ -70,6 +70,38 @@ describe("Neovim", function()
     assert.are.equal(0, sessions_left(server))
   end)
 
+  it("runs docs/hosts.md's SandboxHello as written, and shows a failed task with vim.notify", function()
+    local doc = assert(io.open(common.top() .. "/docs/hosts.md")):read("*a")
+    local snippet = assert(doc:match("```lua\n(%-%- a Neovim command that never freezes the editor\n.-)```"),
+      "no SandboxHello snippet in docs/hosts.md")
+    local run = nvim.run({ timeout = 60, env = env, code = [[
+      local notified = {}
+      vim.notify = function(msg, level)
+        notified[#notified + 1] = { msg = msg, error = level == vim.log.levels.ERROR }
+      end
+    ]] .. snippet .. [[
+      vim.cmd("SandboxHello")
+      -- a task whose command the server refuses (a timeout over 60 s): nobody waits on it
+      airlock.spawn(function()
+        airlock.with({}, function(sbx) return sbx:run("true", { timeout = 600 }) end)
+      end)
+      local timer = vim.loop.new_timer()
+      timer:start(20, 20, vim.schedule_wrap(function()
+        if airlock.stats().tasks > 0 or #notified == 0 then return end
+        timer:close()
+        require("support.hosts.report").write(require("cjson").encode({
+          lines = vim.api.nvim_buf_get_lines(0, 0, -1, false), notified = notified }))
+        vim.cmd("qa!")
+      end))
+    ]] })
+    local seen = decoded(run)
+    assert.are.same({ "", "hello" }, seen.lines)
+    assert.are.equal(1, #seen.notified, cjson.encode(seen.notified))
+    assert.is_true(seen.notified[1].error)
+    assert.matches("^airlock: a task failed: .*timeout", seen.notified[1].msg)
+    assert.are.equal(0, sessions_left(server))
+  end)
+
   describe("examples/neovim", function()
     -- Loads the plugin as Neovim would from its runtimepath.
     local LOAD_PLUGIN = [[

@@ -18,6 +18,7 @@ local common = require "support.hosts.common"
 local nginx = require "support.hosts.nginx"
 local burst = require "support.hosts.burst"
 local badserver = require "support.badserver"
+require "support.eventually"
 
 local LIMITS = '{"*": {"max_sessions": 64, "requests_per_minute": 100000, "max_concurrent_exec": 32}}'
 -- bursts open dozens of sessions at once: small workspace disks keep them to a few hundred MB
@@ -25,19 +26,22 @@ local LIMITS = '{"*": {"max_sessions": 64, "requests_per_minute": 100000, "max_c
 local SMALL_DISKS = "16"
 local FIXED_CALC = "def add(a, b):\n    return a + b\n"
 
--- The example's nginx.conf with its runtime directory and port swapped for dir's, and its
--- include made absolute (plus `extra` in its server block); each change must apply exactly once.
+-- The example's nginx.conf as examples/openresty/run.sh makes it with its runtime directory
+-- set to dir, with the listening socket the harness hands over (plus `extra` in its server
+-- block); each change must apply exactly once.
 local function example_conf(dir, extra)
   local example = common.top() .. "/examples/openresty"
-  local text = assert(proc.read_file(example .. "/nginx.conf"))
+  local text = proc.output(string.format("AIRLOCK_OPENRESTY_DIR=%s AIRLOCK_OPENRESTY_LISTEN=127.0.0.1:1 %s --conf",
+    proc.shell_quote(dir), proc.shell_quote(example .. "/run.sh")))
   local function swap(from, to)
     local n
     text, n = text:gsub(from:gsub("%p", "%%%0"), (to:gsub("%%", "%%%%")))
-    assert(n >= 1, "examples/openresty/nginx.conf no longer has " .. from)
+    assert(n >= 1, "run.sh --conf no longer has " .. from)
   end
-  swap("/tmp/airlock-openresty", dir)
-  swap("listen 127.0.0.1:8088;", "include " .. dir .. "/listen.conf;")
-  swap("include locations.conf;", "include " .. example .. "/locations.conf;" .. (extra or ""))
+  assert.is_nil(text:find("/tmp/airlock-openresty", 1, true), text)
+  assert.truthy(text:find("pid " .. dir .. "/nginx.pid;", 1, true), text)
+  swap("listen 127.0.0.1:1;", "include " .. dir .. "/listen.conf;")
+  swap("include " .. example .. "/locations.conf;", "include " .. example .. "/locations.conf;" .. (extra or ""))
   -- as root, the workers would switch to nobody, who cannot use the temporary directory
   if proc.output("id -u"):match("^%d+") == "0" then text = "user root;\n" .. text end
   proc.write_file(dir .. "/nginx.conf", text)
@@ -80,6 +84,34 @@ describe("examples/openresty", function()
     assert.are.same({ exit_code = 0, stdout = "45\n", stderr = "e\n", ok = true }, res.json)
     res = post("/run", { code = "echo $((6 * 7))", language = "bash", timeout = 5 })
     assert.are.same({ exit_code = 0, stdout = "42\n", stderr = "", ok = true }, res.json)
+  end)
+
+  it("runs by examples/openresty/run.sh on the address and in the directory given", function()
+    local socket = require "socket"
+    local probe = assert(socket.bind("127.0.0.1", 0))
+    local _, port = probe:getsockname()
+    probe:close()
+    local dir = proc.make_temp_dir()
+    local pid = tonumber(proc.output(string.format(
+      "SANDBOX_API_URL=%s SANDBOX_API_KEY=%s AIRLOCK_OPENRESTY_LISTEN=127.0.0.1:%d AIRLOCK_OPENRESTY_DIR=%s " ..
+      "setsid %s > %s 2>&1 & echo $!", proc.shell_quote(server.url), proc.shell_quote(key), port,
+      proc.shell_quote(dir .. "/run"), proc.shell_quote(common.top() .. "/examples/openresty/run.sh"),
+      proc.shell_quote(dir .. "/out"))):match("%d+"))
+    local ok, err = pcall(function()
+      local res
+      assert.eventually(function()
+        res = http_client.request({ url = "http://127.0.0.1:" .. port }, "POST", "/run",
+          { body = cjson.encode({ command = "echo via run.sh" }), max_time = 60 })
+        return res.status == 200,
+          res.status .. " " .. tostring(res.body) .. " " .. (proc.read_file(dir .. "/out") or "")
+      end, { timeout = 30, step = 0.2, what = "run.sh's nginx answers" })
+      assert.are.same({ exit_code = 0, stdout = "via run.sh\n", stderr = "", ok = true }, res.json)
+      assert.truthy(proc.read_file(dir .. "/run/nginx.pid"), "no pid file in AIRLOCK_OPENRESTY_DIR")
+    end)
+    os.execute("kill -QUIT -" .. pid .. " 2>/dev/null") -- its process group: master and workers
+    proc.wait_until(10, function() return not proc.alive(pid) end)
+    proc.remove_tree(dir)
+    assert(ok, err)
   end)
 
   it("POST /run refuses bad input clearly", function()

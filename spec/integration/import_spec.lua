@@ -195,11 +195,14 @@ describe("POST /v1/sessions/{id}/import", function()
       assert.are.equal(0, archive_server.count(archives, "/acme/counted/archive/HEAD.tar.gz"))
     end)
 
-    it("404 for a repository or ref the server doesn't have", function()
-      local status, d = detail({ repo = "acme/nope" })
+    it("404 for a repository or ref the server doesn't have: the contract's text, and a hint true for airlockd", function()
+      local status, d, r = detail({ repo = "acme/nope" })
       assert.are.equal(404, status)
       assert.are.equal("acme/nope@HEAD wasn't found. For a private repository, connect GitHub in the console "
         .. "(Workspaces → Private repositories) and give Airlock access to it.", d)
+      assert.are.equal("airlockd has no console and no GitHub connection: it downloads public archives from "
+        .. archives.url .. " only. Check the owner, name and ref; a private repository's files can be sent with "
+        .. "/write instead.", r.json.hint)
     end)
 
     it("409 when the destination exists, without downloading", function()

@@ -1,7 +1,9 @@
 -- Packaging: the rockspec names every module and the SDK's own version; `make dist`, and
--- `luarocks pack rockspec/...` from a git checkout, make a .src.rock that installs offline
--- into a fresh tree (`--deps-mode=none`: the declared lua-cjson comes from Debian), and the
--- installed SDK loads from that tree alone and reports the rockspec's version.
+-- `luarocks pack rockspec/...` after it, make the same small .src.rock (the rockspec and the
+-- release tarball) that installs offline into a fresh tree (`--deps-mode=none`: the declared
+-- lua-cjson comes from Debian), and the installed SDK loads from that tree alone and reports
+-- the rockspec's version; `luarocks make` in a checkout needs no network and, once LuaRocks
+-- is told Debian provides lua-cjson, reports no missing dependency.
 local proc = require "support.proc"
 local q = proc.shell_quote
 local run = proc.run_capture
@@ -36,11 +38,13 @@ describe("the rockspec", function()
     local spec = load_rockspec(rockspec_path())
     assert.are.equal(airlock.VERSION .. "-1", spec.version)
     assert.are.equal(airlock.VERSION, require("airlock.core")._VERSION)
-    -- loaded under a relative name (as inside a .src.rock): the sources beside it
-    assert.are.same({ url = "git+file://.", dir = "." }, spec.source)
-    -- loaded under its absolute name in a checkout (as LuaRocks does): the checkout's git
+    -- loaded under a relative name (as inside a .src.rock): the release tarball beside it
+    local name = "airlock-sandbox-" .. airlock.VERSION
+    assert.are.same({ url = "file://" .. name .. ".tar.gz", dir = name }, spec.source)
+    -- loaded under its absolute name in a checkout (as LuaRocks does): make dist's tarball
     local top = proc.output("pwd"):gsub("%s+$", "")
-    assert.are.equal("git+file://" .. top .. "/.", load_rockspec(top .. "/" .. rockspec_path()).source.url)
+    assert.are.equal("file://" .. top .. "/build/dist/" .. name .. ".tar.gz",
+      load_rockspec(top .. "/" .. rockspec_path()).source.url)
     local deps = table.concat(spec.dependencies, ",")
     assert.is_truthy(deps:find("lua-cjson", 1, true), deps)
   end)
@@ -96,22 +100,26 @@ local function install_and_load(rock, tree)
   assert.truthy(io.open(tree .. "/bin/airlock-mcp", "r"), "bin/airlock-mcp not installed")
 end
 
-describe("luarocks pack", function()
-  local work
+-- A copy of the sources in work (so that nothing is built in the checkout), with `make dist`
+-- run there; the path of its .src.rock.
+local function dist_in(work)
+  local rc, out = run("cp -r Makefile README.md SECURITY.md CONTRIBUTING.md rockspec lua bin docs examples "
+    .. q(work) .. " && mkdir -p " .. q(work .. "/src") .. " && cp -r src/core " .. q(work .. "/src/"))
+  assert.are.equal(0, rc, out)
+  rc, out = run("cd " .. q(work) .. " && make -s dist BUILD=build")
+  assert.are.equal(0, rc, out)
+  local rock = out:match("dist: (%S+%.src%.rock)")
+  assert.truthy(rock, out)
+  return work .. "/" .. rock
+end
 
-  before_each(function() work = proc.make_temp_dir() end)
-  after_each(function() proc.remove_tree(work) end)
-
-  it("packs rockspec/... from this git checkout, offline, into a .src.rock that installs #slow", function()
-    local top = proc.output("pwd"):gsub("%s+$", "")
-    local rc, out = run("cd " .. q(work) .. " && http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 " ..
-      "luarocks --lua-version=" .. lua_version .. " pack " .. q(top .. "/" .. rockspec_path()))
-    assert.are.equal(0, rc, out)
-    local rock = out:match("Packed: (%S+%.src%.rock)")
-    assert.truthy(rock, out)
-    install_and_load(rock, work .. "/tree")
-  end)
-end)
+-- The names in a zip file.
+local function entries(zip)
+  local names = {}
+  for name in proc.output("unzip -Z1 " .. q(zip)):gmatch("[^\n]+") do names[#names + 1] = name end
+  table.sort(names)
+  return names
+end
 
 describe("make dist", function()
   local work
@@ -119,17 +127,56 @@ describe("make dist", function()
   before_each(function() work = proc.make_temp_dir() end)
   after_each(function() proc.remove_tree(work) end)
 
-  it("makes a .src.rock that installs offline and loads from its tree alone #slow", function()
-    -- A copy of the sources, so that nothing is built in the checkout.
-    local rc, out = run("cp -r Makefile README.md SECURITY.md CONTRIBUTING.md rockspec lua bin docs examples "
-      .. q(work) ..
-      " && mkdir -p " .. q(work .. "/src") .. " && cp -r src/core " .. q(work .. "/src/"))
-    assert.are.equal(0, rc, out)
-    rc, out = run("cd " .. q(work) .. " && make -s dist BUILD=build")
-    assert.are.equal(0, rc, out)
-    local rock = out:match("dist: (%S+%.src%.rock)")
-    assert.truthy(rock, out)
+  it("makes a .src.rock of the rockspec and the release tarball that installs offline #slow", function()
+    local rock = dist_in(work)
+    local name = "airlock-sandbox-" .. require("airlock").VERSION
+    assert.are.same({ name .. "-1.rockspec", name .. ".tar.gz" }, entries(rock))
+    -- the tarball holds the SDK's files only (src/core, lua, bin, docs, examples, ...): no
+    -- server, specs or benches
+    local listed = proc.output("tar -tzf " .. q(work .. "/build/dist/" .. name .. ".tar.gz"))
+    assert.truthy(listed:find(name .. "/src/core/core.c", 1, true), listed)
+    assert.is_nil(listed:find(name .. "/src/server/", 1, true))
+    assert.is_nil(listed:find(name .. "/spec/", 1, true))
+    install_and_load(rock, work .. "/tree")
+  end)
+end)
 
-    install_and_load(work .. "/" .. rock, work .. "/tree")
+describe("luarocks pack", function()
+  local work
+
+  before_each(function() work = proc.make_temp_dir() end)
+  after_each(function() proc.remove_tree(work) end)
+
+  it("packs rockspec/... after make dist into the same small rock, offline, that installs #slow", function()
+    local dist_rock = dist_in(work)
+    local out_dir = work .. "/packed"
+    local rc, out = run("mkdir -p " .. q(out_dir) .. " && cd " .. q(out_dir) ..
+      " && http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 luarocks --lua-version=" .. lua_version ..
+      " pack " .. q(work .. "/" .. rockspec_path()))
+    assert.are.equal(0, rc, out)
+    local rock = out:match("Packed: (%S+%.src%.rock)")
+    assert.truthy(rock, out)
+    assert.are.same(entries(dist_rock), entries(rock))
+    install_and_load(rock, work .. "/tree")
+  end)
+end)
+
+describe("luarocks make", function()
+  local work
+
+  before_each(function() work = proc.make_temp_dir() end)
+  after_each(function() proc.remove_tree(work) end)
+
+  it("builds a checkout offline, with no missing dependency once LuaRocks knows Debian's lua-cjson #slow", function()
+    -- README's one-time setting (`luarocks config rocks_provided.lua-cjson ...`), in a config of its own
+    proc.write_file(work .. "/config.lua", 'rocks_provided = { ["lua-cjson"] = "2.1.0-1" }\n')
+    local rc, out = run("cp -r rockspec lua bin docs examples " .. q(work) .. " && mkdir -p " .. q(work .. "/src") ..
+      " && cp -r src/core " .. q(work .. "/src/") .. " && cd " .. q(work) .. " && LUAROCKS_CONFIG=" ..
+      q(work .. "/config.lua") .. " http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 " ..
+      "luarocks --lua-version=" .. lua_version .. " --tree=" .. q(work .. "/tree") .. " make " .. q(rockspec_path()))
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("is now installed", 1, true), out)
+    assert.is_nil(out:find("Missing dependencies", 1, true), out)
+    assert.truthy(out:find("lua-cjson >= 2.1.0 (2.1.0-1 provided by VM)", 1, true), out)
   end)
 end)

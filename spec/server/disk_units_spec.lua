@@ -8,8 +8,8 @@ describe("airlockd C units (disk/, domain/quota, store/state_dir, store/session_
   it("pass their checks", function()
     local out, ok = c_unit.run({ "spec/c/disk_units_test.c", "src/server/disk/image.c", "src/server/disk/loop.c",
       "src/server/disk/mounts.c", "src/server/domain/quota.c", "src/server/domain/paths.c",
-      "src/server/store/state_dir.c", "src/server/store/session_state.c", "src/server/util/buf.c",
-      "src/server/util/sync.c" }, "-ljansson")
+      "src/server/store/state_dir.c", "src/server/store/session_state.c", "src/server/domain/session_id.c",
+      "src/server/util/buf.c", "src/server/util/sync.c" }, "-ljansson")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)

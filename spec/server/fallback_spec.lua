@@ -44,7 +44,7 @@ describe("airlockd without runsc (bubblewrap fallback)", function()
   end)
 
   it("reports the weaker backend in the first log line and the healthz header, with the exact healthz body", function()
-    local log = airlockd.log(server)
+    local log = airlockd.messages(airlockd.log(server))
     assert.are.equal("airlockd: isolation: bubblewrap, the weaker sandbox: commands share the host kernel " ..
       "(asked for by SANDBOX_ISOLATION=bubblewrap)", log:match("^[^\n]*"), log)
     assert.truthy(log:find("(isolation: bubblewrap)", 1, true), log)
@@ -166,12 +166,12 @@ describe("the isolation settings (SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR) and
 
   -- airlockd started by hand (no AIRLOCK_RUNSC), its output and exit status
   local function start_fails(env, args)
-    return run_capture("env -u AIRLOCK_RUNSC SANDBOX_API_KEYS=a:k1 " .. env .. " timeout 60 " .. airlockd.shell_quote(bin) ..
-      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " " .. (args or ""))
+    return airlockd.messages(run_capture("env -u AIRLOCK_RUNSC SANDBOX_API_KEYS=a:k1 " .. env .. " timeout 60 " .. airlockd.shell_quote(bin) ..
+      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " " .. (args or "")))
   end
 
   local function first_line(server)
-    return airlockd.log(server):match("^[^\n]*")
+    return airlockd.messages(airlockd.log(server)):match("^[^\n]*")
   end
 
   it("never falls back to bubblewrap unless asked: without a working runsc it does not start, saying how to ask", function()
@@ -212,15 +212,15 @@ describe("the isolation settings (SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR) and
   end)
 
   it("refuses to start without gVisor, naming the variable", function()
-    local out = run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=1 timeout 60 " .. airlockd.shell_quote(bin) ..
-      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc")
+    local out = airlockd.messages(run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=1 timeout 60 " .. airlockd.shell_quote(bin) ..
+      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc"))
     assert.are.equal("airlockd: no isolation backend: gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work: " ..
       "runsc not found (/nonexistent/runsc); refusing the weaker bubblewrap fallback\nrc=1\n", out)
   end)
 
   it("rejects a value other than 1 or 0 instead of silently allowing the fallback", function()
-    local out = run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=yes timeout 60 " .. airlockd.shell_quote(bin) ..
-      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc")
+    local out = airlockd.messages(run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=yes timeout 60 " .. airlockd.shell_quote(bin) ..
+      " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc"))
     assert.are.equal("airlockd: invalid configuration: SANDBOX_REQUIRE_GVISOR: must be 1 (refuse to run without gVisor) or 0, got 'yes'\nrc=2\n", out)
   end)
 

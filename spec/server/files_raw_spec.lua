@@ -65,7 +65,8 @@ describe("airlockd raw files (airlock extension)", function()
   end
 
   lazy_setup(function()
-    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "160", SANDBOX_TENANT_LIMITS = LIMITS } })
+    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "160", SANDBOX_TENANT_LIMITS = LIMITS,
+                                      SANDBOX_LOG_LEVEL = "debug" } }) -- request lines: a hung-up write is "/write 0"
     small = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "5", SANDBOX_TENANT_LIMITS = LIMITS } })
     key = server.tenants.acme
     tmp = proc.make_temp_dir()

@@ -8,6 +8,7 @@
 -- only that. --state-dir refuses a directory airlockd did not make. After DELETE and after a
 -- shutdown nothing of the state directory is mounted or attached. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
+require "support.eventually"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
 local cjson = require "cjson"
@@ -148,8 +149,9 @@ describe("airlockd restarts on the same state directory", function()
   it("keeps counting the idle time: a session idle past the TTL while the server was down is gone", function()
     -- the idle times are moved back in the state file while the server is down, so the test
     -- needs no waiting for the TTL and no tight timing: stale was last used a TTL and more
-    -- ago, soon a TTL less 12 s ago (a count restarted at the restart would keep it 30 s)
-    local TTL = 30
+    -- ago, soon a TTL less 40 s ago (a count restarted at the restart would keep it 60 s);
+    -- 40 s is room for the restart on a loaded machine, where soon must still have time left
+    local TTL, LEFT = 60, 40
     local env = { SANDBOX_SESSION_TTL = tostring(TTL) }
     server = airlockd.start({ env = env })
     local key = server.tenants.acme
@@ -161,7 +163,7 @@ describe("airlockd restarts on the same state directory", function()
     local path = server.dir .. "/state/sessions.json"
     local saved = cjson.decode(proc.read_file(path))
     local now = math.floor(proc.output("date +%s") + 0) -- whole seconds: exact through JSON
-    local last = { [stale] = now - TTL - 5, [soon] = now - TTL + 12 }
+    local last = { [stale] = now - TTL - 5, [soon] = now - TTL + LEFT }
     for _, s in ipairs(saved.sessions) do s.last_accessed_at = last[s.session_id] or s.last_accessed_at end
     -- (lua-cjson writes the empty egress lists as {})
     proc.write_file(path, (cjson.encode(saved):gsub('"egress":{}', '"egress":[]')))
@@ -173,10 +175,13 @@ describe("airlockd restarts on the same state directory", function()
     assert.truthy(listed[soon], "the session with time left is back")
     assert.are.equal(last[soon], listed[soon].last_accessed_at)
     assert.are.equal(last[soon] + TTL, listed[soon].expires_at)
-    -- and it expires on schedule, counted from before the restart (well before a fresh TTL)
-    assert.is_true(proc.wait_until(40, function() return sessions_by_id(server, key)[soon] == nil end, 1))
+    -- and it expires on schedule, counted from before the restart (expires_at above)
+    assert.eventually(function()
+      local left = sessions_by_id(server, key)[soon]
+      return left == nil, left
+    end, { timeout = LEFT + 30, step = 1, what = "soon expires" })
     -- (its disk goes right after it leaves the list)
-    assert.is_true(proc.wait_until(5, function() return not exists(image(server, soon)) end))
+    assert.eventually(function() return not exists(image(server, soon)) end, { what = "soon's image is removed" })
   end)
 
   it("refuses (and keeps for a later start) a session whose image a loop device elsewhere still holds", function()

@@ -1,5 +1,6 @@
 -- Starts a real airlockd on an ephemeral loopback port for the integration specs, and stops
 -- it. Each server gets its own state directory and freshly generated keys.
+local log_secrets = require "support.log_secrets"
 local proc = require "support.proc"
 
 local M = {}
@@ -59,11 +60,18 @@ function M.start(opts)
   })
   server.tenants = tenants
   server.log_path = dir .. "/log"
+  server.secrets = log_secrets.from_env(env, tenants)
   return server
 end
 
 function M.log(server)
   return proc.read_file(server.log_path) or ""
+end
+
+-- text with the time and level taken off the front of each text log line ("<time> info  airlockd:
+-- msg" -> "airlockd: msg"), for specs that compare whole lines.
+function M.messages(text)
+  return (text:gsub("%d%d%d%d%-%d%d%-%d%dT[%d:.]+Z %a+ +airlockd", "airlockd"))
 end
 
 function M.alive(server)
@@ -118,12 +126,15 @@ function M.release_host_objects(dir)
   end
 end
 
--- Stops it (SIGKILL after 5 s), releases what it left mounted, and removes its directory.
+-- Stops it (SIGKILL after 5 s), releases what it left mounted, and removes its directory;
+-- then errors if its log held a secret it was started with (support.log_secrets).
 function M.stop(server)
   proc.stop_process(server.pid, 5)
   server.pid = nil
+  local leak = server.secrets and log_secrets.leaks(M.log(server), server.secrets, "airlockd's log " .. server.log_path)
   M.release_host_objects(server.dir)
   proc.remove_tree(server.dir)
+  if leak then error(leak, 2) end
 end
 
 return M

@@ -2,6 +2,7 @@
 -- PostgreSQL, HAProxy, N airlockd nodes on 127.0.0.2..), its fleet.json decoded, and down,
 -- which always runs (call it from teardown / finally) and leaves nothing running.
 local cjson = require "cjson"
+local log_secrets = require "support.log_secrets"
 local proc = require "support.proc"
 
 local M = {}
@@ -48,7 +49,7 @@ function M.up(opts)
                 SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local ok, out = fleet_sh(env, { "up", dir, "--nodes", tostring(opts.nodes or 3) })
-  local f = { dir = dir, env = env }
+  local f = { dir = dir, env = env, up_output = out }
   if not ok then
     M.down(f)
     error("fleet.sh up failed:\n" .. out, 2)
@@ -104,13 +105,30 @@ local function keep_logs(f)
   io.stderr:write("fleet logs kept in ", dest, "\n")
 end
 
+-- The secrets the fleet's nodes were started with: f.env's and those fleet.sh made (the
+-- database URL's password, the fleet secret).
+local function fleet_secrets(f)
+  local env = {}
+  for k, v in pairs(f.env or {}) do env[k] = v end
+  env.SANDBOX_DATABASE_URL_FILE = f.dir .. "/database.url"
+  env.SANDBOX_FLEET_SECRET_FILE = f.dir .. "/fleet.secret"
+  return log_secrets.from_env(env)
+end
+
+-- Takes the fleet down and removes its folder; then errors if a node's log held one of the
+-- secrets it was started with (support.log_secrets).
 function M.down(f)
   if not f or not f.dir then return end
   local ok, out = fleet_sh(f.env, { "down", f.dir })
   if not ok then io.stderr:write("fleet.sh down: ", out, "\n") end
   keep_logs(f)
+  local secrets, leaks = fleet_secrets(f), {}
+  for path in proc.output("ls " .. q(f.dir) .. "/nodes/*/log 2>/dev/null"):gmatch("[^\n]+") do
+    leaks[#leaks + 1] = log_secrets.leaks(proc.read_file(path) or "", secrets, path)
+  end
   proc.remove_tree(f.dir)
   f.dir = nil
+  if #leaks > 0 then error(table.concat(leaks, "; "), 2) end
 end
 
 -- n requests at once (curl, `parallel` at a time) of method path with key and body; returns

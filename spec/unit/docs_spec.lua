@@ -345,3 +345,33 @@ describe("README.md", function()
     assert.are.equal(code, block)
   end)
 end)
+
+-- The texts the docs quote from airlockd's answers: each is one of its string literals (C's
+-- adjacent literals joined), so the docs cannot drift from what the server sends.
+local function server_literals()
+  local p = assert(io.popen("cat " .. ROOT .. "src/server/api/*.c"))
+  local text = p:read("*a")
+  p:close()
+  return (text:gsub('"%s*\n%s*"', ""))
+end
+
+describe("what a first use meets in the docs", function()
+  it("quotes the fleet's create-during-outage answers as the server sends them", function()
+    local fleet = assert(read("docs/fleet.md"))
+    local row = assert(fleet:match("\n| PostgreSQL is down |([^\n]+)"), "no outage row in docs/fleet.md")
+    local literals, quoted = server_literals(), 0
+    for text in row:gmatch('`"(.-)"`') do
+      quoted = quoted + 1
+      assert.truthy(literals:find('"' .. text .. '"', 1, true), "not a text of src/server/api: " .. text)
+    end
+    assert.are.equal(2, quoted, row)
+  end)
+
+  it("says which limits an OpenResty burst needs", function()
+    local hosts = assert(read("docs/hosts.md"))
+    local section = assert(hosts:match("### The command line across requests\n(.-)\n###"))
+    for _, needed in ipairs({ "`max_sessions`", "`requests_per_minute`", "default is 10", "SANDBOX_TENANT_LIMITS" }) do
+      assert.truthy(section:find(needed, 1, true), needed .. " missing in:\n" .. section)
+    end
+  end)
+end)

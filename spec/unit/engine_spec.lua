@@ -90,6 +90,15 @@ describe("airlock.engine", function()
       assert.are.same({}, s.egress)
     end)
 
+    it("drops a trailing /v1 from base_url (the SDK adds /v1/... itself), keeping a host or path named v1", function()
+      local function base(url) return engine.settings({ api_key = "k", base_url = url }, env({})).base_url end
+      assert.are.equal("http://127.0.0.1:8000", base("http://127.0.0.1:8000/v1"))
+      assert.are.equal("https://h.example/sandbox", base("https://h.example/sandbox/v1/"))
+      assert.are.equal("http://v1", base("http://v1"))
+      assert.are.equal("http://h.example/v1x", base("http://h.example/v1x"))
+      assert.are.equal("http://h.example/v2", base("http://h.example/v2"))
+    end)
+
     it("reads SANDBOX_API_INSECURE like Python (1/true/yes, stripped, any case)", function()
       local base = { SANDBOX_API_URL = "https://h", SANDBOX_API_KEY = "k" }
       for _, v in ipairs({ "1", "true", " YES ", "True\n" }) do

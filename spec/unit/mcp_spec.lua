@@ -130,6 +130,27 @@ describe("airlock.mcp settings", function()
     assert.same({}, s.egress)
   end)
 
+  it("reads the sandbox's size from AIRLOCK_MEMORY_MB, _CPUS, _DISK_MB, _MAX_PROCESSES", function()
+    local env = { SANDBOX_API_URL = "http://a", SANDBOX_API_KEY = "k", AIRLOCK_STATE_DIR = "/st" }
+    local plain = assert(mcp.settings_from_env(getenv_from(env), {}))
+    assert.is_nil(plain.sizes)
+    env.AIRLOCK_MEMORY_MB, env.AIRLOCK_CPUS, env.AIRLOCK_DISK_MB, env.AIRLOCK_MAX_PROCESSES = " 1024 ", "0.5", "", "100"
+    local s = assert(mcp.settings_from_env(getenv_from(env), {}))
+    assert.same({ memory_mb = 1024, cpus = 0.5, max_processes = 100 }, s.sizes)
+    local opts = mcp.sdk({}):options(s)
+    assert.same({ 1024, 0.5, 100 }, { opts.memory_mb, opts.cpus, opts.max_processes })
+    assert.is_nil(opts.disk_mb)
+    -- a session of another size is another session; without sizes the name is the reference's
+    assert.not_equal(mcp.state_file(plain), mcp.state_file(s))
+    local want = mcp.sha256_hex("http://a|k|sandbox-base:latest|"):sub(1, 16)
+    assert.equal("/st/mcp-session-" .. want .. ".json", mcp.state_file(plain))
+    env.AIRLOCK_CPUS = "two"
+    local none, msg, status = mcp.settings_from_env(getenv_from(env), {})
+    assert.is_nil(none)
+    assert.equal("airlock-mcp: AIRLOCK_CPUS must be a number, got 'two' (see --help).", msg)
+    assert.equal(2, status)
+  end)
+
   it("keeps state under XDG_STATE_HOME or ~/.local/state", function()
     local env = { SANDBOX_API_URL = "http://a", SANDBOX_API_KEY = "k", HOME = "/home/u" }
     assert.equal("/home/u/.local/state/airlock-sandbox", mcp.settings_from_env(getenv_from(env), {}).state_dir)

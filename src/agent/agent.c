@@ -2,7 +2,8 @@
  * session). It runs as root inside the sandbox and runs each command of the session in a fresh
  * container of its own: a child in new PID, mount, IPC and UTS namespaces, whose root is a new
  * overlay (writable, thrown away) over the sandbox's read-only root, with the sandbox's bind
- * mounts (-r DIR read-only, -w DIR read-write, -d DIR with its devices: /dev) placed again, and new /tmp, /dev/shm and /proc.
+ * mounts (-r DIR read-only, -w DIR read-write, -d DIR with its devices: /dev) placed again, and new /tmp, /dev/shm and /proc;
+ * -p N sets how many processes each command may have (its session's max_processes, default 64).
  * The child drops to uid/gid 1000 with no capabilities and no_new_privs, with stdin /dev/null
  * and cwd /workspace, and execs /bin/bash as PID 1 of its namespace before its command comes:
  * bash, loaded, waits in the preloaded bootstrap (bootstrap.c) for the command and its
@@ -29,6 +30,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 
@@ -36,6 +38,7 @@
 
 bind_mount agent_binds[BINDS_MAX];
 int agent_nbinds;
+long agent_nproc = AGENT_NPROC_DEFAULT;
 
 /* The frame from airlockd being handed on: its payload. */
 static char request[AGENT_REQUEST_MAX + 1];
@@ -128,7 +131,7 @@ static void reap(int sigfd)
 
 static void usage_exit(void)
 {
-    static const char msg[] = "usage: airlock-agent [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
+    static const char msg[] = "usage: airlock-agent [-p PROCESSES] [-r DIR | -w DIR | -d DIR]... (run by airlockd in a sandbox)\n";
     (void)frame_write_all(2, msg, sizeof msg - 1);
     _exit(2);
 }
@@ -176,10 +179,18 @@ static int warm_up(void)
     return 0;
 }
 
-/* The binds from argv (-r/-w/-d DIR ...), or the usage and exit. */
+/* The process limit (-p N) and the binds (-r/-w/-d DIR ...) from argv, or the usage and exit. */
 static void parse_args(int argc, char **argv)
 {
     for (int i = 1; i < argc; i += 2) {
+        if (i + 1 < argc && strcmp(argv[i], "-p") == 0) {
+            char *end = NULL;
+            errno = 0;
+            agent_nproc = strtol(argv[i + 1], &end, 10);
+            if (errno || end == argv[i + 1] || *end || agent_nproc < 2 || agent_nproc > AGENT_NPROC_MAX)
+                usage_exit();
+            continue;
+        }
         if (i + 1 >= argc || agent_nbinds == BINDS_MAX || argv[i + 1][0] != '/' || argv[i][0] != '-' ||
             argv[i][1] == '\0' || !strchr("rwd", argv[i][1]) || argv[i][2] != '\0')
             usage_exit();

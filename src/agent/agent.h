@@ -24,6 +24,11 @@ typedef struct {
 extern bind_mount agent_binds[BINDS_MAX];
 extern int agent_nbinds;
 
+/* Processes a command may have (-p N: its session's max_processes; agent.c). */
+#define AGENT_NPROC_DEFAULT 64
+#define AGENT_NPROC_MAX 1000000
+extern long agent_nproc;
+
 /* A container child prepared for the next command: bash exec'd and waiting in the bootstrap. */
 typedef struct {
     pid_t pid;

@@ -22,7 +22,6 @@
 
 #define UID 1000
 #define GID 1000
-#define NPROC 64
 /* Where the child builds its root, inside a tmpfs of its own mount namespace. */
 #define NEW_BASE "/tmp"
 #define NEW_ROOT NEW_BASE "/root"
@@ -87,8 +86,8 @@ static void child_mounts(int fail_w)
 static void child_drop(int fail_w)
 {
     /* gVisor counts a uid's tasks from their creation: this child was made as root, so it is
-     * not among uid 1000's; one less keeps the command at NPROC processes in all */
-    struct rlimit nproc = {NPROC - 1, NPROC - 1}, core = {0, 0};
+     * not among uid 1000's; one less keeps the command at agent_nproc processes in all */
+    struct rlimit nproc = {(rlim_t)agent_nproc - 1, (rlim_t)agent_nproc - 1}, core = {0, 0};
     if (setrlimit(RLIMIT_NPROC, &nproc) != 0 || setrlimit(RLIMIT_CORE, &core) != 0)
         child_fail(fail_w, "setting limits");
     for (int cap = 0; cap <= 63; cap++)

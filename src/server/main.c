@@ -1,6 +1,7 @@
 /* airlockd: a local Airlock-compatible sandbox server. Its start-up story: the settings, the
  * process, the server's parts, serving until a signal, the shutdown. */
 #include "config/config.h"
+#include "log/log.h"
 #include "router/router.h"
 #include "run/migrate.h"
 #include "run/server.h"
@@ -8,34 +9,49 @@
 #include "sandbox/guard.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The flags and the environment into cfg: -1 to go on, else the exit status (--help: 0; a bad
- * flag or setting: 2, said on stderr). */
-static int load_settings(config *cfg, int argc, char **argv)
+/* The node id on every log line: in a fleet only (--node-id, default the host name, as
+ * run/fleet.c names the node). */
+static const char *log_node(const config *cfg, char *host, size_t cap)
+{
+    if (!cfg->database_url)
+        return NULL;
+    if (cfg->node_id)
+        return cfg->node_id;
+    host[cap - 1] = '\0';
+    return gethostname(host, cap - 1) == 0 ? host : NULL;
+}
+
+/* The flags and the environment into cfg, and the logger set up from them: -1 to go on, else
+ * the exit status (--help: 0; a bad flag or setting: 2, logged). */
+static int load_settings(config *cfg, int argc, char **argv, char *host, size_t cap)
 {
     char err[512] = "";
-    switch (config_load(cfg, argc, argv, environ, err, sizeof err)) {
+    config_status st = config_load(cfg, argc, argv, environ, err, sizeof err);
+    switch (st) {
     case CONFIG_OK:
+        log_setup(cfg->log_level, cfg->log_json, log_node(cfg, host, cap));
         return -1;
     case CONFIG_HELP:
         config_usage(stdout);
         return 0;
     case CONFIG_UNKNOWN_FLAG:
-        fprintf(stderr, "airlockd: %s\n", err);
-        config_usage(stderr);
-        return 2;
     case CONFIG_BAD_FLAG:
-        fprintf(stderr, "airlockd: %s\n", err);
+        log_error("%s", err);
+        if (st == CONFIG_UNKNOWN_FLAG)
+            config_usage(stderr); /* the usage text is for a person: not a log line */
         return 2;
     case CONFIG_INVALID:
         break;
     }
-    fprintf(stderr, "airlockd: invalid configuration: %s\n", err);
+    log_setup(LV_INFO, cfg->log_json, NULL); /* the format asked for, when it was read before the error */
+    log_error("invalid configuration: %s", err);
     return 2;
 }
 
@@ -70,7 +86,7 @@ static void raise_fd_limit(void)
 static int serve(server *s)
 {
     int sig = signals_wait();
-    fprintf(stderr, "airlockd: signal %d, shutting down\n", sig);
+    log_info("signal %d, shutting down", sig);
     if (!server_stop(s))
         server_abandon(s, 0);
     return 0;
@@ -84,7 +100,8 @@ int main(int argc, char **argv)
         return router_main(argc - 1, argv + 1); /* the fleet's router program (router/router.h) */
     keep_std_fds();
     config cfg;
-    int status = load_settings(&cfg, argc, argv);
+    char host[HOST_NAME_MAX + 1];
+    int status = load_settings(&cfg, argc, argv, host, sizeof host);
     if (status >= 0) {
         config_free(&cfg);
         return status;
@@ -101,7 +118,7 @@ int main(int argc, char **argv)
     server s;
     status = 1;
     if (server_open(&s, &cfg) != 0 || server_listen(&s) != 0)
-        fprintf(stderr, "airlockd: %s\n", s.err);
+        log_error("%s", s.err);
     else
         status = serve(&s);
     server_close(&s, status);

@@ -24,7 +24,7 @@ local FROM = {
   [check] = { "bad_argument", "is_integer", "utf8_len", "check_string", "check_path", "check_integer",
     "check_timeout", "check_transport" },
   [json] = { "array", "null" },
-  [settings] = { "DEFAULT_TEMPLATE", "DEFAULT_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT", "MISSING_SETTINGS",
+  [settings] = { "DEFAULT_TEMPLATE", "DEFAULT_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT", "MISSING_SETTINGS", "SIZES",
     "env_flag", "timeouts_ms" },
   [request] = { "MAX_RAW_READ", "MAX_RESPONSE_BYTES", "form_encode", "quote", "headers", "build",
     "session_path" },

@@ -40,6 +40,8 @@ local function endpoint(opts, getenv)
     errors.raise("ValidationError", "bad argument 'api_key': control characters are not allowed")
   end
   base_url = base_url:gsub("/+$", "")
+  -- the SDK adds /v1/... itself: a base URL copied with its /v1 would answer every call 404
+  base_url = base_url:match("^([hH][tT][tT][pP][sS]?://[^/]+.-)/+v1$") or base_url
   return check.check_url("base_url", base_url), api_key
 end
 
@@ -81,10 +83,27 @@ local function egress(v)
   return rules
 end
 
+-- The size a create asks for (airlockd; the server checks each against the tenant's maxima:
+-- here only that it is a number, so that a mistake fails before any request).
+M.SIZES = { "memory_mb", "cpus", "disk_mb", "max_processes" }
+
+local function sizes(opts)
+  local out = {}
+  for _, name in ipairs(M.SIZES) do
+    local v = opts[name]
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge) then
+      check.bad_argument(name, "a number", v)
+    end
+    out[name] = v
+  end
+  return out
+end
+
 local OPTIONS = {
   api_key = true, base_url = true, egress = true, template = true, verify = true,
   timeout = true, connect_timeout = true, max_retries = true, start = true,
   transport = true, max_concurrent_exec = true,
+  memory_mb = true, cpus = true, disk_mb = true, max_processes = true,
 }
 
 local function known_options(opts)
@@ -116,6 +135,7 @@ function M.resolve(opts, getenv)
   s.template = template(opts.template)
   s.max_concurrent_exec = max_concurrent_exec(opts.max_concurrent_exec)
   s.egress = egress(opts.egress)
+  s.sizes = sizes(opts)
   s.transport = check.check_transport(opts.transport)
   -- worked out once here, not at every request
   s.key_header = "X-API-Key: " .. s.api_key

@@ -235,7 +235,8 @@ end
 --   defer      function(fn) that runs fn soon outside libuv callbacks (default: vim.schedule
 --              in Neovim, an idle handle elsewhere)
 --   on_error   function(message) for an error inside a callback (default: vim.notify in
---              Neovim, stderr elsewhere)
+--              Neovim, stderr elsewhere); in Neovim also for a task that failed (its error
+--              raised out of the task's function), which nobody would see otherwise
 --   default    false: do not make it the automatic choice
 -- Installing again on the same loop only changes the options given.
 function M.install(loop, opts)
@@ -274,6 +275,11 @@ function M.install(loop, opts)
     end
     owner = opts.scheduler or tasks.default
     owner.on_ready = on_ready
+    if neovim then
+      owner.on_failed = function(_, _, err)
+        report_error("airlock: a task failed: " .. tostring(err))
+      end
+    end
     -- the curl transport steps the same core (airlock.poll, explicit transport = "curl")
     require("airlock.transport.curl").after_step = settle
     sync()                 -- the first socket_events() puts the core in host mode
@@ -301,7 +307,7 @@ function M.uninstall()
   retry_timer:close()
   dropped.set_waker(nil)
   if idle_handle then idle_handle:close() end
-  owner.on_ready = nil
+  owner.on_ready, owner.on_failed = nil, nil
   require("airlock.transport.curl").after_step = nil
   if made_default then transports.set_default(nil) end
   uv, defer, idle_handle, made_default, timeout_timer, fallback_timer = nil, nil, nil, nil, nil, nil

@@ -80,6 +80,9 @@ static bool json_tree(http_request *r, const char *b, size_t len, json_t **out)
 {
     json_error_t je;
     json_t *v = json_loadb(b, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v && strstr(je.text, "too big")) /* an integer past 64 bits: a (huge) number, as in Python, so a
+                                            * field with a range answers its 422 */
+        v = json_loadb(b, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
     if (!v) {
         /* valid for Python but not for jansson (NaN, huge integers, lone surrogates) */
         http_send_500(r);

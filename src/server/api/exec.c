@@ -10,6 +10,7 @@
 #include "api/exec_tap.h"
 
 #include "domain/quota.h"
+#include "log/log.h"
 #include "text/exec_format.h"
 #include "text/utf8.h"
 
@@ -62,7 +63,7 @@ static bool accepts_ndjson(const http_request *r)
 static void want_next(app *a, session *s, const char *tenant)
 {
     if (!registry_removed(a->reg, s))
-        warm_want(a->warm, s->id, s->workspace, tenant);
+        warm_want(a->warm, s->id, s->workspace, tenant, &s->size);
 }
 
 /* SANDBOX_EXEC_MODE=session: in the session's own sandbox when it is ready; else (its boot
@@ -110,7 +111,7 @@ static int run_command(app *a, session *s, const sandbox_opts *so, const char *c
         sandbox_release(ready);
         if (!retry)
             return rc;
-        fprintf(stderr, "airlockd: %s; running the command cold\n", errbuf);
+        log_session(LV_WARN, s->id, so->tenant, "%s; running the command cold", errbuf);
     }
     int rc = sandbox_exec(a->sb, so, command, timeout, res, errbuf, errlen);
     if (!ready)
@@ -208,7 +209,7 @@ static int run_in_sandbox(app *a, session *s, const tenant_cfg *t, const exec_re
         return -1;
     sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
                        .output_limit = (size_t)q->output_limit, .cancel_fd = cancel_fd,
-                       .tap = tap->stream || q->spill ? &tap->tap : NULL};
+                       .tap = tap->stream || q->spill ? &tap->tap : NULL, .size = s->size};
     /* SANDBOX_EXEC_MODE=session with egress: in the session's own sandbox, which has the
      * session's network; else in a sandbox of its own with a network made for it */
     if (json_array_size(s->egress) > 0 && warm_sessions(a->warm)) {
@@ -328,7 +329,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
                       .command = q->command, .has_duration = true, .duration_s = duration_s};
     if (res->cancelled) {
         /* the client hung up (nobody reads this answer) or the server is stopping (503) */
-        fprintf(stderr, "airlockd: exec in %s stopped: its client hung up or the server is stopping\n", s->id);
+        log_session(LV_INFO, s->id, t->name, "exec in %s stopped: its client hung up or the server is stopping", s->id);
         ae.detail = CANCEL_DETAIL;
         (void)api_audit_record(a, &ae); /* nobody reads the answer (or it is a 503) */
         answer_error(ans, 503, "The command was stopped before it finished.");
@@ -376,7 +377,7 @@ static void exec_in_session(app *a, http_request *r, const api_call *c, session 
     double duration_s = seconds_since(&t0);
     give_turn_back(a, c->tenant);
     if (rc != 0) {
-        fprintf(stderr, "airlockd: exec in %s failed: %s\n", s->id, errbuf);
+        log_session(LV_ERROR, s->id, tenants_get(a->tenants, c->tenant)->name, "exec in %s failed: %s", s->id, errbuf);
         answer_error(ans, 500, NULL);
     } else {
         finish(a, c, s, q, tap, &res, duration_s, ans);

@@ -58,6 +58,8 @@ void api_files_write(app *a, http_request *r, const api_call *c)
             return;
         chars = utf8_count(content, content_len);
     }
+    if (files_send_if_nul(r, path, path_len, "the body's field 'path'"))
+        return;
     session *s = acquire_session(a, r, c);
     if (!s)
         return;

@@ -15,8 +15,11 @@
 void files_send_denied(http_request *r, const char *path, size_t len);
 /* 400 for a path over the documented bounds (docs/server.md "Limits"); false for any other rc. */
 bool files_send_path_bound(http_request *r, int rc);
+/* 400 naming the parameter (where: "the query parameter 'path'") when path holds a NUL byte,
+ * which no file name can; false when it holds none. */
+bool files_send_if_nul(http_request *r, const char *path, size_t len, const char *where);
 /* The ?path= query as Starlette decodes it (UTF-8 with replacement), malloc'd; NULL when a
- * 422 (missing) or 500 was sent. */
+ * 422 (missing), a 400 (a NUL byte) or a 500 was sent. */
 char *files_query_path(http_request *r, size_t *len);
 
 /* ---- files_raw.c ---- */

@@ -105,6 +105,10 @@ void api_files_list(app *a, http_request *r, const api_call *c)
     /* no ?path=: the workspace itself */
     size_t raw_len, path_len = 1;
     char *raw = http_query(r, "path", &raw_len);
+    if (raw && files_send_if_nul(r, raw, raw_len, "the query parameter 'path'")) {
+        free(raw);
+        return;
+    }
     char *path = raw ? utf8_replace(raw, raw_len, &path_len) : strdup(".");
     free(raw);
     if (!path) {

@@ -1,5 +1,6 @@
 /* What every files route does with the path it was given (api/files.h): the ?path= query
- * decoded as Starlette does, and the 403 and 400 answers of a path refused by domain/paths. */
+ * decoded as Starlette does, and the 403 and 400 answers of a path refused by domain/paths
+ * or holding a NUL byte. */
 #include "api/files.h"
 
 #include "domain/paths.h"
@@ -36,6 +37,16 @@ bool files_send_path_bound(http_request *r, int rc)
     return true;
 }
 
+bool files_send_if_nul(http_request *r, const char *path, size_t len, const char *where)
+{
+    if (!memchr(path, '\0', len))
+        return false;
+    char msg[160];
+    snprintf(msg, sizeof msg, "Invalid path: %s contains a NUL byte, which no file name can.", where);
+    http_send_detail(r, 400, msg);
+    return true;
+}
+
 char *files_query_path(http_request *r, size_t *len)
 {
     size_t raw_len;
@@ -44,6 +55,10 @@ char *files_query_path(http_request *r, size_t *len)
         json_t *errs = json_array();
         json_array_append_new(errs, verr("missing", loc_of("query", "path"), "Field required", NULL, NULL));
         send_validation(r, errs);
+        return NULL;
+    }
+    if (files_send_if_nul(r, raw, raw_len, "the query parameter 'path'")) {
+        free(raw);
         return NULL;
     }
     /* Starlette decodes query values as UTF-8 with replacement */

@@ -11,6 +11,7 @@
 #include "domain/paths.h"
 #include "domain/quota.h"
 #include "domain/upload.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -90,7 +91,7 @@ static void raw_write(void *ctx, const char *data, size_t n)
     if (err == ENOSPC || err == EDQUOT) {
         over_quota(u, after);
     } else if (err) {
-        fprintf(stderr, "airlockd: raw write to %s: %s\n", u->s->id, strerror(err));
+        log_session(LV_ERROR, u->s->id, NULL, "raw write to %s: %s", u->s->id, strerror(err));
         u->state = RAW_FAILED;
         upload_discard(&u->file);
     }

@@ -9,6 +9,7 @@ void api_health(app *a, http_request *r, const api_call *c);
 /* sessions.c */
 void api_sessions_create(app *a, http_request *r, const api_call *c);
 void api_sessions_list(app *a, http_request *r, const api_call *c);
+void api_sessions_get(app *a, http_request *r, const api_call *c); /* ours: one session's template and size */
 void api_sessions_delete(app *a, http_request *r, const api_call *c);
 /* files.c */
 void api_files_write(app *a, http_request *r, const api_call *c);

@@ -6,6 +6,7 @@
 #include "import/fetch.h"
 #include "import/spec.h"
 #include "import/unpack.h"
+#include "log/log.h"
 #include "store/audit.h"
 #include "text/utf8.h"
 
@@ -94,7 +95,15 @@ static void fail(app *a, http_request *r, const api_call *c, const session *s, c
         free(cut);
         free(detail);
     }
-    http_send_json(r, status, json_pack("{s:s%}", "detail", msg, msg_len));
+    json_t *body = json_pack("{s:s%}", "detail", msg, msg_len);
+    /* the contract's 404 text speaks of the hosted service's console; a hint says what holds here */
+    if (body && rc == IMPORT_NOT_FOUND)
+        json_object_set_new(body, "hint",
+                            json_sprintf("airlockd has no console and no GitHub connection: it downloads public "
+                                         "archives from %s only. Check the owner, name and ref; a private "
+                                         "repository's files can be sent with /write instead.",
+                                         a->cfg->import_base_url));
+    http_send_json(r, status, body);
 }
 
 /* "import <repo>[ @<ref>][ into <path>]" as requested. */
@@ -139,7 +148,8 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
     long long free_bytes = quota_free(s->workspace, s->quota_bytes);
     int fd = import_archive_file(s->workspace);
     if (fd < 0)
-        fprintf(stderr, "airlockd: import into %s: cannot make the download file: %s\n", s->id, strerror(errno));
+        log_session(LV_ERROR, s->id, t->name, "import into %s: cannot make the download file: %s", s->id,
+                    strerror(errno));
     long long bytes = 0, files = 0;
     import_result rc =
         fd < 0 ? IMPORT_FAILED : import_fetch(a->cfg, spec, http_client_fd(r), fd, free_bytes, &bytes, &msg);
@@ -158,11 +168,11 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         char name[64], errbuf[512] = "";
         snprintf(name, sizeof name, "%s-%lu", s->id, (unsigned long)atomic_fetch_add(&a->exec_seq, 1));
         sandbox_opts so = {.workspace_dir = s->workspace, .name = name, .tenant = t->name,
-                           .cancel_fd = cancel_fd};
+                           .cancel_fd = cancel_fd, .size = s->size};
         rc = import_unpack(a->sb, &so, fd, spec, &files, &msg, errbuf, sizeof errbuf);
         slots_release(a->slots, tenant);
         if (rc == IMPORT_FAILED)
-            fprintf(stderr, "airlockd: import into %s failed: %s\n", s->id, errbuf);
+            log_session(LV_ERROR, s->id, t->name, "import into %s failed: %s", s->id, errbuf);
     }
     if (fd >= 0)
         close(fd);

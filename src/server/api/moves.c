@@ -1,17 +1,22 @@
 /* The node-to-node routes of a drain (docs/fleet.md "Drain"), served only on the node's own
  * node-to-node listener (api/routes.c, run/fleet.c), never on the address the router forwards
- * to: each needs the fleet's secret as a bearer token. POST /v1/fleet/internal/sessions/{id}: take a session the database says is moving
- * to this node (its archive fetched from the draining node); GET .../{id}/archive: the
- * draining node's tar archive of a session it is moving out. */
+ * to: each needs the fleet's secret as a bearer token. POST /v1/fleet/internal/sessions/{id}:
+ * take a session the database says is moving to this node (its disk fetched from the
+ * draining node, once this node has room for it); GET .../{id}/archive: the draining node's
+ * stream of the disk of a session it is moving out (drain/extents.h). */
 #include "api/handlers.h"
+#include "disk/image.h"
 #include "domain/session_id.h"
-#include "drain/move.h"
+#include "drain/transfer.h"
+#include "log/log.h"
+#include "fleet/wire.h"
 
 #include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The fleet's secret as "Authorization: Bearer <secret>", compared in constant time; false
@@ -40,6 +45,32 @@ static bool session_id_shape(http_request *r, const char *id)
     return ok;
 }
 
+/* The size of the disk image the draining node sends (X-Airlock-Image-Bytes), at most the
+ * disk the session's quota makes; -1 after answering. */
+static long long image_bytes(http_request *r, long long quota_bytes)
+{
+    const char *h = http_header(r, "x-airlock-image-bytes");
+    char *end = NULL;
+    long long n = h ? strtoll(h, &end, 10) : -1;
+    if (!h || end == h || *end || n <= 0 || n > image_bytes_for(quota_bytes)) {
+        http_send_detail(r, 400, "X-Airlock-Image-Bytes must be the size of the session's disk image (at most what "
+                                 "its quota makes).");
+        return -1;
+    }
+    return n;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* How long it may take, of the move's bound: a little less than the draining node waits, so
+ * this node never takes a session after its old node gave up the move. */
+#define SHARE_OF_BOUND 0.8
+
 void api_fleet_move_in(app *a, http_request *r, const api_call *c)
 {
     const char *id = c->param;
@@ -50,32 +81,52 @@ void api_fleet_move_in(app *a, http_request *r, const api_call *c)
         send_detail_with(r, 403, "Session %s is not moving to this node.", id);
         return;
     }
+    long long quota = (long long)json_integer_value(json_object_get(row, "quota_mb")) << 20;
+    long long bytes = image_bytes(r, quota);
+    double bound = a->cfg->fleet_move_timeout_s * SHARE_OF_BOUND, t0 = now_s();
+    if (bytes < 0 || !transfer_incoming_take(bound / 4)) {
+        if (bytes >= 0)
+            http_send_retry(r, 503, "This node takes other moves now; retry shortly.", 2);
+        json_decref(row);
+        return;
+    }
     long tenant = tenants_intern(a->tenants, json_string_value(json_object_get(row, "tenant")));
+    transfer_fetch t = {.a = a, .source_url = json_string_value(json_object_get(row, "source")), .id = id,
+                        .image_bytes = bytes, .timeout_s = (long)(bound * 3 / 4)};
     session *s = NULL;
+    char why[400] = "";
+    /* the same template and size on this node as on the one it comes from */
+    session_spec spec = fleet_shape_spec(json_object_get(row, "shape"), quota);
     session_result rc = tenant < 0 ? SESSION_ERROR
-        : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"),
-                           (long long)json_integer_value(json_object_get(row, "quota_mb")) << 20,
-                           json_real_value(json_object_get(row, "created_at")),
-                           json_real_value(json_object_get(row, "last_used")), &s);
-    if (rc != SESSION_OK) {
-        json_decref(row);
-        http_send_retry(r, 503, "This node cannot make the session's disk now.", 2);
-        return;
-    }
-    if (move_fetch(a, json_string_value(json_object_get(row, "source")), id, s->workspace) != 0) {
-        json_decref(row);
-        registry_move_in_end(a->reg, s, false);
-        http_send_retry(r, 502, "The session's workspace could not be fetched from its node.", 2);
-        return;
-    }
+        : registry_move_in(a->reg, id, (size_t)tenant, json_object_get(row, "egress"), &spec, bytes,
+                           transfer_fetch_fill, &t, json_real_value(json_object_get(row, "created_at")),
+                           json_real_value(json_object_get(row, "last_used")), &s, why, sizeof why);
+    transfer_incoming_give();
     json_decref(row);
-    if (fleet_move_commit(a->fleet, id) != 0) {
+    if (rc == SESSION_CAPACITY) {
+        log_session(LV_WARN, id, NULL, "drain: no room for this moving session: %s", why);
+        char d[600];
+        snprintf(d, sizeof d, "%s.", why); /* the draining node's report: "node N has no room for it: ..." */
+        http_send_detail(r, 507, d);
+        return;
+    }
+    if (rc != SESSION_OK) {
+        log_session(LV_WARN, id, NULL, "drain: this moving session's disk could not be made here: %s%s%s", why,
+                    t.why[0] ? ": " : "", t.why);
+        char d[900];
+        snprintf(d, sizeof d, "The session's disk could not be taken: %s%s%s.", why, t.why[0] ? ": " : "", t.why);
+        http_send_detail(r, 502, d);
+        return;
+    }
+    /* past its share of the bound the draining node may be giving up: it keeps the session */
+    if (now_s() - t0 > bound || fleet_move_commit(a->fleet, id) != 0) {
         registry_move_in_end(a->reg, s, false);
         send_detail_with(r, 409, "Session %s is no longer moving to this node.", id);
         return;
     }
     if (!registry_move_in_end(a->reg, s, true))
-        fprintf(stderr, "airlockd: moved-in session %s could not be saved in the state file\n", id);
+        log_session(LV_ERROR, id, NULL, "moved-in session could not be saved in the state file");
+    log_session(LV_INFO, id, NULL, "drain: moved in (%lld bytes of data of a %lld-byte disk)", t.data_bytes, bytes);
     http_send_json(r, 200, json_pack("{s:s,s:s}", "session_id", id, "node", fleet_node_id(a->fleet)));
 }
 
@@ -84,19 +135,9 @@ void api_fleet_move_archive(app *a, http_request *r, const api_call *c)
     const char *id = c->param;
     if (!internal_caller(a, r) || !session_id_shape(r, id))
         return;
-    char *ws = fleet_move_outgoing(a->fleet, id) ? registry_moving_workspace(a->reg, id) : NULL;
-    if (!ws) {
+    if (!fleet_move_outgoing(a->fleet, id)) {
         send_detail_with(r, 403, "Session %s is not moving out of this node.", id);
         return;
     }
-    int fd = move_pack(a, ws);
-    free(ws);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        if (fd >= 0)
-            close(fd);
-        http_send_500(r);
-        return;
-    }
-    http_send_file(r, 200, fd, (unsigned long long)st.st_size, "application/x-tar");
+    transfer_send(a, r, id);
 }

@@ -27,6 +27,7 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/sessions",                API_TENANT, true,  FIELDS,    QUICK, api_sessions_create},
     {"GET",    "/v1/sessions",                API_TENANT, false, NO_BODY,   QUICK, api_sessions_list},
     {"DELETE", "/v1/sessions/{}",             API_TENANT, false, NO_BODY,   LONG,  api_sessions_delete},
+    {"GET",    "/v1/sessions/{}",             API_TENANT, false, NO_BODY,   QUICK, api_sessions_get},
     {"POST",   "/v1/sessions/{}/write",       API_TENANT, true,  FILE_BODY, QUICK, api_files_write},
     {"GET",    "/v1/sessions/{}/read",        API_TENANT, false, NO_BODY,   QUICK, api_files_read},
     {"GET",    "/v1/sessions/{}/list",        API_TENANT, false, NO_BODY,   QUICK, api_files_list},

@@ -1,6 +1,7 @@
-/* /v1/sessions: create (contract 1.2), list (1.3) and delete (1.4) sessions. */
+/* /v1/sessions: create (contract 1.2), list (1.3), delete (1.4) and, ours, one session's fields (GET /v1/sessions/{id}). */
 #include "api/handlers.h"
 
+#include "api/session_size.h"
 #include "egress/policy.h"
 #include "text/pyrepr.h"
 
@@ -72,10 +73,12 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     json_t *errs = json_array(), *egress_in = NULL;
     const char *tpl = NULL;
     size_t tpl_len = 0;
+    session_spec spec = {0};
     if (body_is_object(errs, body)) {
         v_string(errs, body, "template", false, 0, &tpl, &tpl_len);
         validate_metadata(errs, body);
         validate_egress(errs, body, &egress_in);
+        session_size_from_body(errs, body, t, a->cfg->quota_bytes, &spec);
     }
     if (send_if_invalid(r, errs))
         return;
@@ -120,6 +123,7 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         return;
     }
     json_decref(refused);
+    spec.template_name = tpl; /* an allowed name: NUL-terminated, no longer than the longest */
     /* draining, full, or no database: HAProxy retries the create on another node */
     if (a->fleet && (!fleet_accepting(a->fleet) || fleet_full(a->fleet))) {
         json_decref(expanded);
@@ -130,7 +134,7 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     }
     session *s = NULL;
     int open_now = 0;
-    session_result rc = registry_create(a->reg, c->tenant, t->max_sessions, expanded, &s, &open_now);
+    session_result rc = registry_create(a->reg, c->tenant, t->max_sessions, expanded, &spec, &s, &open_now);
     json_decref(expanded);
     if (rc == SESSION_LIMIT) {
         char msg[160];
@@ -157,14 +161,28 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         http_send_500(r);
         return;
     }
-    http_send_json(r, 201, json_pack("{s:s,s:s,s:O,s:I,s:f,s:s}", "session_id", s->id, "tenant_id", t->name,
-                                     "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
-                                     "created_at", s->created_at, "status", "ready"));
+    json_t *created = json_pack("{s:s,s:s,s:O,s:I,s:f,s:s}", "session_id", s->id, "tenant_id", t->name,
+                                "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
+                                "created_at", s->created_at, "status", "ready");
+    if (created)
+        session_shape_json(created, s->template_name, &s->size, s->quota_bytes);
+    http_send_json(r, 201, created);
     /* the tenant's next new session finds its disk made and its first sandbox booted */
     if (json_array_size(s->egress) == 0)
         warm_want_spare(a->warm, t->name);
     warm_want_session(a->warm, s, t->name); /* SANDBOX_EXEC_MODE=session */
     registry_release(a->reg, s);
+}
+
+/* A session as the list and GET /v1/sessions/{id} show it. */
+static json_t *info_json(const session_info *v, const char *tenant)
+{
+    json_t *o = json_pack("{s:s,s:s,s:O,s:f,s:f,s:f,s:I}", "session_id", v->id, "tenant_id", tenant, "egress",
+                          v->egress, "created_at", v->created_at, "last_accessed_at", v->last_accessed_at,
+                          "expires_at", v->expires_at, "disk_quota_mb", (json_int_t)(v->quota_bytes >> 20));
+    if (o)
+        session_shape_json(o, v->template_name, &v->size, v->quota_bytes);
+    return o;
 }
 
 void api_sessions_list(app *a, http_request *r, const api_call *c)
@@ -183,14 +201,30 @@ void api_sessions_list(app *a, http_request *r, const api_call *c)
     session_info *v = registry_list(a->reg, c->tenant, &n);
     json_t *items = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(items, json_pack("{s:s,s:s,s:O,s:f,s:f,s:f,s:I}", "session_id", v[i].id,
-                                               "tenant_id", tname, "egress", v[i].egress,
-                                               "created_at", v[i].created_at,
-                                               "last_accessed_at", v[i].last_accessed_at,
-                                               "expires_at", v[i].expires_at,
-                                               "disk_quota_mb", (json_int_t)(v[i].quota_bytes >> 20)));
+        json_array_append_new(items, info_json(&v[i], tname));
     session_info_free(v, n);
     http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", items));
+}
+
+void api_sessions_get(app *a, http_request *r, const api_call *c)
+{
+    session_info v;
+    session_result rc = registry_info(a->reg, c->param, c->tenant, &v); /* not a touch, like the list */
+    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
+        return;
+    if (rc == SESSION_NOT_FOUND) {
+        http_send_detail(r, 404, "Session not found or expired");
+    } else if (rc == SESSION_MOVING) {
+        send_moving(r, c->param);
+    } else if (rc != SESSION_OK) {
+        http_send_detail(r, 403, "Forbidden: Access denied to this session");
+    } else {
+        json_t *o = info_json(&v, tenants_get(a->tenants, c->tenant)->name);
+        if (o)
+            json_object_set_new(o, "status", json_string("ready"));
+        json_decref(v.egress);
+        http_send_json(r, 200, o);
+    }
 }
 
 void api_sessions_delete(app *a, http_request *r, const api_call *c)

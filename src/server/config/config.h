@@ -8,6 +8,7 @@
 
 #include "http/http.h"
 #include "egress/settings.h"
+#include "log/log.h"
 #include "sandbox/sandbox.h"
 
 #include <jansson.h>
@@ -21,6 +22,11 @@ typedef struct {
     int max_sessions;
     int requests_per_minute;
     int max_concurrent_exec;
+    /* the largest session a create may ask for (ours; docs/server.md "Session sizes") */
+    int max_memory_mb;
+    int max_cpu_percent;    /* max_cpus × 100 */
+    int max_disk_mb;        /* 0: the larger of 2048 and SANDBOX_WORKSPACE_QUOTA_MB */
+    int max_processes;
     json_t *egress_allowed; /* expanded rules the tenant may request */
 } tenant_cfg;
 
@@ -45,6 +51,8 @@ typedef struct config {
     size_t nkeys;
     double session_ttl;      /* seconds of idle time */
     long long quota_bytes;   /* per-workspace disk quota (SANDBOX_WORKSPACE_QUOTA_MB) */
+    sandbox_size session_size; /* SANDBOX_SESSION_MEMORY_MB, _CPUS, _MAX_PROCESSES: a session's size
+                                * unless it asks for another (docs/server.md "Session sizes") */
     long long disk_total_bytes;   /* SANDBOX_DISK_TOTAL_MB: cap on all workspace images; 0 = from free space */
     long long disk_reserve_bytes; /* SANDBOX_DISK_RESERVE_MB: host space new images must leave free */
     const char *session_state;    /* SANDBOX_SESSION_STATE: a file; NULL = <state dir>/sessions.json */
@@ -59,6 +67,8 @@ typedef struct config {
     egress_settings egress;     /* SANDBOX_EGRESS_DNS, _LOG_DIR, our bounds, the test-only map */
     sandbox_settings sandbox;   /* --runsc / AIRLOCK_RUNSC, AIRLOCK_WAITER, PATH, --isolation /
                                  * SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR */
+    log_level log_level;        /* SANDBOX_LOG_LEVEL (info) */
+    bool log_json;              /* SANDBOX_LOG_FORMAT=json: JSON lines, else text */
     /* flags */
     char *listen_host;          /* --listen (allocated; default 127.0.0.1) */
     unsigned port;
@@ -80,6 +90,7 @@ typedef struct config {
     double fleet_lost_after;    /* SANDBOX_FLEET_LOST_AFTER: seconds a silent node keeps its sessions (120) */
     double fleet_key_cache_s;   /* SANDBOX_FLEET_KEY_CACHE_S: seconds a looked-up key is trusted without a
                                  * revocation notice reaching the node (2) */
+    int fleet_move_timeout_s;   /* SANDBOX_FLEET_MOVE_TIMEOUT_S: the longest one drain's move may take (300) */
     int fleet_capacity;         /* SANDBOX_FLEET_CAPACITY: sessions this node holds at most (0: no cap) */
     int fleet_agent_port;       /* SANDBOX_FLEET_AGENT_PORT: HAProxy's agent-check port (0: none) */
     char *fleet_secret;         /* read from SANDBOX_FLEET_SECRET_FILE (0600): node-to-node moves (NULL: none) */

@@ -50,6 +50,7 @@ void config_usage(FILE *f)
           "SANDBOX_EGRESS_IDLE_SECONDS (300). A fleet: SANDBOX_DATABASE_URL or SANDBOX_DATABASE_URL_FILE,\n"
           "SANDBOX_FLEET_LOST_AFTER (120 s), SANDBOX_FLEET_KEY_CACHE_S (2 s), SANDBOX_FLEET_SECRET_FILE,\n"
           "SANDBOX_FLEET_INTERNAL_LISTEN (the node-to-node listener; default the listen address, any port).\n"
+          "Logs (stderr): SANDBOX_LOG_LEVEL (error|warn|info|debug; info), SANDBOX_LOG_FORMAT (text|json; text).\n"
           "\n"
           "airlockd router config|follow ...: the fleet's router program beside HAProxy (docs/fleet.md;\n"
           "airlockd router --help).\n",

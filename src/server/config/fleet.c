@@ -1,8 +1,8 @@
 /* The fleet's settings (docs/fleet.md): the database URL, which holds a password (from
  * --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names, never quoted
- * in a message), how long a silent node keeps its sessions, how many sessions it holds at most,
- * the port of its load report for HAProxy's agent-check and the address of its node-to-node
- * listener. */
+ * in a message), how long a silent node keeps its sessions, how long a drain's move may take,
+ * how many sessions it holds at most, the port of its load report for HAProxy's agent-check
+ * and the address of its node-to-node listener. */
 #include "config/internal.h"
 
 #include <stdio.h>
@@ -12,6 +12,7 @@
 
 #define DEFAULT_LOST_AFTER 120
 #define DEFAULT_KEY_CACHE_S 2
+#define DEFAULT_MOVE_TIMEOUT_S 300
 #define MIN_SECRET 32
 
 /* The first line of file, trimmed, allocated into *out. */
@@ -71,6 +72,8 @@ int config_load_fleet(config *c, const config_src *src)
         return -1;
     return read_secret(c, src) || config_var_positive(src, "SANDBOX_FLEET_LOST_AFTER", DEFAULT_LOST_AFTER, &c->fleet_lost_after) ||
            config_var_positive(src, "SANDBOX_FLEET_KEY_CACHE_S", DEFAULT_KEY_CACHE_S, &c->fleet_key_cache_s) ||
+           config_var_int(src, "SANDBOX_FLEET_MOVE_TIMEOUT_S", DEFAULT_MOVE_TIMEOUT_S, 1, 86400, "seconds",
+                          &c->fleet_move_timeout_s) ||
            config_var_int(src, "SANDBOX_FLEET_CAPACITY", 0, 0, 1000000, "sessions", &c->fleet_capacity) ||
            config_var_int(src, "SANDBOX_FLEET_AGENT_PORT", 0, 0, 65535, "port", &c->fleet_agent_port);
 }

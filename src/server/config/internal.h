@@ -29,6 +29,7 @@ int config_var_switch(const config_src *src, const char *name, const char *meani
 
 /* The sections, in the order config_load calls them. */
 int config_load_flags(config *c, int argc, char **argv, config_err err, config_status *status);
+int config_load_logging(config *c, const config_src *src);   /* the log level and format (first: errors use them) */
 int config_load_fleet(config *c, const config_src *src);     /* the fleet's database (before the keys) */
 int config_load_keys(config *c, const config_src *src);      /* API keys, key store, audit, admin key */
 int config_load_server(config *c, const config_src *src);    /* sessions, http, capacity, warm, disk, import */

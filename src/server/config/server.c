@@ -25,12 +25,31 @@ static long cpus(void)
     return n < 1 ? 1 : n;
 }
 
-/* Idle time, workspace quota, and SANDBOX_SESSION_STATE (a file, or off). */
+/* A session's size unless it asks for another: memory, CPUs (in steps of 0.1), processes. */
+static int load_session_size(config *c, const config_src *src)
+{
+    long memory_mb, processes;
+    double cpus;
+    if (config_var_whole(src, "SANDBOX_SESSION_MEMORY_MB", SANDBOX_MEMORY_MB, 128, 1024 * 1024, "MB", &memory_mb) ||
+        config_var_whole(src, "SANDBOX_SESSION_MAX_PROCESSES", SANDBOX_MAX_PROCESSES, 8, 1000000, "processes",
+                         &processes) ||
+        config_var_positive(src, "SANDBOX_SESSION_CPUS", SANDBOX_CPU_PERCENT / 100.0, &cpus))
+        return -1;
+    double tenths = cpus * 10;
+    long whole = (long)(tenths + 0.5); /* cpus > 0 here */
+    if (cpus < 0.1 || cpus > 1024 || tenths - (double)whole > 1e-6 || (double)whole - tenths > 1e-6)
+        return config_fail(src->err, "SANDBOX_SESSION_CPUS", NULL, "must be a number of CPUs from 0.1 to 1024 in steps of 0.1");
+    c->session_size = (sandbox_size){.memory_mb = (unsigned)memory_mb, .cpu_percent = (unsigned)whole * 10,
+                                     .max_processes = (unsigned)processes};
+    return 0;
+}
+
+/* Idle time, workspace quota, a session's size, and SANDBOX_SESSION_STATE (a file, or off). */
 static int load_sessions(config *c, const config_src *src)
 {
     double mb;
     if (config_var_positive(src, "SANDBOX_SESSION_TTL", 1800, &c->session_ttl) ||
-        config_var_positive(src, "SANDBOX_WORKSPACE_QUOTA_MB", 512, &mb))
+        config_var_positive(src, "SANDBOX_WORKSPACE_QUOTA_MB", 512, &mb) || load_session_size(c, src))
         return -1;
     if (mb > 1e9)
         return config_fail(src->err, "SANDBOX_WORKSPACE_QUOTA_MB", NULL, "too large");

@@ -13,6 +13,10 @@
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
+/* The largest session a tenant may ask for unless its limits say otherwise. */
+#define DEFAULT_MAX_MEMORY_MB 2048
+#define DEFAULT_MAX_CPU_PERCENT 200
+#define DEFAULT_MAX_PROCESSES 256
 #define LIMITS_VAR "SANDBOX_TENANT_LIMITS"
 #define POLICY_VAR "SANDBOX_EGRESS_POLICY"
 
@@ -21,6 +25,10 @@ static void default_limits(tenant_cfg *t)
     t->max_sessions = DEFAULT_MAX_SESSIONS;
     t->requests_per_minute = DEFAULT_RPM;
     t->max_concurrent_exec = DEFAULT_MAX_EXEC;
+    t->max_memory_mb = DEFAULT_MAX_MEMORY_MB;
+    t->max_cpu_percent = DEFAULT_MAX_CPU_PERCENT;
+    t->max_disk_mb = 0;
+    t->max_processes = DEFAULT_MAX_PROCESSES;
 }
 
 static bool blank(char ch)
@@ -170,9 +178,22 @@ static int apply_limits(tenant_cfg *t, const json_t *entry, const char *name, co
     if (!json_is_object(entry))
         return config_fail(err, LIMITS_VAR, NULL, "the entry for '%s' must be an object", name);
     json_object_foreach((json_t *)entry, k, v) {
+        if (strcmp(k, "max_cpus") == 0) { /* CPUs, whole or in tenths (0.5) */
+            double cpus = json_is_number(v) && !json_is_boolean(v) ? json_number_value(v) : -1;
+            double tenths = cpus * 10;
+            if (!(cpus >= 0.1 && cpus <= 1024) || tenths - (double)(long)(tenths + 0.5) > 1e-6 ||
+                (double)(long)(tenths + 0.5) - tenths > 1e-6)
+                return config_fail(err, LIMITS_VAR, NULL,
+                                   "max_cpus for '%s' must be a number of CPUs from 0.1 to 1024 in steps of 0.1", name);
+            t->max_cpu_percent = (int)(long)(tenths + 0.5) * 10;
+            continue;
+        }
         int *slot = strcmp(k, "max_sessions") == 0          ? &t->max_sessions
                     : strcmp(k, "requests_per_minute") == 0 ? &t->requests_per_minute
                     : strcmp(k, "max_concurrent_exec") == 0 ? &t->max_concurrent_exec
+                    : strcmp(k, "max_memory_mb") == 0       ? &t->max_memory_mb
+                    : strcmp(k, "max_disk_mb") == 0         ? &t->max_disk_mb
+                    : strcmp(k, "max_processes") == 0       ? &t->max_processes
                                                             : NULL;
         if (!slot)
             return config_fail(err, LIMITS_VAR, NULL, "unknown limit '%s' for '%s'", k, name);

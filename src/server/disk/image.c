@@ -89,6 +89,8 @@ static int run_tool(char *const argv[], char *err, size_t errlen)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+    /* nothing else of airlockd's (sockets, pipes, disks) reaches the tool */
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, TOOL_ENV);
     posix_spawn_file_actions_destroy(&fa);
@@ -140,8 +142,7 @@ static int run_tool(char *const argv[], char *err, size_t errlen)
     return WEXITSTATUS(status);
 }
 
-/* A fresh, fully reserved file of bytes at path (which must not exist). */
-static image_result reserve_file(const char *path, long long bytes, char *err, size_t errlen)
+image_result image_reserve(const char *path, long long bytes, char *err, size_t errlen)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
@@ -219,7 +220,7 @@ image_result image_create(const image_tools *t, const char *path, long long quot
     long long estimate = image_bytes_for(quota_bytes), bytes = estimate, want = quota_bytes + SIZE_SLACK;
     bool big = estimate >= BIG_IMAGE;
     for (int pass = 0;; pass++) {
-        image_result r = reserve_file(path, bytes, err, errlen);
+        image_result r = image_reserve(path, bytes, err, errlen);
         if (r != IMAGE_OK)
             return r;
         if (make_fs(t, path, big, err, errlen) != 0) {

@@ -32,6 +32,11 @@ typedef enum {
     IMAGE_FAILED,  /* anything else (message in err) */
 } image_result;
 
+/* A fresh file of bytes at path (which must not exist), fully reserved on the host (a full
+ * host disk fails here, cleanly, instead of later as I/O errors inside the image); it reads
+ * as zeros. Nothing is left behind on failure. */
+image_result image_reserve(const char *path, long long bytes, char *err, size_t errlen);
+
 /* Creates path (which must not exist) fully reserved on the host with an empty ext4
  * filesystem where a command can write the quota and at most ~0.6 MB more (whatever the
  * size: the filesystem's own costs are measured, not guessed), in *bytes (at most

@@ -1,5 +1,6 @@
 /* Loop devices through /dev/loop-control and LOOP_CONFIGURE; found again through sysfs. */
 #include "disk/loop.h"
+#include "log/log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -165,7 +166,7 @@ int loop_detach_under(const char *dir, bool (*keep)(void *ctx, const char *file)
         if (fd >= 0 && ioctl(fd, LOOP_CLR_FD) == 0)
             detached++;
         else
-            fprintf(stderr, "airlockd: cannot detach %s (%s): %s\n", dev, back, strerror(errno));
+            log_warn("cannot detach %s (%s): %s", dev, back, strerror(errno));
         if (fd >= 0)
             close(fd);
     }

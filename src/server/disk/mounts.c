@@ -1,5 +1,6 @@
 /* Mount points from /proc/self/mountinfo, umount2 with a lazy fallback, a shared bind mount. */
 #include "disk/mounts.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -145,7 +146,7 @@ int mounts_unmount_under(const char *dir, bool (*keep)(void *ctx, const char *pa
             if (mounts_unmount(v[i]) == 0)
                 done++;
             else
-                fprintf(stderr, "airlockd: cannot unmount %s: %s\n", v[i], strerror(errno));
+                log_warn("cannot unmount %s: %s", v[i], strerror(errno));
         }
         mounts_free(v, n);
         if (tried == 0)

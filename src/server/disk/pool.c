@@ -6,14 +6,18 @@
 #include "disk/loop.h"
 #include "disk/mounts.h"
 #include "fs/walk.h"
+#include "log/log.h"
 #include "util/sync.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -96,14 +100,14 @@ void disk_pool_start(disk_pool *p)
     }
     long long cap = p->cap, used = p->used;
     pthread_mutex_unlock(&p->mu);
-    fprintf(stderr, "airlockd: workspace disks: %.0f MB in use of %.0f MB (%s), %.0f MB free on the host, "
-                    "%.0f MB kept free for the server's state\n",
-            (double)used / MB, (double)cap / MB, p->cap_given ? "SANDBOX_DISK_TOTAL_MB" : "default: free space",
-            (double)avail / MB, (double)p->reserve / MB);
+    log_info("workspace disks: %.0f MB in use of %.0f MB (%s), %.0f MB free on the host, "
+             "%.0f MB kept free for the server's state",
+             (double)used / MB, (double)cap / MB, p->cap_given ? "SANDBOX_DISK_TOTAL_MB" : "default: free space",
+             (double)avail / MB, (double)p->reserve / MB);
     if (cap - used < image_bytes_for(1))
-        fprintf(stderr, "airlockd: warning: no room for new workspaces on %s: sessions will be refused "
-                        "with 503 until disk space is freed\n",
-                p->images);
+        log_warn("no room for new workspaces on %s: sessions will be refused "
+                 "with 503 until disk space is freed",
+                 p->images);
 }
 
 void disk_pool_close(disk_pool *p)
@@ -111,7 +115,7 @@ void disk_pool_close(disk_pool *p)
     if (!p)
         return;
     if (mounts_is_mount_point(p->workspaces) && mounts_unmount(p->workspaces) != 0)
-        fprintf(stderr, "airlockd: cannot unmount %s: %s\n", p->workspaces, strerror(errno));
+        log_warn("cannot unmount %s: %s", p->workspaces, strerror(errno));
     image_tools_free(&p->tools);
     pthread_mutex_destroy(&p->mu);
     free(p->images);
@@ -136,8 +140,8 @@ static bool reserve_bytes(disk_pool *p, long long bytes)
     long long used = p->used, cap = p->cap;
     pthread_mutex_unlock(&p->mu);
     if (!fits)
-        fprintf(stderr, "airlockd: refusing a new workspace: images use %.0f MB of %.0f MB, it needs %.0f MB\n",
-                (double)used / MB, (double)cap / MB, (double)bytes / MB);
+        log_warn("refusing a new workspace: images use %.0f MB of %.0f MB, it needs %.0f MB",
+                 (double)used / MB, (double)cap / MB, (double)bytes / MB);
     return fits;
 }
 
@@ -147,9 +151,9 @@ static bool reserve_kept(disk_pool *p, long long more)
     long long avail = host_free(p);
     if (avail >= 0 && avail - more >= p->reserve)
         return true;
-    fprintf(stderr, "airlockd: refusing a new workspace: %.0f MB free on the host, %.0f MB are kept for the "
-                    "server's state\n",
-            (double)avail / MB, (double)p->reserve / MB);
+    log_warn("refusing a new workspace: %.0f MB free on the host, %.0f MB are kept for the "
+             "server's state",
+             (double)avail / MB, (double)p->reserve / MB);
     return false;
 }
 
@@ -197,7 +201,8 @@ disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, cha
         }
         account(p, -bytes);
         if (rc == DISK_ERROR)
-            fprintf(stderr, "airlockd: cannot make the workspace disk of %s: %s\n", id, err[0] ? err : "out of memory");
+            log_session(LV_ERROR, id, NULL, "cannot make the workspace disk of %s: %s", id,
+                        err[0] ? err : "out of memory");
     }
     free(img);
     free(mnt);
@@ -220,6 +225,9 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
         account(p, (long long)st.st_size); /* kept on disk whatever happens next */
         if (image_mounted_at(img, mnt)) {
             *adopted = true;
+            /* a predecessor killed during a drain's move may have left it frozen */
+            if (disk_thaw(p, id) == 0)
+                log_session(LV_WARN, id, NULL, "its disk was left frozen by a move that did not end; thawed");
             rc = image_workspace_dir(mnt, err, sizeof err) == 0 ? DISK_OK : DISK_HELD;
         } else {
             /* whatever else sits on its mount point is a leftover */
@@ -239,8 +247,92 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
     if (rc == DISK_HELD && image_mounted_at(img, mnt)) /* unserved: nothing of it stays mounted */
         mounts_unmount(mnt);
     if (rc != DISK_OK)
-        fprintf(stderr, "airlockd: session %s not restored%s: %s\n", id,
-                rc == DISK_HELD ? " (its image is kept for a later start)" : "", err[0] ? err : "out of memory");
+        log_session(LV_WARN, id, NULL, "session %s not restored%s: %s", id,
+                    rc == DISK_HELD ? " (its image is kept for a later start)" : "", err[0] ? err : "out of memory");
+    free(img);
+    free(mnt);
+    return rc;
+}
+
+char *disk_image_path(disk_pool *p, const char *id)
+{
+    return path_of(p->images, id, IMAGE_SUFFIX);
+}
+
+/* FIFREEZE or FITHAW on the root of the session's mounted filesystem. */
+static int freeze_ioctl(disk_pool *p, const char *id, unsigned long op)
+{
+    char *mnt = path_of(p->workspaces, id, "");
+    int fd = mnt ? open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW) : -1;
+    int rc = fd >= 0 ? ioctl(fd, op, 0) : -1, e = errno;
+    if (fd >= 0)
+        close(fd);
+    free(mnt);
+    errno = e;
+    return rc;
+}
+
+int disk_freeze(disk_pool *p, const char *id)
+{
+    return freeze_ioctl(p, id, FIFREEZE);
+}
+
+int disk_thaw(disk_pool *p, const char *id)
+{
+    return freeze_ioctl(p, id, FITHAW);
+}
+
+disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fill_fn fill, void *ctx,
+                         char **workspace, char *why, size_t whylen)
+{
+    *workspace = NULL;
+    snprintf(why, whylen, "out of memory");
+    if (!reserve_bytes(p, bytes)) {
+        pthread_mutex_lock(&p->mu);
+        snprintf(why, whylen, "its disks use %.0f MB of %.0f MB and the session's disk needs %.0f MB", p->used / MB,
+                 p->cap / MB, bytes / MB);
+        pthread_mutex_unlock(&p->mu);
+        return DISK_FULL;
+    }
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    disk_result rc = DISK_ERROR;
+    bool made = false, mounted = false;
+    if (img && mnt && !reserve_kept(p, bytes)) {
+        snprintf(why, whylen, "its host has %.0f MB free, keeps %.0f MB for its own state and the session's disk "
+                              "needs %.0f MB", host_free(p) / MB, p->reserve / MB, bytes / MB);
+        rc = DISK_FULL;
+    } else if (img && mnt) {
+        image_result ir = image_reserve(img, bytes, why, whylen);
+        made = ir == IMAGE_OK;
+        if (ir == IMAGE_NOSPACE)
+            rc = DISK_FULL;
+        int fd = made ? open(img, O_WRONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        if (made && fd < 0)
+            snprintf(why, whylen, "cannot open %s: %s", img, strerror(errno));
+        else if (made && fill(ctx, fd) != 0)
+            snprintf(why, whylen, "its image did not arrive whole");
+        else if (made && fdatasync(fd) != 0)
+            snprintf(why, whylen, "cannot sync %s: %s", img, strerror(errno));
+        else if (made && sync_dir(p->images) != 0) /* a saved session's image survives a crash */
+            snprintf(why, whylen, "cannot sync %s: %s", p->images, strerror(errno));
+        else if (made && mkdir(mnt, 0700) != 0)
+            snprintf(why, whylen, "cannot create %s: %s", mnt, strerror(errno));
+        else if (made) /* checked: it came over the network */
+            mounted = image_mount(&p->tools, img, mnt, true, why, whylen) == IMAGE_OK;
+        if (fd >= 0)
+            close(fd);
+    }
+    if (mounted && (*workspace = path_of(mnt, IMAGE_WORKSPACE, "")) != NULL) {
+        rc = DISK_OK;
+    } else {
+        if (mounted)
+            mounts_unmount(mnt);
+        if (made) {
+            rmdir(mnt);
+            unlink(img);
+        }
+        account(p, -bytes);
+    }
     free(img);
     free(mnt);
     return rc;
@@ -249,7 +341,7 @@ disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adop
 static void unmount_session(const char *mnt)
 {
     if (mounts_is_mount_point(mnt) && mounts_unmount(mnt) != 0)
-        fprintf(stderr, "airlockd: cannot unmount %s: %s\n", mnt, strerror(errno));
+        log_warn("cannot unmount %s: %s", mnt, strerror(errno));
 }
 
 void disk_close(disk_pool *p, const char *id)
@@ -264,18 +356,18 @@ void disk_destroy(disk_pool *p, const char *id)
 {
     char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
     if (!img || !mnt) {
-        fprintf(stderr, "airlockd: out of memory removing the disk of %s\n", id);
+        log_session(LV_ERROR, id, NULL, "out of memory removing the disk of %s", id);
     } else {
         unmount_session(mnt);
         if (rmdir(mnt) != 0 && errno != ENOENT)
-            fprintf(stderr, "airlockd: cannot remove %s: %s\n", mnt, strerror(errno));
+            log_warn("cannot remove %s: %s", mnt, strerror(errno));
         struct stat st;
         if (lstat(img, &st) == 0) {
             /* a lazily detached mount keeps the blocks until its last user goes */
             if (unlink(img) == 0)
                 account(p, -(long long)st.st_size);
             else
-                fprintf(stderr, "airlockd: cannot remove %s: %s\n", img, strerror(errno));
+                log_warn("cannot remove %s: %s", img, strerror(errno));
         }
     }
     free(img);
@@ -335,14 +427,14 @@ static void remove_orphan_image(const cleanup_ctx *c, const char *dir, const cha
 {
     char id[256];
     if (!image_id(name, id, sizeof id)) {
-        fprintf(stderr, "airlockd: leaving %s/%s alone (not a workspace image)\n", dir, name);
+        log_info("leaving %s/%s alone (not a workspace image)", dir, name);
         return;
     }
     if (c->live(c->ctx, id))
         return;
     char *path = path_of(dir, name, "");
     if (path && unlink(path) != 0)
-        fprintf(stderr, "airlockd: cannot remove %s: %s\n", path, strerror(errno));
+        log_warn("cannot remove %s: %s", path, strerror(errno));
     free(path);
 }
 
@@ -354,7 +446,7 @@ static void remove_orphan_mount_point(const cleanup_ctx *c, const char *dir, con
     /* unmounted above; a plain directory left there is ours, the walker never crosses into a
      * mount that is still there */
     if (path && !mounts_is_mount_point(path) && fs_rmtree(path) != 0)
-        fprintf(stderr, "airlockd: cannot remove %s: %s\n", path, strerror(errno));
+        log_warn("cannot remove %s: %s", path, strerror(errno));
     free(path);
 }
 
@@ -367,6 +459,6 @@ void disk_cleanup(disk_pool *p, bool (*live)(void *ctx, const char *id), void *c
     for_each_name(p->images, remove_orphan_image, &c);
     for_each_name(p->workspaces, remove_orphan_mount_point, &c);
     if (unmounted || detached)
-        fprintf(stderr, "airlockd: removed leftovers of an earlier run: %d mounts, %d loop devices\n", unmounted,
-                detached);
+        log_info("removed leftovers of an earlier run: %d mounts, %d loop devices", unmounted,
+                 detached);
 }

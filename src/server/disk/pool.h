@@ -45,6 +45,28 @@ disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, cha
  * nothing; DISK_ERROR only when the image is gone. */
 disk_result disk_open(disk_pool *p, const char *id, char **workspace, bool *adopted);
 
+/* ---- a drain's moves (drain/move.c) ---- */
+
+/* The session's image file (malloc'd), or NULL. */
+char *disk_image_path(disk_pool *p, const char *id);
+
+/* Freezes the session's mounted filesystem (FIFREEZE: everything it holds is written to the
+ * image, which stays consistent and unchanged; writers wait) or thaws it; 0, or -1 with errno. */
+int disk_freeze(disk_pool *p, const char *id);
+int disk_thaw(disk_pool *p, const char *id);
+
+/* Writes a disk arriving from another node: called with the image's descriptor (open for
+ * writing, it reads as zeros where nothing is written); 0 when it is whole. */
+typedef int (*disk_fill_fn)(void *ctx, int fd);
+
+/* A session's disk arriving from another node: an image of bytes (the caller bounds it by the
+ * session's quota) is taken from the cap and must leave the host's reserve, before anything
+ * is written (DISK_FULL, nothing made, when it does not fit: *why says so); then fill writes
+ * it, it is synced, checked (e2fsck -p) and mounted, and *workspace is the malloc'd
+ * workspace path. DISK_ERROR (the reason in *why) leaves nothing behind. */
+disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fill_fn fill, void *ctx,
+                         char **workspace, char *why, size_t whylen);
+
 /* Unmounts the session's disk and keeps its image (shutdown with persistence). */
 void disk_close(disk_pool *p, const char *id);
 

@@ -7,6 +7,8 @@
 
 #include "disk/pool.h"
 #include "domain/tenants.h"
+#include "sandbox/sandbox.h"
+#include "store/session_state.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -19,6 +21,8 @@ typedef struct session {
     double created_at;
     double last_accessed_at;
     long long quota_bytes;  /* its disk quota (the one it was created with) */
+    char template_name[SESSION_TEMPLATE_MAX]; /* the template it was made with */
+    sandbox_size size;      /* memory_mb, cpu_percent, max_processes: never 0 */
     char *workspace;        /* absolute, symlink-free host directory on its own disk */
     int refs;               /* the registry's own reference + one per request using it */
     bool ready;             /* its disk is made (a session being created is invisible) */
@@ -32,6 +36,20 @@ typedef struct session {
 
 typedef struct registry registry;
 
+/* The template a session without one is made with (the contract's default). */
+#define SESSION_DEFAULT_TEMPLATE "sandbox-base:latest"
+
+/* What a new session is made with (POST /v1/sessions): its template and its size. */
+typedef struct {
+    const char *template_name; /* NULL: SESSION_DEFAULT_TEMPLATE; at most SESSION_TEMPLATE_MAX - 1 bytes */
+    sandbox_size size;         /* a 0 field: its default (sandbox/sandbox.h) */
+    long long quota_bytes;     /* its disk; 0: the server's (SANDBOX_WORKSPACE_QUOTA_MB) */
+} session_spec;
+
+/* s takes spec's (NULL: the defaults) template and size, each default filled in from defaults
+ * (NULL, or a 0 field: sandbox.h's) and default_quota bytes (the disk). */
+void session_spec_apply(session *s, const session_spec *spec, const sandbox_size *defaults, long long default_quota);
+
 /* A fleet's shared session registry (fleet/fleet.h), which decides max_sessions across nodes:
  * reserve registers a new id (0; 1 over the limit with *open_now; -1 unreachable), ready gives
  * the reserved row its final id and time, release drops a session gone for good. Called
@@ -39,7 +57,7 @@ typedef struct registry registry;
 typedef struct {
     int (*reserve)(void *ctx, const char *id, const char *tenant, int max, const json_t *egress, long long quota_bytes,
                    int *open_now);
-    void (*ready)(void *ctx, const char *reserved_id, const char *id, double created_at);
+    void (*ready)(void *ctx, const char *reserved_id, const char *id, double created_at, const session *s);
     void (*release)(void *ctx, const char *id);
     void *ctx;
 } registry_shared;
@@ -48,6 +66,7 @@ typedef struct {
     const char *state_dir;   /* absolute, symlink-free */
     double ttl;              /* idle seconds */
     long long quota_bytes;   /* the disk quota of new sessions */
+    sandbox_size size;       /* their size unless they ask for another (0 fields: sandbox.h's) */
     const char *state_file;  /* where sessions are saved; NULL: not persisted (wiped at shutdown) */
     tenants *tenants;        /* names the saved sessions' tenants */
     disk_pool *disk;
@@ -95,7 +114,8 @@ typedef struct {
 void registry_set_spares(registry *r, const registry_spares *sp);
 
 /* A spare's disk: a fresh id no session has, and its new disk of the sessions' quota
- * (*workspace malloc'd); 0 on success, else no room (or an error, logged). */
+ * (*workspace malloc'd); 0 on success, else no room (or an error, logged). A spare's sandbox
+ * has registry_opts.size. */
 int registry_make_spare_disk(registry *r, char *id, size_t id_len, char **workspace);
 
 /* Deletes the disk of a spare no session adopted. */
@@ -121,14 +141,14 @@ typedef enum {
     SESSION_MOVING,    /* a drain is moving it to another node right now: retry shortly */
 } session_result;
 
-/* Creates a session (checked against max_sessions atomically) with its disk: a spare's when
- * the session has no egress and the tenant has one, else a new one, and saves it (with a
- * state file) before it is handed out: SESSION_STORAGE when that save failed (nothing is
- * left of it). egress is copied.
+/* Creates a session of spec (NULL: the defaults; checked against max_sessions atomically)
+ * with its disk: a spare's when the session has no egress, the default template and size, and
+ * the tenant has one, else a new one, and saves it (with a state file) before it is handed
+ * out: SESSION_STORAGE when that save failed (nothing is left of it). egress is copied.
  * SESSION_LIMIT with *open_now = the tenant's session count; SESSION_OK with a reference
  * in *out. */
 session_result registry_create(registry *r, size_t tenant, int max_sessions, const json_t *egress,
-                               session **out, int *open_now);
+                               const session_spec *spec, session **out, int *open_now);
 
 /* The tenant's session id with a reference in *out (last_accessed_at refreshed when touch,
  * and again when the last request holding it ends, so a long command's session is idle only
@@ -156,12 +176,20 @@ bool registry_move_out_begin(registry *r, const char *id, session **out);
 /* The move is over: moved, it leaves this node (its disk deleted, the fleet's row kept:
  * another node owns it); else it is back in service. Drops the reference. */
 void registry_move_out_end(registry *r, session *s, bool moved);
-/* The workspace of session id while it is moving out (malloc'd), else NULL. */
-char *registry_moving_workspace(registry *r, const char *id);
-/* A session moving in: id with a new disk of quota_bytes, invisible (and with a reference in
- * *out) until registry_move_in_end. SESSION_OK, SESSION_CAPACITY, SESSION_ERROR. */
+/* The image file of session id while it is moving out (malloc'd), else NULL. */
+char *registry_moving_image(registry *r, const char *id);
+/* Freezes (or thaws) the disk of s, which is moving out: its image stays as it is while it is
+ * copied. 0, or -1 with errno. */
+int registry_move_freeze(registry *r, session *s, bool freeze);
+/* A session moving in: id of spec (its template and size; spec->quota_bytes its quota) with the
+ * disk another node sends (an image of image_bytes, which fill writes: disk/pool.h's
+ * disk_receive), invisible (and with a reference in *out) until
+ * registry_move_in_end. SESSION_OK; SESSION_CAPACITY when this node has no room for it (checked
+ * before fill runs), SESSION_ERROR when it could not be made or did not arrive whole: the
+ * reason in why. */
 session_result registry_move_in(registry *r, const char *id, size_t tenant, const json_t *egress,
-                                long long quota_bytes, double created_at, double last_used, session **out);
+                                const session_spec *spec, long long image_bytes, disk_fill_fn fill, void *ctx,
+                                double created_at, double last_used, session **out, char *why, size_t whylen);
 /* ok: it is served and saved from now on (false when the save failed: undone); else it goes
  * (its disk deleted, the fleet's row kept for the node it came from). Drops the reference. */
 bool registry_move_in_end(registry *r, session *s, bool ok);
@@ -172,12 +200,23 @@ typedef struct {
     json_t *egress; /* a reference */
     double created_at, last_accessed_at, expires_at;
     long long quota_bytes;
+    char template_name[SESSION_TEMPLATE_MAX];
+    sandbox_size size;
 } session_info;
 
 /* The tenant's sessions, newest first: a malloc'd array of *n entries (NULL when there are
  * none or memory ran out); free it with session_info_free. */
 session_info *registry_list(registry *r, size_t tenant, size_t *n);
 void session_info_free(session_info *v, size_t n);
+
+/* The tenant's session id as a list shows it (in *out, its egress a reference the caller
+ * drops), without touching it: SESSION_OK, SESSION_NOT_FOUND,
+ * SESSION_FORBIDDEN or SESSION_MOVING. */
+session_result registry_info(registry *r, const char *id, size_t tenant, session_info *out);
+
+/* A session's template and size as the API shows them: "template", "memory_mb", "cpus",
+ * "disk_mb", "max_processes" added to o. */
+void session_shape_json(json_t *o, const char *template_name, const sandbox_size *size, long long quota_bytes);
 
 /* Every ready session's id and last access time (malloc'd arrays of the returned count). */
 size_t registry_times(registry *r, char (**ids)[17], double **times);

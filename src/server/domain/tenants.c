@@ -1,5 +1,6 @@
 /* The runtime tenant table: a preallocated array, appended to under a mutex. */
 #include "domain/tenants.h"
+#include "log/log.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -69,7 +70,7 @@ long tenants_intern(tenants *t, const char *name)
         if (config_runtime_tenant(t->cfg, name, &t->t[t->n]))
             found = (long)t->n++;
     } else if (found < 0) {
-        fprintf(stderr, "airlockd: tenant table full (%zu tenants); refusing tenant '%s'\n", t->cap, name);
+        log_error("tenant table full (%zu tenants); refusing tenant '%s'", t->cap, name);
     }
     pthread_mutex_unlock(&t->mu);
     return found;

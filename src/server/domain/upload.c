@@ -2,6 +2,7 @@
 #include "domain/upload.h"
 
 #include "domain/paths.h"
+#include "log/log.h"
 #include "sandbox/sandbox.h"
 
 #include <errno.h>
@@ -88,7 +89,7 @@ int upload_commit(upload_file *u)
     } else if (renameat(u->dir_fd, tmp, u->dir_fd, u->last) != 0) {
         err = errno; /* the target is a directory, say: the hidden name goes too */
         if (unlinkat(u->dir_fd, tmp, 0) != 0)
-            perror("airlockd: upload: removing a temporary name");
+            log_warn("upload: removing a temporary name: %s", strerror(errno));
     } else if (fsync(u->dir_fd) != 0) {
         err = errno;
     }

@@ -2,6 +2,7 @@
  * and releases them, and the hand-over to a session's next command (see warm.h). */
 #include "domain/warm_internal.h"
 
+#include "log/log.h"
 #include "sandbox/session_sandbox.h"
 
 #include <errno.h>
@@ -89,6 +90,7 @@ static void release_entry(warm_pool *w, entry *e)
         n->session = true;
         n->egress = again.egress;
         n->created_at = again.created_at;
+        n->size = again.size;
         again.egress = NULL;
     }
     json_decref(again.egress);
@@ -133,7 +135,7 @@ static void start_boots(warm_pool *w)
         char name[KEY_MAX + 4];
         snprintf(name, sizeof name, "%s-%s", e->key, e->session ? "s" : "w");
         sandbox_opts o = {.workspace_dir = e->workspace, .name = name, .tenant = e->tenant, .cancel_fd = -1,
-                          .boot_ahead = true, .agent = e->session};
+                          .boot_ahead = true, .agent = e->session, .size = e->size};
         char err[512] = "";
         pthread_mutex_unlock(&w->mu);
         /* a session with egress: its sandbox on the session's network (an entry starting
@@ -149,7 +151,7 @@ static void start_boots(warm_pool *w)
         e->sb = sb;
         e->net = sb ? net : NULL;
         if (!sb) {
-            fprintf(stderr, "airlockd: cannot boot a sandbox ahead for %s: %s\n", e->key, err[0] ? err : "no egress");
+            log_warn("cannot boot a sandbox ahead for %s: %s", e->key, err[0] ? err : "no egress");
             warm_clear_entry(e);
         } else if (e->doomed || w->stopping) {
             release_entry(w, e);
@@ -174,8 +176,8 @@ static void look_around(warm_pool *w)
                 e->used_ms = now;
                 pthread_cond_broadcast(&w->changed); /* a command may wait for a session's own */
             } else if (rc < 0 || now - e->started_ms > BOOT_GIVE_UP_MS) {
-                fprintf(stderr, "airlockd: sandbox booted ahead for %s given up: %s\n", e->key,
-                        rc < 0 ? err : "boot too slow");
+                log_warn("sandbox booted ahead for %s given up: %s", e->key,
+                         rc < 0 ? err : "boot too slow");
                 release_entry(w, e);
             }
         } else if (e->state == E_DOOMED ||
@@ -338,7 +340,7 @@ bool warm_fill_entry(entry *e, const char *key, const char *workspace, const cha
     return true;
 }
 
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant)
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const sandbox_size *size)
 {
     if (!w || strlen(key) >= KEY_MAX || !key[0])
         return;
@@ -346,8 +348,9 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
     entry *e = w->stopping ? NULL : find(w, key);
     if (e)
         e->used_ms = warm_now_ms();
-    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL)
-        warm_fill_entry(e, key, workspace, tenant);
+    else if (!w->stopping && (e = warm_free_entry_locked(w)) != NULL && warm_fill_entry(e, key, workspace, tenant) &&
+             size)
+        e->size = *size;
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);
 }
@@ -375,6 +378,7 @@ void warm_want_spare(warm_pool *w, const char *tenant)
         entry *e = warm_free_entry_locked(w);
         if (!e || !warm_fill_entry(e, NULL, NULL, tenant))
             break;
+        e->size = w->ws.spare_size;
     }
     pthread_mutex_unlock(&w->mu);
     warm_wake(w);
@@ -444,7 +448,7 @@ static bool wait_booted(sandbox *sb, int cancel_fd)
         int rc = sandbox_boot_check(sb, err, sizeof err);
         if (rc != 0) {
             if (rc < 0)
-                fprintf(stderr, "airlockd: %s\n", err);
+                log_warn("%s", err);
             return rc == 1;
         }
         int64_t left = until - warm_now_ms();

@@ -54,6 +54,7 @@ typedef struct {
     int idle_seconds; /* SANDBOX_WARM_IDLE_SECONDS */
     int max_booting;  /* boots at once (the CPUs) */
     int spares;       /* SANDBOX_WARM_NEW: spares per tenant (0: new sessions start cold) */
+    sandbox_size spare_size; /* a spare's sandbox: the sessions' default size */
     bool sessions;    /* SANDBOX_EXEC_MODE=session: sessions get a sandbox of their own */
     warm_spare_disks disks;
     warm_session_network net;
@@ -67,9 +68,10 @@ warm_pool *warm_new(sandbox_backend *b, const warm_settings *ws, char *errbuf, s
  * running in one). */
 void warm_free(warm_pool *w);
 
-/* Boots a sandbox ahead for session key over workspace (absolute), for tenant; name prefixes
- * its id. Does nothing when key already has one, or when full with nothing to evict. */
-void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant);
+/* Boots a sandbox ahead for session key over workspace (absolute), for tenant, of size (NULL:
+ * the default); name prefixes its id. Does nothing when key already has one, or when full with
+ * nothing to evict. */
+void warm_want(warm_pool *w, const char *key, const char *workspace, const char *tenant, const sandbox_size *size);
 
 /* key's sandbox, booted (waiting up to a few seconds for a boot under way, less if cancel_fd
  * hangs up), now the caller's to sandbox_run and sandbox_release; NULL when there is none
@@ -77,7 +79,7 @@ void warm_want(warm_pool *w, const char *key, const char *workspace, const char 
 sandbox *warm_take(warm_pool *w, const char *key, int cancel_fd);
 
 /* Keeps settings.spares sandboxes booting or booted for tenant's next new sessions, each over
- * a fresh disk of its own (a spare counts against max_ready like any other, and is released
+ * a fresh disk of its own, of the default template and settings.spare_size (a spare counts against max_ready like any other, and is released
  * when idle like any other). */
 void warm_want_spare(warm_pool *w, const char *tenant);
 

@@ -47,6 +47,7 @@ typedef struct {
     double created_at;  /* its session's (for the egress pass) */
     void *net;          /* that network (warm_session_network's handle) while its sandbox lives */
     bool reboot;        /* a session's sandbox that died: once released, its next boots */
+    sandbox_size size;  /* its session's (a spare: warm_settings.spare_size) */
 } entry;
 
 struct warm_pool {

@@ -29,6 +29,7 @@ static entry *want_locked(warm_pool *w, const session *s, const char *tenant)
             return NULL;
         e->session = true;
         e->created_at = s->created_at;
+        e->size = s->size;
         if (json_array_size(s->egress) > 0 && !(e->egress = json_deep_copy(s->egress))) {
             warm_clear_entry(e); /* never a sandbox without its session's network */
             return NULL;

@@ -1,173 +1,206 @@
-/* A drain's moves between nodes (docs/fleet.md "Drain"). The draining node, from its
- * heartbeat, takes each idle session out of service, names its new node in the database and
- * asks that node to take it (POST /v1/fleet/internal/sessions/{id}); the new node reads the
- * database, fetches the workspace as a tar archive from the draining node
- * (GET /v1/fleet/internal/sessions/{id}/archive), unpacks it on a new disk and becomes the
- * owner. Both requests carry the fleet's secret as a bearer token. */
+/* A drain's moves from the draining node (docs/fleet.md "Drain"). The heartbeat only wakes
+ * the mover's thread, so a move never delays it. For each of the node's idle sessions the
+ * mover takes it out of service, names its new node in the database, freezes its disk (its
+ * image then stays consistent and unchanged) and asks that node to take it
+ * (POST /v1/fleet/internal/sessions/{id}, the image's size in X-Airlock-Image-Bytes); the new
+ * node checks it has room, fetches the disk's used blocks from this node
+ * (GET .../archive: drain/transfer.c), checks and mounts it and becomes the owner. A move that
+ * fails or does not end within SANDBOX_FLEET_MOVE_TIMEOUT_S is undone in the database (unless
+ * the new node took it first), the disk thawed and the session served here again, its reason
+ * kept for the drain's report (sessions.move_error). */
 #include "drain/move.h"
 
-#include <curl/curl.h>
+#include "drain/peer.h"
+#include "log/log.h"
+
 #include <errno.h>
-#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
-#define STEP_SECONDS 3.0 /* one heartbeat's moves at most (the heartbeat waits for them) */
+struct mover {
+    app *a;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool wake, stopping;
+    atomic_bool abort; /* the move under way ends now */
+};
 
-static double now_s(void)
+static void nap(mover *m, int seconds)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static size_t to_fd(char *data, size_t size, size_t n, void *ctx)
-{
-    int fd = *(int *)ctx;
-    size_t len = size * n, done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, data + done, len - done);
-        if (w <= 0)
-            return 0;
-        done += (size_t)w;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += seconds;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stopping && pthread_cond_timedwait(&m->cond, &m->mu, &until) == 0) {
     }
-    return len;
+    pthread_mutex_unlock(&m->mu);
 }
 
-static size_t discard(char *data, size_t size, size_t n, void *ctx)
+/* Asks node (at url) to take session id, whose disk image has image_bytes: true when it did;
+ * else why says what the drain reports (empty: nothing to report, it is tried again). */
+static bool ask_to_take(mover *m, const char *id, const char *node, const char *url, long long image_bytes,
+                        char *why, size_t whylen)
 {
-    (void)data;
-    (void)ctx;
-    return size * n;
+    const config *c = m->a->cfg;
+    char target[600], header[80];
+    snprintf(target, sizeof target, "%s/v1/fleet/internal/sessions/%s", url, id);
+    snprintf(header, sizeof header, "X-Airlock-Image-Bytes: %lld", image_bytes);
+    peer_request q = {.method = "POST", .url = target, .secret = c->fleet_secret, .header = header,
+                      .timeout_s = c->fleet_move_timeout_s, .abort = &m->abort};
+    peer_answer ans;
+    peer_call(&q, &ans);
+    if (ans.status == 200)
+        return true;
+    if (ans.aborted || ans.status == 503)
+        why[0] = '\0'; /* this node is stopping, or that one takes other moves: the next pass */
+    else if (ans.timed_out)
+        snprintf(why, whylen, "its move to %s did not end within SANDBOX_FLEET_MOVE_TIMEOUT_S (%d s)", node,
+                 c->fleet_move_timeout_s);
+    else if (ans.status == 507)
+        snprintf(why, whylen, "node %s has no room for it: %s", node, ans.detail);
+    else if (ans.status)
+        snprintf(why, whylen, "node %s answered %ld: %s", node, ans.status, ans.detail);
+    else
+        snprintf(why, whylen, "node %s could not be reached: %s", node, ans.error);
+    return false;
 }
 
-/* One internal request (the secret as a bearer token, never in a URL or a log); the body
- * goes to fd (or is dropped when fd < 0). The HTTP status, or -1. */
-static long internal_request(const char *method, const char *url, const char *secret, int fd, long timeout_s)
+/* The move failed: undone in the database, unless the receiving node took it first (then it
+ * did move: true). While the database cannot tell, the session stays out of service. */
+static bool undo(mover *m, const char *id, const char *why)
 {
-    CURL *h = curl_easy_init();
-    if (!h)
-        return -1;
-    char *auth = NULL;
-    struct curl_slist *hdrs = NULL;
-    long code = -1;
-    if (asprintf(&auth, "Authorization: Bearer %s", secret) >= 0 && (hdrs = curl_slist_append(NULL, auth))) {
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-        if (strcmp(method, "POST") == 0)
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fd >= 0 ? to_fd : discard);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &fd);
-        if (curl_easy_perform(h) == CURLE_OK)
-            curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    }
-    curl_slist_free_all(hdrs);
-    if (auth) {
-        memset(auth, 0, strlen(auth));
-        free(auth);
-    }
-    curl_easy_cleanup(h);
-    return code;
+    int rc;
+    while ((rc = fleet_move_cancel(m->a->fleet, id, why[0] ? why : NULL)) < 0 && !atomic_load(&m->abort))
+        nap(m, 1);
+    if (rc < 0)
+        log_session(LV_ERROR, id, NULL, "drain: whether it moved is unknown (the database cannot be reached); "
+                                        "it is served here again");
+    return rc == 1;
 }
 
-/* tar with fd as its stdin (extract) or stdout (create), in dir; 0 when it succeeded. */
-static int run_tar(const char *mode, const char *dir, int fd)
+/* Moves session id to another node if it is idle (a request holds it: the next pass). */
+static void move_one(mover *m, const char *id)
 {
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        if (dup2(fd, strcmp(mode, "-c") == 0 ? 1 : 0) < 0)
-            _exit(127);
-        int null = open("/dev/null", O_RDWR);
-        if (null >= 0)
-            dup2(null, strcmp(mode, "-c") == 0 ? 0 : 1);
-        /* the archive holds the workspace as it is (symlinks as links, never followed); on
-         * extraction owners and modes come back, nothing lands outside dir */
-        execlp("tar", "tar", "--numeric-owner", "--same-permissions", "-C", dir, mode, "-f", "-", ".", (char *)NULL);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return -1;
-    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-/* An unnamed temporary file in the state directory (gone when closed), or -1. */
-static int scratch(const app *a)
-{
-    return open(a->state_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-}
-
-int move_pack(const app *a, const char *workspace)
-{
-    int fd = scratch(a);
-    if (fd >= 0 && (run_tar("-c", workspace, fd) != 0 || lseek(fd, 0, SEEK_SET) != 0)) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-int move_fetch(const app *a, const char *source_url, const char *id, const char *workspace)
-{
-    int fd = scratch(a);
-    if (fd < 0)
-        return -1;
-    char url[600];
-    snprintf(url, sizeof url, "%s/v1/fleet/internal/sessions/%s/archive", source_url, id);
-    long code = internal_request("GET", url, a->cfg->fleet_secret, fd, 300);
-    int rc = code == 200 && lseek(fd, 0, SEEK_SET) == 0 ? run_tar("-x", workspace, fd) : -1;
-    if (code != 200)
-        fprintf(stderr, "airlockd: move of %s: its node answered %ld for the archive\n", id, code);
-    close(fd);
-    return rc;
-}
-
-/* Moves session id to another node: true when it went. */
-static bool move_one(app *a, const char *id)
-{
+    app *a = m->a;
     session *s = NULL;
     if (!registry_move_out_begin(a->reg, id, &s))
-        return false; /* a request holds it (a command runs): the next heartbeat tries again */
-    char target[400], url[600];
-    bool moved = false;
-    if (fleet_move_begin(a->fleet, id, target, sizeof target) == 0) {
-        snprintf(url, sizeof url, "%s/v1/fleet/internal/sessions/%s", target, id);
-        long code = internal_request("POST", url, a->cfg->fleet_secret, -1, 300);
-        moved = code == 200;
-        if (!moved) {
-            fprintf(stderr, "airlockd: drain: %s could not move to %s (answer %ld); it stays here for now\n", id,
-                    target, code);
-            fleet_move_cancel(a->fleet, id);
-        } else {
-            fprintf(stderr, "airlockd: drain: %s moved to %s\n", id, target);
-        }
+        return;
+    char node[200], url[400], why[600] = "";
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (fleet_move_begin(a->fleet, id, node, sizeof node, url, sizeof url) != 0) {
+        snprintf(why, sizeof why, "no other node can take it (none is active with a fresh heartbeat and room "
+                                  "for another session)");
+        fleet_move_refused(a->fleet, id, why);
+        log_session(LV_WARN, id, NULL, "drain: kept on this node: %s", why);
+        registry_move_out_end(a->reg, s, false);
+        return;
     }
+    char *img = registry_moving_image(a->reg, id);
+    struct stat st;
+    bool moved = false, frozen = false;
+    if (!img || stat(img, &st) != 0)
+        snprintf(why, sizeof why, "its disk image cannot be read");
+    else if (registry_move_freeze(a->reg, s, true) != 0)
+        snprintf(why, sizeof why, "its disk cannot be frozen for the copy: %s", strerror(errno));
+    else
+        frozen = true;
+    if (frozen)
+        moved = ask_to_take(m, id, node, url, (long long)st.st_size, why, sizeof why);
+    free(img);
+    if (!moved && undo(m, id, why)) {
+        moved = true;
+        log_session(LV_INFO, id, NULL, "drain: node %s took it after all", node);
+    }
+    if (frozen && registry_move_freeze(a->reg, s, false) != 0)
+        log_session(LV_ERROR, id, NULL, "drain: its disk cannot be thawed: %s", strerror(errno));
     registry_move_out_end(a->reg, s, moved);
-    return moved;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    if (moved)
+        log_session(LV_INFO, id, NULL, "drain: moved to %s in %.2f s", node, took);
+    else
+        log_session(LV_WARN, id, NULL, "drain: kept on this node after %.2f s: %s", took,
+                    why[0] ? why : "this node is stopping");
 }
 
-void move_drain_step(void *ctx)
+/* One pass over the sessions the drain may still move. */
+static void pass(mover *m)
 {
-    app *a = ctx;
-    if (!a->cfg->fleet_secret)
+    json_t *ids = fleet_move_candidates(m->a->fleet);
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v)
+    {
+        if (atomic_load(&m->abort))
+            break;
+        move_one(m, json_string_value(v));
+    }
+    json_decref(ids);
+}
+
+static void *mover_main(void *arg)
+{
+    mover *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stopping) {
+        if (!m->wake) {
+            pthread_cond_wait(&m->cond, &m->mu);
+            continue;
+        }
+        m->wake = false;
+        pthread_mutex_unlock(&m->mu);
+        pass(m);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+mover *mover_start(app *a)
+{
+    mover *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->a = a;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cond, NULL);
+    if (pthread_create(&m->thread, NULL, mover_main, m) != 0) {
+        pthread_mutex_destroy(&m->mu);
+        pthread_cond_destroy(&m->cond);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void mover_wake(void *ctx)
+{
+    mover *m = ctx;
+    if (!m->a->cfg->fleet_secret)
         return; /* no secret: sessions stay until they end (docs/fleet.md) */
-    char(*ids)[17] = NULL;
-    double *times = NULL;
-    size_t n = registry_times(a->reg, &ids, &times);
-    double until = now_s() + STEP_SECONDS;
-    for (size_t i = 0; ids && i < n && now_s() < until; i++)
-        move_one(a, ids[i]);
-    free(ids);
-    free(times);
+    pthread_mutex_lock(&m->mu);
+    m->wake = true;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void mover_stop(mover *m)
+{
+    if (!m)
+        return;
+    atomic_store(&m->abort, true);
+    pthread_mutex_lock(&m->mu);
+    m->stopping = true;
+    pthread_cond_broadcast(&m->cond);
+    pthread_mutex_unlock(&m->mu);
+    pthread_join(m->thread, NULL);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cond);
+    free(m);
 }

@@ -1,16 +1,17 @@
-/* A drain's moves between nodes (drain/move.c, docs/fleet.md "Drain"): the draining node's
- * step (from its heartbeat) and the two halves of a workspace's transfer. */
+/* A drain's moves from the draining node (drain/move.c, docs/fleet.md "Drain"): a thread of
+ * their own, one move at a time, each within SANDBOX_FLEET_MOVE_TIMEOUT_S. */
 #ifndef AIRLOCKD_DRAIN_MOVE_H
 #define AIRLOCKD_DRAIN_MOVE_H
 
 #include "app.h"
 
-/* A fleet_drain_fn (ctx is the app): moves what it can of the node's idle sessions. */
-void move_drain_step(void *ctx);
-/* The workspace as a tar archive in an unnamed file, read from its start; -1 on failure. */
-int move_pack(const app *a, const char *workspace);
-/* Fetches session id's archive from the draining node at source_url and unpacks it into
- * workspace: 0, or -1. */
-int move_fetch(const app *a, const char *source_url, const char *id, const char *workspace);
+typedef struct mover mover;
+
+/* Starts the mover's thread (it sleeps until woken); NULL when it cannot start. */
+mover *mover_start(app *a);
+/* A fleet_drain_fn (ctx: the mover): the heartbeat says the node is draining. Never blocks. */
+void mover_wake(void *ctx);
+/* Gives up the move under way (undone: the session stays here) and ends the thread. */
+void mover_stop(mover *m);
 
 #endif

@@ -2,6 +2,7 @@
 #include "egress/dns.h"
 
 #include "egress/loop.h"
+#include "log/log.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ static void sock_state(void *data, ares_socket_t fd, int readable, int writable)
         return;
     }
     if (!s) { /* more sockets than expected: nothing watches it, its lookups time out */
-        fprintf(stderr, "airlockd: egress DNS: too many resolver sockets\n");
+        log_warn("egress DNS: too many resolver sockets");
         return;
     }
     struct epoll_event e;

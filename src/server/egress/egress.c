@@ -5,6 +5,7 @@
 #include "egress/netns.h"
 #include "egress/proxy.h"
 #include "egress/session.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,8 +93,8 @@ egress_service *egress_open(const egress_settings *s, const char *state_dir, cha
                 return NULL;
             }
             total = fits < 1 ? 1 : (int)fits;
-            fprintf(stderr, "airlockd: egress: RLIMIT_NOFILE %ld allows %d proxy connections "
-                    "(SANDBOX_EGRESS_MAX_TUNNELS_TOTAL)\n", limit, total);
+            log_warn("egress: RLIMIT_NOFILE %ld allows %d proxy connections "
+                     "(SANDBOX_EGRESS_MAX_TUNNELS_TOTAL)", limit, total);
         }
     }
     if (s->log_dir && make_dir(s->log_dir, errbuf, errlen) != 0)
@@ -119,9 +120,9 @@ egress_service *egress_open(const egress_settings *s, const char *state_dir, cha
         return NULL;
     }
     if (s->test)
-        fprintf(stderr, "airlockd: TEST-ONLY egress settings are on (AIRLOCK_TEST_EGRESS=1): %zu "
-                "host(s) bypass DNS and the address checks%s\n", s->nmap,
-                s->test_ca ? ", sandboxes trust a test CA" : "");
+        log_warn("TEST-ONLY egress settings are on (AIRLOCK_TEST_EGRESS=1): %zu "
+                 "host(s) bypass DNS and the address checks%s", s->nmap,
+                 s->test_ca ? ", sandboxes trust a test CA" : "");
     return e;
 }
 

@@ -1,6 +1,7 @@
 /* The egress log of one session: a ring of the last events and an optional JSON-lines file. */
 #include "egress/log.h"
 
+#include "log/log.h"
 #include "text/pyjson.h"
 
 #include <errno.h>
@@ -73,7 +74,7 @@ static void rotate(egress_log *l)
     l->fd = -1;
     if (rename(l->path, old) != 0 || open_file(l) != 0) {
         if (!l->reported)
-            fprintf(stderr, "airlockd: cannot rotate the egress log %s: %s\n", l->path, strerror(errno));
+            log_error("cannot rotate the egress log %s: %s", l->path, strerror(errno));
         l->reported = true;
         if (l->fd < 0)
             (void)open_file(l);
@@ -94,8 +95,8 @@ static void write_line(egress_log *l, const json_t *event)
     if (w > 0)
         l->size += w;
     if (w != (ssize_t)(n + 1) && !l->reported) {
-        fprintf(stderr, "airlockd: cannot write the egress log %s: %s\n", l->path,
-                w < 0 ? strerror(errno) : "short write");
+        log_error("cannot write the egress log %s: %s", l->path,
+                  w < 0 ? strerror(errno) : "short write");
         l->reported = true;
     }
     free(text);

@@ -8,6 +8,7 @@
 #include "egress/loop.h"
 #include "egress/policy.h"
 #include "egress/request.h"
+#include "log/log.h"
 #include "text/utf8.h"
 
 #include <arpa/inet.h>
@@ -705,7 +706,7 @@ static void accept_some(egress_proxy *p, egress_listener *l)
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* out of descriptors: stop accepting for a tick (the backlog waits) */
                 if (!p->emfile_reported)
-                    fprintf(stderr, "airlockd: egress proxy: accept: %s; pausing\n", strerror(errno));
+                    log_error("egress proxy: accept: %s; pausing", strerror(errno));
                 p->emfile_reported = true;
                 epoll_ctl(p->ep, EPOLL_CTL_DEL, l->fd, NULL);
                 l->registered = false;

@@ -3,6 +3,7 @@
  * fleet_agent_reply) and closes it. HAProxy sets the node's weight in the `create` backend
  * from it, so new sessions go where there is room. */
 #include "fleet/agent.h"
+#include "log/log.h"
 
 #include <pthread.h>
 
@@ -103,7 +104,7 @@ struct fleet_agent *fleet_agent_start(fleet_agent_reply_fn reply, void *ctx, con
         free(ag);
         return NULL;
     }
-    fprintf(stderr, "airlockd: fleet: load report for HAProxy's agent-check on %s port %d\n", host, port);
+    log_info("fleet: load report for HAProxy's agent-check on %s port %d", host, port);
     return ag;
 }
 

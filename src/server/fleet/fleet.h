@@ -68,13 +68,15 @@ bool fleet_accepting(fleet *f);
 /* How many nodes were not dead at the last heartbeat that reached the database (≥ 1). */
 int fleet_live_nodes(fleet *f);
 
-/* GET /v1/admin/nodes: every node with its state, sessions, commands running and last
- * heartbeat; NULL when the database cannot be read. */
+/* GET /v1/admin/nodes: every node with its state, sessions, commands running, last
+ * heartbeat and the sessions a drain could not move (unmoved: [{session_id, reason}]); NULL
+ * when the database cannot be read. */
 json_t *fleet_nodes(fleet *f);
 
-/* POST /v1/admin/nodes/{id}/drain: the node takes no new session from now on (it becomes
- * `drained` once its sessions have ended; starting it again makes it active). The node's row
- * after the change in *row; 0, 1 no such node, -1 unreachable. */
+/* POST /v1/admin/nodes/{id}/drain: the node takes no new session from now on and its
+ * sessions move (it becomes `drained` once it holds none; starting it again makes it
+ * active); the sessions an earlier drain could not move are tried again. The node's row after
+ * the change in *row ({id, state}); 0, 1 no such node, -1 unreachable. */
 int fleet_drain(fleet *f, const char *node_id, json_t **row);
 
 /* ---- sessions (fleet/registry.c) ---- */
@@ -83,8 +85,9 @@ int fleet_drain(fleet *f, const char *node_id, json_t **row);
  * tenant's sessions), -1 the database cannot be reached. */
 int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max, const json_t *egress,
                           long long quota_bytes, int *open_now);
-/* The reserved row takes its final id (a spare's) and creation time. */
-void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at);
+/* The reserved row takes its final id (a spare's), creation time and shape (the session's
+ * template and size: {"template", "memory_mb", "cpu_percent", "max_processes"}; NULL: '{}'). */
+void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at, const json_t *shape);
 /* The session is gone for good (deleted, expired, its disk failed). */
 void fleet_session_release(fleet *f, const char *id);
 /* At start: this node's sessions the database lists as active but the node no longer holds
@@ -110,19 +113,26 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
 
 /* ---- a drain's moves (fleet/moves.c) ---- */
 
-/* Called from the heartbeat while this node is draining: moves what it can of its idle
- * sessions, within a few seconds (drain/move.c). */
+/* Called from the heartbeat while this node is draining; it must not block (drain/move.c's
+ * mover wakes its own thread). */
 typedef void (*fleet_drain_fn)(void *ctx);
 void fleet_set_drain(fleet *f, fleet_drain_fn step, void *ctx);
+/* The draining node's sessions a drain may still move (active, not refused by an earlier
+ * move of this drain): a JSON array of ids, NULL when the database cannot be read. */
+json_t *fleet_move_candidates(fleet *f);
 /* The draining node: session sid (its own) is moving to the active node with the most free
- * room, whose URL goes to url; 0, or -1 (no such node, or not its session). */
-int fleet_move_begin(fleet *f, const char *sid, char *url, size_t urllen);
-/* The move failed: sid stays on this node. */
-void fleet_move_cancel(fleet *f, const char *sid);
-/* The draining node: whether sid is its own and moving (its archive may be read). */
+ * room, whose id and URL go to node and url; 0, or -1 (no such node, or not its session). */
+int fleet_move_begin(fleet *f, const char *sid, char *node, size_t nodelen, char *url, size_t urllen);
+/* The move did not finish: sid stays on this node, with why (NULL: none, it is tried again) as
+ * the reason the drain reports. 0 done; 1 it had moved after all (the receiving node took it
+ * first: it is not this node's any more); -1 the database cannot be reached (unknown). */
+int fleet_move_cancel(fleet *f, const char *sid, const char *why);
+/* sid (this node's) could not start moving: why is what the drain reports. */
+void fleet_move_refused(fleet *f, const char *sid, const char *why);
+/* The draining node: whether sid is its own and moving (its disk may be read). */
 bool fleet_move_outgoing(fleet *f, const char *sid);
 /* The receiving node: sid's row when the database says it is moving to this node
- * ({tenant, egress, quota_mb, created_at, last_used, source: the draining node's URL}), else
+ * ({tenant, egress, quota_mb, shape, created_at, last_used, source: the draining node's URL}), else
  * NULL. */
 json_t *fleet_move_incoming(fleet *f, const char *sid);
 /* The receiving node owns sid from now on: 0, or -1 (it was not moving here). */

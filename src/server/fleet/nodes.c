@@ -52,7 +52,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
     atomic_store(&f->accepting, true);
-    fprintf(stderr, "airlockd: fleet node '%s' (slot %02x) at %s\n", f->id, (unsigned)f->slot, f->url);
+    log_info("fleet node '%s' (slot %02x) at %s", f->id, (unsigned)f->slot, f->url);
     return f;
 }
 
@@ -69,7 +69,7 @@ static bool drop_lost(fleet *f)
 }
 
 /* One heartbeat, one statement: the node's row, its state, the reaping of dead nodes (by one
- * node at a time) and the count of nodes alive (schema migration 7). */
+ * node at a time) and the count of nodes alive (schema migration 9). */
 static void beat(fleet *f)
 {
     int load = f->load ? f->load(f->load_ctx) : 0;
@@ -141,7 +141,7 @@ int fleet_start(fleet *f, fleet_load_fn load)
     if (f->agent_port > 0) {
         char err[200];
         if (!(f->agent = fleet_agent_start(agent_reply, f, f->agent_host, f->agent_port, err, sizeof err))) {
-            fprintf(stderr, "airlockd: fleet: %s\n", err);
+            log_error("fleet: %s", err);
             return -1;
         }
     }
@@ -190,7 +190,7 @@ int fleet_set_url(fleet *f, const char *url)
     PQclear(res);
     free(f->url);
     f->url = u;
-    fprintf(stderr, "airlockd: fleet node '%s' advertised at %s\n", f->id, f->url);
+    log_info("fleet node '%s' advertised at %s", f->id, f->url);
     return 0;
 }
 
@@ -282,17 +282,30 @@ json_t *fleet_nodes(fleet *f)
         " FROM nodes n ORDER BY n.slot", 0, NULL);
     if (!res)
         return NULL;
+    /* the sessions a drain could not move, by node */
+    PGresult *um = pg_query(f->db, "SELECT node, id, move_error FROM sessions WHERE state = 'active'"
+                                   " AND move_error IS NOT NULL ORDER BY node, id", 0, NULL);
+    if (!um) {
+        PQclear(res);
+        return NULL;
+    }
     json_t *arr = json_array();
     for (int i = 0; i < PQntuples(res); i++) {
+        json_t *unmoved = json_array();
+        for (int j = 0; j < PQntuples(um); j++)
+            if (strcmp(PQgetvalue(um, j, 0), PQgetvalue(res, i, 0)) == 0)
+                json_array_append_new(unmoved, json_pack("{s:s,s:s}", "session_id", PQgetvalue(um, j, 1), "reason",
+                                                         PQgetvalue(um, j, 2)));
         char slot[8];
         snprintf(slot, sizeof slot, "%02x", (unsigned)atoi(PQgetvalue(res, i, 1)));
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:i,s:i,s:I,s:I}",
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:i,s:i,s:I,s:I,s:o}",
             "id", PQgetvalue(res, i, 0), "slot", slot, "url", PQgetvalue(res, i, 2),
             "state", PQgetvalue(res, i, 3), "last_heartbeat", atof(PQgetvalue(res, i, 4)),
             "heartbeat_age_s", atof(PQgetvalue(res, i, 5)), "capacity", atoi(PQgetvalue(res, i, 6)),
             "load", atoi(PQgetvalue(res, i, 7)), "sessions", (json_int_t)atoll(PQgetvalue(res, i, 8)),
-            "commands_running", (json_int_t)atoll(PQgetvalue(res, i, 9))));
+            "commands_running", (json_int_t)atoll(PQgetvalue(res, i, 9)), "unmoved", unmoved));
     }
+    PQclear(um);
     PQclear(res);
     return arr;
 }
@@ -301,8 +314,13 @@ int fleet_drain(fleet *f, const char *node_id, json_t **row)
 {
     *row = NULL;
     const char *p[] = {node_id};
-    PGresult *res = pg_query(f->db, "UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END"
-                                    " WHERE id = $1 RETURNING id, state", 1, p);
+    /* a drain asked again tries again the sessions an earlier one could not move */
+    PGresult *res = pg_query(f->db,
+        "WITH n AS (UPDATE nodes SET state = CASE WHEN state = 'active' THEN 'draining' ELSE state END"
+        "  WHERE id = $1 RETURNING id, state),"
+        " r AS (UPDATE sessions SET move_error = NULL WHERE node = $1 AND move_error IS NOT NULL"
+        "  AND EXISTS (SELECT 1 FROM n WHERE n.state = 'draining'))"
+        " SELECT id, state FROM n", 1, p);
     if (!res)
         return -1;
     int rc = PQntuples(res) == 1 ? 0 : 1;

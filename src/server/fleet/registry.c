@@ -1,6 +1,9 @@
 /* The fleet's session registry in PostgreSQL: which node holds which session, the tenants'
  * session counts, the answers for a session whose node is not this one. */
 #include "fleet/internal.h"
+#include "log/log.h"
+
+#include "fleet/wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +30,15 @@ int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max,
     return 1;
 }
 
-void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at)
+void fleet_session_ready(fleet *f, const char *reserved_id, const char *id, double created_at, const json_t *shape)
 {
     char t[40];
     snprintf(t, sizeof t, "%.6f", created_at);
-    const char *p[] = {reserved_id, id, t};
+    char *sh = shape ? json_dumps(shape, JSON_COMPACT) : NULL;
+    const char *p[] = {reserved_id, id, t, sh ? sh : "{}"};
     PQclear(pg_query(f->db, "UPDATE sessions SET id = $2, created_at = $3::double precision,"
-                            " last_used = $3::double precision WHERE id = $1", 3, p));
+                            " last_used = $3::double precision, shape = $4::jsonb WHERE id = $1", 4, p));
+    free(sh);
 }
 
 void fleet_session_release(fleet *f, const char *id)
@@ -55,7 +60,7 @@ void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), 
         const char *q[] = {id, f->id};
         PQclear(pg_query(f->db, "UPDATE sessions SET state = 'lost', lost_at = now() WHERE id = $1 AND node = $2"
                                 " AND state = 'active'", 2, q));
-        fprintf(stderr, "airlockd: session %s is not on this node any more: declared lost\n", id);
+        log_session(LV_WARN, id, NULL, "session %s is not on this node any more: declared lost", id);
     }
     PQclear(res);
 }
@@ -129,7 +134,7 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
 json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
 {
     const char *p[] = {tenant};
-    PGresult *res = pg_query(f->db, "SELECT id, egress::text, created_at, last_used, quota_mb FROM sessions"
+    PGresult *res = pg_query(f->db, "SELECT id, egress::text, created_at, last_used, quota_mb, shape::text FROM sessions"
                                     " WHERE tenant = $1 AND state = 'active' ORDER BY created_at DESC, id", 1, p);
     if (!res)
         return NULL;
@@ -137,11 +142,19 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
     for (int i = 0; i < PQntuples(res); i++) {
         json_t *eg = json_loads(PQgetvalue(res, i, 1), 0, NULL);
         double last = atof(PQgetvalue(res, i, 3));
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:o,s:f,s:f,s:f,s:I}", "session_id", PQgetvalue(res, i, 0),
-                                             "tenant_id", tenant, "egress", eg ? eg : json_array(), "created_at",
-                                             atof(PQgetvalue(res, i, 2)), "last_accessed_at", last,
-                                             "expires_at", last + ttl, "disk_quota_mb",
-                                             (json_int_t)atoll(PQgetvalue(res, i, 4))));
+        long long quota_mb = atoll(PQgetvalue(res, i, 4));
+        json_t *item = json_pack("{s:s,s:s,s:o,s:f,s:f,s:f,s:I}", "session_id", PQgetvalue(res, i, 0),
+                                 "tenant_id", tenant, "egress", eg ? eg : json_array(), "created_at",
+                                 atof(PQgetvalue(res, i, 2)), "last_accessed_at", last,
+                                 "expires_at", last + ttl, "disk_quota_mb", (json_int_t)quota_mb);
+        json_t *shape = json_loads(PQgetvalue(res, i, 5), 0, NULL);
+        session_spec spec = fleet_shape_spec(shape, quota_mb << 20);
+        session filled = {0}; /* the defaults filled in as the node that holds it did */
+        session_spec_apply(&filled, &spec, NULL, quota_mb << 20);
+        if (item)
+            session_shape_json(item, filled.template_name, &filled.size, filled.quota_bytes);
+        json_decref(shape);
+        json_array_append_new(arr, item);
     }
     PQclear(res);
     return arr;

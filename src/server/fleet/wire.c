@@ -2,15 +2,21 @@
  * callback interfaces (domain/sessions.h, domain/limits.h) to fleet/fleet.h. */
 #include "fleet/wire.h"
 
+#include <string.h>
+
 static int reserve(void *ctx, const char *id, const char *tenant, int max, const json_t *egress, long long quota,
                    int *open_now)
 {
     return fleet_session_reserve(ctx, id, tenant, max, egress, quota, open_now);
 }
 
-static void ready(void *ctx, const char *reserved_id, const char *id, double created_at)
+static void ready(void *ctx, const char *reserved_id, const char *id, double created_at, const session *s)
 {
-    fleet_session_ready(ctx, reserved_id, id, created_at);
+    json_t *shape = json_pack("{s:s,s:I,s:I,s:I}", "template", s->template_name, "memory_mb",
+                              (json_int_t)s->size.memory_mb, "cpu_percent", (json_int_t)s->size.cpu_percent,
+                              "max_processes", (json_int_t)s->size.max_processes);
+    fleet_session_ready(ctx, reserved_id, id, created_at, shape);
+    json_decref(shape);
 }
 
 static void release(void *ctx, const char *id)
@@ -44,4 +50,22 @@ void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls)
     *rs = (registry_shared){.reserve = reserve, .ready = ready, .release = release, .ctx = f};
     *ls = (limits_shared){.lease = lease, .exec_begin = exec_begin, .exec_end = exec_end, .nodes = nodes,
                           .ctx = f};
+}
+
+session_spec fleet_shape_spec(const json_t *shape, long long quota_bytes)
+{
+    json_t *m = json_object_get(shape, "memory_mb"), *c = json_object_get(shape, "cpu_percent"),
+           *n = json_object_get(shape, "max_processes");
+    /* what the database holds was written by a node: still only whole numbers in range count */
+    session_spec spec = {.template_name = json_string_value(json_object_get(shape, "template")),
+                         .quota_bytes = quota_bytes};
+    if (json_is_integer(m) && json_integer_value(m) > 0 && json_integer_value(m) <= 1 << 24)
+        spec.size.memory_mb = (unsigned)json_integer_value(m);
+    if (json_is_integer(c) && json_integer_value(c) > 0 && json_integer_value(c) <= 1 << 20)
+        spec.size.cpu_percent = (unsigned)json_integer_value(c);
+    if (json_is_integer(n) && json_integer_value(n) > 0 && json_integer_value(n) <= 1 << 24)
+        spec.size.max_processes = (unsigned)json_integer_value(n);
+    if (spec.template_name && strlen(spec.template_name) >= SESSION_TEMPLATE_MAX)
+        spec.template_name = NULL;
+    return spec;
 }

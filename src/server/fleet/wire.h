@@ -8,4 +8,8 @@
 
 void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls);
 
+/* A session's spec from its row's shape and quota (a move, the list): a field missing or out
+ * of range stays 0, its default. template_name points into shape. */
+session_spec fleet_shape_spec(const json_t *shape, long long quota_bytes);
+
 #endif

@@ -5,6 +5,7 @@
  * lingering as an orphan socket); MHD then sees the end, closes it and frees its slot
  * through conns_close. */
 #include "http/conns.h"
+#include "log/log.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -107,10 +108,10 @@ static void cut(conn_table *t, conn_slot *s)
     if (s->phase == PHASE_RESPOND) {
         struct linger lg = {1, 0};
         if (setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) != 0 && errno != EBADF)
-            perror("airlockd: http: SO_LINGER");
+            log_warn("http: SO_LINGER: %s", strerror(errno));
     }
     if (shutdown(s->fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
-        perror("airlockd: http: shutdown");
+        log_warn("http: shutdown: %s", strerror(errno));
     s->cut = true;
     wait_drop(t, s);
     atomic_fetch_add(s->phase == PHASE_HEADERS ? &t->cut_headers
@@ -128,10 +129,9 @@ static void evict_oldest(conn_table *t, conn_lane *l, int64_t now)
     unsigned long n = atomic_fetch_add(&t->evicted, 1) + 1;
     if (now - t->evict_said_ms >= EVICT_LOG_MS || n == 1) {
         t->evict_said_ms = now;
-        fprintf(stderr,
-                "airlockd: http: %u connections open on a listening socket: closing the oldest owing their "
-                "request headers (%lu so far)\n",
-                l->open, n);
+        log_warn("http: %u connections open on a listening socket: closing the oldest owing their "
+                 "request headers (%lu so far)",
+                 l->open, n);
     }
 }
 

@@ -5,11 +5,13 @@
 #include "http/internal.h"
 #include "http/linger.h"
 #include "http/strict.h"
+#include "log/log.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -50,6 +52,8 @@ void http_limits_default(http_limits *l)
     };
 }
 
+/* libmicrohttpd's own messages (a bind failure, a client's protocol error), as warnings, at
+ * most LOG_BURST per LOG_WINDOW_S so a flood of bad clients cannot flood the log. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -57,18 +61,19 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     static time_t window;
     static unsigned shown, dropped;
     time_t now = time(NULL);
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     pthread_mutex_lock(&mu);
     if (now - window >= LOG_WINDOW_S) {
         if (dropped)
-            fprintf(stderr, "airlockd: http: %u more messages in %d s not shown\n", dropped, LOG_WINDOW_S);
+            log_warn("http: %u more messages in %d s not shown", dropped, LOG_WINDOW_S);
         window = now;
         shown = dropped = 0;
     }
     bool show = shown < LOG_BURST;
     if (show) {
         shown++;
-        fputs("airlockd: http: ", stderr);
-        vfprintf(stderr, fmt, ap);
+        log_warn("http: %s", msg);
     } else {
         dropped++;
     }
@@ -92,7 +97,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
         const union MHD_ConnectionInfo *addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         *socket_ctx = fd ? conns_open(&s->conns, fd->connect_fd, addr ? addr->client_addr : NULL) : NULL;
         if (!*socket_ctx && fd && shutdown(fd->connect_fd, SHUT_RDWR) != 0 && errno != ENOTCONN)
-            perror("airlockd: http: shutdown"); /* no slot: it could not be bounded, drop it */
+            log_warn("http: shutdown: %s", strerror(errno)); /* no slot: it could not be bounded, drop it */
     } else if (*socket_ctx) {
         conns_close(&s->conns, *socket_ctx); /* MHD closes the fd only after this */
         *socket_ctx = NULL;
@@ -183,7 +188,7 @@ static enum MHD_Result refuse_raw(http_request *r, unsigned status, const char *
     if (fd >= 0 && n > 0 && (size_t)n < sizeof buf &&
         send(fd, buf, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno != EAGAIN && errno != EPIPE &&
         errno != ECONNRESET)
-        perror("airlockd: http: send");
+        log_warn("http: send: %s", strerror(errno));
     /* MHD closes the connection when this returns MHD_NO: the client may still be sending */
     http_linger(fd);
     r->status = status;
@@ -386,10 +391,11 @@ static unsigned event_threads(void)
     return n < 2 ? 2 : n > 8 ? 8 : (unsigned)n;
 }
 
-static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const struct sockaddr *sa, int fd,
-                                       unsigned threads)
+/* A daemon serving the listening socket fd (bound by us, so a bind failure is said with the
+ * address and the reason instead of libmicrohttpd's "Failed to bind to port 0"). */
+static struct MHD_Daemon *start_daemon(http_server *s, int fd, unsigned threads)
 {
-    flags |= MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     /* the address option differs in type, so the common options follow it */
 #define COMMON_OPTIONS                                                                           \
     MHD_OPTION_THREAD_POOL_SIZE, threads,                                                        \
@@ -405,10 +411,6 @@ static struct MHD_Daemon *start_daemon(http_server *s, unsigned flags, const str
     /* MHD's idle timer restarts with every byte: only a backstop behind the sweeper */
     unsigned idle_s = 3 * (s->lim.header_timeout_s > s->lim.transfer_timeout_s ? s->lim.header_timeout_s
                                                                                : s->lim.transfer_timeout_s);
-    if (sa)
-        return MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
-                                MHD_OPTION_EXTERNAL_LOGGER, mhd_log, (void *)s,
-                                MHD_OPTION_SOCK_ADDR, sa, COMMON_OPTIONS);
     return MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, (void *)s,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, COMMON_OPTIONS);
@@ -434,6 +436,37 @@ static unsigned evict_at(unsigned conn_limit)
     unsigned room = conn_limit / 16;
     room = room < 2 ? 2 : room > 256 ? 256 : room;
     return conn_limit > room ? conn_limit - room : 1;
+}
+
+/* A TCP socket bound to ai and listening; -1 with err saying the address and why. */
+static int listen_tcp(const struct addrinfo *ai, const char *host, unsigned port, char *err, size_t errlen)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* a restart reuses the port at once */
+        if (ai->ai_family == AF_INET6)
+            (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one); /* exactly the address asked */
+    }
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, (int)LISTEN_BACKLOG) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "--listen: cannot listen on %s%s%s:%u: %s", strchr(host, ':') ? "[" : "", host,
+                 strchr(host, ':') ? "]" : "", port, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* The port a listening socket is bound to (the one chosen for port 0). */
+static unsigned bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    return ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                    : ntohs(((struct sockaddr_in *)&ss)->sin_port);
 }
 
 static int listen_unix(const char *path, char *err, size_t errlen)
@@ -487,8 +520,8 @@ http_server *http_start(const http_options *o, char *err, size_t errlen)
     unsigned daemons = o->unix_path ? 2 : 1;
     s->conn_limit = fit_connections(s->lim.max_connections, daemons);
     if (s->conn_limit < s->lim.max_connections)
-        fprintf(stderr, "airlockd: at most %u connections per listening socket (the descriptor limit allows no more)\n",
-                s->conn_limit);
+        log_warn("at most %u connections per listening socket (the descriptor limit allows no more)",
+                 s->conn_limit);
     size_t slots = (size_t)s->conn_limit * daemons + 16;
     /* one owner per request in flight at most, one request per connection */
     size_t share = s->lim.body_memory / 4 > HTTP_MAX_BODY + 1 ? s->lim.body_memory / 4 : HTTP_MAX_BODY + 1;
@@ -511,22 +544,27 @@ http_server *http_start(const http_options *o, char *err, size_t errlen)
         destroy(s);
         return NULL;
     }
-    s->tcp = start_daemon(s, ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0, ai->ai_addr, -1, event_threads());
+    int tcp_fd = listen_tcp(ai, o->host, o->port, err, errlen);
     freeaddrinfo(ai);
-    if (!s->tcp) {
-        snprintf(err, errlen, "cannot listen on %s:%u (address in use or not available)", o->host, o->port);
+    if (tcp_fd < 0) {
         destroy(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->tcp, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : o->port;
+    s->port = bound_port(tcp_fd);
+    s->tcp = start_daemon(s, tcp_fd, event_threads());
+    if (!s->tcp) {
+        close(tcp_fd);
+        snprintf(err, errlen, "--listen: cannot start the daemon on %s:%u", o->host, s->port);
+        destroy(s);
+        return NULL;
+    }
     if (o->unix_path) {
         int fd = listen_unix(o->unix_path, err, errlen);
         if (fd < 0) {
             destroy(s);
             return NULL;
         }
-        s->unix_d = start_daemon(s, 0, NULL, fd, 1);
+        s->unix_d = start_daemon(s, fd, 1);
         if (!s->unix_d) {
             close(fd);
             snprintf(err, errlen, "--unix: cannot start the daemon on %s", o->unix_path);
@@ -554,7 +592,7 @@ void http_quiesce(http_server *s)
     for (int i = 0; i < 2; i++) {
         MHD_socket fd = d[i] ? MHD_quiesce_daemon(d[i]) : MHD_INVALID_SOCKET;
         if (fd != MHD_INVALID_SOCKET && close(fd) != 0)
-            perror("airlockd: http: closing a listening socket");
+            log_warn("http: closing a listening socket: %s", strerror(errno));
     }
 }
 
@@ -574,7 +612,7 @@ static void stop_running(void *job, void *ctx)
     http_stream *st = atomic_load(&r->stream);
     int fd = st ? http_stream_cancel_fd(st) : http_client_fd(r);
     if (fd >= 0 && shutdown(fd, SHUT_RD) != 0 && errno != ENOTCONN)
-        perror("airlockd: http: shutdown");
+        log_warn("http: shutdown: %s", strerror(errno));
 }
 
 void http_cancel(http_server *s)

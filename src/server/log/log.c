@@ -40,18 +40,52 @@ bool log_enabled(log_level lvl)
     return (int)lvl <= atomic_load_explicit(&current_level, memory_order_relaxed);
 }
 
-/* Appends s to out[*n..cap) as a JSON string's content (quotes and controls escaped). */
+/* The length of the valid UTF-8 sequence at s (1-4), or 0 when it is not one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short). */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (len == 0 || c < 0xC2 || c > 0xF4)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+        (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return len;
+}
+
+/* Appends s to out[*n..cap) as a JSON string's content: quotes and controls escaped, a byte
+ * that is not valid UTF-8 written as U+FFFD, so every line is valid JSON; stops before a
+ * character that would not fit whole. */
 static void put_json(char *out, size_t cap, size_t *n, const char *s)
 {
-    for (; *s && *n + 7 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p && *n + 7 < cap) {
+        unsigned char c = *p;
         if (c == '"' || c == '\\') {
             out[(*n)++] = '\\';
             out[(*n)++] = (char)c;
+            p++;
         } else if (c < 0x20) {
             *n += (size_t)snprintf(out + *n, cap - *n, "\\u%04x", c);
-        } else {
+            p++;
+        } else if (c < 0x80) {
             out[(*n)++] = (char)c;
+            p++;
+        } else {
+            size_t len = utf8_seq(p);
+            if (len == 0) {
+                memcpy(out + *n, "\\ufffd", 6);
+                *n += 6;
+                p++;
+            } else {
+                memcpy(out + *n, p, len);
+                *n += len;
+                p += len;
+            }
         }
     }
 }
@@ -124,5 +158,18 @@ void log_write(log_level lvl, const log_ctx *ctx, const char *fmt, ...)
         if (k <= 0)
             break;
         done += k;
+    }
+}
+
+void log_lines(log_level lvl, const char *text)
+{
+    if (!text || !log_enabled(lvl))
+        return;
+    while (*text) {
+        const char *end = strchr(text, '\n');
+        size_t n = end ? (size_t)(end - text) : strlen(text);
+        if (n > 0)
+            log_write(lvl, NULL, "%.*s", n > LOG_LINE_MAX ? LOG_LINE_MAX : (int)n, text);
+        text += n + (end ? 1 : 0);
     }
 }

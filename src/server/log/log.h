@@ -29,6 +29,9 @@ bool log_enabled(log_level lvl);
 void log_write(log_level lvl, const log_ctx *ctx, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Writes each line of text (lines separated by '\n', empty ones skipped) as a line of its own. */
+void log_lines(log_level lvl, const char *text);
+
 #define ALOG(lvl, ctx, ...)                                                                       \
     do {                                                                                          \
         if (log_enabled(lvl))                                                                     \

@@ -69,11 +69,11 @@ static int parse(int argc, char **argv, router_args *a)
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             is_known = is_known || strcmp(flag, known[k]) == 0;
         if (!is_known) {
-            fprintf(stderr, "airlockd router: unknown flag %s\n", flag);
+            log_error("router: unknown flag %s", flag);
             return -1;
         }
         if (!val) {
-            fprintf(stderr, "airlockd router: %s needs a value\n", flag);
+            log_error("router: %s needs a value", flag);
             return -1;
         }
         if (strcmp(flag, "--bind") == 0)
@@ -88,7 +88,7 @@ static int parse(int argc, char **argv, router_args *a)
             char *end;
             long s = strtol(val, &end, 10);
             if (*end || s < 1 || s > 3600) {
-                fprintf(stderr, "airlockd router: --reread: seconds from 1 to 3600, got '%s'\n", val);
+                log_error("router: --reread: seconds from 1 to 3600, got '%s'", val);
                 return -1;
             }
             a->reread_s = (int)s;
@@ -105,22 +105,22 @@ static pg_pool *open_db(const router_args *a)
     const char *file = a->url_file ? a->url_file : getenv("SANDBOX_DATABASE_URL_FILE");
     char *url = file ? read_first_line(file, err, sizeof err) : getenv("SANDBOX_DATABASE_URL") ? strdup(getenv("SANDBOX_DATABASE_URL")) : NULL;
     if (!url) {
-        fprintf(stderr, "airlockd router: %s\n", file ? err : "no database URL (--database-url-file)");
+        log_error("router: %s", file ? err : "no database URL (--database-url-file)");
         return NULL;
     }
     pg_pool *db = pg_open(url, 1, err, sizeof err);
     memset(url, 0, strlen(url));
     free(url);
     if (!db) {
-        fprintf(stderr, "airlockd router: %s\n", err);
+        log_error("router: %s", err);
         return NULL;
     }
     char *have = pg_value(db, "SELECT to_regproc('airlock_moved_sessions') IS NOT NULL", 0, NULL);
     bool ok = have && strcmp(have, "t") == 0;
     free(have);
     if (!ok) {
-        fprintf(stderr, "airlockd router: the database has no fleet schema the router knows (start a node of this "
-                        "version first: it migrates the schema)\n");
+        log_error("router: the database has no fleet schema the router knows (start a node of this "
+                  "version first: it migrates the schema)");
         pg_close(db);
         return NULL;
     }
@@ -148,7 +148,7 @@ static int run_config(pg_pool *db, const router_args *a)
     }
     if (rc) {
         pg_redact(db, err, clean, sizeof clean);
-        fprintf(stderr, "airlockd router: %s\n", clean);
+        log_error("router: %s", clean);
     }
     free(nodes);
     free(moves);
@@ -166,8 +166,7 @@ int router_main(int argc, char **argv)
     if ((!config && !follow && !sync) || parse(argc, argv, &a) != 0)
         return usage(stderr);
     if (!a.stats_socket || !a.map || (config && !a.bind)) {
-        fprintf(stderr, "airlockd router %s: --stats-socket and --map%s are needed\n", argv[1],
-                config ? " and --bind" : "");
+        log_error("router %s: --stats-socket and --map%s are needed", argv[1], config ? " and --bind" : "");
         return 2;
     }
     umask(022); /* the map file is HAProxy's to read */

@@ -51,7 +51,8 @@ static void lost(void *ctx, const char *session_id)
 {
     app *a = ctx;
     if (registry_forget(a->reg, session_id))
-        fprintf(stderr, "airlockd: session %s was declared lost while this node was away; removed\n", session_id);
+        log_session(LV_WARN, session_id, NULL, "session %s was declared lost while this node was away; removed",
+                    session_id);
 }
 
 static size_t count(void *ctx)
@@ -87,7 +88,7 @@ int server_join_fleet(server *s)
     limits_set_shared(a->lim, &ls);
     /* the fleet's keys are in its database (a SANDBOX_KEYSTORE file would be this node's alone) */
     if (c->keystore_path)
-        fprintf(stderr, "airlockd: fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database\n");
+        log_warn("fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database");
     keystore_close(a->keys);
     if (!(a->keys = keystore_open_pg(a->db, c->fleet_key_cache_s))) {
         snprintf(s->err, sizeof s->err, "out of memory");
@@ -165,7 +166,11 @@ int server_start_fleet(server *s)
     char url[300];
     snprintf(url, sizeof url, "http://%s:%u", s->cfg->listen_host, http_port(s->srv));
     fleet_set_count(a->fleet, count, a->reg);
-    fleet_set_drain(a->fleet, move_drain_step, a);
+    if (!(s->mover = mover_start(a))) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot start the drain's mover");
+        return -1;
+    }
+    fleet_set_drain(a->fleet, mover_wake, s->mover);
     if (start_internal(s) != 0)
         return -1;
     if ((!s->cfg->advertise && fleet_set_url(a->fleet, url) != 0) || fleet_start(a->fleet, beat) != 0) {
@@ -179,7 +184,9 @@ void server_stop_fleet(server *s)
 {
     if (s->a.fleet) /* what this node leased and did not spend is the other nodes' again */
         limits_return_leases(s->a.lim, true);
-    fleet_stop(s->a.fleet);
+    fleet_stop(s->a.fleet); /* first: the heartbeat wakes the mover */
+    mover_stop(s->mover);   /* a move under way is undone: its session stays here */
+    s->mover = NULL;
     stop_internal(s);
 }
 

@@ -3,6 +3,7 @@
 #include "run/server.h"
 
 #include "api/routes.h"
+#include "log/log.h"
 #include "run/fleet.h"
 #include "run/signals.h"
 #include "sandbox/guard.h"
@@ -47,10 +48,11 @@ static int open_sandboxes(server *s)
     if (!(s->a.sb = sandbox_backend_open(s->state, &s->cfg->sandbox, why, sizeof why)))
         return fail(s, "no isolation backend: %s", why);
     /* the first line of the log says what the sandboxes run on */
-    fprintf(stderr, "airlockd: isolation: %s\n%s", sandbox_backend_summary(s->a.sb), sandbox_backend_notes(s->a.sb));
+    log_info("isolation: %s", sandbox_backend_summary(s->a.sb));
+    log_lines(LV_WARN, sandbox_backend_notes(s->a.sb));
     const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
-        fprintf(stderr, "airlockd: %s (a killed airlockd's sandboxes then wait for the next start)\n", why);
+        log_warn("%s (a killed airlockd's sandboxes then wait for the next start)", why);
     if (s->cfg->egress.test_ca && sandbox_backend_trust_ca(s->a.sb, s->cfg->egress.test_ca, why, sizeof why) != 0)
         return fail(s, "AIRLOCK_TEST_EGRESS_CA: %s", why);
     return 0;
@@ -153,7 +155,7 @@ static int open_warm_pool(server *s)
 {
     const config *c = s->cfg;
     warm_settings ws = {.max_ready = c->warm_max, .idle_seconds = c->warm_idle_seconds,
-                        .max_booting = c->warm_booting, .spares = c->warm_new,
+                        .max_booting = c->warm_booting, .spares = c->warm_new, .spare_size = c->session_size,
                         .sessions = c->sandbox.session_mode,
                         .disks = {.make = spare_disk_make, .drop = spare_disk_drop, .ctx = &s->a},
                         .net = {.open = session_net_open, .close = session_net_close, .ctx = s->a.egress}};
@@ -162,10 +164,10 @@ static int open_warm_pool(server *s)
     if (!s->a.warm && s->err[0])
         return -1;
     if (c->sandbox.session_mode)
-        fprintf(stderr, "airlockd: commands run %s\n",
-                warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
-                                         : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor, "
-                                           "airlock-agent and SANDBOX_WARM_MAX > 0");
+        log_info("commands run %s",
+                 warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
+                 : "one sandbox each: SANDBOX_EXEC_MODE=session needs gVisor, "
+                 "airlock-agent and SANDBOX_WARM_MAX > 0");
     return 0;
 }
 
@@ -180,6 +182,7 @@ static int open_sessions(server *s)
         return fail(s, "out of memory");
     }
     registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
+                        .size = c->session_size,
                         .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
                         .tenants = a->tenants, .disk = s->disk, .id_slot = a->fleet ? fleet_slot(a->fleet) : 0,
                         .shared = a->fleet ? &s->shared : NULL};
@@ -245,8 +248,8 @@ int server_listen(server *s)
         return -1;
     if (c->port_file && write_port_file(c->port_file, http_port(s->srv)) != 0)
         return fail(s, "--port-file %s: %s", c->port_file, strerror(errno));
-    fprintf(stderr, "airlockd listening on http://%s:%u%s%s (isolation: %s)\n", c->listen_host, http_port(s->srv),
-            c->unix_path ? " and unix:" : "", c->unix_path ? c->unix_path : "", sandbox_backend_name(s->a.sb));
+    log_info("listening on http://%s:%u%s%s (isolation: %s)", c->listen_host, http_port(s->srv),
+             c->unix_path ? " and unix:" : "", c->unix_path ? c->unix_path : "", sandbox_backend_name(s->a.sb));
     return 0;
 }
 
@@ -276,10 +279,10 @@ bool server_stop(server *s)
         unlink(c->unix_path);
     unsigned running = http_in_flight(srv);
     if (running)
-        fprintf(stderr, "airlockd: waiting up to %.0f s for %u running requests (a second signal stops them now)\n",
-                c->shutdown_grace, running);
+        log_info("waiting up to %.0f s for %u running requests (a second signal stops them now)",
+                 c->shutdown_grace, running);
     if (!wait_for_requests(srv, c->shutdown_grace)) {
-        fprintf(stderr, "airlockd: stopping %u running requests\n", http_in_flight(srv));
+        log_info("stopping %u running requests", http_in_flight(srv));
         http_cancel(srv);
         wait_for_requests(srv, CANCEL_WAIT_S);
     }
@@ -296,7 +299,7 @@ void server_abandon(server *s, int status)
 {
     /* a handler is still inside a command or a download: freeing what it uses would be
      * worse than leaving; its sandbox dies with this process (PR_SET_PDEATHSIG) */
-    fprintf(stderr, "airlockd: requests did not end in time; exiting without cleanup\n");
+    log_error("requests did not end in time; exiting without cleanup");
     warm_abandon(s->a.warm); /* frozen, they would outlive this process */
     if (s->cfg->port_file)
         unlink(s->cfg->port_file);

@@ -17,6 +17,7 @@ typedef struct {
     disk_pool *disk;
     registry_spares spares; /* how the sessions take and drop the warm pool's spares */
     registry_shared shared; /* a fleet's session registry (run/fleet.h) */
+    struct mover *mover;    /* a fleet node's drain moves (drain/move.h), or NULL */
     char *audit_file;   /* <state>/audit.db: a fleet node's audit outbox when SANDBOX_AUDIT names none */
     http_server *srv;
     http_server *internal; /* a fleet node's node-to-node listener (run/fleet.c), or NULL */

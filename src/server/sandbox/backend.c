@@ -3,6 +3,7 @@
 #include "sandbox/internal.h"
 
 #include "fs/walk.h"
+#include "log/log.h"
 #include "sandbox/leftovers.h"
 #include "sandbox/programs.h"
 
@@ -86,7 +87,7 @@ static void add_programs(sandbox_backend *b, const sandbox_settings *set)
     if (add_program(b, program_path(set->waiter, "airlock-waiter"), SBX_WAITER_PATH, why, sizeof why) == 0)
         b->have_waiter = true;
     else
-        note(b, "airlockd: sandboxes boot with their command (no warm sandboxes): %s", why);
+        note(b, "sandboxes boot with their command (no warm sandboxes): %s", why);
     char *agent = program_path(set->agent, "airlock-agent");
     char *bootstrap = bootstrap_path(agent);
     int rc = add_program(b, agent, SBX_AGENT_PATH, why, sizeof why);
@@ -97,7 +98,7 @@ static void add_programs(sandbox_backend *b, const sandbox_settings *set)
     if (rc == 0)
         b->have_agent = true;
     else if (set->session_mode)
-        note(b, "airlockd: commands run one sandbox each (no agent for SANDBOX_EXEC_MODE=session): %s", why);
+        note(b, "commands run one sandbox each (no agent for SANDBOX_EXEC_MODE=session): %s", why);
 }
 
 /* Container ids: name (restricted to [A-Za-z0-9_.-], truncated) plus pid and a counter, so
@@ -141,6 +142,14 @@ const char *sandbox_backend_cgroup_root(const sandbox_backend *b)
     return b->have_cgroups ? b->cgroups.root : NULL;
 }
 
+sbx_cg_limits sbx_command_limits(const sandbox *s)
+{
+    return (sbx_cg_limits){.memory_bytes = s->memory_bytes,
+                           .pids = HOST_TASKS_LIMIT + (uint64_t)HOST_TASKS_PER_PROCESS *
+                                                          (s->nproc > SANDBOX_MAX_PROCESSES ? s->nproc - SANDBOX_MAX_PROCESSES : 0),
+                           .cpu_percent = s->cpu_percent};
+}
+
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen)
 {
     if (errlen)
@@ -162,6 +171,9 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     }
     s->b = b;
     s->network = o->network;
+    s->memory_bytes = (uint64_t)(o->size.memory_mb ? o->size.memory_mb : SANDBOX_MEMORY_MB) << 20;
+    s->cpu_percent = o->size.cpu_percent ? o->size.cpu_percent : SANDBOX_CPU_PERCENT;
+    s->nproc = o->size.max_processes ? o->size.max_processes : SANDBOX_MAX_PROCESSES;
     make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
@@ -348,7 +360,7 @@ void sandbox_backend_close(sandbox_backend *b)
         (void)fs_rmtree(b->rootfs_dir);
     if (b->have_cgroups) {
         if (sbx_cg_tree_clear(&b->cgroups, false) != 0)
-            fprintf(stderr, "airlockd: some cgroups under %s could not be removed\n", b->cgroups.root);
+            log_warn("some cgroups under %s could not be removed", b->cgroups.root);
         sbx_cg_tree_free(&b->cgroups);
     }
     free(b->rootfs_dir);
@@ -491,7 +503,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
     b->have_cgroups = true;
     int stray = sbx_kill_runsc_leftovers(b->runsc_root);
     if (stray > 0)
-        note(b, "airlockd: killed %d process(es) of runsc containers left under %s", stray, b->runsc_root);
+        note(b, "killed %d process(es) of runsc containers left under %s", stray, b->runsc_root);
     if (fs_rmtree(b->runsc_root) != 0 || mkdir_mode(b->runsc_root, 0700, errbuf, errlen) != 0) {
         if (!errbuf[0])
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->runsc_root, strerror(errno));
@@ -509,7 +521,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
     if (choose_isolation(b, set, state_dir, errbuf, errlen) == 0)
         return b;
 fail:
-    fputs(b->notes, stderr); /* the error comes next */
+    log_lines(LV_WARN, b->notes); /* the error comes next */
     sandbox_backend_close(b);
     return NULL;
 }

@@ -93,8 +93,8 @@ static int bwrap_pre_exec(void *arg)
 static int bwrap_prepare(sandbox *s, char *errbuf, size_t errlen)
 {
     /* Host tasks are exactly the sandboxed processes plus bwrap's two. */
-    sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = NPROC_LIMIT + 2,
-                         .cpu_percent = 100};
+    sbx_cg_limits lim = sbx_command_limits(s);
+    lim.pids = (uint64_t)s->nproc + 2;
     if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         return -1;
     s->have_cg = true;

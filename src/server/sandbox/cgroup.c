@@ -2,6 +2,7 @@
  * membership, OOM evidence, and removal of everything under the root. */
 #include "sandbox/cgroup.h"
 
+#include "log/log.h"
 #include "util/buf.h"
 
 #include <dirent.h>
@@ -357,8 +358,8 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
     /* what a killed predecessor on this state dir left: its processes and groups */
     int left = sbx_cg_tree_clear(t, true);
     if (left)
-        fprintf(stderr, "airlockd: %d cgroup(s) under %s left by a previous run could not be removed\n",
-                left, t->root);
+        log_warn("%d cgroup(s) under %s left by a previous run could not be removed",
+                 left, t->root);
     int limited[3] = {t->memory, t->pids, t->cpu};
     for (int k = 0; k < 3; k++) {
         if (limited[k] < 0 || (k > 0 && limited[k] == limited[0] && t->v2))
@@ -833,7 +834,7 @@ void sbx_cg_destroy(sbx_cgroup *cg)
         char dir[SBX_CG_PATH_MAX];
         int n = snprintf(dir, sizeof dir, "%s%s", cg->tree->hier[i], cg->rel);
         if (n > 0 && (size_t)n < sizeof dir && rmdir_retrying(dir) != 0)
-            fprintf(stderr, "airlockd: cannot remove cgroup %s: %s\n", dir, strerror(errno));
+            log_warn("cannot remove cgroup %s: %s", dir, strerror(errno));
     }
     if (cg->counted)
         tenant_runs(cg->tree, cg->group, -1);

@@ -1,6 +1,7 @@
 /* The cgroup guard (see guard.h). */
 #include "sandbox/guard.h"
 
+#include "log/log.h"
 #include "sandbox/cgroup.h"
 
 #include <errno.h>
@@ -73,10 +74,12 @@ int sbx_guard_spawn(const char *cg_root, int lock_fd, char *errbuf, size_t errle
     return 0;
 }
 
+/* The guard is a process of its own (airlockd started again by posix_spawn, not a forked
+ * child), so it logs through the logger like airlockd, at its default level and format. */
 int sbx_guard_main(const char *cg_root)
 {
     if (!valid_root(cg_root)) {
-        fprintf(stderr, "airlockd: " GUARD_OPTION ": bad cgroup root name\n");
+        log_error("" GUARD_OPTION ": bad cgroup root name");
         return 2;
     }
     signal(SIGINT, SIG_IGN);
@@ -93,13 +96,13 @@ int sbx_guard_main(const char *cg_root)
     char err[512] = "";
     memset(&t, 0, sizeof t);
     if (sbx_cg_tree_open(&t, cg_root, err, sizeof err) != 0) {
-        fprintf(stderr, "airlockd guard: %s\n", err);
+        log_error("guard: %s", err);
         return 1;
     }
     int left = sbx_cg_tree_clear(&t, false);
     sbx_cg_tree_free(&t);
     if (left)
-        fprintf(stderr, "airlockd guard: %d cgroup(s) under %s could not be removed\n", left, cg_root);
+        log_warn("guard: %d cgroup(s) under %s could not be removed", left, cg_root);
     close(GUARD_LOCK_FD); /* the state dir is free for the next airlockd */
     return left ? 1 : 0;
 }

@@ -1,11 +1,14 @@
 /* gVisor: every sandbox is an OCI bundle run with `runsc run` inside a host cgroup that
  * airlockd creates under its tenant's group and names in the spec's linux.cgroupsPath. That
- * cgroup bounds memory (256 MB, no swap) and CPU for the whole runsc tree, records OOM kills,
- * and lists every host process to kill on timeout; runsc reads its memory limit from it and
- * makes it the sandbox's total memory (/proc/meminfo shows 256 MB, not the host's). The 64-process limit is RLIMIT_NPROC inside the sandbox, which gVisor's sentry
- * enforces on sandboxed tasks only; the host pids limit just stops runaway gVisor stubs. */
+ * cgroup bounds memory (the sandbox's size: 256 MB by default, no swap) and CPU for the whole
+ * runsc tree, records OOM kills, and lists every host process to kill on timeout; runsc reads
+ * its memory limit from it and makes it the sandbox's total memory (/proc/meminfo shows 256 MB,
+ * not the host's). The process limit (64 by default) is RLIMIT_NPROC inside the sandbox, which
+ * gVisor's sentry enforces on sandboxed tasks only; the host pids limit just stops runaway
+ * gVisor stubs. */
 #include "sandbox/internal.h"
 
+#include "log/log.h"
 #include "sandbox/netjoin.h"
 #include "fs/walk.h"
 #include "sandbox/oci.h"
@@ -88,8 +91,8 @@ static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
         s->bundle = NULL;
         return -1;
     }
-    sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT,
-                         .cpu_percent = 100, .ahead = s->ahead};
+    sbx_cg_limits lim = sbx_command_limits(s);
+    lim.ahead = s->ahead;
     if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         return -1;
     s->have_cg = true;
@@ -111,14 +114,14 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
     const char *env[SBX_ENV_ALL_MAX];
     sbx_env_with_network(s, env);
     const char *agent_argv[SBX_AGENT_ARGV_MAX];
-    char bind_dirs[SBX_ROOTFS_MAX_BINDS][64];
+    char bind_dirs[SBX_ROOTFS_MAX_BINDS][64], nproc[16];
     sbx_spec spec = {
         .rootfs_dir = b->rootfs_dir, .rootfs = &b->rootfs, .workspace_dir = s->workspace_dir,
         .command = command, .env = env, .uid = SANDBOX_UID, .gid = SANDBOX_GID,
-        .nproc = NPROC_LIMIT, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
+        .nproc = s->nproc, .tmp_mb = TMP_MB, .cgroups_path = s->cg.rel,
         .netns_path = s->network ? s->network->netns_path : NULL,
         .waiter = command ? NULL : SBX_WAITER_PATH,
-        .agent_argv = s->agent ? sbx_agent_argv(&b->rootfs, agent_argv, bind_dirs) : NULL,
+        .agent_argv = s->agent ? sbx_agent_argv(s, agent_argv, bind_dirs, nproc) : NULL,
     };
     return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
 }
@@ -293,7 +296,7 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen)
     /* idle until its command: systrap's stubs would otherwise spin a few % of a CPU each */
     int err = sbx_cg_freeze(&s->cg, true);
     if (err)
-        fprintf(stderr, "airlockd: cannot freeze idle sandbox %s: %s\n", s->id, strerror(err));
+        log_warn("cannot freeze idle sandbox %s: %s", s->id, strerror(err));
     return 1;
 }
 
@@ -326,7 +329,7 @@ static int gvisor_run_ahead(sandbox *s, const char *command, int timeout_seconds
         snprintf(errbuf, errlen, "command of %zu bytes is too long to hand over", len);
         return -1;
     }
-    sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT, .cpu_percent = 100};
+    sbx_cg_limits lim = sbx_command_limits(s);
     if (sbx_cg_begin_command(&s->cg, &lim) != 0) {
         snprintf(errbuf, errlen, "sandbox %s hit its memory limit while booting", s->id);
         return -1;
@@ -404,8 +407,8 @@ static void gvisor_release(sandbox *s)
     if (runsc_state_left(s->b, s->id))
         runsc_delete(s->b, s->id);
     if (s->bundle && fs_rmtree(s->bundle) != 0 && errno != ENOENT)
-        fprintf(stderr, "airlockd: cannot remove sandbox bundle %s: %s\n", s->bundle,
-                strerror(errno));
+        log_warn("cannot remove sandbox bundle %s: %s", s->bundle,
+                 strerror(errno));
     free(s->bundle);
     s->bundle = NULL;
 }

@@ -11,11 +11,11 @@
 
 #include <pthread.h>
 
-#define MEMORY_LIMIT (256ull * 1024 * 1024)
-#define NPROC_LIMIT 64
-/* gVisor's sentry, gofer and systrap stubs are host tasks: a fork bomb at the NPROC limit
- * peaked at ~145 of them; this only stops a runaway sentry, not sandboxed processes. */
+/* gVisor's sentry, gofer and systrap stubs are host tasks: a fork bomb at 64 processes
+ * peaked at ~145 of them; this only stops a runaway sentry, not sandboxed processes (plus
+ * HOST_TASKS_PER_PROCESS for each process a sandbox may have beyond the default 64). */
 #define HOST_TASKS_LIMIT 1024
+#define HOST_TASKS_PER_PROCESS 4
 #define TMP_MB 64
 #define TMP_SIZE_STR "64m"
 #define ID_NAME_MAX 24
@@ -63,6 +63,10 @@ struct sandbox {
     bool have_cg;
     bool ran;             /* sandbox_run was called */
     const sandbox_tap *tap; /* sandbox_opts.tap (NULL: none) */
+    /* Its size (sandbox_opts.size with the defaults filled in): */
+    uint64_t memory_bytes;
+    unsigned cpu_percent;
+    unsigned nproc;
     /* Booted ahead of its command (sandbox_opts.boot_ahead; gVisor only): */
     bool ahead;
     sbx_proc_child child; /* `runsc run` of the waiter, started by sandbox_prepare */
@@ -91,9 +95,12 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
 
 /* The agent's argv (sandbox_opts.agent): SBX_AGENT_PATH and the sandbox's bind mounts to place
  * again in each command's root; dirs holds the bind paths. Returns argv (NULL-terminated). */
-#define SBX_AGENT_ARGV_MAX (1 + 8 + 2 * SBX_ROOTFS_MAX_BINDS + 1)
-const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
-                            char dirs[SBX_ROOTFS_MAX_BINDS][64]);
+#define SBX_AGENT_ARGV_MAX (1 + 8 + 2 * SBX_ROOTFS_MAX_BINDS + 2 + 1)
+const char **sbx_agent_argv(const sandbox *s, const char *argv[SBX_AGENT_ARGV_MAX],
+                            char dirs[SBX_ROOTFS_MAX_BINDS][64], char nproc[16]);
+
+/* The cgroup limits of s's command (booted ahead: what sbx_cg_begin_command applies). */
+sbx_cg_limits sbx_command_limits(const sandbox *s);
 
 /* The sandbox's whole environment; nothing of the server's leaks in. NULL-terminated. */
 extern const char *const sandbox_env[];

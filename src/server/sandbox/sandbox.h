@@ -60,6 +60,20 @@ typedef struct {
     void *ctx;
 } sandbox_tap;
 
+/* The size of a sandbox unless its session asks for another (ours: POST /v1/sessions
+ * memory_mb, cpus, max_processes; docs/server.md "Session sizes"). */
+#define SANDBOX_MEMORY_MB 256
+#define SANDBOX_CPU_PERCENT 100 /* one CPU */
+#define SANDBOX_MAX_PROCESSES 64
+
+/* A sandbox's size; a 0 field means its default above. Enforced by its host cgroup (memory
+ * without swap, the CFS quota over a 100 ms period) and gVisor's RLIMIT_NPROC (processes). */
+typedef struct {
+    unsigned memory_mb;
+    unsigned cpu_percent;   /* 100 = one CPU */
+    unsigned max_processes;
+} sandbox_size;
+
 /* What a sandbox is made for, known before its command. */
 typedef struct {
     const char *workspace_dir; /* absolute host directory, mounted read-write at /workspace */
@@ -87,6 +101,7 @@ typedef struct {
      * first process is the agent (src/agent/agent.c); its commands run through
      * sandbox/session_sandbox.h, each in fresh namespaces, never through sandbox_run. */
     bool agent;
+    sandbox_size size;         /* fixed at prepare (boot), like the workspace */
 } sandbox_opts;
 
 /* The isolation a server may run on (--isolation, SANDBOX_ISOLATION). */
@@ -144,8 +159,8 @@ int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *err
 void sandbox_backend_close(sandbox_backend *b);
 
 /* A sandbox ready for one command: read-only root, /tmp tmpfs 64 MB noexec, uid SANDBOX_UID,
- * no capabilities, no network unless o->network, 256 MB memory without swap, 64 processes,
- * 1 CPU. NULL with a
+ * no capabilities, no network unless o->network, o->size (by default 256 MB memory without
+ * swap, 64 processes, 1 CPU). NULL with a
  * message in errbuf when it cannot be made. */
 sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf, size_t errlen);
 

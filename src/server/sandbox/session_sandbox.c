@@ -8,6 +8,7 @@
  * plus a grace is killed. */
 #include "sandbox/session_sandbox.h"
 
+#include "log/log.h"
 #include "sandbox/internal.h"
 #include "../../agent/protocol.h"
 
@@ -32,12 +33,16 @@
 #define SETTLE_MS 2000
 #define TICK_MS 1000
 
-const char **sbx_agent_argv(const sbx_rootfs *r, const char *argv[SBX_AGENT_ARGV_MAX],
-                            char dirs[SBX_ROOTFS_MAX_BINDS][64])
+const char **sbx_agent_argv(const sandbox *s, const char *argv[SBX_AGENT_ARGV_MAX],
+                            char dirs[SBX_ROOTFS_MAX_BINDS][64], char nproc[16])
 {
     static const char *const fixed[] = {"-r", "/usr", "-w", "/workspace", "-d", "/dev", "-r", "/sys"};
+    const sbx_rootfs *r = &s->b->rootfs;
     size_t n = 0;
     argv[n++] = SBX_AGENT_PATH;
+    snprintf(nproc, 16, "%u", s->nproc); /* each command's process limit */
+    argv[n++] = "-p";
+    argv[n++] = nproc;
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         argv[n++] = fixed[i];
     for (size_t i = 0; i < r->nbinds && i < SBX_ROOTFS_MAX_BINDS; i++) {
@@ -136,7 +141,7 @@ static int begin(sandbox *s, char *errbuf, size_t errlen)
 {
     s->settling = false;
     if (!s->sent) {
-        sbx_cg_limits lim = {.memory_bytes = MEMORY_LIMIT, .pids = HOST_TASKS_LIMIT, .cpu_percent = 100};
+        sbx_cg_limits lim = sbx_command_limits(s);
         if (sbx_cg_begin_command(&s->cg, &lim) != 0) {
             snprintf(errbuf, errlen, "sandbox %s hit its memory limit while booting", s->id);
             return -1;
@@ -317,7 +322,7 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
         return -1;
     }
     if (a.not_started) { /* its next command gets a new sandbox; this one runs another way */
-        fprintf(stderr, "airlockd: %s; the command runs in a sandbox of its own\n", errbuf);
+        log_warn("%s; the command runs in a sandbox of its own", errbuf);
         kill_sandbox_now(s);
         sbx_proc_result_free(&a.r);
         return 1;

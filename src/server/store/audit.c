@@ -1,6 +1,7 @@
 /* The audit log on SQLite (contract 1.12). Rows are keyed per tenant by a sort key
  * "<20-digit microsecond timestamp>#<8 hex>", which is also the paging cursor. */
 #include "store/audit.h"
+#include "log/log.h"
 #include "store/sqlite.h"
 
 #include "text/utf8.h"
@@ -57,9 +58,9 @@ static void prune_locked(audit_store *s, long long now)
     if (sqlite3_prepare_v2(s->db, "DELETE FROM audit WHERE ts_us < ?", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, cutoff_us(s, now));
         if (sqlite3_step(st) != SQLITE_DONE)
-            fprintf(stderr, "airlockd: audit: pruning failed: %s\n", sqlite3_errmsg(s->db));
+            log_error("audit: pruning failed: %s", sqlite3_errmsg(s->db));
     } else {
-        fprintf(stderr, "airlockd: audit: pruning failed: %s\n", sqlite3_errmsg(s->db));
+        log_error("audit: pruning failed: %s", sqlite3_errmsg(s->db));
     }
     sqlite3_finalize(st);
     s->last_prune_us = now;
@@ -184,8 +185,8 @@ int audit_record(audit_store *s, const audit_entry *e)
         rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: cannot record a %s entry: %s\n", e->kind ? e->kind : "?",
-                sqlite3_errmsg(s->db));
+        log_error("audit: cannot record a %s entry: %s", e->kind ? e->kind : "?",
+                  sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     s->failing = rc != SQLITE_OK;
     pthread_mutex_unlock(&s->mu);
@@ -298,7 +299,7 @@ int audit_query(audit_store *s, const char *tenant, const char *before, size_t b
             rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: query failed: %s\n", sqlite3_errmsg(s->db));
+        log_error("audit: query failed: %s", sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     if (rc != SQLITE_OK) {
@@ -332,7 +333,7 @@ static int outbox_rows(audit_store *s, const char *sql, int limit, json_t *(*row
             rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: reading the %s failed: %s\n", what, sqlite3_errmsg(s->db));
+        log_error("audit: reading the %s failed: %s", what, sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     if (rc != SQLITE_OK) {
@@ -375,7 +376,7 @@ static int run_with_sk(audit_store *s, const char *sql, const char *sk, const ch
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: %s failed: %s\n", what, sqlite3_errmsg(s->db));
+        log_error("audit: %s failed: %s", what, sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     return rc == SQLITE_OK ? 0 : -1;
@@ -410,7 +411,7 @@ int audit_egress_record(audit_store *s, const char *session_id, const json_t *ev
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
     }
     if (rc != SQLITE_OK)
-        fprintf(stderr, "airlockd: audit: storing an egress event failed: %s\n", sqlite3_errmsg(s->db));
+        log_error("audit: storing an egress event failed: %s", sqlite3_errmsg(s->db));
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->mu);
     free(text);

@@ -1,6 +1,7 @@
 /* Self-service keys on SQLite. Every operation runs under one mutex, so the
  * "max 10 active keys" and "last active key" checks and their writes are atomic. */
 #include "store/keystore.h"
+#include "log/log.h"
 #include "store/key_material.h"
 #include "store/keystore_pg.h"
 #include "store/sqlite.h"
@@ -157,7 +158,7 @@ bool keystore_auth(keystore *ks, const char *key, char **tenant, char key_id[KEY
             }
         }
     } else {
-        fprintf(stderr, "airlockd: keystore: %s\n", sqlite3_errmsg(ks->db));
+        log_error("keystore: %s", sqlite3_errmsg(ks->db));
     }
     sqlite3_finalize(st);
     pthread_mutex_unlock(&ks->mu);
@@ -214,7 +215,7 @@ int keystore_create(keystore *ks, const char *tenant, const char *name, json_t *
                 rc = KS_OK;
             }
         } else if (src != SQLITE_CONSTRAINT) { /* a key id clash is retried with new ids */
-            fprintf(stderr, "airlockd: keystore: cannot store a key: %s\n", sqlite3_errmsg(ks->db));
+            log_error("keystore: cannot store a key: %s", sqlite3_errmsg(ks->db));
             rc = KS_STORAGE;
         }
         OPENSSL_cleanse(key, sizeof key);
@@ -242,7 +243,7 @@ json_t *keystore_list(keystore *ks, const char *tenant)
             json_array_append_new(arr, row_record(st));
     }
     if (rc != SQLITE_DONE) {
-        fprintf(stderr, "airlockd: keystore: cannot list keys: %s\n", sqlite3_errmsg(ks->db));
+        log_error("keystore: cannot list keys: %s", sqlite3_errmsg(ks->db));
         json_decref(arr);
         arr = NULL;
     }
@@ -288,7 +289,7 @@ int keystore_revoke(keystore *ks, const char *tenant, const char *key_id, bool k
     }
     sqlite3_finalize(st);
     if (src != SQLITE_DONE) {
-        fprintf(stderr, "airlockd: keystore: cannot revoke a key: %s\n", sqlite3_errmsg(ks->db));
+        log_error("keystore: cannot revoke a key: %s", sqlite3_errmsg(ks->db));
         rc = KS_STORAGE;
         goto out;
     }

@@ -1,6 +1,7 @@
 /* A small pool of libpq connections: taken under a mutex, reset after a failure, the
  * password kept out of every message. */
 #include "store/pg.h"
+#include "log/log.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -63,14 +64,14 @@ void pg_redact(const pg_pool *p, const char *msg, char *out, size_t outlen)
     out[o] = '\0';
 }
 
-static void log_error(pg_pool *p, const char *what, const char *msg)
+static void report_error(pg_pool *p, const char *what, const char *msg)
 {
     long long now = (long long)time(NULL);
     if (atomic_exchange(&p->last_log, now) == now)
         return;
     char clean[512];
     pg_redact(p, msg, clean, sizeof clean);
-    fprintf(stderr, "airlockd: database: %s: %s\n", what, clean);
+    log_error("database: %s: %s", what, clean);
 }
 
 /* The password of url, or NULL (PQconninfoParse knows every way to write it). */
@@ -175,7 +176,7 @@ static PGconn *conn_of(pg_pool *p, unsigned i)
     else if (PQstatus(p->conns[i]) != CONNECTION_OK)
         PQreset(p->conns[i]);
     if (PQstatus(p->conns[i]) != CONNECTION_OK) {
-        log_error(p, "cannot connect", PQerrorMessage(p->conns[i]));
+        report_error(p, "cannot connect", PQerrorMessage(p->conns[i]));
         atomic_store(&p->reachable, false);
         atomic_store(&p->down_until_ms, mono_ms() + RETRY_AFTER_MS);
         return NULL;
@@ -196,7 +197,7 @@ PGresult *pg_query(pg_pool *p, const char *sql, int nparams, const char *const *
     }
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (c && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-        log_error(p, "statement failed", PQerrorMessage(c));
+        report_error(p, "statement failed", PQerrorMessage(c));
         PQclear(res);
         res = NULL;
     }

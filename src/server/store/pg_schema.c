@@ -4,6 +4,7 @@
  * number of nodes get exact answers. A migration is never edited once released: a change
  * is a new entry at the end. */
 #include "store/pg_schema.h"
+#include "log/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,7 +231,12 @@ static const char *const MIGRATIONS[] = {
     " END $$;"
     "CREATE TRIGGER nodes_router AFTER INSERT OR DELETE OR UPDATE OF slot, url, internal_url, state, agent_port"
     " ON nodes FOR EACH ROW EXECUTE FUNCTION airlock_router_node_notice();",
-    /* 7: a call decided on its node (docs/fleet.md "The cost of a call"). Request tokens are
+    /* 7: why a drain could not move a session (it stays on its node; a new drain tries again) */
+    "ALTER TABLE sessions ADD COLUMN move_error text;",
+    /* 8: a session's template and size ({"template", "memory_mb", "cpu_percent",
+     * "max_processes"}; its disk is quota_mb), for the list and for a move; '{}': the defaults */
+    "ALTER TABLE sessions ADD COLUMN shape jsonb NOT NULL DEFAULT '{}';",
+    /* 9: a call decided on its node (docs/fleet.md "The cost of a call"). Request tokens are
      * leased: a node takes a share of the tenant's bucket in one statement and spends it
      * locally; what it did not use comes back with its next lease. The clock is read after
      * the bucket's row lock, so one interval is refilled once. A command's start returns its
@@ -362,7 +368,7 @@ static int migrate(PGconn *c, void *ctx, char *err, size_t errlen)
             run(c, "ROLLBACK");
             return -1;
         }
-        fprintf(stderr, "airlockd: database schema migrated to version %d\n", v);
+        log_info("database schema migrated to version %d", v);
     }
     return 0;
 }

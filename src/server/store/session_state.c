@@ -1,6 +1,7 @@
 /* Session state as one JSON document: {"airlockd_sessions": 1, "state_dir": ..., "sessions": [...]}. */
 #include "store/session_state.h"
 
+#include "log/log.h"
 #include "util/sync.h"
 
 #include <errno.h>
@@ -36,6 +37,20 @@ static bool egress_valid(const json_t *e)
     return true;
 }
 
+/* An optional whole number of the record (absent: 0, from a file written before it existed);
+ * false when present but not 1..max. */
+static bool optional_count(const json_t *o, const char *field, unsigned max, unsigned *out)
+{
+    const json_t *v = json_object_get(o, field);
+    *out = 0;
+    if (!v)
+        return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (json_int_t)max)
+        return false;
+    *out = (unsigned)json_integer_value(v);
+    return true;
+}
+
 /* One record from its JSON object; false when a field is missing or wrong. */
 static bool record_from(const json_t *o, session_record *r)
 {
@@ -51,6 +66,16 @@ static bool record_from(const json_t *o, session_record *r)
     if (!isfinite(c) || !isfinite(l))
         return false;
     memset(r, 0, sizeof *r);
+    const json_t *tpl = json_object_get(o, "template");
+    if (tpl && (!json_is_string(tpl) || json_string_length(tpl) >= sizeof r->template_name ||
+                strlen(json_string_value(tpl)) != json_string_length(tpl)))
+        return false;
+    if (tpl)
+        memcpy(r->template_name, json_string_value(tpl), json_string_length(tpl) + 1);
+    if (!optional_count(o, "memory_mb", 1u << 24, &r->memory_mb) ||
+        !optional_count(o, "cpu_percent", 1u << 20, &r->cpu_percent) ||
+        !optional_count(o, "max_processes", 1u << 24, &r->max_processes))
+        return false;
     memcpy(r->id, id, sizeof r->id);
     r->tenant = strdup(tenant);
     r->egress = json_incref(egress);
@@ -108,7 +133,7 @@ int session_state_load(const char *path, const char *state_dir, session_record *
         if (record_from(item, &v[*n]))
             (*n)++;
         else
-            fprintf(stderr, "airlockd: %s: skipping session record %zu (malformed)\n", path, i);
+            log_warn("%s: skipping session record %zu (malformed)", path, i);
     }
     json_decref(doc);
     *out = v;
@@ -117,9 +142,17 @@ int session_state_load(const char *path, const char *state_dir, session_record *
 
 static json_t *record_json(const session_record *r)
 {
-    return json_pack("{s:s,s:s,s:O,s:f,s:f,s:I}", "session_id", r->id, "tenant_id", r->tenant, "egress",
-                     r->egress, "created_at", r->created_at, "last_accessed_at", r->last_accessed_at,
-                     "disk_quota_bytes", (json_int_t)r->quota_bytes);
+    json_t *o = json_pack("{s:s,s:s,s:O,s:f,s:f,s:I}", "session_id", r->id, "tenant_id", r->tenant, "egress",
+                          r->egress, "created_at", r->created_at, "last_accessed_at", r->last_accessed_at,
+                          "disk_quota_bytes", (json_int_t)r->quota_bytes);
+    if (o && r->template_name[0])
+        json_object_set_new(o, "template", json_string(r->template_name));
+    const char *names[] = {"memory_mb", "cpu_percent", "max_processes"};
+    const unsigned values[] = {r->memory_mb, r->cpu_percent, r->max_processes};
+    for (size_t i = 0; o && i < sizeof values / sizeof values[0]; i++)
+        if (values[i])
+            json_object_set_new(o, names[i], json_integer((json_int_t)values[i]));
+    return o;
 }
 
 int session_state_save(const char *path, const char *state_dir, const session_record *v, size_t n, char *err,

@@ -13,6 +13,9 @@
 /* Largest state file read back (a record takes ~300 bytes). */
 #define SESSION_STATE_MAX_BYTES (64L * 1024 * 1024)
 
+/* Bytes a session's template name may take, its NUL included. */
+#define SESSION_TEMPLATE_MAX 128
+
 typedef struct {
     char id[17];            /* "sbx_" + 12 lowercase hex */
     char *tenant;           /* the tenant's name */
@@ -20,6 +23,8 @@ typedef struct {
     double created_at;
     double last_accessed_at;
     long long quota_bytes;  /* the quota its image was made for */
+    char template_name[SESSION_TEMPLATE_MAX]; /* "" in a file from before templates: the default */
+    unsigned memory_mb, cpu_percent, max_processes; /* 0 in a file from before sizes: the defaults */
 } session_record;
 
 /* Reads path: *out (malloc'd, *n records; NULL and 0 when the file does not exist). Malformed
