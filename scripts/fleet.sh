@@ -20,6 +20,8 @@
 #   scripts/fleet.sh drain DIR ID         POST /v1/admin/nodes/ID/drain with the fleet's admin
 #                                         key: it takes no new session and its sessions move
 #                                         to the other nodes; returns once it is drained
+#   scripts/fleet.sh status DIR           the router, the database, each node and the sessions
+#                                         by tenant and node, as tables (reads only)
 #   scripts/fleet.sh db-stop DIR / db-start DIR
 #                                         stops / starts the fleet's PostgreSQL (outage tests)
 #   scripts/fleet.sh exec [--nodes N] -- CMD...
@@ -625,6 +627,146 @@ cmd_exec() {
     SANDBOX_API_KEY=$key LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;;" LUA_CPATH="$top/build/?.so;;" "$@"
 }
 
+# `status DIR`: the fleet at a glance, as tables: the router (does /healthz answer through it,
+# and whose view it gives), the database, each node (its row, its process, its /healthz and
+# the router's view of it) and the sessions by tenant and node. Reads only; works while the
+# database is down: a node's last view of the nodes table, asked for with the admin key
+# (SANDBOX_ADMIN_KEY, else the fleet's from DIR/fleet.env; sent in a header), else each node's
+# own answer, marked. Self-contained: the files `up` writes,
+# psql (the password from DIR/pg/pgpass), the nodes' HTTP routes and HAProxy's stats socket
+# when there is one.
+cmd_status() {
+  local dir
+  dir=$(cd "$1" && pwd) || die "no directory $1"
+  [ -f "$dir/fleet.json" ] || die "$dir holds no fleet (no fleet.json)"
+  DIR="$dir" python3 - <<'EOF'
+import json, os, socket, subprocess, time, urllib.request
+
+d = os.environ["DIR"]
+info = json.load(open(os.path.join(d, "fleet.json")))
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only
+
+def get(url, key=None):
+    try:
+        req = urllib.request.Request(url, headers={"X-API-Key": key} if key else {})
+        with direct.open(req, timeout=3) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, None
+    except Exception:
+        return None, None
+
+def psql(query):
+    env = dict(os.environ, PGPASSFILE=os.path.join(d, "pg/pgpass"), PGCONNECT_TIMEOUT="3")
+    try:
+        out = subprocess.run(["psql", "-X", "-q", "-At", "-F", "\t", "-h", "127.0.0.1", "-p", str(info["postgres"]["port"]),
+                              "-U", "airlock", "-d", "airlock", "-c", query], env=env, capture_output=True, text=True, timeout=10)
+    except Exception:
+        return None
+    return [l.split("\t") for l in out.stdout.splitlines()] if out.returncode == 0 else None
+
+def alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except Exception:
+        return False
+
+def router_servers():
+    """Each node as HAProxy's checks see it ({"node1": "UP"}): its line in the backend that
+    serves tenant-level requests, which tracks the node's one health check."""
+    sock = info.get("haproxy", {}).get("stats_socket")
+    if not sock or not os.path.exists(sock):
+        return {}
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(3)
+        s.connect(sock)
+        s.sendall(b"show stat\n")
+        s.shutdown(socket.SHUT_WR)
+        data = s.makefile().read()
+        s.close()
+    except Exception:
+        return {}
+    states = {}
+    for line in data.splitlines():
+        f = line.split(",")  # pxname, svname, ..., status is the 18th field
+        if len(f) > 17 and f[0] == "any" and f[1] not in ("BACKEND", "FRONTEND"):
+            states[f[1]] = f[17]
+    return states
+
+def table(headers, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)] if rows else [len(h) for h in headers]
+    for r in [headers] + rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+
+code, health = get(info["router"] + "/healthz")
+if code == 200 and health:
+    fl = health.get("fleet") or {}
+    view = ("fleet-wide: %s nodes (%s active), %s sessions" % (fl.get("nodes"), fl.get("nodes_active"), fl.get("sessions"))
+            if health.get("scope") == "fleet" else "node %s's view only: %s sessions" % (health.get("node"), health.get("active_sessions")))
+    print("router    %s  answers /healthz (from node %s; %s)" % (info["router"], health.get("node"), view))
+else:
+    print("router    %s  does not answer /healthz (%s)" % (info["router"], code or "no connection"))
+nodes = psql("SELECT id, lpad(to_hex(slot), 2, '0'), state, round(extract(epoch FROM now() - heartbeat)::numeric, 1),"
+             " load, capacity, (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
+             " (SELECT count(*) FROM commands c WHERE c.node = n.id) FROM nodes n ORDER BY slot")
+def admin_key():
+    """SANDBOX_ADMIN_KEY of this environment, else the fleet's (DIR/fleet.env, which `up` writes)."""
+    if os.environ.get("SANDBOX_ADMIN_KEY"):
+        return os.environ["SANDBOX_ADMIN_KEY"]
+    try:
+        with open(os.path.join(d, "fleet.env")) as f:
+            for line in f:
+                if line.startswith("SANDBOX_ADMIN_KEY="):
+                    return line.rstrip("\n").split("=", 1)[1]
+    except OSError:
+        pass
+    return None
+
+seen_by = None
+key = admin_key() if nodes is None else None
+if key:
+    # a node's last view of the nodes table (GET /v1/admin/nodes answers it during an outage)
+    for n in info["nodes"]:
+        c, view = get(n["url"] + "/v1/admin/nodes", key)
+        if c == 200 and view:
+            seen_by = "node %s's last view, as of %s" % (view["node"], time.strftime("%H:%M:%S", time.localtime(view["as_of"])))
+            nodes = [[x["id"], x["slot"], x["state"], "%.1f" % x["heartbeat_age_s"], str(x["load"]), str(x["capacity"]),
+                      str(x["sessions"]), str(x["commands_running"])] for x in view["nodes"]]
+            break
+state = "up" if seen_by is None and nodes is not None else "DOWN: " + (
+    "node rows below are " + seen_by + " (stale)" if seen_by else "node rows below are each node's own answer")
+print("database  127.0.0.1:%s  %s" % (info["postgres"]["port"], state))
+print()
+rows_db = {r[0]: r for r in nodes or []}
+servers = router_servers()
+rows = []
+for n in info["nodes"]:
+    c, h = get(n["url"] + "/healthz")
+    r = rows_db.get(n["id"])
+    proc = "running" if alive(n["pid"]) else "gone"
+    answer = "ok" if c == 200 else (str(c) if c else "no answer")
+    held = h.get("node_sessions", h.get("active_sessions")) if h else "?"
+    if r:
+        rows.append([n["id"], r[1], r[2], r[3] + "s ago", r[4], r[5] if r[5] != "0" else "-", r[6], held, r[7],
+                     proc, answer, servers.get(n["id"], "-"), n["url"]])
+    else:
+        rows.append([n["id"], "?", "?", "?", "?", "?", "?", held, "?", proc, answer, servers.get(n["id"], "-"), n["url"]])
+table(["NODE", "SLOT", "STATE", "HEARTBEAT", "LOAD", "CAPACITY", "SESSIONS", "HELD", "COMMANDS", "PROCESS",
+       "HEALTHZ", "ROUTER", "URL"], rows)
+print()
+sessions = None if seen_by or nodes is None else psql(
+    "SELECT tenant, node, state, count(*) FROM sessions GROUP BY tenant, node, state ORDER BY tenant, node, state")
+if sessions is None:
+    print("sessions: the database cannot be reached (HELD above: each node's own count)")
+elif not sessions:
+    print("sessions: none")
+else:
+    table(["TENANT", "NODE", "STATE", "SESSIONS"], sessions)
+EOF
+}
+
 usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
   exit 2
@@ -648,6 +790,7 @@ case "$cmd" in
   router) [ $# -eq 1 ] || usage; cmd_router "$1" ;;
   start-node) [ $# -eq 2 ] || usage; cmd_start_node "$1" "$2" ;;
   drain) [ $# -eq 2 ] || usage; cmd_drain "$1" "$2" ;;
+  status) [ $# -eq 1 ] || usage; cmd_status "$1" ;;
   db-stop) [ $# -eq 1 ] || usage; stop_postgres "$(cd "$1" && pwd)" ;;
   db-start)
     [ $# -eq 1 ] || usage

@@ -21,9 +21,14 @@ packages=(
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
   # the SDK's hosts, driven by spec/hosts: nginx's Lua module, Neovim, LÖVE
   libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core neovim love lua-luv
+  # GET /metrics: promtool checks a scrape, a real Prometheus scrapes airlockd (spec/server/prometheus_spec.lua)
+  prometheus
   # the fleet (scripts/fleet.sh, docs/fleet.md): PostgreSQL 15 and its client library, HAProxy;
   # libext2fs reads a workspace disk's used blocks for a drain's moves
   postgresql libpq-dev haproxy libext2fs-dev
+  # the status page: embedded into airlockd with xxd; driven in headless Chromium by Selenium
+  # (spec/server/status_page_spec.lua), with a font for its screenshot
+  xxd chromium chromium-driver python3-selenium fonts-dejavu-core
 )
 
 # The egress specs run npm inside sandboxes, whose root is built from the host's /usr. A

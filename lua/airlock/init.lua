@@ -246,6 +246,15 @@ function Sandbox:usage()
   return call(self._settings, "GET", "/v1/usage")
 end
 
+-- sbx:metrics() → the session's live figures (an airlock extension, GET .../metrics):
+-- {session_id, tenant_id, cpu_seconds, memory_bytes, memory_peak_bytes, memory_limit_bytes,
+-- disk_used_bytes, disk_quota_bytes, processes, sandboxes, commands_run, running_commands,
+-- state, sampled_at}
+function Sandbox:metrics()
+  local id = started(self, "metrics")
+  return call(self._settings, "GET", engine.session_path(id, "/metrics"))
+end
+
 function Sandbox:health()
   check_self(self, "health")
   return call(self._settings, "GET", "/healthz")

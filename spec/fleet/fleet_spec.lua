@@ -143,6 +143,46 @@ describe("a 3-node fleet", function()
     assert.are.equal(401, http.request(f.router, "GET", "/v1/admin/nodes", { key = KEY }).status)
   end)
 
+  it("lists every session with its node to the admin, live figures for the node's own; /metrics per node", function()
+    local here, there = create_on("node1"), create_on("node2")
+    local node1 = f.nodes.node1
+    local res = http.request(node1, "GET", "/v1/admin/sessions", { key = ADMIN })
+    assert.are.equal(200, res.status, res.body)
+    assert.are.equal("node1", res.json.node)
+    assert.are.equal("ok", res.json.database)
+    local by_id = {}
+    for _, row in ipairs(res.json.sessions) do by_id[row.id] = row end
+    assert.are.equal("node1", by_id[here].node)
+    assert.is_true(by_id[here].live)
+    assert.are.equal("main", by_id[here].tenant)
+    assert.is_number(by_id[here].disk_used_bytes)
+    assert.are.equal("node2", by_id[there].node)
+    assert.is_false(by_id[there].live)
+    assert.are.equal("elsewhere", by_id[there].state)
+    -- the same fields, those only its own node knows null
+    local fields = {}
+    for k in pairs(by_id[here]) do fields[#fields + 1] = k end
+    for _, k in ipairs(fields) do assert.are_not.equal(nil, by_id[there][k], k) end
+    for _, k in ipairs({ "cpu_seconds", "memory_bytes", "processes", "commands_run", "running", "last_command" }) do
+      assert.are.equal(cjson.null, by_id[there][k], k)
+    end
+    -- the node's Prometheus text: its heartbeat reached the database within the last few seconds
+    res = http.request(node1, "GET", "/metrics", { headers = { "Authorization: Bearer " .. ADMIN } })
+    assert.are.equal(200, res.status, res.body)
+    local age = tonumber(res.body:match("\nairlockd_fleet_heartbeat_age_seconds (%S+)\n"))
+    assert.is_true(age ~= nil and age >= 0 and age < LOST_AFTER, tostring(age))
+    assert.are.equal("1", res.body:match("\nairlockd_fleet_database_reachable (%S+)\n"))
+    assert.is_truthy(res.body:match('\nairlockd_fleet_outbox_rows{outbox="audit"} %d+\n'), res.body)
+    assert.is_truthy(res.body:match("\nairlockd_fleet_database_errors_total %d+\n"), res.body)
+    local path = proc.temp_path()
+    proc.write_file(path, res.body)
+    local rc, out = proc.run_capture("promtool check metrics < " .. proc.shell_quote(path))
+    os.remove(path)
+    assert.are.equal(0, rc, out)
+    assert.are.equal(200, http.delete(f.router, KEY, here).status)
+    assert.are.equal(200, http.delete(f.router, KEY, there).status)
+  end)
+
   it("routes each session's requests to the node its id names, and spreads new sessions", function()
     local by_slot = nodes()
     local ids, per_node = {}, {}

@@ -5,7 +5,9 @@
 -- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c;
 -- the settings' parsers and loader (src/server/config/) in spec/c/config_units_test.c; the
 -- leases of a fleet's request tokens (src/server/domain/limits.c) in spec/c/limits_units_test.c.
--- The agent protocol's frames (src/agent/protocol.h) in spec/c/agent_protocol_test.c.
+-- The agent protocol's frames (src/agent/protocol.h) in spec/c/agent_protocol_test.c. The
+-- per-session figures and the Prometheus counters (domain/figures.c, obs/metrics.c) in
+-- spec/c/obs_units_test.c.
 -- Lua 5.1-compatible (no <close>).
 local c_unit = require "support.c_unit"
 
@@ -18,7 +20,8 @@ describe("airlockd C units", function()
 
   it("sandbox/capture, sandbox/proc (budget, cancel_fd) and domain/slots pass their checks", function()
     local out, ok = c_unit.run({ "spec/c/sandbox_units_test.c", "src/server/sandbox/capture.c",
-      "src/server/sandbox/proc.c", "src/server/sandbox/cgroup.c", "src/server/domain/slots.c",
+      "src/server/sandbox/proc.c", "src/server/sandbox/cgroup.c", "src/server/sandbox/cgroup_usage.c",
+      "src/server/domain/slots.c",
       "src/server/text/utf8.c", "src/server/util/buf.c" })
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
@@ -30,6 +33,15 @@ describe("airlockd limits C units (domain/limits)", function()
     local out, ok = c_unit.run({ "spec/c/limits_units_test.c", "src/server/domain/limits.c",
       "src/server/domain/tenants.c" },
       "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -pthread")
+    assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("airlockd observability C units (domain/figures, obs/metrics)", function()
+  it("keep each session's commands and released sandboxes' usage, write the Prometheus text (ASan/UBSan)", function()
+    local out, ok = c_unit.run({ "spec/c/obs_units_test.c", "src/server/domain/figures.c", "src/server/obs/metrics.c",
+      "src/server/util/buf.c" }, "-fsanitize=address,undefined -fno-sanitize-recover=undefined -lm -pthread")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)

@@ -37,8 +37,10 @@ function M.run(c)
     return airlock.with(opts, function(sbx)
       sbx.files:write("p.txt", "parity\n")
       local r = sbx:run("cat p.txt; echo err >&2; exit 3")
+      local m = sbx:metrics()
       return { content = sbx.files:read("p.txt"), bytes = sbx.files:read("p.txt", { binary = true }),
-               stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code, ok = r.ok }
+               stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code, ok = r.ok,
+               metrics = { own = m.session_id == sbx.session_id, commands_run = m.commands_run } }
     end)
   end)
 
@@ -104,7 +106,8 @@ function M.expected(tag)
   end
   return {
     calls = { ok = true, value = { content = "parity\n", bytes = "parity\n", stdout = "parity\n",
-                                   stderr = "err\n", exit_code = 3, ok = false } },
+                                   stderr = "err\n", exit_code = 3, ok = false,
+                                   metrics = { own = true, commands_run = 1 } } },
     fits = { ok = true, value = M.LOWERED - 1 - 10 },
     over = too_large(M.LOWERED),
     over_chunked = too_large(M.LOWERED),

@@ -4,6 +4,7 @@
 #define AIRLOCKD_APP_H
 
 #include "config/config.h"
+#include "domain/figures.h"
 #include "domain/limits.h"
 #include "domain/sessions.h"
 #include "domain/slots.h"
@@ -32,6 +33,8 @@ typedef struct app {
     warm_pool *warm;       /* sandboxes booted ahead for sessions; NULL: every command cold */
     pg_pool *db;           /* a fleet's database (--database), or NULL */
     fleet *fleet;          /* this node's place in the fleet, or NULL */
+    figures *figures;      /* per-session commands and released sandboxes' usage (ours) */
+    disk_pool *disk;       /* the workspace disks (for their figures; the registry uses them) */
 } app;
 
 #endif

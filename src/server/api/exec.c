@@ -11,6 +11,7 @@
 
 #include "domain/quota.h"
 #include "log/log.h"
+#include "obs/metrics.h"
 #include "text/exec_format.h"
 #include "text/utf8.h"
 
@@ -169,6 +170,7 @@ static void answer_error(exec_answer *ans, unsigned status, const char *detail)
 static bool take_turn(app *a, size_t tenant, const exec_request *q, int cancel_fd, exec_answer *ans)
 {
     if (!limits_exec_begin(a->lim, tenant)) {
+        metrics_rate_refused(tenant, true);
         ans->exec_limit = tenants_get(a->tenants, tenant)->max_concurrent_exec;
         answer_error(ans, 429, NULL);
         return false;
@@ -351,6 +353,20 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
     free_output(&o);
 }
 
+/* How a command ended, for the metrics. */
+static metrics_outcome outcome_of(int rc, const sandbox_result *res)
+{
+    if (rc != 0)
+        return METRICS_EXEC_ERROR;
+    if (res->cancelled)
+        return METRICS_EXEC_CANCELLED;
+    if (res->timed_out)
+        return METRICS_EXEC_TIMED_OUT;
+    if (res->oom_killed)
+        return METRICS_EXEC_OOM_KILLED;
+    return res->exit_code == 0 ? METRICS_EXEC_OK : METRICS_EXEC_EXIT_NONZERO;
+}
+
 /* Everything that needs the session: the turn, the run, the audit record. The streamed answer
  * starts once the command has its turn: earlier refusals are plain. */
 static void exec_in_session(app *a, http_request *r, const api_call *c, session *s, const exec_request *q,
@@ -372,10 +388,17 @@ static void exec_in_session(app *a, http_request *r, const api_call *c, session 
         cancel_fd = http_stream_cancel_fd(tap->stream);
     sandbox_result res;
     memset(&res, 0, sizeof res);
+    unsigned long shown = figures_command_begin(a->figures, s->id, q->command, q->command_len);
+    metrics_commands_running(1);
     int rc = run_in_sandbox(a, s, tenants_get(a->tenants, c->tenant), q, tap, name, spill_id, cancel_fd, &res,
                             errbuf, sizeof errbuf);
     double duration_s = seconds_since(&t0);
+    metrics_commands_running(-1);
+    metrics_exec_outcome(outcome_of(rc, &res));
     give_turn_back(a, c->tenant);
+    figures_command_end(a->figures, s->id, shown, rc != 0 || res.timed_out || res.cancelled ? -1 : res.exit_code);
+    if (registry_removed(a->reg, s)) /* deleted meanwhile: its figures went before this command's */
+        figures_forget(a->figures, s->id);
     if (rc != 0) {
         log_session(LV_ERROR, s->id, tenants_get(a->tenants, c->tenant)->name, "exec in %s failed: %s", s->id, errbuf);
         answer_error(ans, 500, NULL);

@@ -12,8 +12,21 @@ void api_admin_nodes(app *a, http_request *r, const api_call *c)
         return;
     }
     json_t *nodes = fleet_nodes(a->fleet);
+    double as_of = epoch_now();
+    bool stale = !nodes;
+    /* the database cannot be read: what this node last saw, said to be so */
+    if (stale)
+        nodes = fleet_nodes_view(a->fleet, &as_of);
+    /* the heartbeats' ages as of now, not as of the view */
+    size_t i;
+    json_t *n;
+    json_array_foreach(stale ? nodes : NULL, i, n) {
+        double age = json_number_value(json_object_get(n, "heartbeat_age_s")) + (epoch_now() - as_of);
+        json_object_set_new(n, "heartbeat_age_s", json_real(age > 0 ? age : 0));
+    }
     if (nodes)
-        http_send_json(r, 200, json_pack("{s:s,s:o}", "node", fleet_node_id(a->fleet), "nodes", nodes));
+        http_send_json(r, 200, json_pack("{s:s,s:o,s:b,s:f}", "node", fleet_node_id(a->fleet), "nodes", nodes,
+                                         "stale", stale, "as_of", as_of));
     else
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The fleet's database cannot be reached."),
                               "retry-after", "2");

@@ -7,10 +7,12 @@
 #include "api/files.h"
 #include "api/handlers.h"
 #include "domain/auth.h"
+#include "obs/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Body caps (docs/server.md "Limits"): routes without a body read and ignore up to NO_BODY bytes;
  * JSON of a few fields gets FIELDS; a file write carries the file. */
@@ -24,6 +26,8 @@
 static const api_route ROUTES[] = {
     /* method   pattern                        auth        json   max_body   run    handler */
     {"GET",    "/healthz",                    API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_health},
+    /* ours: Prometheus, the admin key also as Authorization: Bearer (Prometheus' own way) */
+    {"GET",    "/metrics",                    API_ADMIN,  false, NO_BODY,   QUICK, api_metrics},
     {"POST",   "/v1/sessions",                API_TENANT, true,  FIELDS,    QUICK, api_sessions_create},
     {"GET",    "/v1/sessions",                API_TENANT, false, NO_BODY,   QUICK, api_sessions_list},
     {"DELETE", "/v1/sessions/{}",             API_TENANT, false, NO_BODY,   LONG,  api_sessions_delete},
@@ -34,6 +38,7 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/sessions/{}/exec",        API_TENANT, true,  FIELDS,    LONG,  api_exec},
     {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  FIELDS,    LONG,  api_import},
     {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, NO_BODY,   QUICK, api_egress_log},
+    {"GET",    "/v1/sessions/{}/metrics",     API_TENANT, false, NO_BODY,   QUICK, api_session_metrics},
     {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
     {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},
     {"GET",    "/v1/audit",                   API_TENANT, false, NO_BODY,   QUICK, api_audit},
@@ -44,7 +49,15 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/admin/keys",              API_ADMIN,  true,  FIELDS,    QUICK, api_admin_keys_create},
     {"DELETE", "/v1/admin/keys/{}",           API_ADMIN,  false, NO_BODY,   QUICK, api_admin_keys_revoke},
     {"GET",    "/v1/admin/nodes",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_nodes},
+    {"GET",    "/v1/admin/sessions",          API_ADMIN,  false, NO_BODY,   QUICK, api_admin_sessions},
     {"POST",   "/v1/admin/nodes/{}/drain",    API_ADMIN,  false, NO_BODY,   QUICK, api_admin_node_drain},
+    {"GET",    "/v1/admin/audit",             API_ADMIN,  false, NO_BODY,   QUICK, api_admin_audit},
+    {"GET",    "/v1/admin/egress",            API_ADMIN,  false, NO_BODY,   QUICK, api_admin_egress},
+    {"GET",    "/v1/admin/status",            API_ADMIN,  false, NO_BODY,   QUICK, api_admin_status},
+    /* the status page (its files embedded in airlockd; the key is asked for by the page) */
+    {"GET",    "/admin",                      API_PUBLIC, false, NO_BODY,   QUICK, api_admin_page},
+    {"GET",    "/admin/",                     API_PUBLIC, false, NO_BODY,   QUICK, api_admin_page},
+    {"GET",    "/admin/{}",                   API_PUBLIC, false, NO_BODY,   QUICK, api_admin_page},
     {"GET",    "/v1/fleet/accepting",         API_PUBLIC, false, NO_BODY,   HTTP_RUN_INLINE, api_fleet_accepting},
 };
 
@@ -156,6 +169,7 @@ static void send_unrouted(http_request *r, const char *path, const api_route *pa
 /* What the admission learned from the headers, for the dispatcher (in the request's
  * application record). */
 typedef struct {
+    unsigned route;          /* its row + 1 in ROUTES; 0: none matched (for the metrics) */
     bool authed;             /* the key is the tenant's / the admin's */
     auth_admin_result admin; /* API_ADMIN routes */
     auth_caller who;         /* API_TENANT routes, when authed */
@@ -164,13 +178,37 @@ typedef struct {
 
 _Static_assert(sizeof(admission) <= HTTP_APP_DATA, "the admission record must fit the request's room");
 
-/* The answer a request whose key failed gets. */
-static void send_unauthorized(http_request *r, const api_route *rt, const admission *ad)
+/* The credential of "Authorization: Bearer <key>", or NULL. */
+static const char *bearer_token(http_request *r)
 {
-    if (rt->auth == API_TENANT)
+    const char *v = http_header(r, "Authorization");
+    if (!v || strncasecmp(v, "Bearer ", 7) != 0)
+        return NULL;
+    v += 7;
+    while (*v == ' ')
+        v++;
+    return *v ? v : NULL;
+}
+
+/* The answer a request whose key failed gets; a valid key on the wrong kind of route says so
+ * after the contract's text (the admin key on a tenant's route, a tenant's key on an admin
+ * route), with the contract's 401. */
+static void send_unauthorized(app *a, http_request *r, const api_route *rt, const admission *ad)
+{
+    const char *key = http_header(r, "X-API-Key");
+    if (!key && rt->handler == api_metrics)
+        key = bearer_token(r);
+    auth_caller who;
+    if (rt->auth == API_TENANT && key && auth_admin(a->cfg, a->keys, key) == AUTH_ADMIN_OK)
+        http_send_detail(r, 401, "Invalid or missing X-API-Key header: this is the admin key, which opens only "
+                                 "the /v1/admin/ routes (GET /v1/admin/sessions lists every tenant's sessions).");
+    else if (rt->auth == API_TENANT)
         http_send_detail(r, 401, "Invalid or missing X-API-Key header");
     else if (ad->admin == AUTH_ADMIN_OFF)
         http_send_detail(r, 404, "The admin API is not enabled on this server.");
+    else if (key && auth_tenant(a->cfg, a->tenants, a->keys, key, &who))
+        http_send_detail(r, 401, "Invalid or missing admin key: this is a tenant's key; the admin routes "
+                                 "(/v1/admin/..., /metrics) need the admin key (SANDBOX_ADMIN_KEY).");
     else
         http_send_detail(r, 401, "Invalid or missing admin key");
 }
@@ -201,11 +239,14 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
         send_unrouted(r, http_path(r), partial);
         return;
     }
+    ad->route = (unsigned)(rt - ROUTES) + 1;
     adm->body_cap = rt->max_body;
     adm->run = rt->run;
     if (rt->auth == API_PUBLIC)
         return;
     const char *key = http_header(r, "X-API-Key");
+    if (!key && rt->handler == api_metrics)
+        key = bearer_token(r);
     if (rt->auth == API_ADMIN) {
         ad->admin = auth_admin(a->cfg, a->keys, key);
         ad->authed = ad->admin == AUTH_ADMIN_OK;
@@ -220,7 +261,7 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
     if (ad->authed)
         return;
     if (raw_write) { /* raw bytes are never parsed as JSON: 401 at once */
-        send_unauthorized(r, rt, ad);
+        send_unauthorized(a, r, rt, ad);
         return;
     }
     /* The reference answers a body that is not JSON at all (422) before it checks the key:
@@ -232,7 +273,7 @@ void api_admit(void *cls, http_request *r, http_admission *adm)
         adm->run = HTTP_RUN_QUICK;
         return;
     }
-    send_unauthorized(r, rt, ad);
+    send_unauthorized(a, r, rt, ad);
 }
 
 /* Whether the request deletes one of the caller's own sessions: that frees a session slot,
@@ -258,6 +299,7 @@ static bool take_request_token(app *a, http_request *r, api_call *c, const auth_
         snprintf(msg, sizeof msg, "Rate limit of %d requests per minute exceeded; retry in %ld s.",
                  tenants_get(a->tenants, who->tenant)->requests_per_minute, retry);
         snprintf(hdr, sizeof hdr, "%ld", retry);
+        metrics_rate_refused(who->tenant, false);
         http_send_json_header(r, 429, json_pack("{s:s}", "detail", msg), "retry-after", hdr);
         return false;
     }
@@ -293,7 +335,7 @@ static void run(app *a, http_request *r, const api_route *rt, const char *param)
     bool allowed = ad->authed && (rt->auth == API_ADMIN ||
                                   take_request_token(a, r, &c, &ad->who, frees_own_session(a, rt, param, &ad->who)));
     if (!ad->authed)
-        send_unauthorized(r, rt, ad);
+        send_unauthorized(a, r, rt, ad);
     else if (allowed)
         rt->handler(a, r, &c);
     if (file_write)
@@ -340,4 +382,34 @@ void api_handle(void *cls, http_request *r)
         run(a, r, rt, param);
     else
         http_send_500(r); /* admitted requests have a route */
+}
+
+/* Which latency histogram a route's calls go to. */
+static metrics_timed timed_of(const api_route *rt)
+{
+    if (rt->handler == api_sessions_create)
+        return METRICS_TIMED_CREATE;
+    if (rt->handler == api_exec)
+        return METRICS_TIMED_EXEC;
+    if (rt->handler == api_files_write)
+        return METRICS_TIMED_FILE_WRITE;
+    if (rt->handler == api_files_read)
+        return METRICS_TIMED_FILE_READ;
+    if (rt->handler == api_files_list)
+        return METRICS_TIMED_FILE_LIST;
+    return METRICS_TIMED_NONE;
+}
+
+void api_name_routes(void)
+{
+    metrics_mark_start();
+    for (size_t i = 0; i < N_ROUTES; i++)
+        metrics_set_route((unsigned)i, ROUTES[i].method, ROUTES[i].pattern, timed_of(&ROUTES[i]));
+}
+
+void api_finished(void *cls, http_request *r, unsigned status, double seconds)
+{
+    (void)cls;
+    const admission *ad = http_app_data(r);
+    metrics_request(ad->route ? ad->route - 1 : METRICS_NO_ROUTE, status, seconds);
 }

@@ -110,6 +110,14 @@ void disk_pool_start(disk_pool *p)
                  p->images);
 }
 
+void disk_pool_usage(disk_pool *p, long long *used, long long *cap)
+{
+    pthread_mutex_lock(&p->mu);
+    *used = p->used;
+    *cap = p->cap;
+    pthread_mutex_unlock(&p->mu);
+}
+
 void disk_pool_close(disk_pool *p)
 {
     if (!p)

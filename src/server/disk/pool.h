@@ -34,6 +34,9 @@ disk_pool *disk_pool_open(const char *state_dir, const disk_limits *l, char *err
  * default cap (the images kept plus the free space less the reserve) and logs the figures. */
 void disk_pool_start(disk_pool *p);
 
+/* The bytes the images take now (*used) under the cap (*cap), for the status page. */
+void disk_pool_usage(disk_pool *p, long long *used, long long *cap);
+
 /* Unmounts the workspaces mount (every session must be closed or destroyed) and frees. */
 void disk_pool_close(disk_pool *p);
 

@@ -897,6 +897,24 @@ size_t registry_times(registry *r, char (**ids)[17], double **times)
     return n;
 }
 
+size_t registry_owners(registry *r, char (**ids)[17], size_t **owners)
+{
+    pthread_mutex_lock(&r->mu);
+    size_t n = 0, count = 0;
+    for (session *s = r->head; s; s = s->next)
+        count += s->ready;
+    *ids = calloc(count ? count : 1, sizeof **ids);
+    *owners = calloc(count ? count : 1, sizeof **owners);
+    for (session *s = r->head; *ids && *owners && s; s = s->next) {
+        if (!s->ready)
+            continue;
+        memcpy((*ids)[n], s->id, sizeof s->id);
+        (*owners)[n++] = s->tenant;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 size_t registry_count(registry *r)
 {
     size_t n = 0;

@@ -221,6 +221,10 @@ void session_shape_json(json_t *o, const char *template_name, const sandbox_size
 /* Every ready session's id and last access time (malloc'd arrays of the returned count). */
 size_t registry_times(registry *r, char (**ids)[17], double **times);
 
+/* Every ready session's id and tenant index (malloc'd arrays of the returned count; the
+ * admin's listing acquires each in turn). */
+size_t registry_owners(registry *r, char (**ids)[17], size_t **owners);
+
 size_t registry_count(registry *r);
 size_t registry_count_tenant(registry *r, size_t tenant);
 

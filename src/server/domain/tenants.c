@@ -52,6 +52,14 @@ const tenant_cfg *tenants_get(const tenants *t, size_t idx)
     return &t->t[idx];
 }
 
+size_t tenants_count(tenants *t)
+{
+    pthread_mutex_lock(&t->mu);
+    size_t n = t->n;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
 size_t tenants_capacity(const tenants *t)
 {
     return t->cap;

@@ -22,6 +22,9 @@ const tenant_cfg *tenants_get(const tenants *t, size_t idx);
  * or out of memory. Thread-safe. */
 long tenants_intern(tenants *t, const char *name);
 
+/* How many tenants the table holds now (indexes 0 .. count-1). Thread-safe. */
+size_t tenants_count(tenants *t);
+
 /* Most tenants the table can hold (sizes per-tenant state such as domain/limits). */
 size_t tenants_capacity(const tenants *t);
 

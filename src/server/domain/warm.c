@@ -505,3 +505,23 @@ void warm_abandon(warm_pool *w)
             sandbox_abandon(w->e[i].sb);
     pthread_mutex_unlock(&w->mu);
 }
+
+void warm_count(warm_pool *w, warm_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < w->n; i++) {
+        const entry *e = &w->e[i];
+        if (e->state == E_PENDING || e->state == E_STARTING || e->state == E_BOOTING)
+            out->booting++;
+        else if (e->state == E_READY)
+            out->ready++;
+        else if (e->state == E_LENT)
+            out->in_use++;
+        if (e->state != E_FREE && e->state != E_DOOMED && e->spare)
+            out->spares++;
+    }
+    pthread_mutex_unlock(&w->mu);
+}

@@ -112,6 +112,14 @@ void warm_want_session(warm_pool *w, const session *s, const char *tenant);
 int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
                      int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen);
 
+/* The sandboxes held, by state (for GET /metrics): booting (wanted, starting or booting),
+ * ready (booted, waiting frozen), in use (a session's own sandbox lent to commands), and how
+ * many of all of them are spares for tenants' next sessions. */
+typedef struct {
+    int booting, ready, in_use, spares;
+} warm_counts;
+void warm_count(warm_pool *w, warm_counts *out);
+
 /* For a server exiting without cleanup (_exit): kills the processes of every sandbox held,
  * so that none is left frozen (the next start removes the rest). */
 void warm_abandon(warm_pool *w);

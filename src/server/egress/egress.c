@@ -294,6 +294,49 @@ json_t *egress_events(egress_service *e, const char *session_id, size_t limit)
     return events;
 }
 
+static int newest_first(const void *a, const void *b)
+{
+    double ta = json_number_value(json_object_get(*(json_t *const *)a, "ts"));
+    double tb = json_number_value(json_object_get(*(json_t *const *)b, "ts"));
+    return ta < tb ? 1 : ta > tb ? -1 : 0;
+}
+
+json_t *egress_denials(egress_service *e, size_t limit)
+{
+    /* each session's log is read outside the service's lock, held by a reference */
+    size_t n = 0, cap = 0;
+    egress_session **held = NULL;
+    pthread_mutex_lock(&e->mu);
+    for (egress_session *s = e->sessions; s; s = s->next)
+        cap++;
+    held = cap ? calloc(cap, sizeof *held) : NULL;
+    for (egress_session *s = e->sessions; s && held; s = s->next)
+        held[n++] = egress_session_ref(s);
+    pthread_mutex_unlock(&e->mu);
+    json_t *all = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (all)
+            egress_log_denials(held[i]->log, limit, all);
+        egress_session_unref(held[i]);
+    }
+    free(held);
+    if (!all)
+        return NULL;
+    /* merged newest first, cut to limit */
+    size_t total = json_array_size(all);
+    json_t **items = total ? calloc(total, sizeof *items) : NULL;
+    json_t *out = json_array();
+    for (size_t i = 0; items && i < total; i++)
+        items[i] = json_array_get(all, i);
+    if (items)
+        qsort(items, total, sizeof *items, newest_first);
+    for (size_t i = 0; items && out && i < total && i < limit; i++)
+        json_array_append(out, items[i]);
+    free(items);
+    json_decref(all);
+    return out;
+}
+
 void egress_forget_session(void *ctx, const char *session_id)
 {
     egress_service *e = ctx;

@@ -41,6 +41,10 @@ void egress_sandbox_close(egress_service *e, egress_sandbox *sb);
 /* The last `limit` events of a session, oldest first (a new array; [] when it has none). */
 json_t *egress_events(egress_service *e, const char *session_id, size_t limit);
 
+/* The status page: the newest denied attempts of every live session, newest first, at most
+ * limit (a new array), each event with its "session_id". */
+json_t *egress_denials(egress_service *e, size_t limit);
+
 /* The session is deleted or expired: its pass stops working at once, its listeners, tunnels
  * and log file are closed. Safe to call under the registry's lock (it only takes egress's own
  * lock and wakes the proxy). ctx is the egress service. */

@@ -142,6 +142,25 @@ json_t *egress_log_last(egress_log *l, size_t limit)
     return out;
 }
 
+void egress_log_denials(egress_log *l, size_t limit, json_t *out)
+{
+    pthread_mutex_lock(&l->mu);
+    size_t have = l->total < EGRESS_LOG_RING ? l->total : EGRESS_LOG_RING, found = 0;
+    for (size_t k = 1; k <= have && found < limit; k++) {
+        json_t *ev = l->ring[(l->next + EGRESS_LOG_RING - k) % EGRESS_LOG_RING];
+        const char *decision = json_string_value(json_object_get(ev, "decision"));
+        if (!decision || strcmp(decision, "deny") != 0)
+            continue;
+        json_t *copy = json_copy(ev);
+        if (copy) {
+            json_object_set_new(copy, "session_id", json_string(l->session_id));
+            json_array_append_new(out, copy);
+        }
+        found++;
+    }
+    pthread_mutex_unlock(&l->mu);
+}
+
 size_t egress_log_count(egress_log *l)
 {
     pthread_mutex_lock(&l->mu);

@@ -27,6 +27,10 @@ void egress_log_add(egress_log *l, json_t *event);
 /* A new array of the last `limit` events, oldest first. */
 json_t *egress_log_last(egress_log *l, size_t limit);
 
+/* Appends to out the last `limit` denied events (decision "deny"), newest first, each a copy
+ * with "session_id" added. */
+void egress_log_denials(egress_log *l, size_t limit, json_t *out);
+
 /* How many events were ever added (for tests of bounds). */
 size_t egress_log_count(egress_log *l);
 

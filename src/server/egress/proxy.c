@@ -9,6 +9,7 @@
 #include "egress/policy.h"
 #include "egress/request.h"
 #include "log/log.h"
+#include "obs/metrics.h"
 #include "text/utf8.h"
 
 #include <arpa/inet.h>
@@ -188,6 +189,7 @@ static json_t *event_of(const conn *c, bool allow, const char *reason, bool with
         return NULL;
     json_object_set_new(e, "ts", json_real(floor(wall() * 1000.0 + 0.5) / 1000.0));
     json_object_set_new(e, "decision", json_string(allow ? "allow" : "deny"));
+    metrics_egress(allow); /* every event is made here, once */
     json_object_set_new(e, "duration_ms", json_integer((json_int_t)((mono() - c->t0) * 1000.0)));
     if (c->authed) {
         json_object_set_new(e, "session", json_string(c->s->id));

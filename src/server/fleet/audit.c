@@ -96,6 +96,27 @@ static json_t *text_or_null(PGresult *res, int i, int col)
     return PQgetisnull(res, i, col) ? json_null() : json_string(PQgetvalue(res, i, col));
 }
 
+/* Row i of a query whose columns are sk, ts_us, session_id, actor, kind, command, truncated,
+ * exit_code, duration_s, timed_out, oom_killed, detail: an entry of GET /v1/audit. */
+static json_t *row_entry(PGresult *res, int i)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "ts", json_real((double)atoll(PQgetvalue(res, i, 1)) / 1e6));
+    json_object_set_new(o, "session_id", text_or_null(res, i, 2));
+    json_object_set_new(o, "actor", text_or_null(res, i, 3));
+    json_object_set_new(o, "kind", text_or_null(res, i, 4));
+    json_object_set_new(o, "command", text_or_null(res, i, 5));
+    json_object_set_new(o, "truncated", json_boolean(strcmp(PQgetvalue(res, i, 6), "t") == 0));
+    json_object_set_new(o, "exit_code", PQgetisnull(res, i, 7) ? json_null()
+                                                               : json_integer(atoll(PQgetvalue(res, i, 7))));
+    json_object_set_new(o, "duration_s", PQgetisnull(res, i, 8) ? json_null()
+                                                                : json_real(atof(PQgetvalue(res, i, 8))));
+    json_object_set_new(o, "timed_out", json_boolean(strcmp(PQgetvalue(res, i, 9), "t") == 0));
+    json_object_set_new(o, "oom_killed", json_boolean(strcmp(PQgetvalue(res, i, 10), "t") == 0));
+    json_object_set_new(o, "detail", text_or_null(res, i, 11));
+    return o;
+}
+
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next)
 {
@@ -116,25 +137,38 @@ int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limi
         return -1;
     json_t *arr = json_array();
     int rows = PQntuples(res);
-    for (int i = 0; i < rows && i < limit; i++) {
-        json_t *o = json_object();
-        json_object_set_new(o, "ts", json_real((double)atoll(PQgetvalue(res, i, 1)) / 1e6));
-        json_object_set_new(o, "session_id", text_or_null(res, i, 2));
-        json_object_set_new(o, "actor", text_or_null(res, i, 3));
-        json_object_set_new(o, "kind", text_or_null(res, i, 4));
-        json_object_set_new(o, "command", text_or_null(res, i, 5));
-        json_object_set_new(o, "truncated", json_boolean(strcmp(PQgetvalue(res, i, 6), "t") == 0));
-        json_object_set_new(o, "exit_code", PQgetisnull(res, i, 7) ? json_null()
-                                                                   : json_integer(atoll(PQgetvalue(res, i, 7))));
-        json_object_set_new(o, "duration_s", PQgetisnull(res, i, 8) ? json_null()
-                                                                    : json_real(atof(PQgetvalue(res, i, 8))));
-        json_object_set_new(o, "timed_out", json_boolean(strcmp(PQgetvalue(res, i, 9), "t") == 0));
-        json_object_set_new(o, "oom_killed", json_boolean(strcmp(PQgetvalue(res, i, 10), "t") == 0));
-        json_object_set_new(o, "detail", text_or_null(res, i, 11));
-        json_array_append_new(arr, o);
-    }
+    for (int i = 0; i < rows && i < limit; i++)
+        json_array_append_new(arr, row_entry(res, i));
     if (rows > limit && limit > 0)
         *next = strdup(PQgetvalue(res, limit - 1, 0));
+    PQclear(res);
+    *entries = arr;
+    return 0;
+}
+
+int fleet_audit_recent(fleet *f, int limit, int retention_days, json_t **entries)
+{
+    *entries = NULL;
+    char cutoff[32], lim[16];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    snprintf(cutoff, sizeof cutoff, "%lld", now - (long long)retention_days * 86400LL * 1000000LL);
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *p[] = {cutoff, lim};
+    PGresult *res = pg_query(f->db,
+        "SELECT sk, ts_us, session_id, actor, kind, command, truncated, exit_code, duration_s, timed_out,"
+        " oom_killed, detail, tenant_id, node FROM audit WHERE ts_us >= $1::bigint"
+        " ORDER BY ts_us DESC, sk DESC, node LIMIT $2::integer", 2, p);
+    if (!res)
+        return -1;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(res); i++) {
+        json_t *o = row_entry(res, i);
+        json_object_set_new(o, "tenant_id", json_string(PQgetvalue(res, i, 12)));
+        json_object_set_new(o, "node", json_string(PQgetvalue(res, i, 13)));
+        json_array_append_new(arr, o);
+    }
     PQclear(res);
     *entries = arr;
     return 0;

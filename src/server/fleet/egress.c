@@ -38,3 +38,27 @@ json_t *fleet_egress_events(fleet *f, const char *session_id, int limit)
     PQclear(res);
     return arr;
 }
+
+json_t *fleet_egress_denials(fleet *f, int limit)
+{
+    char lim[16];
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *p[] = {lim};
+    PGresult *res = pg_query(f->db,
+        "SELECT session_id, event::text FROM egress_events WHERE event->>'decision' = 'deny'"
+        " ORDER BY sk DESC, node LIMIT $1::integer", 1, p);
+    if (!res)
+        return NULL;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(res); i++) {
+        json_t *ev = json_loads(PQgetvalue(res, i, 1), 0, NULL);
+        if (json_is_object(ev)) {
+            json_object_set_new(ev, "session_id", json_string(PQgetvalue(res, i, 0)));
+            json_array_append_new(arr, ev);
+        } else {
+            json_decref(ev);
+        }
+    }
+    PQclear(res);
+    return arr;
+}

@@ -73,6 +73,23 @@ int fleet_live_nodes(fleet *f);
  * when the database cannot be read. */
 json_t *fleet_nodes(fleet *f);
 
+/* ---- the node's last view of the fleet (fleet/view.c) ---- */
+
+/* The nodes as the last read of fleet_nodes that reached the database gave them (a copy), and
+ * when (*as_of, epoch seconds); NULL when the database was never read. */
+json_t *fleet_nodes_view(fleet *f, double *as_of);
+
+typedef struct {
+    long nodes, active;        /* nodes in the view, and those active */
+    long long sessions;        /* active sessions on them */
+    long long commands_running;
+    double as_of;              /* when the view was read */
+    bool stale;                /* the database cannot be reached now, or the view is old */
+} fleet_totals;
+/* The fleet's totals from the last view (no database read: /healthz); false when there is
+ * none yet (then *t is zero and stale). */
+bool fleet_view_totals(fleet *f, fleet_totals *t);
+
 /* POST /v1/admin/nodes/{id}/drain: the node takes no new session from now on and its
  * sessions move (it becomes `drained` once it holds none; starting it again makes it
  * active); the sessions an earlier drain could not move are tried again. The node's row after
@@ -110,6 +127,10 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
 /* The tenant's live sessions on every node, newest first, as the list route shows them
  * (tenant_id, expires_at = last use + ttl); NULL when the database cannot be read. */
 json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
+/* Every tenant's sessions in the fleet's registry (the admin's listing), newest first, at most
+ * limit: [{"id","tenant","node","state","created_at","last_accessed_at","disk_quota_mb"}];
+ * NULL when the database cannot be reached. */
+json_t *fleet_session_list_all(fleet *f, int limit);
 
 /* ---- a drain's moves (fleet/moves.c) ---- */
 
@@ -169,6 +190,9 @@ void fleet_audit_ship_now(fleet *f, audit_store *store);
 /* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next);
+/* The status page: every tenant's newest rows of every node (with "tenant_id" and "node"),
+ * newest first, at most limit, in *entries; 0, or -1 when the database cannot be read. */
+int fleet_audit_recent(fleet *f, int limit, int retention_days, json_t **entries);
 
 /* ---- the egress log (fleet/egress.c) ---- */
 
@@ -178,5 +202,9 @@ int fleet_egress_ship(fleet *f, audit_store *store);
 /* The last limit events of a session from every node that held it, oldest first; NULL when
  * the database cannot be read. */
 json_t *fleet_egress_events(fleet *f, const char *session_id, int limit);
+/* The status page: the newest denied attempts of every live session, on any node, newest
+ * first, at most limit, each event with its "session_id"; NULL when the database cannot be
+ * read. */
+json_t *fleet_egress_denials(fleet *f, int limit);
 
 #endif

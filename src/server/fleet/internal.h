@@ -43,7 +43,14 @@ struct fleet {
     double touch_since;      /* wall clock: last uses before this reached the database */
     double touch_at;         /* wall clock: when the staged list below was taken */
     char *touch_ids, *touch_times; /* last uses for the next heartbeat (Postgres arrays), or NULL */
+    pthread_mutex_t view_mu; /* guards view and view_at (fleet/view.c) */
+    json_t *view;            /* the nodes as last read from the database, or NULL */
+    double view_at;
 };
+
+/* fleet/view.c: keeps a copy of nodes (a successful read of the nodes table) as the view. */
+void fleet_view_keep(fleet *f, const json_t *nodes);
+void fleet_view_free(fleet *f);
 
 
 

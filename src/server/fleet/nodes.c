@@ -3,6 +3,7 @@
 #include "fleet/agent.h"
 #include "fleet/internal.h"
 #include "log/log.h"
+#include "obs/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->ship_mu, NULL);
     pthread_mutex_init(&f->cmd_mu, NULL);
+    pthread_mutex_init(&f->view_mu, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
     atomic_store(&f->accepting, true);
@@ -84,6 +86,8 @@ static void beat(fleet *f)
         f->touch_since = f->touch_at;
     const char *state = res && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : NULL;
     bool active = state && strcmp(state, "active") == 0;
+    if (state)
+        metrics_heartbeat_ok();
     if (state && strcmp(state, "dead") == 0 && drop_lost(f)) {
         /* declared dead while it could not reach the database: it drops the sessions
          * declared lost first (their ids answer 410 from the database), and only then
@@ -100,6 +104,8 @@ static void beat(fleet *f)
     long live = state ? atol(PQgetvalue(res, 0, 1)) : -1;
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);
+    if (state) /* the view the admin list and /healthz fall back on during an outage */
+        json_decref(fleet_nodes(f));
     PQclear(res);
     if (draining && f->drain_step)
         f->drain_step(f->drain_ctx);
@@ -227,6 +233,8 @@ void fleet_close(fleet *f)
         pthread_mutex_destroy(&f->mu);
         pthread_mutex_destroy(&f->ship_mu);
         pthread_mutex_destroy(&f->cmd_mu);
+        pthread_mutex_destroy(&f->view_mu);
+        fleet_view_free(f);
         pthread_cond_destroy(&f->cond);
     }
     for (size_t i = 0; i < f->ncmds; i++)
@@ -307,6 +315,7 @@ json_t *fleet_nodes(fleet *f)
     }
     PQclear(um);
     PQclear(res);
+    fleet_view_keep(f, arr);
     return arr;
 }
 

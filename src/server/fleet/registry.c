@@ -160,4 +160,22 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
     return arr;
 }
 
-
+json_t *fleet_session_list_all(fleet *f, int limit)
+{
+    char lim[16];
+    snprintf(lim, sizeof lim, "%d", limit);
+    const char *p[] = {lim};
+    PGresult *res = pg_query(f->db, "SELECT id, tenant, node, state, created_at, last_used, quota_mb FROM sessions"
+                                    " ORDER BY created_at DESC, id LIMIT $1::integer", 1, p);
+    if (!res)
+        return NULL;
+    json_t *arr = json_array();
+    for (int i = 0; i < PQntuples(res); i++)
+        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:I}", "id", PQgetvalue(res, i, 0), "tenant",
+                                             PQgetvalue(res, i, 1), "node", PQgetvalue(res, i, 2), "state",
+                                             PQgetvalue(res, i, 3), "created_at", atof(PQgetvalue(res, i, 4)),
+                                             "last_accessed_at", atof(PQgetvalue(res, i, 5)), "disk_quota_mb",
+                                             (json_int_t)atoll(PQgetvalue(res, i, 6))));
+    PQclear(res);
+    return arr;
+}

@@ -47,8 +47,15 @@ static void log_request(const http_request *r)
 
 void http_request_free(http_server *s, http_request *r)
 {
-    if (r->started)
+    if (r->started) {
         log_request(r);
+        if (s->finished) { /* the application counts it (its metrics) */
+            struct timespec t1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            s->finished(s->cls, r, r->status,
+                        (double)(t1.tv_sec - r->t0.tv_sec) + (double)(t1.tv_nsec - r->t0.tv_nsec) / 1e9);
+        }
+    }
     if (r->counted)
         atomic_fetch_sub(&s->in_flight, 1);
     budget_give(&s->budget, r->adm.owner, r->budget_held);

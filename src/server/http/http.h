@@ -57,6 +57,11 @@ typedef void (*http_admit)(void *cls, http_request *r, http_admission *adm);
  * http_send_* (else the client gets a 500). */
 typedef void (*http_handler)(void *cls, http_request *req);
 
+/* Called once per request that got past its request line, as it is freed, with its status
+ * (0: no answer was sent) and seconds since its start; on any thread, so it must be quick
+ * (the application counts it). */
+typedef void (*http_finished)(void *cls, http_request *r, unsigned status, double seconds);
+
 /* Every limit of the layer; http_limits_default gives the documented defaults. */
 typedef struct {
     unsigned max_connections;     /* per listening socket (TCP, unix) */
@@ -92,7 +97,8 @@ typedef struct {
     const char *unix_path; /* also listen on this unix socket when non-NULL */
     http_admit admit;
     http_handler handler;
-    void *cls;             /* passed to admit and handler */
+    http_finished finished; /* NULL: none */
+    void *cls;             /* passed to admit, handler and finished */
     http_limits limits;
 } http_options;
 
@@ -134,6 +140,8 @@ int http_client_fd(const http_request *r);
  * admission and read by the handler. */
 #define HTTP_APP_DATA 128
 void *http_app_data(http_request *r);
+/* The server-wide memory budget of request bodies: bytes held now and the total. */
+void http_body_budget(const http_request *r, size_t *used, size_t *total);
 
 /* Serialises like Starlette's JSONResponse; takes ownership of body. */
 void http_send_json(http_request *r, unsigned status, json_t *body);
@@ -146,6 +154,10 @@ void http_send_retry(http_request *r, unsigned status, const char *detail, unsig
 /* Streams size bytes of the open file fd (from its offset 0) as the body, never holding them
  * in memory (sendfile where the kernel can); takes fd, closed once sent or on failure. */
 void http_send_file(http_request *r, unsigned status, int fd, unsigned long long size, const char *ctype);
+/* len bytes of data (copied) as the body, of type ctype, with headers (name, value pairs,
+ * NULL-terminated; NULL: none): the status page's files */
+void http_send_bytes(http_request *r, unsigned status, const void *data, size_t len, const char *ctype,
+                     const char *const *headers);
 /* 500 "Internal Server Error", text/plain; charset=utf-8 */
 void http_send_500(http_request *r);
 /* 307 with a location header and an empty body */

@@ -19,6 +19,7 @@ struct http_server {
     struct MHD_Daemon *tcp, *unix_d;
     http_admit admit;
     http_handler handler;
+    http_finished finished;
     void *cls;
     http_limits lim;
     unsigned port;

@@ -37,6 +37,15 @@ void *http_app_data(http_request *r)
     return r->app;
 }
 
+void http_body_budget(const http_request *r, size_t *used, size_t *total)
+{
+    body_budget *b = &r->server->budget;
+    pthread_mutex_lock(&b->mu);
+    *used = b->used;
+    *total = b->total;
+    pthread_mutex_unlock(&b->mu);
+}
+
 int http_client_fd(const http_request *r)
 {
     return r->slot ? r->slot->fd : -1;

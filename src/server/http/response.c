@@ -84,6 +84,12 @@ void http_send_file(http_request *r, unsigned status, int fd, unsigned long long
     r->status = status;
 }
 
+void http_send_bytes(http_request *r, unsigned status, const void *data, size_t len, const char *ctype,
+                     const char *const *headers)
+{
+    http_queue(r, status, data, len, ctype, headers);
+}
+
 void http_send_500(http_request *r)
 {
     static const char msg[] = "Internal Server Error";

@@ -512,6 +512,7 @@ http_server *http_start(const http_options *o, char *err, size_t errlen)
     }
     s->admit = o->admit;
     s->handler = o->handler;
+    s->finished = o->finished;
     s->cls = o->cls;
     s->lim = o->limits;
     atomic_init(&s->in_flight, 0);

@@ -153,7 +153,7 @@ static int haproxy_moves(follower *fw, router_move **out, size_t *n)
             cap *= 2;
         }
         memcpy(v[k].id, id, sizeof v[k].id);
-        snprintf(v[k].backend, sizeof v[k].backend, "%s", be);
+        memcpy(v[k].backend, be, strlen(be) + 1); /* (its length checked above) */
         k++;
     }
     bool unknown = answer && strstr(answer, "Unknown map identifier");

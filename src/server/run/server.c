@@ -50,6 +50,10 @@ static int open_sandboxes(server *s)
     /* the first line of the log says what the sandboxes run on */
     log_info("isolation: %s", sandbox_backend_summary(s->a.sb));
     log_lines(LV_WARN, sandbox_backend_notes(s->a.sb));
+    /* a released sandbox's CPU time and peak stay counted for its session */
+    if (!(s->a.figures = figures_new()))
+        return fail(s, "out of memory");
+    sandbox_backend_on_retire(s->a.sb, figures_retire, s->a.figures);
     const char *cg_root = sandbox_backend_cgroup_root(s->a.sb);
     if (cg_root && sbx_guard_spawn(cg_root, s->lock_fd, why, sizeof why) != 0)
         log_warn("%s (a killed airlockd's sandboxes then wait for the next start)", why);
@@ -80,7 +84,9 @@ static int open_stores(server *s)
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
-    return (s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err)) ? 0 : -1;
+    s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
+    s->a.disk = s->disk; /* the status page's budgets */
+    return s->disk ? 0 : -1;
 }
 
 static int open_egress(server *s)
@@ -171,6 +177,14 @@ static int open_warm_pool(server *s)
     return 0;
 }
 
+/* A session left the registry: its proxy pass, listeners and tunnels end, its figures go. */
+static void session_removed(void *ctx, const char *session_id)
+{
+    app *a = ctx;
+    egress_forget_session(a->egress, session_id);
+    figures_forget(a->figures, session_id);
+}
+
 /* The sessions (after the sandbox backend removed the predecessor's sandboxes, which held
  * workspaces), saved where SANDBOX_SESSION_STATE says. */
 static int open_sessions(server *s)
@@ -189,7 +203,7 @@ static int open_sessions(server *s)
     if (!(a->reg = registry_new(&ro, s->err, sizeof s->err)))
         return -1;
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
-    registry_set_remove_hook(a->reg, egress_forget_session, a->egress);
+    registry_set_remove_hook(a->reg, session_removed, a);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
     registry_set_destroy_hook(a->reg, forget_warm, a->warm);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
@@ -238,8 +252,10 @@ int server_listen(server *s)
     const config *c = s->cfg;
     if (signals_catch() != 0)
         return fail(s, "pipe: %s", strerror(errno));
+    api_name_routes();
     http_options ho = {.host = c->listen_host, .port = c->port, .unix_path = c->unix_path,
-                       .admit = api_admit, .handler = api_handle, .cls = &s->a, .limits = c->http};
+                       .admit = api_admit, .handler = api_handle, .finished = api_finished, .cls = &s->a,
+                       .limits = c->http};
     if (!(s->srv = http_start(&ho, s->err, sizeof s->err)))
         return -1;
     if (registry_start_reaper(s->a.reg) != 0)
@@ -328,6 +344,7 @@ void server_close(server *s, int status)
     server_close_fleet(s);     /* after the sessions, which release their rows in it */
     if (a->sb)
         sandbox_backend_close(a->sb);
+    figures_free(a->figures); /* after every sandbox, whose release reports to it */
     if (s->cfg->port_file && status == 0)
         unlink(s->cfg->port_file);
     free(s->state);

@@ -4,6 +4,7 @@
 
 #include "fs/walk.h"
 #include "log/log.h"
+#include "obs/metrics.h"
 #include "sandbox/leftovers.h"
 #include "sandbox/programs.h"
 
@@ -198,9 +199,11 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
         s->agent = o->agent;
     }
     if (b->ops->prepare(s, errbuf, errlen) != 0) {
+        metrics_sandbox_started(false);
         sandbox_release(s);
         return NULL;
     }
+    metrics_sandbox_started(true);
     return s;
 }
 

@@ -173,6 +173,8 @@ static int find_v1_hierarchies(sbx_cg_tree *t, char *errbuf, size_t errlen)
                     t->cpu = i;
                 if (has_option(opts, olen, "freezer"))
                     t->freezer = i;
+                if (has_option(opts, olen, "cpuacct"))
+                    t->cpuacct = i;
             }
         }
         line = eol ? eol + 1 : NULL;
@@ -337,7 +339,7 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->ncpu = cpus > 0 ? (unsigned)cpus : 1;
-    t->memory = t->pids = t->cpu = t->freezer = -1;
+    t->memory = t->pids = t->cpu = t->freezer = t->cpuacct = -1;
     if (strlen(root_name) >= sizeof t->root) {
         snprintf(errbuf, errlen, "cgroup name too long: %s", root_name);
         return -1;
@@ -350,7 +352,7 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
         t->v2 = true;
         t->nhier = 1;
         memcpy(t->hier[0], CG_ROOT, sizeof CG_ROOT);
-        t->memory = t->pids = t->cpu = t->freezer = 0;
+        t->memory = t->pids = t->cpu = t->freezer = t->cpuacct = 0;
     } else {
         snprintf(errbuf, errlen, "no usable cgroup hierarchy under " CG_ROOT);
         return -1;
@@ -360,8 +362,8 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
     if (left)
         log_warn("%d cgroup(s) under %s left by a previous run could not be removed",
                  left, t->root);
-    int limited[3] = {t->memory, t->pids, t->cpu};
-    for (int k = 0; k < 3; k++) {
+    int limited[4] = {t->memory, t->pids, t->cpu, t->v2 ? -1 : t->cpuacct}; /* and the runs' CPU time */
+    for (int k = 0; k < 4; k++) {
         if (limited[k] < 0 || (k > 0 && limited[k] == limited[0] && t->v2))
             continue;
         char dir[SBX_CG_PATH_MAX];
@@ -503,6 +505,25 @@ static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *grou
     if (t->v2 && set_limit(dir, "cgroup.subtree_control", "+memory +pids +cpu", false,
                            "enable cgroup v2 controllers", errbuf, errlen))
         return -1;
+    return 0;
+}
+
+/* v1 with CPU accounting in a hierarchy of its own: the run's group there, made (and so
+ * owned) by airlockd, not by runsc, which would remove it with the sandbox's last process:
+ * the run's CPU time stays readable until sbx_cg_destroy (cgroup_usage.c). */
+static int make_acct_group(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, char *errbuf, size_t errlen)
+{
+    const char *hier = t->hier[t->cpuacct];
+    if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+        return -1;
+    int n = snprintf(cg->acct_dir, sizeof cg->acct_dir, "%s%s", hier, cg->rel);
+    if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof cg->acct_dir || mkdir(cg->acct_dir, 0755) != 0) {
+        snprintf(errbuf, errlen, "cannot create cgroup %s: %s", cg->acct_dir, n < 0 ? "" : strerror(errno));
+        cg->acct_dir[0] = '\0';
+        return -1;
+    }
+    memcpy(cg->acct_procs, cg->acct_dir, (size_t)n);
+    memcpy(cg->acct_procs + n, "/cgroup.procs", sizeof "/cgroup.procs");
     return 0;
 }
 
@@ -660,6 +681,8 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
         memcpy(cg->freezer_procs, cg->freezer_dir, (size_t)n);
         memcpy(cg->freezer_procs + n, "/cgroup.procs", sizeof "/cgroup.procs");
     }
+    if (!t->v2 && t->cpuacct >= 0 && t->cpuacct != t->cpu && make_acct_group(cg, t, group, errbuf, errlen) != 0)
+        goto fail;
     if ((t->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen)) != 0)
         goto fail;
     cg->ahead = lim->ahead;
@@ -686,8 +709,8 @@ int sbx_cg_join_self(const sbx_cgroup *cg)
     } while (pid > 0);
     for (int i = 0; i < len; i++)
         num[i] = rev[len - 1 - i];
-    for (int i = 0; i < 4; i++) {
-        const char *procs = i < 3 ? cg->procs[i] : cg->freezer_procs;
+    for (int i = 0; i < 5; i++) {
+        const char *procs = i < 3 ? cg->procs[i] : i == 3 ? cg->freezer_procs : cg->acct_procs;
         if (!procs[0])
             continue;
         int fd = open(procs, O_WRONLY | O_CLOEXEC);
@@ -830,6 +853,12 @@ void sbx_cg_destroy(sbx_cgroup *cg)
     if (!cg->tree)
         return;
     (void)sbx_cg_kill_all(cg);
+    if (cg->tree->on_retire) { /* its processes are gone: its CPU time and peak are final */
+        sbx_cg_usage u;
+        sbx_cg_run_usage(cg, &u);
+        const char *id = strrchr(cg->rel, '/');
+        cg->tree->on_retire(cg->tree->retire_ctx, id ? id + 1 : cg->rel, &u);
+    }
     for (size_t i = 0; i < cg->tree->nhier; i++) {
         char dir[SBX_CG_PATH_MAX];
         int n = snprintf(dir, sizeof dir, "%s%s", cg->tree->hier[i], cg->rel);
@@ -842,5 +871,6 @@ void sbx_cg_destroy(sbx_cgroup *cg)
     for (int i = 0; i < 3; i++)
         cg->dirs[i][0] = cg->procs[i][0] = '\0';
     cg->freezer_dir[0] = cg->freezer_procs[0] = '\0';
+    cg->acct_dir[0] = cg->acct_procs[0] = '\0';
     cg->tree = NULL;
 }

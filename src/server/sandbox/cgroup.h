@@ -46,6 +46,16 @@ typedef struct {
     unsigned cap_cpus; /* the CPU cap written on its group (0: none) */
 } sbx_cg_active;
 
+/* What runs' groups use (sandbox/cgroup_usage.c): summed over the groups read, except the
+ * peak, which is the highest of one group's. */
+typedef struct sbx_cg_usage {
+    uint64_t cpu_ns;            /* CPU time used (v1 cpuacct.usage, v2 cpu.stat usage_usec) */
+    uint64_t memory_bytes;      /* memory charged now */
+    uint64_t memory_peak_bytes; /* the highest memory charged to one group since its command began */
+    uint64_t tasks;             /* host tasks now (gVisor's own threads included) */
+    unsigned groups;            /* groups read */
+} sbx_cg_usage;
+
 /* The hierarchies and this server's root in each; the tenants running commands. */
 typedef struct {
     bool v2;
@@ -59,6 +69,11 @@ typedef struct {
     size_t nactive, cap_active;
     int total_runs;                                 /* commands running, all tenants */
     int freezer;                                    /* the freezer's index in hier, or -1 */
+    int cpuacct;                                    /* CPU time accounting's index in hier, or -1 */
+    /* Told the usage of every run's group just before it is removed (sbx_cg_destroy), so
+     * that figures kept per session outlive their sandboxes; set before any run. */
+    void (*on_retire)(void *ctx, const char *id, const struct sbx_cg_usage *u);
+    void *retire_ctx;
 } sbx_cg_tree;
 
 typedef struct {
@@ -87,6 +102,10 @@ typedef struct {
     /* v1 freezer directory and its cgroup.procs (ahead only; empty otherwise) */
     char freezer_dir[SBX_CG_PATH_MAX];
     char freezer_procs[SBX_CG_PATH_MAX];
+    /* v1 cpuacct directory and its cgroup.procs when CPU accounting is a hierarchy of its own
+     * (empty otherwise) */
+    char acct_dir[SBX_CG_PATH_MAX];
+    char acct_procs[SBX_CG_PATH_MAX];
     bool ahead;                  /* made with sbx_cg_limits.ahead */
 } sbx_cgroup;
 
@@ -140,6 +159,22 @@ int sbx_cg_join_self(const sbx_cgroup *cg);
 /* True when the kernel's OOM killer killed a task of this group; failcnt_hit tells whether
  * the memory limit was reached at all (a weaker hint). */
 void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit);
+
+/* Adds to *u the usage of every run's group under the tenant's group whose id starts with
+ * prefix (a session's sandboxes are named "<session id>-..."); at most a few hundred groups
+ * are read. 0, or -1 when the tenant's group cannot be listed (none yet: nothing added). */
+int sbx_cg_usage_of(const sbx_cg_tree *t, const char *group, const char *prefix, sbx_cg_usage *u);
+
+/* Calls fn(ctx, id, usage) for every run's group under this server's root, every tenant's,
+ * in one pass (at most 65,536). 0, or -1 when the root cannot be listed. */
+typedef void (*sbx_cg_usage_fn)(void *ctx, const char *id, const sbx_cg_usage *u);
+int sbx_cg_usage_each(const sbx_cg_tree *t, sbx_cg_usage_fn fn, void *ctx);
+
+/* The usage of one run's group (zeros for what cannot be read). */
+void sbx_cg_run_usage(const sbx_cgroup *cg, sbx_cg_usage *u);
+
+/* The usage of this server's root: every sandbox together (the peak: the root's own). */
+void sbx_cg_total_usage(const sbx_cg_tree *t, sbx_cg_usage *u);
 
 /* SIGKILLs every process in the groups until none is left (bounded retries). Returns the
  * number of processes still present (0 on success). */

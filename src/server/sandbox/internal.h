@@ -46,6 +46,8 @@ struct sandbox_backend {
     sbx_rootfs rootfs;
     sbx_cg_tree cgroups; /* this server's cgroup root in each hierarchy */
     bool have_cgroups;
+    sandbox_retire_hook on_retire; /* sandbox_backend_on_retire */
+    void *retire_ctx;
     char summary[768];   /* sandbox_backend_summary */
     char notes[1024];    /* sandbox_backend_notes */
 };

@@ -21,6 +21,11 @@
  * 2/5 and the last 3/5; the middle of a longer stream is counted and dropped. */
 #define SANDBOX_OUTPUT_LIMIT (1024u * 1024u)
 
+/* Every sandbox's size today (sandbox_prepare): memory without swap, processes, CPUs. */
+#define SANDBOX_MEMORY_BYTES (256ull * 1024 * 1024)
+#define SANDBOX_PROCESSES 64
+#define SANDBOX_CPUS 1
+
 typedef struct sandbox_backend sandbox_backend;
 typedef struct sandbox sandbox;
 
@@ -149,6 +154,34 @@ const char *sandbox_backend_notes(const sandbox_backend *b);
 /* This server's cgroup root name ("airlockd-<16 hex>", the same in every hierarchy), or NULL
  * when it runs without cgroups. */
 const char *sandbox_backend_cgroup_root(const sandbox_backend *b);
+
+/* What sandboxes use, from their host cgroups (sandbox/usage.c). */
+typedef struct {
+    unsigned long long cpu_ns;            /* CPU time used */
+    unsigned long long memory_bytes;      /* memory charged now */
+    unsigned long long memory_peak_bytes; /* the highest of one sandbox's since its command began */
+    unsigned long long tasks;             /* host tasks now (gVisor's own threads included) */
+    unsigned sandboxes;                   /* sandboxes counted */
+} sandbox_usage;
+
+/* The usage of tenant's sandboxes whose sandbox_opts.name started with name_prefix, summed
+ * (the peak: the highest one's); false when it cannot be read (no cgroups). */
+bool sandbox_usage_of(const sandbox_backend *b, const char *tenant, const char *name_prefix, sandbox_usage *out);
+
+/* Calls fn(ctx, id, usage) for every sandbox of this server, each tenant's, in one pass (the
+ * id: its sandbox_opts.name, "-" and a suffix); false when it cannot be read (no cgroups). */
+typedef void (*sandbox_usage_fn)(void *ctx, const char *id, const sandbox_usage *u);
+bool sandbox_usage_each(const sandbox_backend *b, sandbox_usage_fn fn, void *ctx);
+
+/* The usage of every sandbox of this server together (CPU time since it started); false when
+ * it cannot be read (no cgroups). */
+bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out);
+
+/* Called with the container id (its sandbox_opts.name, "-" and a suffix) and final usage of
+ * every sandbox as it is released, on the releasing thread: quick, no lock of the caller's
+ * held across sandbox calls. Set before any sandbox is made. */
+typedef void (*sandbox_retire_hook)(void *ctx, const char *id, const sandbox_usage *u);
+void sandbox_backend_on_retire(sandbox_backend *b, sandbox_retire_hook hook, void *ctx);
 
 /* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
  * (appended to the generated root's CA bundle). */

@@ -315,6 +315,41 @@ int audit_query(audit_store *s, const char *tenant, const char *before, size_t b
     return 0;
 }
 
+int audit_recent(audit_store *s, int limit, json_t **entries)
+{
+    *entries = NULL;
+    if (!s)
+        return -1;
+    limit = limit < 1 ? 1 : limit > 500 ? 500 : limit;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, "SELECT sk, ts_us, session_id, actor, kind, command, truncated, exit_code,"
+                                       " duration_s, timed_out, oom_killed, detail, tenant_id FROM audit"
+                                       " WHERE ts_us >= ? ORDER BY ts_us DESC, sk DESC LIMIT ?", -1, &st, NULL);
+    json_t *arr = json_array();
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, cutoff_us(s, now_us()));
+        sqlite3_bind_int(st, 2, limit);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            json_t *o = row_entry(st);
+            json_object_set_new(o, "tenant_id", json_string((const char *)sqlite3_column_text(st, 12)));
+            json_array_append_new(arr, o);
+        }
+        if (rc == SQLITE_DONE)
+            rc = SQLITE_OK;
+    }
+    if (rc != SQLITE_OK)
+        log_error("audit: the newest rows cannot be read: %s", sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SQLITE_OK) {
+        json_decref(arr);
+        return -1;
+    }
+    *entries = arr;
+    return 0;
+}
+
 /* Up to limit rows of an outbox (sql, its LIMIT the one parameter), each made an object by
  * row; 0 with *rows, or -1 (what: for the message). */
 static int outbox_rows(audit_store *s, const char *sql, int limit, json_t *(*row)(sqlite3_stmt *st), json_t **rows,
@@ -386,6 +421,29 @@ int audit_outbox_mark(audit_store *s, const char *sk)
 {
     return run_with_sk(s, "INSERT INTO audit_shipped (one, sk) VALUES (1, ?)"
                           " ON CONFLICT (one) DO UPDATE SET sk = excluded.sk", sk, "marking the outbox");
+}
+
+/* One count(*) (0 or more), or -1. */
+static long long count_rows(audit_store *s, const char *sql)
+{
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *st = NULL;
+    long long n = -1;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void audit_outbox_depth(audit_store *s, long long *audit_rows, long long *egress_rows)
+{
+    *audit_rows = *egress_rows = -1;
+    if (!s)
+        return;
+    *audit_rows = count_rows(s, "SELECT count(*) FROM audit"
+                                " WHERE sk > coalesce((SELECT sk FROM audit_shipped WHERE one = 1), '')");
+    *egress_rows = count_rows(s, "SELECT count(*) FROM egress_outbox");
 }
 
 int audit_egress_record(audit_store *s, const char *session_id, const json_t *event)

@@ -52,10 +52,17 @@ bool audit_writable(audit_store *store);
 int audit_query(audit_store *store, const char *tenant, const char *before, size_t before_len,
                 int limit, json_t **entries, char **next);
 
+/* The status page: every tenant's newest entries (each with its "tenant_id"), newest first, at
+ * most limit (1..500), in *entries; 0, or -1 on a store error (logged). */
+int audit_recent(audit_store *store, int limit, json_t **entries);
+
 /* A fleet node's store is also its outbox (fleet/audit.c ships it to the database): up to
  * limit rows recorded after the shipped mark, oldest first, as objects with the columns of
  * the table ("tenant_id", "sk", "ts_us", ...), in *rows; 0 or -1. */
 int audit_outbox_read(audit_store *store, int limit, json_t **rows);
+/* Rows waiting in the outbox for the database: audit rows, egress events; -1 each when
+ * unreadable. */
+void audit_outbox_depth(audit_store *store, long long *audit_rows, long long *egress_rows);
 /* Everything up to sort key sk has reached the database. */
 int audit_outbox_mark(audit_store *store, const char *sk);
 

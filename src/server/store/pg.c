@@ -3,6 +3,8 @@
 #include "store/pg.h"
 #include "log/log.h"
 
+#include "obs/metrics.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -203,6 +205,8 @@ PGresult *pg_query(pg_pool *p, const char *sql, int nparams, const char *const *
     }
     if (c)
         atomic_store(&p->reachable, PQstatus(c) == CONNECTION_OK);
+    if (!res)
+        metrics_db_error();
     give(p, i);
     return res;
 }

@@ -1,0 +1,230 @@
+-- luacheck: max line length 160
+-- Per-session live figures (issue #27, ours): GET /v1/sessions/{id}/metrics for the tenant's
+-- own sessions and GET /v1/admin/sessions for the admin key, read from the sandboxes' cgroups
+-- and the workspace's disk. Each figure is shown to move with known work (memory allocated, a
+-- busy loop, a file written, commands counted, a command running), in the default session mode
+-- and in command mode, where each command's sandbox is released with it and its figures must
+-- outlive it. No timing assertions: waits are bounded and say what they last saw. Loopback only.
+-- Lua 5.1-compatible.
+local airlockd = require "support.airlockd"
+local http_client = require "support.http_client"
+local proc = require "support.proc"
+local cjson = require "cjson"
+
+local http = http_client.request
+local q = proc.shell_quote
+local MB = 1024 * 1024
+
+local TENANT_ON_ADMIN = "Invalid or missing admin key: this is a tenant's key; the admin routes (/v1/admin/..., /metrics) " ..
+  "need the admin key (SANDBOX_ADMIN_KEY)."
+local ADMIN_ON_TENANT = "Invalid or missing X-API-Key header: this is the admin key, which opens only the /v1/admin/ routes " ..
+  "(GET /v1/admin/sessions lists every tenant's sessions)."
+
+local METRIC_FIELDS = { "commands_run", "cpu_seconds", "disk_quota_bytes", "disk_used_bytes", "memory_bytes", "memory_limit_bytes",
+  "memory_peak_bytes", "processes", "running_commands", "sampled_at", "sandboxes", "session_id", "state", "tenant_id" }
+local ADMIN_FIELDS = { "age_s", "commands_run", "cpu_seconds", "cpus", "created_at", "disk_mb", "disk_quota_bytes", "disk_used_bytes",
+  "id", "last_accessed_at", "last_command", "live", "max_processes", "memory_bytes", "memory_limit_bytes", "memory_mb",
+  "memory_peak_bytes", "node", "processes", "running", "running_commands", "sandboxes", "state", "template", "tenant" }
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks)
+  return ks
+end
+
+-- Polls fn (which returns done, what it saw) for up to seconds; fails saying what it last saw.
+local function eventually(seconds, what, fn)
+  local seen
+  local done = proc.wait_until(seconds, function()
+    local ok, s = fn()
+    seen = s
+    return ok
+  end, 0.2)
+  assert(done, what .. ": last saw " .. tostring(seen))
+end
+
+local function start(mode)
+  local dir = proc.make_temp_dir()
+  local admin = "adm_" .. airlockd.random_hex(20)
+  local server = airlockd.start({ env = {
+    SANDBOX_EXEC_MODE = mode,
+    SANDBOX_KEYSTORE = "sqlite:" .. dir .. "/keys.db",
+    SANDBOX_ADMIN_KEY = admin,
+  } })
+  server.admin, server.keydir = admin, dir
+  return server
+end
+
+local function stop(server)
+  if not server then return end
+  airlockd.stop(server)
+  proc.remove_tree(server.keydir)
+end
+
+local function create(server, tenant)
+  local r = http(server, "POST", "/v1/sessions", { key = server.tenants[tenant], body = "{}" })
+  assert.are.equal(201, r.status, r.body)
+  return r.json.session_id
+end
+
+local function exec(server, id, command, timeout)
+  local r = http(server, "POST", "/v1/sessions/" .. id .. "/exec",
+    { key = server.tenants.acme, body = cjson.encode({ command = command, timeout_seconds = timeout or 60 }) })
+  assert.are.equal(200, r.status, r.body)
+  assert.are.equal(0, r.json.exit_code, r.body)
+  return r.json
+end
+
+local function metrics(server, id, tenant)
+  local r = http(server, "GET", "/v1/sessions/" .. id .. "/metrics", { key = server.tenants[tenant or "acme"] })
+  assert.are.equal(200, r.status, r.body)
+  return r.json
+end
+
+-- 50 MB of bytes actually written (a zeroed allocation could stay unbacked), held for a moment.
+local ALLOCATE = "python3 -c 'x = b\"\\x01\" * (50 * 1024 * 1024); import time; time.sleep(0.2); print(len(x))'"
+-- CPU work of a fixed size (not a wall-clock loop: a loaded machine gives it less CPU per second).
+local BUSY = "python3 -c 'i = 0\nwhile i < 10000000: i += 1\nprint(i)'"
+-- Runs until the spec writes `go` into the workspace (a minute at most): it is running for
+-- sure while the spec looks, however slow the machine.
+local UNTIL_GO = "for _ in $(seq 600); do [ -e go ] && break; sleep 0.1; done"
+
+for _, mode in ipairs({ "session", "command" }) do
+  describe("per-session figures (SANDBOX_EXEC_MODE=" .. mode .. ")", function()
+    local server, id
+
+    lazy_setup(function()
+      server = start(mode)
+      id = create(server, "acme")
+    end)
+
+    lazy_teardown(function() stop(server) end)
+
+    it("answers every field for a fresh session: nothing run yet, the sizes of today", function()
+      local m = metrics(server, id)
+      assert.are.same(METRIC_FIELDS, sorted_keys(m))
+      assert.are.equal(id, m.session_id)
+      assert.are.equal("acme", m.tenant_id)
+      assert.are.equal(0, m.commands_run)
+      assert.are.equal(0, m.running_commands)
+      assert.are.equal("idle", m.state)
+      assert.are.equal(256 * MB, m.memory_limit_bytes)
+      assert.are.equal(512 * MB, m.disk_quota_bytes)
+      assert.is_true(m.disk_used_bytes < 5 * MB, tostring(m.disk_used_bytes))
+    end)
+
+    it("memory_peak_bytes shows a command that allocated 50 MB", function()
+      exec(server, id, "true")
+      local before = metrics(server, id).memory_peak_bytes
+      assert.are.equal(tostring(50 * MB) .. "\n", exec(server, id, ALLOCATE).stdout)
+      local after = metrics(server, id)
+      assert.is_true(after.memory_peak_bytes >= 40 * MB, string.format("peak %d", after.memory_peak_bytes))
+      assert.is_true(after.memory_peak_bytes >= before + 40 * MB,
+        string.format("peak %d before, %d after", before, after.memory_peak_bytes))
+      assert.is_true(after.memory_peak_bytes >= after.memory_bytes)
+    end)
+
+    it("cpu_seconds grows by a busy loop's CPU time", function()
+      local before = metrics(server, id).cpu_seconds
+      assert.are.equal("10000000\n", exec(server, id, BUSY).stdout)
+      local after = metrics(server, id).cpu_seconds
+      assert.is_true(after >= before + 0.3, string.format("%.3f s before, %.3f s after", before, after))
+    end)
+
+    it("disk_used_bytes grows by a 5 MB file", function()
+      local before = metrics(server, id).disk_used_bytes
+      exec(server, id, "head -c 5000000 /dev/urandom > five.bin")
+      local after = metrics(server, id).disk_used_bytes
+      assert.is_true(after >= before + 4900000, string.format("%d before, %d after", before, after))
+    end)
+
+    it("counts the commands run, and shows one running with its text in the admin listing", function()
+      local before = metrics(server, id).commands_run
+      for _ = 1, 3 do exec(server, id, "true") end
+      assert.are.equal(before + 3, metrics(server, id).commands_run)
+      -- a command left running (curl bounded by --max-time) while the figures are read
+      local body = cjson.encode({ command = UNTIL_GO, timeout_seconds = 60 })
+      os.execute(string.format("curl -s --max-time 60 -o /dev/null -H %s -H 'Content-Type: application/json' -d %s %s &",
+        q("X-API-Key: " .. server.tenants.acme), q(body), q(server.url .. "/v1/sessions/" .. id .. "/exec")))
+      eventually(60, "a running command", function()
+        local m = metrics(server, id)
+        return m.running_commands == 1 and m.state == "running", cjson.encode(m)
+      end)
+      local r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
+      assert.are.equal(200, r.status, r.body)
+      local row
+      for _, s in ipairs(r.json.sessions) do if s.id == id then row = s end end
+      assert.is_truthy(row, r.body)
+      assert.are.equal(1, #row.running, r.body)
+      assert.are.equal(UNTIL_GO, row.running[1].command)
+      assert.is_true(math.abs(row.running[1].started_at - os.time()) < 600, tostring(row.running[1].started_at))
+      assert.are.equal("true", row.last_command.command) -- the one before, while this one runs
+      r = http(server, "POST", "/v1/sessions/" .. id .. "/write",
+        { key = server.tenants.acme, body = cjson.encode({ path = "go", content = "" }) })
+      assert.are.equal(200, r.status, r.body)
+      eventually(90, "the command ended", function()
+        local m = metrics(server, id)
+        return m.running_commands == 0 and m.commands_run == before + 4, cjson.encode(m)
+      end)
+      r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
+      for _, s in ipairs(r.json.sessions) do if s.id == id then row = s end end
+      assert.are.same({ "command", "ended_at", "exit_code" }, sorted_keys(row.last_command))
+      assert.are.equal(UNTIL_GO, row.last_command.command)
+      assert.are.equal(0, row.last_command.exit_code)
+      assert.are.equal("idle", row.state)
+    end)
+
+    it("answers 404 for another tenant's session and for an unknown id", function()
+      local r = http(server, "GET", "/v1/sessions/" .. id .. "/metrics", { key = server.tenants.other })
+      assert.are.equal(404, r.status)
+      assert.are.equal('{"detail":"Session not found or expired"}', r.body)
+      r = http(server, "GET", "/v1/sessions/sbx_000000000000/metrics", { key = server.tenants.acme })
+      assert.are.equal(404, r.status)
+      r = http(server, "GET", "/v1/sessions/" .. id .. "/metrics", { key = "wrong" })
+      assert.are.equal(401, r.status)
+    end)
+
+    it("the admin listing shows the sessions of two tenants with their figures; a tenant's key is refused", function()
+      local other = create(server, "other")
+      local r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
+      assert.are.equal(200, r.status, r.body)
+      assert.are.equal(cjson.null, r.json.node)
+      local by_id, place = {}, {}
+      for i, s in ipairs(r.json.sessions) do
+        assert.are.same(ADMIN_FIELDS, sorted_keys(s))
+        by_id[s.id], place[s.id] = s, i
+      end
+      assert.is_true(place[other] < place[id], "newest first: " .. r.body)
+      assert.are.equal("acme", by_id[id].tenant)
+      assert.are.equal("other", by_id[other].tenant)
+      for _, s in ipairs({ by_id[id], by_id[other] }) do
+        assert.are.equal("sandbox-base:latest", s.template)
+        assert.are.equal(256, s.memory_mb)
+        assert.are.equal(1, s.cpus)
+        assert.are.equal(512, s.disk_mb)
+        assert.are.equal(64, s.max_processes)
+        assert.is_true(s.live)
+        assert.is_true(s.age_s >= 0)
+      end
+      assert.is_true(by_id[id].commands_run >= 7)
+      assert.are.equal(0, by_id[other].commands_run)
+      assert.are.equal(cjson.null, by_id[other].last_command)
+      assert.is_true(by_id[id].cpu_seconds >= 0.3)
+      if mode == "session" then -- its own sandbox lives between commands: read live in the listing's one pass
+        assert.is_true(by_id[id].sandboxes >= 1 and by_id[id].memory_bytes > 0 and by_id[id].processes > 0, r.body)
+      end
+      -- a tenant's key on the admin route, and the admin key on a tenant's route, are told so
+      r = http(server, "GET", "/v1/admin/sessions", { key = server.tenants.acme })
+      assert.are.equal(401, r.status)
+      assert.are.equal(TENANT_ON_ADMIN, r.json.detail)
+      r = http(server, "GET", "/v1/sessions", { key = server.admin })
+      assert.are.equal(401, r.status)
+      assert.are.equal(ADMIN_ON_TENANT, r.json.detail)
+      -- a session deleted leaves the listing
+      assert.are.equal(200, http(server, "DELETE", "/v1/sessions/" .. other, { key = server.tenants.other }).status)
+      r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
+      for _, s in ipairs(r.json.sessions) do assert.are_not.equal(other, s.id) end
+    end)
+  end)
+end
