@@ -62,8 +62,8 @@ local function stop(server)
   proc.remove_tree(server.keydir)
 end
 
-local function create(server, tenant)
-  local r = http(server, "POST", "/v1/sessions", { key = server.tenants[tenant], body = "{}" })
+local function create(server, tenant, body)
+  local r = http(server, "POST", "/v1/sessions", { key = server.tenants[tenant], body = body or "{}" })
   assert.are.equal(201, r.status, r.body)
   return r.json.session_id
 end
@@ -186,7 +186,7 @@ for _, mode in ipairs({ "session", "command" }) do
     end)
 
     it("the admin listing shows the sessions of two tenants with their figures; a tenant's key is refused", function()
-      local other = create(server, "other")
+      local other = create(server, "other", cjson.encode({ memory_mb = 512, cpus = 0.5, max_processes = 32 }))
       local r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
       assert.are.equal(200, r.status, r.body)
       assert.are.equal(cjson.null, r.json.node)
@@ -200,13 +200,18 @@ for _, mode in ipairs({ "session", "command" }) do
       assert.are.equal("other", by_id[other].tenant)
       for _, s in ipairs({ by_id[id], by_id[other] }) do
         assert.are.equal("sandbox-base:latest", s.template)
-        assert.are.equal(256, s.memory_mb)
-        assert.are.equal(1, s.cpus)
         assert.are.equal(512, s.disk_mb)
-        assert.are.equal(64, s.max_processes)
+        assert.are.equal(512 * MB, s.disk_quota_bytes)
         assert.is_true(s.live)
         assert.is_true(s.age_s >= 0)
       end
+      -- each session's own size: the default one, and the one asked for at create
+      assert.are.same({ 256, 1, 64, 256 * MB }, { by_id[id].memory_mb, by_id[id].cpus, by_id[id].max_processes,
+        by_id[id].memory_limit_bytes })
+      assert.are.same({ 512, 0.5, 32, 512 * MB }, { by_id[other].memory_mb, by_id[other].cpus, by_id[other].max_processes,
+        by_id[other].memory_limit_bytes })
+      local m = metrics(server, other, "other")
+      assert.are.equal(512 * MB, m.memory_limit_bytes)
       assert.is_true(by_id[id].commands_run >= 7)
       assert.are.equal(0, by_id[other].commands_run)
       assert.are.equal(cjson.null, by_id[other].last_command)

@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Sessions have no template of their own yet: every one runs the default image. */
-#define DEFAULT_TEMPLATE "sandbox-base:latest"
 /* The fleet's rows listed at most (the database's view of every node). */
 #define FLEET_ROWS_MAX 10000
 
@@ -64,7 +62,7 @@ static void put_figures(json_t *obj, const session *s, const session_figures *f)
     json_object_set_new(obj, "cpu_seconds", json_real(cpu_seconds(f)));
     json_object_set_new(obj, "memory_bytes", json_integer((json_int_t)f->live.memory_bytes));
     json_object_set_new(obj, "memory_peak_bytes", json_integer(peak_bytes(f)));
-    json_object_set_new(obj, "memory_limit_bytes", json_integer((json_int_t)SANDBOX_MEMORY_BYTES));
+    json_object_set_new(obj, "memory_limit_bytes", json_integer((json_int_t)s->size.memory_mb << 20));
     json_object_set_new(obj, "disk_used_bytes", f->disk_used >= 0 ? json_integer(f->disk_used) : json_null());
     json_object_set_new(obj, "disk_quota_bytes", json_integer(s->quota_bytes));
     json_object_set_new(obj, "processes", json_integer((json_int_t)f->live.tasks));
@@ -95,16 +93,6 @@ void api_session_metrics(app *a, http_request *r, const api_call *c)
     json_object_set_new(obj, "sampled_at", json_real(epoch_now()));
     registry_release(a->reg, s);
     http_send_json(r, 200, obj);
-}
-
-/* The sizes every session has today. */
-static void put_sizes(json_t *obj, long long quota_bytes)
-{
-    json_object_set_new(obj, "template", json_string(DEFAULT_TEMPLATE));
-    json_object_set_new(obj, "memory_mb", json_integer((json_int_t)(SANDBOX_MEMORY_BYTES >> 20)));
-    json_object_set_new(obj, "cpus", json_integer(SANDBOX_CPUS));
-    json_object_set_new(obj, "disk_mb", json_integer((json_int_t)(quota_bytes >> 20)));
-    json_object_set_new(obj, "max_processes", json_integer(SANDBOX_PROCESSES));
 }
 
 /* This node's sessions for the listing, sorted by id, each with its sandboxes' usage (read
@@ -184,7 +172,7 @@ static json_t *local_row(app *a, const local_session *ls, double now)
                             a->fleet ? json_string(fleet_node_id(a->fleet)) : json_null(), "state", f.state,
                             "created_at", s->created_at, "last_accessed_at", s->last_accessed_at, "age_s",
                             to_ms(now - s->created_at));
-    put_sizes(row, s->quota_bytes);
+    session_shape_json(row, s->template_name, &s->size, s->quota_bytes);
     put_figures(row, s, &f);
     json_t *running = json_array();
     int shown = f.fig.running < FIGURES_RUNNING_MAX ? f.fig.running : FIGURES_RUNNING_MAX;
@@ -212,18 +200,13 @@ static int newest_first(const void *x, const void *y)
 static json_t *remote_row(json_t *db_row, double now)
 {
     json_t *row = json_deep_copy(db_row);
-    long long quota_mb = (long long)json_integer_value(json_object_get(row, "disk_quota_mb"));
-    json_object_del(row, "disk_quota_mb");
     if (strcmp(json_string_value(json_object_get(row, "state")), "active") == 0)
         json_object_set_new(row, "state", json_string("elsewhere"));
     json_object_set_new(row, "age_s", json_real(to_ms(now - json_real_value(json_object_get(row, "created_at")))));
-    put_sizes(row, quota_mb << 20);
     const char *absent[] = {"cpu_seconds", "memory_bytes",     "memory_peak_bytes", "disk_used_bytes", "processes",
                             "sandboxes",   "commands_run",     "running_commands",  "running",         "last_command"};
     for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
         json_object_set_new(row, absent[i], json_null());
-    json_object_set_new(row, "memory_limit_bytes", json_integer((json_int_t)SANDBOX_MEMORY_BYTES));
-    json_object_set_new(row, "disk_quota_bytes", json_integer(quota_mb << 20));
     json_object_set_new(row, "live", json_false());
     return row;
 }

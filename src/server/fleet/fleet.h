@@ -128,8 +128,9 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
  * (tenant_id, expires_at = last use + ttl); NULL when the database cannot be read. */
 json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
 /* Every tenant's sessions in the fleet's registry (the admin's listing), newest first, at most
- * limit: [{"id","tenant","node","state","created_at","last_accessed_at","disk_quota_mb"}];
- * NULL when the database cannot be reached. */
+ * limit: [{"id","tenant","node","state","created_at","last_accessed_at", its template and size
+ * (session_shape_json), "memory_limit_bytes","disk_quota_bytes"}]; NULL when the database
+ * cannot be reached. */
 json_t *fleet_session_list_all(fleet *f, int limit);
 
 /* ---- a drain's moves (fleet/moves.c) ---- */

@@ -165,17 +165,29 @@ json_t *fleet_session_list_all(fleet *f, int limit)
     char lim[16];
     snprintf(lim, sizeof lim, "%d", limit);
     const char *p[] = {lim};
-    PGresult *res = pg_query(f->db, "SELECT id, tenant, node, state, created_at, last_used, quota_mb FROM sessions"
-                                    " ORDER BY created_at DESC, id LIMIT $1::integer", 1, p);
+    PGresult *res = pg_query(f->db, "SELECT id, tenant, node, state, created_at, last_used, quota_mb, shape::text"
+                                    " FROM sessions ORDER BY created_at DESC, id LIMIT $1::integer", 1, p);
     if (!res)
         return NULL;
     json_t *arr = json_array();
-    for (int i = 0; i < PQntuples(res); i++)
-        json_array_append_new(arr, json_pack("{s:s,s:s,s:s,s:s,s:f,s:f,s:I}", "id", PQgetvalue(res, i, 0), "tenant",
-                                             PQgetvalue(res, i, 1), "node", PQgetvalue(res, i, 2), "state",
-                                             PQgetvalue(res, i, 3), "created_at", atof(PQgetvalue(res, i, 4)),
-                                             "last_accessed_at", atof(PQgetvalue(res, i, 5)), "disk_quota_mb",
-                                             (json_int_t)atoll(PQgetvalue(res, i, 6))));
+    for (int i = 0; i < PQntuples(res); i++) {
+        long long quota_mb = atoll(PQgetvalue(res, i, 6));
+        json_t *item = json_pack("{s:s,s:s,s:s,s:s,s:f,s:f}", "id", PQgetvalue(res, i, 0), "tenant",
+                                 PQgetvalue(res, i, 1), "node", PQgetvalue(res, i, 2), "state", PQgetvalue(res, i, 3),
+                                 "created_at", atof(PQgetvalue(res, i, 4)), "last_accessed_at",
+                                 atof(PQgetvalue(res, i, 5)));
+        json_t *shape = json_loads(PQgetvalue(res, i, 7), 0, NULL);
+        session_spec spec = fleet_shape_spec(shape, quota_mb << 20);
+        session filled = {0}; /* the defaults filled in as the node that holds it did */
+        session_spec_apply(&filled, &spec, NULL, quota_mb << 20);
+        if (item) {
+            session_shape_json(item, filled.template_name, &filled.size, filled.quota_bytes);
+            json_object_set_new(item, "memory_limit_bytes", json_integer((json_int_t)filled.size.memory_mb << 20));
+            json_object_set_new(item, "disk_quota_bytes", json_integer(filled.quota_bytes));
+        }
+        json_decref(shape);
+        json_array_append_new(arr, item);
+    }
     PQclear(res);
     return arr;
 }

@@ -21,11 +21,6 @@
  * 2/5 and the last 3/5; the middle of a longer stream is counted and dropped. */
 #define SANDBOX_OUTPUT_LIMIT (1024u * 1024u)
 
-/* Every sandbox's size today (sandbox_prepare): memory without swap, processes, CPUs. */
-#define SANDBOX_MEMORY_BYTES (256ull * 1024 * 1024)
-#define SANDBOX_PROCESSES 64
-#define SANDBOX_CPUS 1
-
 typedef struct sandbox_backend sandbox_backend;
 typedef struct sandbox sandbox;
 
