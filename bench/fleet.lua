@@ -8,6 +8,9 @@
 -- does not read back through the router). Each
 -- node's capacity is FLEET_BENCH_CREATES. FLEET_BENCH_CREATES (60),
 -- FLEET_BENCH_PARALLEL (300) and FLEET_BENCH_ROUNDS (3) size it.
+-- The cost of a call against a single airlockd (reads, CPU, the router's hop, exec, the
+-- database's transactions and CPU per request, nodes per database, one tenant's ceiling) is
+-- bench/fleet_db.lua's, in a run of its own.
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local cjson = require "cjson"
 local socket = require "socket"

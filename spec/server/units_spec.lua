@@ -3,7 +3,8 @@
 -- launcher's output budget and cancel descriptor, and the host-wide command slots
 -- (src/server/sandbox/capture.c, sandbox/proc.c, domain/slots.c) in
 -- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c;
--- the settings' parsers and loader (src/server/config/) in spec/c/config_units_test.c.
+-- the settings' parsers and loader (src/server/config/) in spec/c/config_units_test.c; the
+-- leases of a fleet's request tokens (src/server/domain/limits.c) in spec/c/limits_units_test.c.
 -- The agent protocol's frames (src/agent/protocol.h) in spec/c/agent_protocol_test.c. The
 -- per-session figures and the Prometheus counters (domain/figures.c, obs/metrics.c) in
 -- spec/c/obs_units_test.c.
@@ -22,6 +23,16 @@ describe("airlockd C units", function()
       "src/server/sandbox/proc.c", "src/server/sandbox/cgroup.c", "src/server/sandbox/cgroup_usage.c",
       "src/server/domain/slots.c",
       "src/server/text/utf8.c", "src/server/util/buf.c" })
+    assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("airlockd limits C units (domain/limits)", function()
+  it("lease a fleet's tokens: spent and refused locally, given back, bounded, alone without the database", function()
+    local out, ok = c_unit.run({ "spec/c/limits_units_test.c", "src/server/domain/limits.c",
+      "src/server/domain/tenants.c" },
+      "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -pthread")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)

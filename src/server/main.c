@@ -3,6 +3,7 @@
 #include "config/config.h"
 #include "log/log.h"
 #include "router/router.h"
+#include "run/migrate.h"
 #include "run/server.h"
 #include "run/signals.h"
 #include "sandbox/guard.h"
@@ -102,6 +103,11 @@ int main(int argc, char **argv)
     char host[HOST_NAME_MAX + 1];
     int status = load_settings(&cfg, argc, argv, host, sizeof host);
     if (status >= 0) {
+        config_free(&cfg);
+        return status;
+    }
+    if (cfg.migrate_only) {
+        status = migrate_main(&cfg);
         config_free(&cfg);
         return status;
     }

@@ -91,6 +91,7 @@ typedef struct config {
     const char *template_suite;   /* SANDBOX_TEMPLATE_SUITE; NULL: the host's codename */
     /* the fleet (docs/fleet.md): all NULL / 0 without a database */
     char *database_url;         /* --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names */
+    bool migrate_only;          /* --migrate-only: the database's schema, nothing else (run/migrate.c) */
     const char *node_id;        /* --node-id (default: the host name) */
     const char *advertise;      /* --advertise URL (default: http://<listen address>:<port>) */
     double fleet_lost_after;    /* SANDBOX_FLEET_LOST_AFTER: seconds a silent node keeps its sessions (120) */

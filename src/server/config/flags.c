@@ -8,7 +8,7 @@ void config_usage(FILE *f)
 {
     fputs("usage: airlockd [--listen HOST:PORT] [--unix PATH] [--state-dir DIR] [--port-file FILE]\n"
           "                [--runsc PATH] [--isolation gvisor|bubblewrap|auto] [--import-base-url URL]\n"
-          "                [--database URL] [--node-id ID] [--advertise URL] [--help]\n"
+          "                [--database URL] [--node-id ID] [--advertise URL] [--migrate-only] [--help]\n"
           "\n"
           "  --listen HOST:PORT  TCP address (default 127.0.0.1:8000; port 0 = any free port)\n"
           "  --unix PATH         also listen on a unix socket\n"
@@ -27,6 +27,7 @@ void config_usage(FILE *f)
           "                      SANDBOX_DATABASE_URL_FILE: it holds a password)\n"
           "  --node-id ID        this node's name in the fleet (default: the host name)\n"
           "  --advertise URL     how the router reaches this node (default: the listen address)\n"
+          "  --migrate-only      bring the fleet's database to this version's schema, then exit\n"
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
@@ -118,6 +119,10 @@ int config_load_flags(config *c, int argc, char **argv, config_err err, config_s
         if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
             *status = CONFIG_HELP;
             return -1;
+        }
+        if (strcmp(a, "--migrate-only") == 0) {
+            c->migrate_only = true;
+            continue;
         }
         if (!known_flag(name)) {
             snprintf(err.buf, err.len, "unknown option '%s'", a);

@@ -12,6 +12,8 @@ config_status config_load(config *c, int argc, char **argv, char *const *envp, c
     config_status status = CONFIG_OK;
     if (config_load_flags(c, argc, argv, src.err, &status))
         return status;
+    if (c->migrate_only) /* the database and nothing else: no keys, no sandbox */
+        return config_load_logging(c, &src) || config_load_fleet(c, &src) ? CONFIG_INVALID : CONFIG_OK;
     if (config_load_logging(c, &src) || config_load_fleet(c, &src) || config_load_keys(c, &src) ||
         config_load_server(c, &src) || config_load_sandbox(c, &src) || config_load_policies(c, &src) ||
         config_load_egress(&c->egress, &src))

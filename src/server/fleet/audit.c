@@ -13,8 +13,10 @@
 
 #define SHIP_BATCH 500
 
+/* Ships the outbox in batches; the first batch's statement gets extra as its $3 when given
+ * (*extra_sent then says it reached the database). */
 static int ship_locked(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
-                       const char *insert)
+                       const char *insert, const char *extra, bool *extra_sent)
 {
     for (int round = 0; store && round < 20; round++) {
         json_t *rows = NULL;
@@ -30,8 +32,11 @@ static int ship_locked(fleet *f, audit_store *store, fleet_outbox_read read, fle
         char *last = strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk")));
         char *text = json_dumps(rows, JSON_COMPACT);
         json_decref(rows);
-        const char *p[] = {text, f->id};
-        PGresult *res = text && last ? pg_query(f->db, insert, 2, p) : NULL;
+        const char *p[] = {text, f->id, extra};
+        bool with_extra = extra && !*extra_sent;
+        PGresult *res = text && last ? pg_query(f->db, insert, with_extra ? 3 : 2, p) : NULL;
+        if (res && with_extra)
+            *extra_sent = true;
         free(text);
         bool shipped = res != NULL;
         PQclear(res);
@@ -50,17 +55,34 @@ int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, flee
                       const char *insert)
 {
     pthread_mutex_lock(&f->ship_mu);
-    int rc = ship_locked(f, store, read, done, insert);
+    bool unused = false;
+    int rc = ship_locked(f, store, read, done, insert, NULL, &unused);
     pthread_mutex_unlock(&f->ship_mu);
     return rc;
 }
 
+/* The audit rows go with the rows of the commands that ended meanwhile ($3): an exec's end
+ * and its audit row are one transaction, and the ends of commands that finish together are
+ * one (group commit). */
+#define AUDIT_INSERT                                                                                       \
+    "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"    \
+    " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"                          \
+    " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING"
+
 void fleet_audit_ship(fleet *f, audit_store *store)
 {
-    fleet_outbox_ship(f, store, audit_outbox_read, audit_outbox_mark,
-        "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
-        " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
-        " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING");
+    pthread_mutex_lock(&f->ship_mu);
+    char *ended = fleet_commands_ended(f);
+    bool sent = false;
+    const char *insert = ended ? "WITH ended AS (DELETE FROM commands WHERE id = ANY ($3::bigint[])) " AUDIT_INSERT
+                               : AUDIT_INSERT;
+    ship_locked(f, store, audit_outbox_read, audit_outbox_mark, insert, ended, &sent);
+    pthread_mutex_unlock(&f->ship_mu);
+    if (ended && !sent) /* no audit row went: the ends go alone */
+        fleet_commands_unended(f, ended);
+    free(ended);
+    if (ended && !sent)
+        fleet_commands_flush(f);
 }
 
 void fleet_audit_ship_now(fleet *f, audit_store *store)

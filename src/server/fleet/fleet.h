@@ -111,7 +111,8 @@ void fleet_session_release(fleet *f, const char *id);
  * (its state was lost, e.g. a wiped state directory) are declared lost, so they free their
  * tenant's slots and answer 410. held(ctx, id) says whether the node holds id. */
 void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx);
-/* Last-use times of this node's sessions (ids[i] at times[i]). */
+/* Last-use times of this node's sessions (ids[i] at times[i]): those used since the last
+ * heartbeat reached the database go with the next one (call it from the load function). */
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times);
 
 typedef enum {
@@ -126,8 +127,6 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
 /* The tenant's live sessions on every node, newest first, as the list route shows them
  * (tenant_id, expires_at = last use + ttl); NULL when the database cannot be read. */
 json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
-/* The tenant's live sessions on every node, or -1. */
-long fleet_session_count(fleet *f, const char *tenant);
 /* Every tenant's sessions in the fleet's registry (the admin's listing), newest first, at most
  * limit: [{"id","tenant","node","state","created_at","last_accessed_at", its template and size
  * (session_shape_json), "memory_limit_bytes","disk_quota_bytes"}]; NULL when the database
@@ -163,13 +162,24 @@ int fleet_move_commit(fleet *f, const char *sid);
 
 /* ---- shared counters (fleet/counters.c) ---- */
 
-/* One request token: 1 granted (*available), 0 refused (*retry_after ≥ 1 s), -1 unreachable. */
-int fleet_take_token(fleet *f, const char *tenant, int per_minute, long *available, long *retry_after);
+/* A lease of up to want request tokens of the tenant's fleet-wide bucket, giving back
+ * give_back unused ones, in one statement: 0 with *granted, the bucket's tokens left and,
+ * when none was granted, the seconds until its next token; -1 unreachable. */
+int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, double give_back, int *granted,
+                       double *left, double *wait_s);
 /* A running command against max: 1 admitted, 0 refused, -1 unreachable. */
 int fleet_command_begin(fleet *f, const char *tenant, int max);
+/* The command ended: its row is deleted with the next audit shipment (the one its audit row
+ * makes at once; the heartbeat's at the latest). */
 void fleet_command_end(fleet *f, const char *tenant);
-/* The tenant's commands running on every node, or -1. */
-long fleet_commands_running(fleet *f, const char *tenant);
+/* The rows of ended commands, as a Postgres array ("{1,2}"), taken from the queue (NULL:
+ * none); fleet_commands_unended puts them back when they could not be deleted. */
+char *fleet_commands_ended(fleet *f);
+void fleet_commands_unended(fleet *f, const char *ids);
+/* Deletes the ended commands' rows that wait (the heartbeat). */
+void fleet_commands_flush(fleet *f);
+/* The tenant's live sessions and running commands on every node, in one statement: 0 or -1. */
+int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *commands);
 
 /* ---- the audit log (fleet/audit.c) ---- */
 

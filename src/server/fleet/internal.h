@@ -7,6 +7,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+typedef struct {
+    char *tenant;
+    long long id; /* its row in the commands table */
+} fleet_command;
+
 struct fleet {
     pg_pool *db;
     char *id, *url;
@@ -30,6 +35,14 @@ struct fleet {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_mutex_t ship_mu; /* one outbox shipment at a time (heartbeat and request threads) */
+    pthread_mutex_t cmd_mu;  /* the two lists below */
+    fleet_command *cmds;     /* this node's running commands counted in the database */
+    size_t ncmds, cmdcap;
+    long long *ended;        /* rows of ended commands not deleted yet */
+    size_t nended, endcap;
+    double touch_since;      /* wall clock: last uses before this reached the database */
+    double touch_at;         /* wall clock: when the staged list below was taken */
+    char *touch_ids, *touch_times; /* last uses for the next heartbeat (Postgres arrays), or NULL */
     pthread_mutex_t view_mu; /* guards view and view_at (fleet/view.c) */
     json_t *view;            /* the nodes as last read from the database, or NULL */
     double view_at;
@@ -40,9 +53,6 @@ void fleet_view_keep(fleet *f, const json_t *nodes);
 void fleet_view_free(fleet *f);
 
 
-/* The number a statement counts for its one parameter ($1), or -1 when the database cannot
- * be read. */
-long fleet_count(fleet *f, const char *sql, const char *tenant);
 
 /* One of the node's outboxes in audit.db (fleet/audit.c): read(store, limit, &rows) gives the
  * rows waiting, oldest first, each with its "sk"; done(store, sk) says they reached the

@@ -49,6 +49,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     PQclear(pg_query(db, "UPDATE nodes SET agent_port = $2::integer WHERE id = $1", 2, ap));
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->ship_mu, NULL);
+    pthread_mutex_init(&f->cmd_mu, NULL);
     pthread_mutex_init(&f->view_mu, NULL);
     pthread_cond_init(&f->cond, NULL);
     f->locks_ready = true;
@@ -69,14 +70,21 @@ static bool drop_lost(fleet *f)
     return res != NULL;
 }
 
+/* One heartbeat, one statement: the node's row, its state, the reaping of dead nodes (by one
+ * node at a time) and the count of nodes alive (schema migration 9). */
 static void beat(fleet *f)
 {
     int load = f->load ? f->load(f->load_ctx) : 0;
+    fleet_commands_flush(f); /* ends no audit row took along (the database was away) */
     char l[24], g[32];
     snprintf(l, sizeof l, "%d", load);
     snprintf(g, sizeof g, "%.3f", f->lost_after);
-    const char *p[] = {f->id, l, g};
-    char *state = pg_value(f->db, "SELECT airlock_node_heartbeat($1, $2::integer, $3::double precision)", 3, p);
+    const char *p[] = {f->id, l, g, f->touch_ids, f->touch_times};
+    PGresult *res = pg_query(f->db, "SELECT st, live FROM airlock_node_beat($1, $2::integer, $3::double precision,"
+                                    " $4::text[], $5::double precision[])", 5, p);
+    if (res) /* the last uses it carried are in the database */
+        f->touch_since = f->touch_at;
+    const char *state = res && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) ? PQgetvalue(res, 0, 0) : NULL;
     bool active = state && strcmp(state, "active") == 0;
     if (state)
         metrics_heartbeat_ok();
@@ -92,14 +100,15 @@ static void beat(fleet *f)
         log_warn("this node had been declared dead; registered again");
     }
     atomic_store(&f->accepting, active);
-    if (state && strcmp(state, "draining") == 0 && f->drain_step)
-        f->drain_step(f->drain_ctx);
-    long live = state ? fleet_count(f, "SELECT count(*) FROM nodes WHERE state <> $1", "dead") : -1;
+    bool draining = state && strcmp(state, "draining") == 0;
+    long live = state ? atol(PQgetvalue(res, 0, 1)) : -1;
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);
     if (state) /* the view the admin list and /healthz fall back on during an outage */
         json_decref(fleet_nodes(f));
-    free(state);
+    PQclear(res);
+    if (draining && f->drain_step)
+        f->drain_step(f->drain_ctx);
 }
 
 static void *heartbeat_main(void *arg)
@@ -223,10 +232,17 @@ void fleet_close(fleet *f)
     if (f->locks_ready) {
         pthread_mutex_destroy(&f->mu);
         pthread_mutex_destroy(&f->ship_mu);
+        pthread_mutex_destroy(&f->cmd_mu);
         pthread_mutex_destroy(&f->view_mu);
         fleet_view_free(f);
         pthread_cond_destroy(&f->cond);
     }
+    for (size_t i = 0; i < f->ncmds; i++)
+        free(f->cmds[i].tenant);
+    free(f->cmds);
+    free(f->ended);
+    free(f->touch_ids);
+    free(f->touch_times);
     free(f->id);
     free(f->url);
     free(f->agent_host);
@@ -321,13 +337,4 @@ int fleet_drain(fleet *f, const char *node_id, json_t **row)
         *row = json_pack("{s:s,s:s}", "id", PQgetvalue(res, 0, 0), "state", PQgetvalue(res, 0, 1));
     PQclear(res);
     return rc;
-}
-
-long fleet_count(fleet *f, const char *sql, const char *tenant)
-{
-    const char *p[] = {tenant};
-    char *v = pg_value(f->db, sql, 1, p);
-    long n = v ? atol(v) : -1;
-    free(v);
-    return n;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int fleet_session_reserve(fleet *f, const char *id, const char *tenant, int max, const json_t *egress,
                           long long quota_bytes, int *open_now)
@@ -64,30 +65,53 @@ void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), 
     PQclear(res);
 }
 
+/* a last use this much older than the previous touch is sent again: one recorded while the
+ * previous list was being taken is never missed */
+#define TOUCH_OVERLAP_S 2.0
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 void fleet_session_touch(fleet *f, size_t n, char (*ids)[17], const double *times)
 {
-    if (n == 0)
+    /* only the sessions used since the last beat reached the database: its cost follows the
+     * requests, not the sessions held */
+    double since = f->touch_since - TOUCH_OVERLAP_S;
+    f->touch_at = wall_now();
+    free(f->touch_ids);
+    free(f->touch_times);
+    f->touch_ids = f->touch_times = NULL;
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++)
+        used += times[i] >= since;
+    if (used == 0)
         return;
-    /* two Postgres arrays: {id,...} and {time,...} */
-    size_t cap = n * 40 + 8;
+    /* two Postgres arrays: {id,...} and {time,...}, sent with the next heartbeat */
+    size_t cap = used * 40 + 8;
     char *a = malloc(cap), *b = malloc(cap);
-    if (a && b) {
-        size_t ao = 0, bo = 0;
-        a[ao++] = '{';
-        b[bo++] = '{';
-        for (size_t i = 0; i < n; i++) {
-            ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", i ? "," : "", ids[i]);
-            bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", i ? "," : "", times[i]);
-        }
-        snprintf(a + ao, cap - ao, "}");
-        snprintf(b + bo, cap - bo, "}");
-        const char *p[] = {a, b, f->id};
-        PQclear(pg_query(f->db, "UPDATE sessions s SET last_used = u.t"
-                                " FROM unnest($1::text[], $2::double precision[]) AS u(id, t)"
-                                " WHERE s.id = u.id AND s.node = $3 AND s.last_used < u.t", 3, p));
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return;
     }
-    free(a);
-    free(b);
+    size_t ao = 0, bo = 0;
+    a[ao++] = '{';
+    b[bo++] = '{';
+    for (size_t i = 0, k = 0; i < n; i++) {
+        if (times[i] < since)
+            continue;
+        ao += (size_t)snprintf(a + ao, cap - ao, "%s%s", k ? "," : "", ids[i]);
+        bo += (size_t)snprintf(b + bo, cap - bo, "%s%.6f", k ? "," : "", times[i]);
+        k++;
+    }
+    snprintf(a + ao, cap - ao, "}");
+    snprintf(b + bo, cap - bo, "}");
+    f->touch_ids = a;
+    f->touch_times = b;
 }
 
 fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, char *node, size_t nodelen)
@@ -166,9 +190,4 @@ json_t *fleet_session_list_all(fleet *f, int limit)
     }
     PQclear(res);
     return arr;
-}
-
-long fleet_session_count(fleet *f, const char *tenant)
-{
-    return fleet_count(f, "SELECT count(*) FROM sessions WHERE tenant = $1 AND state = 'active'", tenant);
 }

@@ -24,9 +24,10 @@ static void release(void *ctx, const char *id)
     fleet_session_release(ctx, id);
 }
 
-static int take_token(void *ctx, const char *tenant, int per_minute, long *available, long *retry_after)
+static int lease(void *ctx, const char *tenant, int per_minute, int want, double give_back, int *granted,
+                 double *left, double *wait_s)
 {
-    return fleet_take_token(ctx, tenant, per_minute, available, retry_after);
+    return fleet_lease_tokens(ctx, tenant, per_minute, want, give_back, granted, left, wait_s);
 }
 
 static int exec_begin(void *ctx, const char *tenant, int max)
@@ -39,11 +40,6 @@ static void exec_end(void *ctx, const char *tenant)
     fleet_command_end(ctx, tenant);
 }
 
-static long running(void *ctx, const char *tenant)
-{
-    return fleet_commands_running(ctx, tenant);
-}
-
 static int nodes(void *ctx)
 {
     return fleet_live_nodes(ctx);
@@ -52,8 +48,8 @@ static int nodes(void *ctx)
 void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls)
 {
     *rs = (registry_shared){.reserve = reserve, .ready = ready, .release = release, .ctx = f};
-    *ls = (limits_shared){.take_token = take_token, .exec_begin = exec_begin, .exec_end = exec_end,
-                          .running = running, .nodes = nodes, .ctx = f};
+    *ls = (limits_shared){.lease = lease, .exec_begin = exec_begin, .exec_end = exec_end, .nodes = nodes,
+                          .ctx = f};
 }
 
 session_spec fleet_shape_spec(const json_t *shape, long long quota_bytes)

@@ -14,14 +14,20 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The pool's connections (made when first needed): with the key revocations' listener, a node
+ * holds at most this plus one of the database's connections (docs/fleet.md). A plain call
+ * needs none: only creates, deletes, execs, listings and the heartbeat take one. */
+#define FLEET_DB_CONNECTIONS 4
+
 /* seconds a node-to-node request still running at shutdown gets before it is cut */
 #define INTERNAL_STOP_S 10
 
-/* Each heartbeat: the sessions' last uses and the audit outbox go to the database; the load
- * is the number of sessions held. */
+/* Each heartbeat: the sessions' last uses, the audit outbox and the unspent tokens of
+ * leases past their time go to the database; the load is the number of sessions held. */
 static int beat(void *ctx)
 {
     app *a = ctx;
+    limits_return_leases(a->lim, false);
     char(*ids)[17] = NULL;
     double *times = NULL;
     size_t n = registry_times(a->reg, &ids, &times);
@@ -65,7 +71,7 @@ int server_join_fleet(server *s)
     app *a = &s->a;
     if (!c->database_url)
         return 0;
-    if (!(a->db = pg_open(c->database_url, 8, s->err, sizeof s->err)) ||
+    if (!(a->db = pg_open(c->database_url, FLEET_DB_CONNECTIONS, s->err, sizeof s->err)) ||
         pg_schema_migrate(a->db, s->err, sizeof s->err) != 0)
         return -1;
     char host[256] = "", url[300];
@@ -176,6 +182,8 @@ int server_start_fleet(server *s)
 
 void server_stop_fleet(server *s)
 {
+    if (s->a.fleet) /* what this node leased and did not spend is the other nodes' again */
+        limits_return_leases(s->a.lim, true);
     fleet_stop(s->a.fleet); /* first: the heartbeat wakes the mover */
     mover_stop(s->mover);   /* a move under way is undone: its session stays here */
     s->mover = NULL;

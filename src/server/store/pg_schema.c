@@ -236,7 +236,89 @@ static const char *const MIGRATIONS[] = {
     /* 8: a session's template and size ({"template", "memory_mb", "cpu_percent",
      * "max_processes"}; its disk is quota_mb), for the list and for a move; '{}': the defaults */
     "ALTER TABLE sessions ADD COLUMN shape jsonb NOT NULL DEFAULT '{}';",
-    /* 9 (ours, templates): a template's recipe, built through any node; every node builds it
+    /* 9: a call decided on its node (docs/fleet.md "The cost of a call"). Request tokens are
+     * leased: a node takes a share of the tenant's bucket in one statement and spends it
+     * locally; what it did not use comes back with its next lease. The clock is read after
+     * the bucket's row lock, so one interval is refilled once. A command's start returns its
+     * row's id (its end is deleted with the audit row that follows it). Dead nodes are
+     * declared by one node at a time (a try-lock), their rows and their sessions' rows locked
+     * in id order, so any number of heartbeats at once never deadlock; the heartbeat's cost
+     * does not grow with sessions (indexed). */
+    "CREATE FUNCTION airlock_lease_tokens(p_tenant text, p_per_minute double precision, p_want integer,"
+    "  p_give_back double precision, OUT granted integer, OUT tokens_left double precision,"
+    "  OUT wait_s double precision)"
+    " LANGUAGE plpgsql AS $$ DECLARE tk double precision; up double precision; t double precision; BEGIN"
+    "  SELECT tokens, updated INTO tk, up FROM rate_buckets WHERE tenant = p_tenant FOR UPDATE;"
+    "  IF NOT FOUND THEN"
+    "   INSERT INTO rate_buckets VALUES (p_tenant, p_per_minute, airlock_now()) ON CONFLICT (tenant) DO NOTHING;"
+    "   SELECT tokens, updated INTO tk, up FROM rate_buckets WHERE tenant = p_tenant FOR UPDATE;"
+    "  END IF;"
+    "  t := airlock_now();" /* after the lock: never before a refill another call wrote */
+    "  tk := least(p_per_minute, tk + greatest(t - up, 0) * p_per_minute / 60 + greatest(p_give_back, 0));"
+    "  granted := least(greatest(p_want, 0), floor(greatest(tk, 0)))::integer;"
+    "  tk := tk - granted;"
+    "  UPDATE rate_buckets SET tokens = tk, updated = greatest(t, up) WHERE tenant = p_tenant;"
+    "  tokens_left := tk;"
+    "  wait_s := CASE WHEN tk >= 1 THEN 0 ELSE (1 - tk) * 60 / p_per_minute END;"
+    " END $$;"
+    /* the one-token form (nodes of an older version) on the same corrected bucket */
+    "CREATE OR REPLACE FUNCTION airlock_take_token(p_tenant text, p_per_minute double precision)"
+    " RETURNS double precision LANGUAGE sql AS"
+    " $$ SELECT CASE WHEN granted >= 1 THEN tokens_left ELSE -wait_s END"
+    "    FROM airlock_lease_tokens(p_tenant, p_per_minute, 1, 0) $$;"
+    /* a running command against max_concurrent_exec: its row's id when admitted, else 0 */
+    "CREATE FUNCTION airlock_command_start(p_tenant text, p_node text, p_max integer) RETURNS bigint"
+    " LANGUAGE plpgsql AS $$ DECLARE n integer; i bigint; BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.commands'), hashtext(p_tenant));"
+    "  SELECT count(*) INTO n FROM commands WHERE tenant = p_tenant;"
+    "  IF n >= p_max THEN RETURN 0; END IF;"
+    "  INSERT INTO commands (tenant, node) VALUES (p_tenant, p_node) RETURNING id INTO i;"
+    "  RETURN i;"
+    " END $$;"
+    "CREATE INDEX sessions_lost_at ON sessions (lost_at) WHERE state = 'lost';"
+    "CREATE INDEX nodes_heartbeat ON nodes (heartbeat) WHERE state <> 'dead';"
+    /* nodes silent longer than the grace are dead: their sessions lost, their commands gone.
+     * One caller at a time (-1: another is at it); a node beating right now (its row locked)
+     * is not dead. Returns how many nodes it declared dead. */
+    "CREATE FUNCTION airlock_nodes_reap(p_grace double precision) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE dead text[]; BEGIN"
+    "  IF NOT pg_try_advisory_xact_lock(hashtext('airlock.reap')) THEN RETURN -1; END IF;"
+    "  SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO dead FROM (SELECT id FROM nodes"
+    "   WHERE state <> 'dead' AND heartbeat < now() - make_interval(secs => p_grace)"
+    "   ORDER BY id FOR UPDATE SKIP LOCKED) d;"
+    "  IF cardinality(dead) > 0 THEN"
+    "   UPDATE nodes SET state = 'dead' WHERE id = ANY (dead);"
+    "   UPDATE sessions SET state = 'lost', lost_at = now() WHERE id IN (SELECT id FROM sessions"
+    "    WHERE node = ANY (dead) AND state = 'active' ORDER BY id FOR UPDATE);"
+    "   DELETE FROM commands WHERE node = ANY (dead);"
+    "  END IF;"
+    "  DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE state = 'lost'"
+    "   AND lost_at < now() - interval '7 days' ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED);"
+    "  RETURN cardinality(dead);"
+    " END $$;"
+    /* a heartbeat: the node's state (a draining node with no session left is drained), the
+     * last uses of its sessions used since its last beat (p_ids at p_times; locked after its
+     * own row, as the reaping locks a node's row before its sessions), the reaping of dead
+     * nodes when no other node is at it, and the nodes not dead */
+    "CREATE FUNCTION airlock_node_beat(p_id text, p_load integer, p_grace double precision,"
+    "  p_ids text[], p_times double precision[], OUT st text, OUT live integer)"
+    " LANGUAGE plpgsql AS $$ BEGIN"
+    "  UPDATE nodes SET heartbeat = now(), load = p_load WHERE id = p_id RETURNING state INTO st;"
+    "  IF p_ids IS NOT NULL THEN"
+    "   UPDATE sessions s SET last_used = u.t FROM unnest(p_ids, p_times) AS u(id, t)"
+    "    WHERE s.id = u.id AND s.last_used < u.t AND s.id IN (SELECT id FROM sessions"
+    "     WHERE id = ANY (p_ids) AND node = p_id ORDER BY id FOR UPDATE);"
+    "  END IF;"
+    "  IF st = 'draining' AND NOT EXISTS (SELECT 1 FROM sessions WHERE node = p_id AND state = 'active') THEN"
+    "   UPDATE nodes SET state = 'drained' WHERE id = p_id;"
+    "   st := 'drained';"
+    "  END IF;"
+    "  PERFORM airlock_nodes_reap(p_grace);"
+    "  SELECT count(*) INTO live FROM nodes WHERE state <> 'dead';"
+    " END $$;"
+    "CREATE OR REPLACE FUNCTION airlock_node_heartbeat(p_id text, p_load integer, p_grace double precision)"
+    " RETURNS text LANGUAGE sql AS $$ SELECT st FROM airlock_node_beat(p_id, p_load, p_grace, NULL, NULL) $$;",
+    /* 10 (ours, templates): a template's recipe, built through any node; every node builds it
      * again from this (the same id: content-addressed) on its first session there */
     "CREATE TABLE templates ("
     " owner text NOT NULL,"

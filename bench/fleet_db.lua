@@ -1,0 +1,268 @@
+-- luacheck: max line length 140
+-- The cost of a call in a fleet, side by side in one run (docs/fleet.md, "The cost of a
+-- call"): a single airlockd (no database) and a 3-node fleet (scripts/fleet.sh), in rounds
+-- that alternate so that the machine's load falls on each alike.
+--   1. 10-byte reads on one keep-alive connection (build/bench/raw_curl_rate): a single
+--      airlockd, straight to a node, through the router: the rate, each ratio to the single
+--      airlockd, the router's hop per read, and the server CPU per read (the node's and
+--      PostgreSQL's together against the single airlockd's; HAProxy's apart).
+--   2. exec `true` (a new connection each): through the router against a single airlockd.
+--   3. PostgreSQL's transactions per request type (pg_stat_database, the idle fleet's own rate
+--      subtracted) and its CPU per request type.
+--   4. A projection: how many nodes one 2-core PostgreSQL carries, each node at its own
+--      saturation (its 2 cores busy: its CPU per mix, sandboxes included) with an agent-like
+--      mix (one exec and three small calls: a read, a write, a file listing),
+--      from the node's and the database's measured CPU per call; and the ceiling of one
+--      tenant's requests, from the lease statements one bucket row takes a second (pgbench)
+--      and the tokens a lease carries.
+-- Prints the figures against their goals; no assertion.
+--
+--   make build build/bench/raw_curl_rate && lua5.4 bench/fleet_db.lua [reads] [rounds]
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local cjson = require "cjson"
+local socket = require "socket"
+local airlockd = require "support.airlockd"
+local fleet = require "support.fleet"
+local proc = require "support.proc"
+local stats = require "stats"
+local harness = require "harness"
+
+local READS = tonumber(arg and arg[1]) or 3000
+local ROUNDS = tonumber(arg and arg[2]) or 5
+local EXECS = 30
+local RAW = os.getenv("RAW_CURL_RATE") or "build/bench/raw_curl_rate"
+local KEY = "bench-key-" .. string.rep("a", 24)
+local RPM = 100000000
+local check = harness.check
+local q = proc.shell_quote
+assert(proc.run("test -x " .. q(RAW)), RAW .. " is missing: make build/bench/raw_curl_rate")
+
+local TICK = tonumber(proc.output("getconf CLK_TCK")) or 100
+
+-- CPU seconds of pid (with the children it has waited for: a node's sandboxes).
+local function cpu_of(pid)
+  local stat = proc.read_file("/proc/" .. pid .. "/stat")
+  if not stat then return 0 end
+  local fields = {}
+  for w in stat:match("^%d+ %b() (.*)$"):gmatch("%S+") do fields[#fields + 1] = w end
+  -- after the name: state is field 3 of stat, so utime (14) is fields[12]
+  return (tonumber(fields[12]) + tonumber(fields[13]) + tonumber(fields[14]) + tonumber(fields[15])) / TICK
+end
+
+-- CPU seconds of a process and all its descendants now running, each with the children it
+-- has waited for (PostgreSQL: the postmaster, its backends and the ones that ended; a node:
+-- airlockd, its guard and the sandboxes they ran).
+local function cpu_tree(pid)
+  local children = {}
+  for p, pp in proc.output("ps -e -o pid=,ppid="):gmatch("(%d+)%s+(%d+)") do
+    children[pp] = children[pp] or {}
+    table.insert(children[pp], p)
+  end
+  local function sum(p)
+    local total = cpu_of(p)
+    for _, c in ipairs(children[p] or {}) do total = total + sum(c) end
+    return total
+  end
+  return sum(tostring(pid))
+end
+
+-- One request on a new connection: status and decoded body.
+local function call(url, method, path, body)
+  local host, port = url:match("^http://([^:/]+):(%d+)")
+  local c = socket.tcp()
+  c:settimeout(120)
+  check(c:connect(host, tonumber(port)))
+  local lines = { method .. " " .. path .. " HTTP/1.1", "Host: " .. host, "Connection: close", "X-API-Key: " .. KEY }
+  if body then
+    lines[#lines + 1] = "Content-Type: application/json"
+    lines[#lines + 1] = "Content-Length: " .. #body
+  end
+  c:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""))
+  local raw = c:receive("*a")
+  c:close()
+  local status = tonumber((raw or ""):match("^HTTP/1%.%d (%d+)"))
+  local ok, decoded = pcall(cjson.decode, (raw or ""):match("\r\n\r\n(.*)$") or "")
+  return status, ok and decoded or nil
+end
+
+local LIMITS = cjson.encode{ bench = { max_sessions = 100000, requests_per_minute = RPM, max_concurrent_exec = 64 } }
+local single = airlockd.start{ tenants = { bench = KEY }, env = {
+  SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_WORKSPACE_QUOTA_MB = "16", SANDBOX_WARM_NEW = "0" } }
+local f
+local ok, err = pcall(function()
+  f = fleet.up{ nodes = 3, env = { SANDBOX_API_KEYS = "bench:" .. KEY, SANDBOX_TENANT_LIMITS = LIMITS,
+                                   SANDBOX_FLEET_LOST_AFTER = "30" } }
+  local pg_port = (proc.read_file(f.dir .. "/pg/port"):gsub("%s+$", ""))
+  local pm = f.info.postgres.pid
+  local function xacts()
+    return tonumber(fleet.sql(f, "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'airlock'"))
+  end
+  local node = f.info.nodes[1]
+
+  -- a session with a 10-byte file on the single airlockd and on node1 (made straight on it)
+  local function session_on(url)
+    local st, s = call(url, "POST", "/v1/sessions", "{}")
+    check(st == 201, "create on " .. url .. ": " .. tostring(st))
+    check(call(url, "POST", "/v1/sessions/" .. s.session_id .. "/write",
+      cjson.encode{ path = "ten.txt", content = "0123456789" }) == 200, "write")
+    return s.session_id
+  end
+  local sid_single, sid_node = session_on(single.url), session_on(node.url)
+
+  -- 1. reads on one keep-alive connection
+  local function reads(url, sid)
+    local out = proc.output(string.format("%s %s %s %d", RAW, q(url .. "/v1/sessions/" .. sid .. "/read?path=ten.txt"),
+      q(KEY), READS))
+    return assert(tonumber(out:match("rate=([%d.]+)")), "raw_curl_rate said: " .. out)
+  end
+  local rate = { single = {}, direct = {}, router = {}, direct_x = {}, router_x = {}, hop = {} }
+  local cpu = { single = 0, node = 0, db = 0, haproxy = 0, router_node = 0, router_db = 0 }
+  reads(single.url, sid_single) -- warm
+  reads(node.url, sid_node)
+  for _ = 1, ROUNDS do
+    local c0 = cpu_of(single.pid)
+    rate.single[#rate.single + 1] = reads(single.url, sid_single)
+    cpu.single = cpu.single + cpu_of(single.pid) - c0
+    local n0, d0 = cpu_of(node.pid), cpu_tree(pm)
+    rate.direct[#rate.direct + 1] = reads(node.url, sid_node)
+    cpu.node, cpu.db = cpu.node + cpu_of(node.pid) - n0, cpu.db + cpu_tree(pm) - d0
+    local h0 = cpu_of(f.info.haproxy.pid)
+    n0, d0 = cpu_of(node.pid), cpu_tree(pm)
+    rate.router[#rate.router + 1] = reads(f.router.url, sid_node)
+    cpu.haproxy = cpu.haproxy + cpu_of(f.info.haproxy.pid) - h0
+    cpu.router_node, cpu.router_db = cpu.router_node + cpu_of(node.pid) - n0, cpu.router_db + cpu_tree(pm) - d0
+    local i = #rate.single
+    rate.direct_x[i] = rate.direct[i] / rate.single[i]
+    rate.router_x[i] = rate.router[i] / rate.single[i]
+    rate.hop[i] = 1000 / rate.router[i] - 1000 / rate.direct[i]
+  end
+  local r = {}
+  for k, v in pairs(rate) do r[k] = stats.summary(v).p50 end
+  local all = READS * ROUNDS
+  local per = function(seconds) return seconds / all * 1e3 end -- ms per read
+  print(string.format("10-byte reads, one keep-alive connection, %d rounds of %d (medians; ratios within a round)",
+    ROUNDS, READS))
+  print(string.format("  single airlockd          %8.0f/s", r.single))
+  print(string.format("  straight to a node       %8.0f/s  %.2fx single (goal >= 0.8x)", r.direct, r.direct_x))
+  print(string.format("  through the router       %8.0f/s  %.2fx single", r.router, r.router_x))
+  print(string.format("  router's hop per read    %+8.3f ms (goal <= 0.3 ms)", r.hop))
+  print(string.format("  server CPU per read: single %.3f ms; node %.3f + database %.3f = %.3f ms, %.2fx single (goal <= 1.5x)",
+    per(cpu.single), per(cpu.node), per(cpu.db), per(cpu.node + cpu.db), (cpu.node + cpu.db) / cpu.single))
+  print(string.format("  through the router: node %.3f + database %.3f ms, HAProxy's own %.3f ms per read",
+    per(cpu.router_node), per(cpu.router_db), per(cpu.haproxy)))
+
+  -- 2. exec `true`, a new connection each
+  local exec = cjson.encode{ command = "true" }
+  local function execs(url, sid)
+    local t0 = socket.gettime()
+    for _ = 1, EXECS do check(call(url, "POST", "/v1/sessions/" .. sid .. "/exec", exec) == 200, "exec") end
+    return EXECS / (socket.gettime() - t0)
+  end
+  local xr = { single = {}, router = {} }
+  execs(single.url, sid_single)
+  execs(f.router.url, sid_node)
+  for _ = 1, 3 do
+    xr.single[#xr.single + 1] = execs(single.url, sid_single)
+    xr.router[#xr.router + 1] = execs(f.router.url, sid_node)
+  end
+  local xs, xo = stats.summary(xr.single).p50, stats.summary(xr.router).p50
+  print(string.format("exec `true` (%d x 3, new connection each): single %.1f/s, through the router %.1f/s: %.2fx (goal >= 0.9x)",
+    EXECS, xs, xo, xo / xs))
+
+  -- 3. transactions and database CPU per request type: each phase, then the time a backend
+  -- may keep its counts before it reports them (10 s), against the idle fleet's own rate
+  local FLUSH = 11
+  -- n requests, their transactions (counted once every backend reported), the database's CPU
+  -- while they ran and the seconds of each
+  local function phase(fn)
+    local x0, c0, t0 = xacts(), cpu_tree(pm), socket.gettime()
+    local n = fn()
+    local c1, t1 = cpu_tree(pm), socket.gettime()
+    proc.sleep(FLUSH)
+    return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - t0
+  end
+  proc.sleep(FLUSH) -- what ran before is counted before the idle fleet is
+  local _, idle_x, idle_c, idle_t, idle_all = phase(function() proc.sleep(20); return 0 end)
+  local idle_rate, idle_cpu = idle_x / idle_all, idle_c / idle_t
+  print(string.format("idle fleet (3 nodes and the router program): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
+    idle_cpu * 100))
+  local cost = {}
+  local function measure(name, fn)
+    local n, x, c, t, all_t = phase(fn)
+    cost[name] = { tx = (x - idle_rate * all_t) / n, cpu = math.max(0, (c - idle_cpu * t) / n) }
+    print(string.format("  %-28s %7.3f transactions, %.3f ms database CPU each (%d)", name, cost[name].tx,
+      cost[name].cpu * 1e3, n))
+  end
+  print("PostgreSQL per request (idle rate subtracted):")
+  measure("read (10 bytes)", function() reads(node.url, sid_node); return READS end)
+  measure("write (10 bytes)", function()
+    for _ = 1, 1000 do
+      call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/write", cjson.encode{ path = "w.txt", content = "0123456789" })
+    end
+    return 1000
+  end)
+  measure("list files", function()
+    for _ = 1, 1000 do call(node.url, "GET", "/v1/sessions/" .. sid_node .. "/list") end
+    return 1000
+  end)
+  measure("usage", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/usage") end return 1000 end)
+  measure("list own sessions", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/sessions") end return 1000 end)
+  measure("exec `true`", function()
+    for _ = 1, 100 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
+    return 100
+  end)
+  measure("create + delete", function()
+    for _ = 1, 40 do
+      local st, s = call(node.url, "POST", "/v1/sessions", "{}")
+      check(st == 201, "create")
+      call(node.url, "DELETE", "/v1/sessions/" .. s.session_id)
+    end
+    return 40
+  end)
+  print(string.format("  goals: read <= 0.05 transactions (%s), exec <= 2 (%s)",
+    cost["read (10 bytes)"].tx <= 0.05 and "met" or "missed", cost["exec `true`"].tx <= 2 and "met" or "missed"))
+
+  -- 4a. nodes per 2-core PostgreSQL: a node at saturation runs the mix at 2 cores / its CPU
+  -- per mix; the database spends its CPU per mix that often, plus each node's idle share
+  local n0 = cpu_tree(node.pid)
+  local t0 = socket.gettime()
+  local MIXES = 40
+  for _ = 1, MIXES do
+    call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec)
+    call(node.url, "GET", "/v1/sessions/" .. sid_node .. "/read?path=ten.txt")
+    call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/write", cjson.encode{ path = "w.txt", content = "0123456789" })
+    call(node.url, "GET", "/v1/sessions/" .. sid_node .. "/list")
+  end
+  local mix_wall = (socket.gettime() - t0) / MIXES
+  local node_mix = (cpu_tree(node.pid) - n0) / MIXES
+  local mix = { "exec `true`", "read (10 bytes)", "write (10 bytes)", "list files" }
+  local db_mix, tx_mix = 0, 0
+  for _, k in ipairs(mix) do db_mix, tx_mix = db_mix + cost[k].cpu, tx_mix + cost[k].tx end
+  local sat = 2 / math.max(node_mix, 1e-6) -- mixes a second of a node with its 2 cores busy
+  local per_node_db = sat * db_mix + idle_cpu / 3
+  print(string.format("agent-like mix (exec + read + write + list files): node CPU %.2f ms (%.0f ms wall, one client),"
+    .. " database CPU %.3f ms, %.2f transactions", node_mix * 1e3, mix_wall * 1e3, db_mix * 1e3, tx_mix))
+  print(string.format("  a node at saturation: %.0f mixes/s; one 2-core PostgreSQL carries %.0f such nodes (goal >= 100)",
+    sat, 2 / per_node_db))
+
+  -- 4b. one tenant's ceiling: lease statements one bucket row takes a second (pgbench, 4
+  -- clients) times the tokens a lease carries
+  local script = proc.temp_path()
+  proc.write_file(script, "SELECT granted FROM airlock_lease_tokens('ceiling', 1e12, 1000, 0);\n")
+  local out = proc.output(string.format("PGPASSFILE=%s /usr/lib/postgresql/15/bin/pgbench -n -c 4 -j 2 -T 5 -f %s"
+    .. " -h 127.0.0.1 -p %s -U airlock airlock 2>&1", q(f.dir .. "/pg/pgpass"), q(script), pg_port))
+  local tps = tonumber(out:match("tps = ([%d.]+)"))
+  check(tps, "pgbench said: " .. out)
+  local function ceiling(nodes)
+    local rpm = 20000 * 60 -- a tenant allowed 20,000 requests a second
+    local lease = math.max(1, math.floor(math.min(rpm * 2 / 60, rpm / (8 * nodes))))
+    return tps * lease, lease
+  end
+  local c3, l3 = ceiling(3)
+  local c100, l100 = ceiling(100)
+  print(string.format("one tenant's bucket row: %.0f lease statements/s; a tenant allowed 20,000/s leases %d tokens at a time"
+    .. " (3 nodes) or %d (100 nodes): ceiling %.0f or %.0f requests/s (goal >= 20,000)", tps, l3, l100, c3, c100))
+end)
+if f then fleet.down(f) end
+airlockd.stop(single)
+if not ok then error(err, 0) end

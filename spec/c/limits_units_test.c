@@ -1,0 +1,149 @@
+/* domain/limits.c's leases of a fleet's request tokens, against a fake database bucket (no
+ * refill): a node spends a lease locally and asks again only when it is spent, asks for more
+ * as it spends more (never past limits_lease_max), refuses locally while the bucket is empty,
+ * gives back what it did not spend, and decides alone when the database does not answer.
+ * Three nodes sharing one bucket admit no more than it held. */
+#include "check.h"
+#include "domain/limits.h"
+#include "domain/tenants.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* tenants.c's links to the settings (runtime tenants never appear here) */
+bool config_runtime_tenant(const config *c, const char *name, tenant_cfg *out)
+{
+    (void)c;
+    (void)name;
+    (void)out;
+    return false;
+}
+
+void config_tenant_free(tenant_cfg *t)
+{
+    (void)t;
+}
+
+typedef struct {
+    double tokens;   /* the fleet's bucket */
+    int statements;  /* lease statements it answered */
+    int most_wanted; /* the largest want seen */
+    double given_back;
+    bool away;       /* the database does not answer */
+    int nodes;
+} fake_db;
+
+static int fake_lease(void *ctx, const char *tenant, int per_minute, int want, double give_back, int *granted,
+                      double *left, double *wait_s)
+{
+    fake_db *db = ctx;
+    (void)tenant;
+    (void)per_minute;
+    if (db->away)
+        return -1;
+    db->statements++;
+    db->given_back += give_back;
+    db->tokens += give_back;
+    if (want > db->most_wanted)
+        db->most_wanted = want;
+    *granted = want < (int)db->tokens ? want : (int)db->tokens;
+    db->tokens -= *granted;
+    *left = db->tokens;
+    *wait_s = db->tokens >= 1 ? 0 : 30;
+    return 0;
+}
+
+static void fake_end(void *ctx, const char *tenant)
+{
+    (void)ctx;
+    (void)tenant;
+}
+
+static int fake_begin(void *ctx, const char *tenant, int max)
+{
+    (void)ctx;
+    (void)tenant;
+    (void)max;
+    return 1;
+}
+
+static int fake_nodes(void *ctx)
+{
+    return ((fake_db *)ctx)->nodes;
+}
+
+static limits *node_of(const tenants *t, fake_db *db)
+{
+    limits *l = limits_new(t);
+    limits_shared sh = {.lease = fake_lease, .exec_begin = fake_begin, .exec_end = fake_end, .nodes = fake_nodes,
+                        .ctx = db};
+    limits_set_shared(l, &sh);
+    return l;
+}
+
+int main(void)
+{
+    CHECK(limits_lease_max(120, 3) == 4);
+    CHECK(limits_lease_max(10, 3) == 1);
+    CHECK(limits_lease_max(1, 100) == 1);
+    CHECK(limits_lease_max(1200000, 100) == 1500);
+    CHECK(limits_lease_max(100000000, 3) == 3333333);
+
+    tenant_cfg tc = {.name = "t", .max_sessions = 10, .requests_per_minute = 120, .max_concurrent_exec = 2};
+    config c;
+    memset(&c, 0, sizeof c);
+    c.tenants = &tc;
+    c.ntenants = 1;
+    tenants *t = tenants_new(&c);
+
+    /* one node: 200 requests against a bucket of 120 */
+    fake_db db = {.tokens = 120, .nodes = 3};
+    limits *l = node_of(t, &db);
+    int admitted = 0, refused = 0;
+    long avail = 0, retry = 0;
+    for (int i = 0; i < 200; i++) {
+        if (limits_take_token(l, 0, &avail, &retry))
+            admitted++;
+        else
+            refused++;
+    }
+    CHECK(admitted == 120);
+    CHECK(refused == 80);
+    CHECK(retry == 30);
+    CHECK(db.most_wanted == 4);            /* grew to the bound, never past it */
+    CHECK(db.statements <= 120 / 4 + 4);   /* a statement per lease, not per request */
+    int before = db.statements;
+    for (int i = 0; i < 50; i++)
+        CHECK(!limits_take_token(l, 0, &avail, &retry)); /* refused by the node alone */
+    CHECK(db.statements == before);
+    limits_free(l);
+
+    /* three nodes on one bucket, interleaved: never more than it held; what is unspent goes
+     * back, and only when asked for all or past the lease's time */
+    fake_db shared = {.tokens = 120, .nodes = 3};
+    limits *n[3] = {node_of(t, &shared), node_of(t, &shared), node_of(t, &shared)};
+    admitted = 0;
+    for (int i = 0; i < 300; i++)
+        admitted += limits_take_token(n[i % 3], 0, &avail, &retry);
+    CHECK(admitted <= 120);
+    CHECK(admitted >= 120 - 3 * 4);
+    double back = shared.given_back;
+    limits_return_leases(n[0], false); /* its lease is younger than LIMITS_LEASE_S */
+    CHECK(shared.given_back == back);
+    for (int i = 0; i < 3; i++)
+        limits_return_leases(n[i], true);
+    CHECK((double)admitted + shared.tokens == 120); /* every token spent or back in the bucket */
+    for (int i = 0; i < 3; i++)
+        limits_free(n[i]);
+
+    /* the database away: the node holds the tenant to its share (120 / 3 nodes) */
+    fake_db away = {.tokens = 120, .nodes = 3, .away = true};
+    l = node_of(t, &away);
+    admitted = 0;
+    for (int i = 0; i < 100; i++)
+        admitted += limits_take_token(l, 0, &avail, &retry);
+    CHECK(admitted == 40);
+    limits_free(l);
+    tenants_free(t);
+    return CHECK_SUMMARY();
+}

@@ -1,0 +1,221 @@
+-- luacheck: max line length 140
+-- The fleet's SQL tested as SQL: a private PostgreSQL only (no node, no router), the schema
+-- applied by airlockd's own migrations (--migrate-only), and the schema's functions called
+-- from several connections at once: request-token leases (a refill is counted once, whatever
+-- the order the clock and the lock are reached in), exact session and command limits, the
+-- slots of the nodes, heartbeats that do not read the sessions, and many nodes declared dead at
+-- once without a deadlock.
+local pg_cluster = require "support.pg_cluster"
+local proc = require "support.proc"
+
+describe("the fleet's SQL", function()
+  local pg
+
+  setup(function()
+    pg = pg_cluster.start()
+  end)
+
+  teardown(function()
+    pg_cluster.stop(pg)
+  end)
+
+  local function num(s) return tonumber(s) end
+
+  -- every job's exit status 0; its outputs joined
+  local function wait_all(jobs, what)
+    local outs = {}
+    for i, j in ipairs(jobs) do
+      local rc, out = j.wait(120)
+      assert.are.equal(0, rc, what .. " #" .. i .. ": " .. tostring(out))
+      outs[#outs + 1] = out
+    end
+    return table.concat(outs, "\n")
+  end
+
+  it("is applied by airlockd --migrate-only, and applying it again changes nothing", function()
+    local version = num(pg.psql("SELECT max(version) FROM schema_version"))
+    assert.is_true(version >= 6, "schema version " .. version)
+    -- the same binary once more: nothing to do
+    local rc, out = proc.run_capture(string.format("SANDBOX_DATABASE_URL_FILE=%s %s --migrate-only",
+      proc.shell_quote(pg.dir .. "/database.url"),
+      proc.shell_quote(os.getenv("AIRLOCKD_BIN") or (proc.repo_root() .. "/build/airlockd"))))
+    assert.are.equal(0, rc, out)
+    assert.is_nil(out:find("migrated to version", 1, true), out)
+    assert.is_nil(out:find(pg.url:match(":([^:@]+)@"), 1, true), "the password in: " .. out)
+    assert.are.equal(version, num(pg.psql("SELECT max(version) FROM schema_version")))
+  end)
+
+  -- A connection whose airlock_now() reads the clock and only then waits 1.5 s: a call on it
+  -- that read the clock before taking the bucket's lock would hold a time older than what
+  -- another call wrote meanwhile (the refill of finding 8, counted twice).
+  local SLOW_CLOCK = [[
+CREATE SCHEMA IF NOT EXISTS slow_clock;
+CREATE OR REPLACE FUNCTION slow_clock.airlock_now() RETURNS double precision LANGUAGE plpgsql AS $$
+DECLARE t double precision := extract(epoch FROM clock_timestamp())::double precision;
+BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
+]]
+
+  -- The tokens granted over a window of tenant's bucket (600 a minute: 10 a second), drained at
+  -- its start, by a call on the slow clock and, 0.7 s later, calls on a normal clock, then
+  -- more calls: never more than the window's refill (+1 for a partial token). take(tenant, n)
+  -- is the SQL of n calls, each printing the tokens it was granted.
+  local function refill_once(tenant, take)
+    pg.psql(SLOW_CLOCK)
+    pg.psql(string.format("SELECT granted FROM airlock_lease_tokens('%s', 600, 100000, 0)", tenant))
+    local t0 = num(pg.psql("SELECT updated FROM rate_buckets WHERE tenant = '" .. tenant .. "'"))
+    local slow = pg.start("SET search_path = slow_clock, public;\n" .. take(tenant, 1))
+    local quick = pg.start("SELECT pg_sleep(0.7);\n" .. take(tenant, 20))
+    local got = wait_all({ slow, quick }, "a call")
+    local last = pg.psql(take(tenant, 20))
+    local t1 = num(pg.psql("SELECT updated FROM rate_buckets WHERE tenant = '" .. tenant .. "'"))
+    local granted = 0
+    for n in (got .. "\n" .. last):gmatch("(%d+)") do granted = granted + num(n) end
+    return granted, (t1 - t0) * 10 + 1
+  end
+
+  it("leases a tenant's tokens with each interval refilled once (the clock read after the lock)", function()
+    local granted, bound = refill_once("lease-t", function(tenant)
+      return string.format("SELECT granted FROM airlock_lease_tokens('%s', 600, 1000, 0);", tenant)
+    end)
+    assert.is_true(granted <= bound, string.format("granted %d tokens, at most %.1f refilled", granted, bound))
+    assert.is_true(granted >= 10, "granted " .. granted)
+  end)
+
+  it("takes single tokens (an older node's call) on the same corrected bucket", function()
+    -- airlock_take_token answers the tokens left (granted) or minus the wait (refused)
+    local granted, bound = refill_once("token-t", function(tenant, n)
+      return string.rep(string.format("SELECT CASE WHEN airlock_take_token('%s', 600) >= 0 THEN 1 ELSE 0 END;\n",
+        tenant), n)
+    end)
+    assert.is_true(granted <= bound, string.format("granted %d tokens, at most %.1f refilled", granted, bound))
+    assert.is_true(granted >= 10, "granted " .. granted)
+  end)
+
+  it("gives back what a lease did not use, never above the bucket's size", function()
+    assert.are.equal("60|0", pg.psql("SELECT granted, floor(tokens_left) FROM airlock_lease_tokens('back-t', 60, 1000, 0)"))
+    -- 25 unused come back with the next lease (which takes 10 of them)
+    assert.are.equal("10", pg.psql("SELECT granted FROM airlock_lease_tokens('back-t', 60, 10, 25)"))
+    local left = num(pg.psql("SELECT tokens FROM rate_buckets WHERE tenant = 'back-t'"))
+    assert.is_true(left >= 15 and left < 17, "left " .. left)
+    -- a give-back beyond the bucket's size is capped at it
+    pg.psql("SELECT * FROM airlock_lease_tokens('back-t', 60, 0, 1000)")
+    assert.are.equal("60", pg.psql("SELECT tokens FROM rate_buckets WHERE tenant = 'back-t'"))
+  end)
+
+  it("admits exactly max_sessions and max_concurrent_exec from several connections at once", function()
+    pg.psql("SELECT airlock_node_register('lim-node', 'http://127.0.0.9:1', 0)")
+    local jobs = {}
+    for c = 1, 4 do
+      local calls = {}
+      for i = 1, 10 do
+        calls[#calls + 1] = string.format("SELECT airlock_session_reserve('sbx_lim%d_%02d', 'lim-tenant', 'lim-node', 7,"
+          .. " '[]', 16);", c, i)
+        calls[#calls + 1] = "SELECT airlock_command_start('lim-tenant', 'lim-node', 3);"
+      end
+      jobs[c] = pg.start(table.concat(calls, "\n"))
+    end
+    wait_all(jobs, "a connection")
+    assert.are.equal("7", pg.psql("SELECT count(*) FROM sessions WHERE tenant = 'lim-tenant' AND state = 'active'"))
+    assert.are.equal("3", pg.psql("SELECT count(*) FROM commands WHERE tenant = 'lim-tenant'"))
+  end)
+
+  it("gives each node a slot up to the documented bound of 255, then says they are taken", function()
+    pg.psql("DO $$ BEGIN FOR i IN 1..300 LOOP EXIT WHEN (SELECT count(*) FROM nodes) >= 255;"
+      .. " PERFORM airlock_node_register('slot-' || i, 'http://127.0.0.9:1', 0); END LOOP; END $$")
+    assert.are.equal("255|1|255", pg.psql("SELECT count(*), min(slot), max(slot) FROM nodes"))
+    local rc, out = pg.start("SELECT airlock_node_register('one-too-many', 'http://127.0.0.9:1', 0);").wait(60)
+    assert.are_not.equal(0, rc)
+    assert.matches("all 255 node slots are taken", out)
+    -- a node that comes back keeps its slot
+    local slot = pg.psql("SELECT slot FROM nodes WHERE id = 'slot-7'")
+    assert.are.equal(slot, pg.psql("SELECT airlock_node_register('slot-7', 'http://127.0.0.9:2', 0)"))
+    pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
+  end)
+
+  it("beats without reading the sessions, however many there are, and records the last uses it carries", function()
+    pg.psql("SELECT airlock_node_register('big-node', 'http://127.0.0.9:1', 0);"
+      .. " SELECT airlock_node_register('other-node', 'http://127.0.0.9:2', 0)")
+    pg.psql("INSERT INTO sessions (id, tenant, node, created_at, last_used)"
+      .. " SELECT 'sbx_big' || g, 'big-tenant', 'big-node', 0, 0 FROM generate_series(1, 20000) g;"
+      .. " INSERT INTO sessions (id, tenant, node, state, created_at, last_used, lost_at)"
+      .. " SELECT 'sbx_lost' || g, 'big-tenant', 'big-node', 'lost', 0, 0, now() FROM generate_series(1, 20000) g;"
+      .. " INSERT INTO sessions (id, tenant, node, created_at, last_used) VALUES ('sbx_other', 'big-tenant', 'other-node', 0, 0);"
+      .. " ANALYZE sessions")
+    -- this transaction's own counters: a sequential scan of sessions, or more than a few rows
+    -- read through its indexes, would be a heartbeat whose cost grows with sessions
+    local row = pg.psql("BEGIN; SELECT st FROM airlock_node_beat('big-node', 3, 60,"
+      .. " '{sbx_big7,sbx_big9,sbx_other}', '{100,200,300}');"
+      .. " SELECT seq_scan, coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables WHERE relname = 'sessions'; COMMIT")
+    local st, seq, fetched = row:match("^(%a+)\n(%d+)|(%d+)")
+    assert.are.equal("active", st, row)
+    assert.are.equal(0, num(seq), row)
+    assert.is_true(num(fetched) <= 5 * (3 + 1), row) -- a few for each session it carries, of 40,001
+    -- its own sessions' last uses, never another node's
+    assert.are.equal("sbx_big7|100\nsbx_big9|200\nsbx_other|0", pg.psql("SELECT id, last_used FROM sessions"
+      .. " WHERE id IN ('sbx_big7', 'sbx_big9', 'sbx_other') ORDER BY id"))
+    pg.psql("DELETE FROM sessions; DELETE FROM nodes")
+  end)
+
+  local function twenty_silent_nodes(more)
+    pg.psql("DO $$ BEGIN FOR i IN 1..20 LOOP"
+      .. " PERFORM airlock_node_register('dead-' || i, 'http://127.0.0.9:1', 0);"
+      .. " FOR j IN 1..5 LOOP PERFORM airlock_session_reserve('sbx_d' || i || '_' || j, 't' || (j % 3), 'dead-' || i,"
+      .. " 1000, '[]', 16); END LOOP;"
+      .. " PERFORM airlock_command_start('t1', 'dead-' || i, 1000); END LOOP; END $$;"
+      .. " INSERT INTO sessions (id, tenant, node, created_at, last_used) SELECT 'sbx_m' || g, 'm',"
+      .. " 'dead-' || (1 + g % 20), 0, 0 FROM generate_series(1, " .. (more or 0) .. ") g;"
+      .. " UPDATE nodes SET heartbeat = now() - interval '1 hour' WHERE id LIKE 'dead-%'")
+  end
+
+  it("lets 20 silent nodes come back at once, each beating from its own connection, without a deadlock", function()
+    -- a fleet that was down: its nodes all beat again at once (the wrong lock order of
+    -- finding 10 deadlocks here: each held its own row and waited for the others' to declare
+    -- them dead), while 4 more connections touch the sessions as the nodes do (id order).
+    -- Each change of a node's row takes 50 ms (a trigger of this test), so the beats overlap
+    -- however the machine schedules them.
+    pg.psql([[CREATE FUNCTION slow_clock.slow_row() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$;
+      CREATE TRIGGER slow_row BEFORE UPDATE ON nodes FOR EACH ROW EXECUTE FUNCTION slow_clock.slow_row()]])
+    finally(function() pg.psql("DROP TRIGGER slow_row ON nodes") end)
+    for round = 1, 3 do
+      twenty_silent_nodes(2000)
+      local jobs = {}
+      for i = 1, 20 do
+        jobs[#jobs + 1] = pg.start(string.format("BEGIN; SELECT airlock_node_heartbeat('dead-%d', 5, 60);"
+          .. " SELECT pg_sleep(0.05); COMMIT;", i))
+      end
+      for c = 1, 4 do
+        jobs[#jobs + 1] = pg.start(string.format("UPDATE sessions SET last_used = %d WHERE id IN (SELECT id FROM"
+          .. " sessions WHERE node LIKE 'dead-%%' ORDER BY id FOR UPDATE);", c))
+      end
+      local out = wait_all(jobs, "round " .. round .. ": a connection")
+      assert.is_nil(out:find("deadlock", 1, true), out)
+      -- a node declared dead before its own beat began has lost its sessions: never a dead
+      -- node with an active session or a running command
+      assert.are.equal("0", pg.psql("SELECT count(*) FROM sessions s JOIN nodes n ON n.id = s.node"
+        .. " WHERE n.state = 'dead' AND s.state = 'active'"))
+      assert.are.equal("0", pg.psql("SELECT count(*) FROM commands c JOIN nodes n ON n.id = c.node"
+        .. " WHERE n.state = 'dead'"))
+      pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
+    end
+  end)
+
+  it("declares 20 silent nodes dead once, whichever of several connections gets there", function()
+    for round = 1, 3 do
+      twenty_silent_nodes()
+      local jobs = {}
+      for c = 1, 6 do jobs[c] = pg.start("SELECT airlock_nodes_reap(60);") end
+      local out = wait_all(jobs, "round " .. round .. ": a reaper")
+      assert.is_nil(out:find("deadlock", 1, true), out)
+      local declared = 0
+      for n in out:gmatch("(%-?%d+)") do if num(n) > 0 then declared = declared + num(n) end end
+      -- the others found it at work (-1) or nothing left to do (0)
+      assert.are.equal(20, declared, out)
+      assert.are.equal("20", pg.psql("SELECT count(*) FROM nodes WHERE id LIKE 'dead-%' AND state = 'dead'"))
+      assert.are.equal("0", pg.psql("SELECT count(*) FROM sessions WHERE node LIKE 'dead-%' AND state = 'active'"))
+      assert.are.equal("100", pg.psql("SELECT count(*) FROM sessions WHERE node LIKE 'dead-%' AND state = 'lost'"))
+      assert.are.equal("0", pg.psql("SELECT count(*) FROM commands WHERE node LIKE 'dead-%'"))
+      pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
+    end
+  end)
+end)
