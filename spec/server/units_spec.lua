@@ -75,3 +75,12 @@ describe("airlockd settings C units (config/)", function()
     assert.is_true(ok, out)
   end)
 end)
+
+describe("the agent protocol (src/agent/protocol.h)", function()
+  it("round-trips every frame on every slot and refuses one past every bound, with ASan/UBSan", function()
+    local out, ok = c_unit.run({ "spec/c/agent_protocol_test.c" },
+      "-fsanitize=address,undefined -fno-sanitize-recover=undefined")
+    assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+    assert.is_true(ok, out)
+  end)
+end)
