@@ -895,39 +895,50 @@ void session_info_free(session_info *v, size_t n)
     free(v);
 }
 
-size_t registry_times(registry *r, char (**ids)[17], double **times)
+/* Copies the id of every ready session into *ids and one value of each (put writes value n of
+ * the value_size-byte array *values) under one hold of the lock; the count copied. */
+static size_t ready_sessions(registry *r, char (**ids)[17], void **values, size_t value_size,
+                             void (*put)(void *values, size_t n, const session *s))
 {
     pthread_mutex_lock(&r->mu);
     size_t n = 0, count = 0;
     for (session *s = r->head; s; s = s->next)
         count += s->ready;
     *ids = calloc(count ? count : 1, sizeof **ids);
-    *times = calloc(count ? count : 1, sizeof **times);
-    for (session *s = r->head; *ids && *times && s; s = s->next) {
+    *values = calloc(count ? count : 1, value_size);
+    for (session *s = r->head; *ids && *values && s; s = s->next) {
         if (!s->ready)
             continue;
         memcpy((*ids)[n], s->id, sizeof s->id);
-        (*times)[n++] = s->last_accessed_at;
+        put(*values, n++, s);
     }
     pthread_mutex_unlock(&r->mu);
     return n;
 }
 
+static void put_last_accessed(void *values, size_t n, const session *s)
+{
+    ((double *)values)[n] = s->last_accessed_at;
+}
+
+static void put_tenant(void *values, size_t n, const session *s)
+{
+    ((size_t *)values)[n] = s->tenant;
+}
+
+size_t registry_times(registry *r, char (**ids)[17], double **times)
+{
+    void *values = NULL;
+    size_t n = ready_sessions(r, ids, &values, sizeof **times, put_last_accessed);
+    *times = values;
+    return n;
+}
+
 size_t registry_owners(registry *r, char (**ids)[17], size_t **owners)
 {
-    pthread_mutex_lock(&r->mu);
-    size_t n = 0, count = 0;
-    for (session *s = r->head; s; s = s->next)
-        count += s->ready;
-    *ids = calloc(count ? count : 1, sizeof **ids);
-    *owners = calloc(count ? count : 1, sizeof **owners);
-    for (session *s = r->head; *ids && *owners && s; s = s->next) {
-        if (!s->ready)
-            continue;
-        memcpy((*ids)[n], s->id, sizeof s->id);
-        (*owners)[n++] = s->tenant;
-    }
-    pthread_mutex_unlock(&r->mu);
+    void *values = NULL;
+    size_t n = ready_sessions(r, ids, &values, sizeof **owners, put_tenant);
+    *owners = values;
     return n;
 }
 
