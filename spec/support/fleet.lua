@@ -1,10 +1,10 @@
 -- A fleet for the specs: scripts/fleet.sh up in a fresh temporary directory (a private
 -- PostgreSQL, HAProxy, N airlockd nodes on 127.0.0.2..), its fleet.json decoded, and down,
 -- which always runs (call it from teardown / finally) and leaves nothing running.
-local assert = require "luassert" -- busted's assert lives in the spec files' environment only
 local cjson = require "cjson"
 local http = require "support.http_client"
 local log_secrets = require "support.log_secrets"
+local luassert = require "luassert" -- busted's assert lives in the spec files' environment only
 local proc = require "support.proc"
 
 local M = {}
@@ -176,7 +176,7 @@ end
 -- slot, keyed by id, and as listed.
 function M.nodes(f, admin_key)
   local res = http.request(f.router, "GET", "/v1/admin/nodes", { key = admin_key })
-  assert.are.equal(200, res.status, res.body)
+  luassert.are.equal(200, res.status, res.body)
   local by_slot, by_id = {}, {}
   for _, n in ipairs(res.json.nodes) do
     by_slot[n.slot] = n
@@ -196,10 +196,10 @@ function M.create_on(f, admin_key, key, node_id, body)
       res = http.create(f.router, key, body)
       return res.status ~= 503
     end)
-    assert.are.equal(201, res.status, res.body)
+    luassert.are.equal(201, res.status, res.body)
     local s = res.json.session_id
     if by_slot[M.slot_of(s)].id == node_id then return s end
-    assert.are.equal(200, http.delete(f.router, key, s).status)
+    luassert.are.equal(200, http.delete(f.router, key, s).status)
   end
   error("no create landed on " .. node_id)
 end
