@@ -98,19 +98,25 @@ describe("session sizes", function()
     end
   end)
 
+  -- cmd prints stdout in the session larger and fails with refusal in its stderr in smaller;
+  -- both sessions are deleted after.
+  local function runs_only_in(key, larger, smaller, cmd, timeout, stdout, refusal)
+    local r = http_client.exec(server, key, larger, cmd, timeout)
+    assert.are.equal(0, r.json.exit_code, r.body)
+    assert.are.equal(stdout, r.json.stdout)
+    r = http_client.exec(server, key, smaller, cmd, timeout)
+    assert.are_not.equal(0, r.json.exit_code, r.body)
+    assert.truthy(r.json.stderr:find(refusal, 1, true), r.body)
+    for _, id in ipairs({ larger, smaller }) do http_client.delete(server, key, id) end
+  end
+
   it("max_processes = 128 runs 100 sleeping processes; the default 64 cannot", function()
     local key = server.tenants.acme
     local many = create(server, key, { max_processes = 128 })
     local few = create(server, key, {})
     local cmd = "python3 -c \"import subprocess; ps = [subprocess.Popen(['sleep', '30']) for _ in range(100)]; "
       .. "print(len(ps)); [p.kill() for p in ps]\""
-    local r = http_client.exec(server, key, many, cmd, 30)
-    assert.are.equal(0, r.json.exit_code, r.body)
-    assert.are.equal("100\n", r.json.stdout)
-    r = http_client.exec(server, key, few, cmd, 30)
-    assert.are_not.equal(0, r.json.exit_code, r.body)
-    assert.truthy(r.json.stderr:find("Resource temporarily unavailable", 1, true), r.body)
-    for _, id in ipairs({ many, few }) do http_client.delete(server, key, id) end
+    runs_only_in(key, many, few, cmd, 30, "100\n", "Resource temporarily unavailable")
   end)
 
   it("disk_mb = 128 takes a 100 MB file; a 64 MB disk cannot", function()
@@ -120,13 +126,7 @@ describe("session sizes", function()
     assert.are.equal(128, json.disk_mb)
     local tight = create(server, key, { disk_mb = 64 })
     local cmd = "head -c 100000000 /dev/zero > big && stat -c %s big"
-    local r = http_client.exec(server, key, roomy, cmd, 60)
-    assert.are.equal(0, r.json.exit_code, r.body)
-    assert.are.equal("100000000\n", r.json.stdout)
-    r = http_client.exec(server, key, tight, cmd, 60)
-    assert.are_not.equal(0, r.json.exit_code, r.body)
-    assert.truthy(r.json.stderr:find("No space left on device", 1, true), r.body)
-    for _, id in ipairs({ roomy, tight }) do http_client.delete(server, key, id) end
+    runs_only_in(key, roomy, tight, cmd, 60, "100000000\n", "No space left on device")
   end)
 
   it("refuses a size over the tenant's maximum, naming the field and the maximum", function()
