@@ -832,6 +832,19 @@ bool registry_forget(registry *r, const char *id)
     return s != NULL;
 }
 
+/* What a session's listing and GET show of s (r->mu held): e is zeroed beforehand. */
+static void info_of(const registry *r, const session *s, session_info *e)
+{
+    memcpy(e->id, s->id, sizeof e->id);
+    e->egress = json_incref(s->egress);
+    e->created_at = s->created_at;
+    e->last_accessed_at = s->last_accessed_at;
+    e->expires_at = s->last_accessed_at + r->ttl;
+    e->quota_bytes = s->quota_bytes;
+    memcpy(e->template_name, s->template_name, sizeof e->template_name);
+    e->size = s->size;
+}
+
 session_info *registry_list(registry *r, size_t tenant, size_t *n)
 {
     *n = 0;
@@ -843,15 +856,7 @@ session_info *registry_list(registry *r, size_t tenant, size_t *n)
     for (session *s = r->head; v && s; s = s->next) {
         if (!s->ready || s->tenant != tenant)
             continue;
-        session_info *e = &v[(*n)++];
-        memcpy(e->id, s->id, sizeof e->id);
-        e->egress = json_incref(s->egress);
-        e->created_at = s->created_at;
-        e->last_accessed_at = s->last_accessed_at;
-        e->expires_at = s->last_accessed_at + r->ttl;
-        e->quota_bytes = s->quota_bytes;
-        memcpy(e->template_name, s->template_name, sizeof e->template_name);
-        e->size = s->size;
+        info_of(r, s, &v[(*n)++]);
     }
     pthread_mutex_unlock(&r->mu);
     /* newest first (a stable insertion sort: creations in the same microsecond keep their
@@ -875,14 +880,7 @@ session_result registry_info(registry *r, const char *id, size_t tenant, session
         rc = SESSION_MOVING;
     if (rc == SESSION_OK) {
         memset(out, 0, sizeof *out);
-        memcpy(out->id, s->id, sizeof out->id);
-        out->egress = json_incref(s->egress);
-        out->created_at = s->created_at;
-        out->last_accessed_at = s->last_accessed_at;
-        out->expires_at = s->last_accessed_at + r->ttl;
-        out->quota_bytes = s->quota_bytes;
-        memcpy(out->template_name, s->template_name, sizeof out->template_name);
-        out->size = s->size;
+        info_of(r, s, out);
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
