@@ -253,8 +253,8 @@ static void test_session_state(void)
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 0 && !v); /* none yet */
     session_record recs[2] = {
         {"sbx_000000000001", "acme", json_pack("[s,s]", "pypi.org", "files.pythonhosted.org"), 1.5, 1796000000.123456,
-         5 * MIB, "python:3.11-slim", 1024, 150, 100},
-        {"sbx_000000000002", "t\"x", json_array(), 2.25, 3.75, 512LL * MIB, "", 0, 0, 0},
+         5 * MIB, "python:3.11-slim", 1024, 150, 100, ""},
+        {"sbx_000000000002", "t\"x", json_array(), 2.25, 3.75, 512LL * MIB, "", 0, 0, 0, ""},
     };
     CHECK(session_state_save(file, "/st", recs, 2, err, sizeof err) == 0);
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 2);

@@ -228,7 +228,7 @@ static void trim_cache(const templates *t)
 {
     if (!t->cache || fs_tree_usage(t->cache) <= TPL_CACHE_MAX)
         return;
-    if (fs_rmtree(t->cache) != 0 || mkdir(t->cache, 0755) != 0)
+    if (fs_rmtree(t->cache) != 0 || mkdir(t->cache, 0700) != 0)
         log_warn("cannot empty the template package cache %s: %s", t->cache, strerror(errno));
 }
 

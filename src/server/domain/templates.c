@@ -569,13 +569,15 @@ templates *templates_open(const templates_opts *o, char *err, size_t errlen)
     t->mmdebstrap = sbx_find_program(NULL, o->search_path, "mmdebstrap");
     if (asprintf(&t->dir, "%s/templates", o->state_dir) < 0)
         t->dir = NULL;
-    if (!t->dir || (mkdir(t->dir, 0755) != 0 && errno != EEXIST) || chmod(t->dir, 0755) != 0) {
+    /* private as the rest of the state directory: the roots in it are mounted by runsc as
+     * root, so no one else needs to reach them through it */
+    if (!t->dir || (mkdir(t->dir, 0700) != 0 && errno != EEXIST) || chmod(t->dir, 0700) != 0) {
         snprintf(err, errlen, "cannot create %s/templates: %s", o->state_dir, strerror(errno));
         templates_free(t);
         return NULL;
     }
     t->cache = tpl_path(t, "apt-cache", NULL);
-    if (t->cache && (!plain_path(t->cache) || (mkdir(t->cache, 0755) != 0 && errno != EEXIST))) {
+    if (t->cache && (!plain_path(t->cache) || (mkdir(t->cache, 0700) != 0 && errno != EEXIST))) {
         free(t->cache); /* builds fetch every package (the cache path cannot go into a hook) */
         t->cache = NULL;
     }
