@@ -45,17 +45,6 @@ describe("a drain on a 3-node fleet", function()
     fleet.down(f)
   end)
 
-  local function nodes()
-    local res = http.request(f.router, "GET", "/v1/admin/nodes", { key = ADMIN })
-    assert.are.equal(200, res.status, res.body)
-    local by_slot, by_id = {}, {}
-    for _, n in ipairs(res.json.nodes) do
-      by_slot[n.slot] = n
-      by_id[n.id] = n
-    end
-    return by_slot, by_id
-  end
-
   -- A new session of key's tenant made on node_id itself.
   local function create_on(node_id, key)
     local res
@@ -141,7 +130,7 @@ describe("a drain on a 3-node fleet", function()
     for _, o in ipairs(others) do
       assert.are.equal(200, http.write(f.router, o[1], o[2], "mine.txt", "of " .. o[2]).status)
     end
-    local _, before = nodes()
+    local _, before = fleet.nodes(f, ADMIN)
     local beat0 = before.node1.last_heartbeat
 
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node1/drain", { key = ADMIN })
@@ -151,7 +140,7 @@ describe("a drain on a 3-node fleet", function()
     -- (its file, or 503 + Retry-After while it moves)
     local last
     assert.is_true(proc.wait_until(300, function()
-      local _, by = nodes()
+      local _, by = fleet.nodes(f, ADMIN)
       last = by.node1
       assert.are_not.equal("dead", by.node1.state, cjson.encode(by.node1))
       for _, o in ipairs(others) do
@@ -227,7 +216,7 @@ describe("a drain on a 3-node fleet", function()
     for _, o in ipairs(on2) do
       assert.matches(o[2] .. ": node node3 has no room for it: ", out, 1, true)
     end
-    local _, by = nodes()
+    local _, by = fleet.nodes(f, ADMIN)
     assert.are.equal("draining", by.node2.state)
     assert.are.equal(#on2, #by.node2.unmoved)
     assert.matches("no room", by.node2.unmoved[1].reason)
@@ -263,7 +252,7 @@ describe("a drain on a 3-node fleet", function()
     end
     fleet.reload(f)
     assert.is_true(proc.wait_until(20, function()
-      local _, by = nodes()
+      local _, by = fleet.nodes(f, ADMIN)
       return by.node1.state == "active" and by.node2.state == "active"
     end), "node1 and node2 are not active again")
     -- (straight to node2 from here: a node started again listens on a new port, which the
@@ -282,7 +271,7 @@ describe("a drain on a 3-node fleet", function()
     assert.are.equal(200, res.status, res.body)
     local last
     assert.is_true(proc.wait_until(MOVE_TIMEOUT + 60, function()
-      local _, by = nodes()
+      local _, by = fleet.nodes(f, ADMIN)
       last = by.node2
       assert.are_not.equal("dead", last.state)
       return #last.unmoved == 1

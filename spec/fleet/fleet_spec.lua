@@ -43,35 +43,6 @@ describe("a 3-node fleet", function()
     fleet.down(f)
   end)
 
-  local function nodes()
-    local res = http.request(f.router, "GET", "/v1/admin/nodes", { key = ADMIN })
-    assert.are.equal(200, res.status, res.body)
-    local by_slot, by_id = {}, {}
-    for _, n in ipairs(res.json.nodes) do
-      by_slot[n.slot] = n
-      by_id[n.id] = n
-    end
-    return by_slot, by_id, res.json.nodes
-  end
-
-  -- A new session of KEY's tenant on node_id, made with body (creates elsewhere are deleted
-  -- again; a 503 while HAProxy's checks take a node that came back is tried again).
-  local function create_on(node_id, body)
-    local by_slot = nodes()
-    for _ = 1, 100 do
-      local res
-      proc.wait_until(10, function()
-        res = http.create(f.router, KEY, body)
-        return res.status ~= 503
-      end)
-      assert.are.equal(201, res.status, res.body)
-      local s = res.json.session_id
-      if by_slot[fleet.slot_of(s)].id == node_id then return s end
-      assert.are.equal(200, http.delete(f.router, KEY, s).status)
-    end
-    error("no create landed on " .. node_id)
-  end
-
   it("writes fleet.json with the router, the database, PostgreSQL, HAProxy and each node", function()
     local info = f.info
     assert.matches("^http://127%.0%.0%.1:%d+$", info.router)
@@ -129,7 +100,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("lists every node with its state, sessions, commands and heartbeat (admin key only)", function()
-    local _, by_id, list = nodes()
+    local _, by_id, list = fleet.nodes(f, ADMIN)
     assert.are.equal(3, #list)
     for _, n in ipairs(f.info.nodes) do
       local row = by_id[n.id]
@@ -144,7 +115,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("lists every session with its node to the admin, live figures for the node's own; /metrics per node", function()
-    local here, there = create_on("node1"), create_on("node2")
+    local here, there = fleet.create_on(f, ADMIN, KEY, "node1"), fleet.create_on(f, ADMIN, KEY, "node2")
     local node1 = f.nodes.node1
     local res = http.request(node1, "GET", "/v1/admin/sessions", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
@@ -184,7 +155,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("routes each session's requests to the node its id names, and spreads new sessions", function()
-    local by_slot = nodes()
+    local by_slot = fleet.nodes(f, ADMIN)
     local ids, per_node = {}, {}
     for i = 1, 9 do
       local res = http.create(f.router, KEY)
@@ -229,7 +200,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("places new sessions by load: weights from each node's free room, a full node takes none", function()
-    local by_slot, by_id = nodes()
+    local by_slot, by_id = fleet.nodes(f, ADMIN)
     for _, n in ipairs(f.info.nodes) do
       assert.are.equal(CAPACITY, by_id[n.id].capacity)
       assert.are.equal("ready up 100%", fleet.agent(f, n.id))
@@ -323,7 +294,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("holds max_concurrent_exec across nodes", function()
-    local by_slot = nodes()
+    local by_slot = fleet.nodes(f, ADMIN)
     local ids, on = {}, {}
     while #ids < 3 do -- one session on each node
       local s = http.create(f.router, BUSY).json.session_id
@@ -375,7 +346,7 @@ describe("a 3-node fleet", function()
   end
 
   it("keeps one audit log of every node's commands", function()
-    local by_slot = nodes()
+    local by_slot = fleet.nodes(f, ADMIN)
     local on = {}
     for i = 1, 6 do
       local s = http.create(f.router, KEY).json.session_id
@@ -458,12 +429,12 @@ describe("a 3-node fleet", function()
   end
 
   it("drains a node: its sessions move with their ids and files, it takes no new session", function()
-    local by_slot = nodes()
+    local by_slot = fleet.nodes(f, ADMIN)
     local moving, sums = {}, {}
     -- the third one sized (issue #24): its template and size go with it
     local SIZED = { template = "python:3.11-slim", memory_mb = 512, cpus = 1.5, disk_mb = 64, max_processes = 100 }
     for i = 1, 3 do
-      local id = create_on("node2", i == 3 and cjson.encode(SIZED) or nil)
+      local id = fleet.create_on(f, ADMIN, KEY, "node2", i == 3 and cjson.encode(SIZED) or nil)
       moving[i] = id
       assert.are.equal(200, http.write(f.router, KEY, id, "notes/a.txt", "file a of " .. id).status)
       assert.are.equal(200, http.write(f.router, KEY, id, "b.txt", string.rep("b" .. i, 3000)).status)
@@ -474,7 +445,7 @@ describe("a 3-node fleet", function()
     end
     -- a session with egress: its proxy's events (denials here: no traffic leaves the machine)
     -- go through its node's outbox to the database, so they move with it
-    local eg = create_on("node2", cjson.encode{ egress = { "pypi" } })
+    local eg = fleet.create_on(f, ADMIN, KEY, "node2", cjson.encode{ egress = { "pypi" } })
     assert.are.same({ { status = 403 }, { status = 403 } }, egress.probe(f.router, KEY, eg,
       { { op = "connect", target = "evil.example:443" }, { op = "connect", target = "pypi.org:22" } }))
     local eg_events = egress.events(f.router, KEY, eg)
@@ -517,14 +488,14 @@ describe("a 3-node fleet", function()
         assert.are.equal(200, r.status, r.body)
         assert.are.equal("file a of " .. moving[2], r.json.content)
       end
-      local _, by = nodes()
+      local _, by = fleet.nodes(f, ADMIN)
       return by.node2.state == "drained" and r.status == 200
     end, 0.05), "node2 did not drain")
     assert.are.equal(200, seen[#seen])
     local ran = running.wait()
     assert.is_table(ran)
     assert.are.equal("finished\n", ran.stdout)
-    local _, after = nodes()
+    local _, after = fleet.nodes(f, ADMIN)
     assert.are.equal("drained", after.node2.state)
     assert.are.equal(0, after.node2.sessions)
     -- the router program routes each move as it is told of it (the last one may have moved a
@@ -583,9 +554,10 @@ describe("a 3-node fleet", function()
   end)
 
   it("answers 503 naming a killed node's sessions, then 410 lost, freeing the tenant's slots", function()
-    local _, by_id = nodes()
+    local _, by_id = fleet.nodes(f, ADMIN)
     local victim = by_id.node3
-    local mine = { create_on("node3", cjson.encode{ egress = { "pypi" } }), create_on("node3") }
+    local mine = { fleet.create_on(f, ADMIN, KEY, "node3", cjson.encode{ egress = { "pypi" } }),
+                   fleet.create_on(f, ADMIN, KEY, "node3") }
     -- an egress event of a session that will be lost: it goes when the session is declared lost
     assert.are.same({ { status = 403 } },
       egress.probe(f.router, KEY, mine[1], { { op = "connect", target = "evil.example:443" } }))
@@ -623,14 +595,14 @@ describe("a 3-node fleet", function()
     assert.is_true(proc.wait_until(5, function() return fleet.sql(f, events_of_lost) == "0" end))
     local usage = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json
     assert.are.equal(open_before - 2 + 6, usage.sessions_open)
-    local _, after = nodes()
+    local _, after = fleet.nodes(f, ADMIN)
     assert.are.equal("dead", after.node3.state)
     -- the node comes back on its state directory: alive again, its lost sessions stay lost
     local ok, out = fleet.sh(f.env, { "start-node", f.dir, "node3" })
     assert.is_true(ok, out)
     fleet.reload(f)
     assert.is_true(proc.wait_until(10, function()
-      local _, b = nodes()
+      local _, b = fleet.nodes(f, ADMIN)
       return b.node3.state == "active"
     end))
     assert.are.equal(410, http.read(f.router, KEY, mine[2], "x").status)
@@ -657,7 +629,7 @@ describe("a 3-node fleet", function()
   end)
 
   it("declares a stopped (SIGSTOP) node's sessions lost, and the node drops them on SIGCONT", function()
-    local s = create_on("node1")
+    local s = fleet.create_on(f, ADMIN, KEY, "node1")
     local pid = f.nodes.node1.pid
     assert.is_true(proc.succeeded(os.execute("kill -STOP " .. pid)))
     local ok, err = pcall(function()
@@ -674,14 +646,14 @@ describe("a 3-node fleet", function()
     os.execute("kill -CONT " .. pid)
     assert.is_true(ok, err)
     assert.is_true(proc.wait_until(10, function()
-      local _, b = nodes()
+      local _, b = fleet.nodes(f, ADMIN)
       return b.node1.state == "active"
     end))
     assert.are.equal(410, http.read({ url = f.nodes.node1.url }, KEY, s, "x").status)
   end)
 
   it("declares lost at once the sessions a node comes back without (its state wiped)", function()
-    local s = create_on("node1")
+    local s = fleet.create_on(f, ADMIN, KEY, "node1")
     local open_before = http.request(f.router, "GET", "/v1/usage", { key = KEY }).json.sessions_open
     local pid = f.nodes.node1.pid
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. pid)))
@@ -695,12 +667,12 @@ describe("a 3-node fleet", function()
   end)
 
   it("drains a node from the command line; its moved session keeps its route when the router restarts", function()
-    local s = create_on("node1")
+    local s = fleet.create_on(f, ADMIN, KEY, "node1")
     assert.are.equal(200, http.write(f.router, KEY, s, "kept.txt", "kept by " .. s).status)
     local ok, out = fleet.sh(f.env, { "drain", f.dir, "node1" })
     assert.is_true(ok, out)
     assert.matches("node node1 drained in [%d.]+ s", out)
-    local _, by = nodes()
+    local _, by = fleet.nodes(f, ADMIN)
     assert.are.equal("drained", by.node1.state)
     local r = http.read(f.router, KEY, s, "kept.txt")
     assert.are.equal(200, r.status, r.body)

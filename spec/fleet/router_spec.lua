@@ -27,34 +27,6 @@ describe("the fleet's router and its least privilege", function()
     fleet.down(f)
   end)
 
-  local function slots()
-    local res = http.request(f.router, "GET", "/v1/admin/nodes", { key = ADMIN })
-    assert.are.equal(200, res.status, res.body)
-    local by_slot, by_id = {}, {}
-    for _, n in ipairs(res.json.nodes) do
-      by_slot[n.slot] = n
-      by_id[n.id] = n
-    end
-    return by_slot, by_id
-  end
-
-  -- A session of KEY's tenant on node_id (creates elsewhere are deleted again).
-  local function create_on(node_id)
-    local by_slot = slots()
-    for _ = 1, 60 do
-      local res
-      proc.wait_until(10, function()
-        res = http.create(f.router, KEY)
-        return res.status ~= 503
-      end)
-      assert.are.equal(201, res.status, res.body)
-      local s = res.json.session_id
-      if by_slot[fleet.slot_of(s)].id == node_id then return s end
-      assert.are.equal(200, http.delete(f.router, KEY, s).status)
-    end
-    error("no create landed on " .. node_id)
-  end
-
   local function router_hostport()
     return f.router.url:match("^http://(.*)$")
   end
@@ -85,7 +57,7 @@ describe("the fleet's router and its least privilege", function()
 
   it("lets no spelling of a node-to-node path through the router: HAProxy's own JSON 404", function()
     local secret = assert(proc.read_file(f.dir .. "/fleet.secret"))
-    local s = create_on("node1")
+    local s = fleet.create_on(f, ADMIN, KEY, "node1")
     for _, path in ipairs({ "/v1/fleet/internal%2Fsessions/" .. s, "/v1/fleet/%69nternal/sessions/" .. s,
                             "/%761/fleet/internal/sessions/" .. s, "/v1//fleet/internal/sessions/" .. s,
                             "/v1/fleet/./internal/sessions/" .. s, "/v1/x/../fleet/internal/sessions/" .. s }) do
@@ -107,7 +79,7 @@ describe("the fleet's router and its least privilege", function()
   end)
 
   it("routes a percent-encoded session path to its node, and answers a malformed one with JSON", function()
-    local s = create_on("node2")
+    local s = fleet.create_on(f, ADMIN, KEY, "node2")
     assert.are.equal(200, http.write(f.router, KEY, s, "p.txt", "found").status)
     -- each read through any other route would meet the other node half the time
     for _ = 1, 8 do
@@ -125,7 +97,7 @@ describe("the fleet's router and its least privilege", function()
   end)
 
   it("starts a SIGTERM-stopped node from an empty environment with its keys, on its own port", function()
-    local s = create_on("node2")
+    local s = fleet.create_on(f, ADMIN, KEY, "node2")
     assert.are.equal(200, http.write(f.router, KEY, s, "kept.txt", "kept").status)
     local before, pid = f.nodes.node2.url, f.nodes.node2.pid
     assert.is_true(proc.succeeded(os.execute("kill -TERM " .. pid)))
@@ -147,7 +119,7 @@ describe("the fleet's router and its least privilege", function()
   end)
 
   it("follows a node that comes back at a new address, with no reload (the router program)", function()
-    local s = create_on("node2")
+    local s = fleet.create_on(f, ADMIN, KEY, "node2")
     assert.are.equal(200, http.write(f.router, KEY, s, "addr.txt", "here").status)
     local pid, reloads = f.nodes.node2.pid, f.info.haproxy.pid
     assert.is_true(proc.succeeded(os.execute("kill -TERM " .. pid)))
@@ -174,13 +146,13 @@ describe("the fleet's router and its least privilege", function()
   end)
 
   it("routes a moved session through the router program, with no polling loop beside it", function()
-    local s = create_on("node1")
+    local s = fleet.create_on(f, ADMIN, KEY, "node1")
     assert.are.equal(200, http.write(f.router, KEY, s, "m.txt", "moved with " .. s).status)
     local res = http.request(f.router, "POST", "/v1/admin/nodes/node1/drain", { key = ADMIN })
     assert.are.equal(200, res.status, res.body)
     local state
     assert.is_true(proc.wait_until(120, function()
-      local _, by = slots()
+      local _, by = fleet.nodes(f, ADMIN)
       state = by.node1.state
       return state == "drained"
     end), "node1 is " .. tostring(state))

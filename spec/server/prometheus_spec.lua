@@ -7,6 +7,7 @@
 -- Every wait is bounded and condition-based, and says what it last saw; the prometheus process
 -- is bounded by `timeout` and always killed. Loopback only. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
+local eventually = require "support.eventually"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
 local cjson = require "cjson"
@@ -37,18 +38,8 @@ local function sample(text, series)
   return nil
 end
 
-local function eventually(seconds, what, fn)
-  local seen
-  local done = proc.wait_until(seconds, function()
-    local ok, s = fn()
-    seen = s
-    return ok
-  end, 0.25)
-  assert(done, what .. ": last saw " .. tostring(seen))
-end
-
 describe("GET /metrics", function()
-  local server, keydir, admin, id
+  local server, admin, id
 
   local function bearer() return { "Authorization: Bearer " .. admin } end
 
@@ -60,13 +51,8 @@ describe("GET /metrics", function()
   end
 
   lazy_setup(function()
-    keydir = proc.make_temp_dir()
-    admin = "adm_" .. airlockd.random_hex(20)
-    server = airlockd.start({ env = {
-      SANDBOX_KEYSTORE = "sqlite:" .. keydir .. "/keys.db",
-      SANDBOX_ADMIN_KEY = admin,
-      SANDBOX_TENANT_LIMITS = '{"other":{"requests_per_minute":2}}',
-    } })
+    server = airlockd.start_with_admin({ env = { SANDBOX_TENANT_LIMITS = '{"other":{"requests_per_minute":2}}' } })
+    admin = server.admin
     local r = http(server, "POST", "/v1/sessions", { key = server.tenants.acme, body = "{}" })
     assert.are.equal(201, r.status, r.body)
     id = r.json.session_id
@@ -74,7 +60,6 @@ describe("GET /metrics", function()
 
   lazy_teardown(function()
     if server then airlockd.stop(server) end
-    if keydir then proc.remove_tree(keydir) end
   end)
 
   it("answers the admin key, in the X-API-Key header or as a Bearer credential; nobody else", function()
@@ -188,20 +173,20 @@ describe("GET /metrics", function()
     end
 
     it("gets the target up and the counters through its query API, moving with known traffic", function()
-      eventually(120, "prometheus scraping airlockd (up == 1)", function()
+      eventually(function()
         local v, raw = query('up{job="airlockd"}')
         return v == 1, raw .. "\n" .. (proc.read_file(dir .. "/prometheus.log") or ""):sub(-400)
-      end)
-      eventually(60, "the requests counter in prometheus", function()
+      end, { timeout = 120, what = "prometheus scraping airlockd (up == 1)", step = 0.25 })
+      eventually(function()
         local v, raw = query('sum(airlockd_http_requests_total{route="/v1/sessions/{id}/exec"})')
         return v ~= nil and v > 0, raw
-      end)
+      end, { timeout = 60, what = "the requests counter in prometheus", step = 0.25 })
       local ours = sample(scrape(server, bearer()).body, 'airlockd_exec_total{outcome="ok"}')
       for _ = 1, 2 do exec("true") end
-      eventually(60, "exec ok moved by 2 in prometheus", function()
+      eventually(function()
         local v, raw = query('airlockd_exec_total{outcome="ok"}')
         return v == ours + 2, raw
-      end)
+      end, { timeout = 60, what = "exec ok moved by 2 in prometheus", step = 0.25 })
     end)
   end)
 end)

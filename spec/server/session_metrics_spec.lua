@@ -7,6 +7,7 @@
 -- outlive it. No timing assertions: waits are bounded and say what they last saw. Loopback only.
 -- Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
+local eventually = require "support.eventually"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
 local cjson = require "cjson"
@@ -31,35 +32,6 @@ local function sorted_keys(t)
   for k in pairs(t) do ks[#ks + 1] = k end
   table.sort(ks)
   return ks
-end
-
--- Polls fn (which returns done, what it saw) for up to seconds; fails saying what it last saw.
-local function eventually(seconds, what, fn)
-  local seen
-  local done = proc.wait_until(seconds, function()
-    local ok, s = fn()
-    seen = s
-    return ok
-  end, 0.2)
-  assert(done, what .. ": last saw " .. tostring(seen))
-end
-
-local function start(mode)
-  local dir = proc.make_temp_dir()
-  local admin = "adm_" .. airlockd.random_hex(20)
-  local server = airlockd.start({ env = {
-    SANDBOX_EXEC_MODE = mode,
-    SANDBOX_KEYSTORE = "sqlite:" .. dir .. "/keys.db",
-    SANDBOX_ADMIN_KEY = admin,
-  } })
-  server.admin, server.keydir = admin, dir
-  return server
-end
-
-local function stop(server)
-  if not server then return end
-  airlockd.stop(server)
-  proc.remove_tree(server.keydir)
 end
 
 local function create(server, tenant, body)
@@ -95,11 +67,13 @@ for _, mode in ipairs({ "session", "command" }) do
     local server, id
 
     lazy_setup(function()
-      server = start(mode)
+      server = airlockd.start_with_admin({ env = { SANDBOX_EXEC_MODE = mode } })
       id = create(server, "acme")
     end)
 
-    lazy_teardown(function() stop(server) end)
+    lazy_teardown(function()
+      if server then airlockd.stop(server) end
+    end)
 
     it("answers every field for a fresh session: nothing run yet, the sizes of today", function()
       local m = metrics(server, id)
@@ -147,10 +121,10 @@ for _, mode in ipairs({ "session", "command" }) do
       local body = cjson.encode({ command = UNTIL_GO, timeout_seconds = 60 })
       os.execute(string.format("curl -s --max-time 60 -o /dev/null -H %s -H 'Content-Type: application/json' -d %s %s &",
         q("X-API-Key: " .. server.tenants.acme), q(body), q(server.url .. "/v1/sessions/" .. id .. "/exec")))
-      eventually(60, "a running command", function()
+      eventually(function()
         local m = metrics(server, id)
         return m.running_commands == 1 and m.state == "running", cjson.encode(m)
-      end)
+      end, { timeout = 60, what = "a running command", step = 0.2 })
       local r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
       assert.are.equal(200, r.status, r.body)
       local row
@@ -163,10 +137,10 @@ for _, mode in ipairs({ "session", "command" }) do
       r = http(server, "POST", "/v1/sessions/" .. id .. "/write",
         { key = server.tenants.acme, body = cjson.encode({ path = "go", content = "" }) })
       assert.are.equal(200, r.status, r.body)
-      eventually(90, "the command ended", function()
+      eventually(function()
         local m = metrics(server, id)
         return m.running_commands == 0 and m.commands_run == before + 4, cjson.encode(m)
-      end)
+      end, { timeout = 90, what = "the command ended", step = 0.2 })
       r = http(server, "GET", "/v1/admin/sessions", { key = server.admin })
       for _, s in ipairs(r.json.sessions) do if s.id == id then row = s end end
       assert.are.same({ "command", "ended_at", "exit_code" }, sorted_keys(row.last_command))

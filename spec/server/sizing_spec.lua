@@ -49,6 +49,15 @@ local function cfs_quota(id)
   return tonumber(v1:match("^%s*(%-?%d+)") or v2:match("^(%d+) "))
 end
 
+-- fn(server, key) on an airlockd of its own started with env (key: tenant acme's); the server
+-- is stopped whatever fn does.
+local function on_own_server(env, fn)
+  local server = airlockd.start({ env = env })
+  local ok, err = pcall(fn, server, server.tenants.acme)
+  airlockd.stop(server)
+  assert(ok, err)
+end
+
 describe("session sizes", function()
   local server
 
@@ -98,19 +107,25 @@ describe("session sizes", function()
     end
   end)
 
+  -- cmd prints stdout in the session larger and fails with refusal in its stderr in smaller;
+  -- both sessions are deleted after.
+  local function runs_only_in(key, larger, smaller, cmd, timeout, stdout, refusal)
+    local r = http_client.exec(server, key, larger, cmd, timeout)
+    assert.are.equal(0, r.json.exit_code, r.body)
+    assert.are.equal(stdout, r.json.stdout)
+    r = http_client.exec(server, key, smaller, cmd, timeout)
+    assert.are_not.equal(0, r.json.exit_code, r.body)
+    assert.truthy(r.json.stderr:find(refusal, 1, true), r.body)
+    for _, id in ipairs({ larger, smaller }) do http_client.delete(server, key, id) end
+  end
+
   it("max_processes = 128 runs 100 sleeping processes; the default 64 cannot", function()
     local key = server.tenants.acme
     local many = create(server, key, { max_processes = 128 })
     local few = create(server, key, {})
     local cmd = "python3 -c \"import subprocess; ps = [subprocess.Popen(['sleep', '30']) for _ in range(100)]; "
       .. "print(len(ps)); [p.kill() for p in ps]\""
-    local r = http_client.exec(server, key, many, cmd, 30)
-    assert.are.equal(0, r.json.exit_code, r.body)
-    assert.are.equal("100\n", r.json.stdout)
-    r = http_client.exec(server, key, few, cmd, 30)
-    assert.are_not.equal(0, r.json.exit_code, r.body)
-    assert.truthy(r.json.stderr:find("Resource temporarily unavailable", 1, true), r.body)
-    for _, id in ipairs({ many, few }) do http_client.delete(server, key, id) end
+    runs_only_in(key, many, few, cmd, 30, "100\n", "Resource temporarily unavailable")
   end)
 
   it("disk_mb = 128 takes a 100 MB file; a 64 MB disk cannot", function()
@@ -120,13 +135,7 @@ describe("session sizes", function()
     assert.are.equal(128, json.disk_mb)
     local tight = create(server, key, { disk_mb = 64 })
     local cmd = "head -c 100000000 /dev/zero > big && stat -c %s big"
-    local r = http_client.exec(server, key, roomy, cmd, 60)
-    assert.are.equal(0, r.json.exit_code, r.body)
-    assert.are.equal("100000000\n", r.json.stdout)
-    r = http_client.exec(server, key, tight, cmd, 60)
-    assert.are_not.equal(0, r.json.exit_code, r.body)
-    assert.truthy(r.json.stderr:find("No space left on device", 1, true), r.body)
-    for _, id in ipairs({ roomy, tight }) do http_client.delete(server, key, id) end
+    runs_only_in(key, roomy, tight, cmd, 60, "100000000\n", "No space left on device")
   end)
 
   it("refuses a size over the tenant's maximum, naming the field and the maximum", function()
@@ -236,9 +245,7 @@ end)
 
 describe("session sizes with a sandbox per command (SANDBOX_EXEC_MODE=command)", function()
   it("every command's sandbox, cold or booted ahead, has the session's memory and process limit", function()
-    local server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "command" } })
-    local key = server.tenants.acme
-    local ok, err = pcall(function()
+    on_own_server({ SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "command" }, function(server, key)
       local id = create(server, key, { memory_mb = 1024, max_processes = 100 })
       -- the first command runs cold, the next ones in a sandbox booted ahead for the session
       for i = 1, 3 do
@@ -247,18 +254,14 @@ describe("session sizes with a sandbox per command (SANDBOX_EXEC_MODE=command)",
         assert.truthy(r.json.stdout:find("MemTotal:%s+1048576 kB\n100\n$"), "command " .. i .. ": " .. r.body)
       end
     end)
-    airlockd.stop(server)
-    assert(ok, err)
   end)
 end)
 
 describe("the server's default session size (SANDBOX_SESSION_MEMORY_MB, _CPUS, _MAX_PROCESSES)", function()
   it("gives sessions that ask for nothing, and the spares made for them, that size", function()
-    local server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "session",
+    on_own_server({ SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "session",
       SANDBOX_SESSION_MEMORY_MB = "512", SANDBOX_SESSION_CPUS = "0.5", SANDBOX_SESSION_MAX_PROCESSES = "100",
-      SANDBOX_WARM_NEW = "1" } })
-    local key = server.tenants.acme
-    local ok, err = pcall(function()
+      SANDBOX_WARM_NEW = "1" }, function(server, key)
       create(server, key, {}) -- leaves a spare booting for the next create
       for _, case in ipairs({ { {}, 512, 0.5, 100, "524288" }, { { memory_mb = 256, cpus = 1, max_processes = 64 }, 256, 1, 64, "262144" } }) do
         local id, json = create(server, key, case[1])
@@ -270,17 +273,13 @@ describe("the server's default session size (SANDBOX_SESSION_MEMORY_MB, _CPUS, _
         end
       end
     end)
-    airlockd.stop(server)
-    assert(ok, err)
   end)
 end)
 
 describe("a session's disk counts against the server's disk budget (SANDBOX_DISK_TOTAL_MB)", function()
   it("refuses a disk that does not fit with the capacity 503, and still makes one that does", function()
-    local server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_DISK_TOTAL_MB = "300",
-      SANDBOX_WORKSPACE_QUOTA_MB = "32", SANDBOX_WARM_NEW = "0" } })
-    local key = server.tenants.acme
-    local ok, err = pcall(function()
+    on_own_server({ SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_DISK_TOTAL_MB = "300",
+      SANDBOX_WORKSPACE_QUOTA_MB = "32", SANDBOX_WARM_NEW = "0" }, function(server, key)
       local big = create(server, key, { disk_mb = 200 }) -- an image of ~215 MB
       local r = http_client.create(server, key, cjson.encode({ disk_mb = 200 }))
       assert.are.equal(503, r.status, r.body)
@@ -289,7 +288,5 @@ describe("a session's disk counts against the server's disk budget (SANDBOX_DISK
       for _, id in ipairs({ big, small }) do assert.are.equal(200, http_client.delete(server, key, id).status) end
       create(server, key, { disk_mb = 200 }) -- room again once the first is gone
     end)
-    airlockd.stop(server)
-    assert(ok, err)
   end)
 end)

@@ -128,12 +128,32 @@ end
 
 -- Stops it (SIGKILL after 5 s), releases what it left mounted, and removes its directory;
 -- then errors if its log held a secret it was started with (support.log_secrets).
+-- M.start (opts as there) with an admin key and a SQLite key store in a folder of its own:
+-- server.admin is the admin key, server.keydir the folder, which M.stop removes.
+function M.start_with_admin(opts)
+  local keydir = proc.make_temp_dir()
+  local admin = "adm_" .. random_hex(20)
+  local with = { env = { SANDBOX_KEYSTORE = "sqlite:" .. keydir .. "/keys.db", SANDBOX_ADMIN_KEY = admin } }
+  for k, v in pairs(opts or {}) do
+    if k ~= "env" then with[k] = v end
+  end
+  for k, v in pairs((opts or {}).env or {}) do with.env[k] = v end
+  local ok, server = pcall(M.start, with)
+  if not ok then
+    proc.remove_tree(keydir)
+    error(server, 0)
+  end
+  server.admin, server.keydir = admin, keydir
+  return server
+end
+
 function M.stop(server)
   proc.stop_process(server.pid, 5)
   server.pid = nil
   local leak = server.secrets and log_secrets.leaks(M.log(server), server.secrets, "airlockd's log " .. server.log_path)
   M.release_host_objects(server.dir)
   proc.remove_tree(server.dir)
+  if server.keydir then proc.remove_tree(server.keydir) end
   if leak then error(leak, 2) end
 end
 

@@ -2,7 +2,9 @@
 -- PostgreSQL, HAProxy, N airlockd nodes on 127.0.0.2..), its fleet.json decoded, and down,
 -- which always runs (call it from teardown / finally) and leaves nothing running.
 local cjson = require "cjson"
+local http = require "support.http_client"
 local log_secrets = require "support.log_secrets"
+local luassert = require "luassert" -- busted's assert lives in the spec files' environment only
 local proc = require "support.proc"
 
 local M = {}
@@ -168,6 +170,38 @@ end
 -- The slot a session id names (its first two hex digits after "sbx_": domain/session_id.h).
 function M.slot_of(id)
   return id:sub(5, 6)
+end
+
+-- GET /v1/admin/nodes through the router with admin_key (asserting a 200): the nodes keyed by
+-- slot, keyed by id, and as listed.
+function M.nodes(f, admin_key)
+  local res = http.request(f.router, "GET", "/v1/admin/nodes", { key = admin_key })
+  luassert.are.equal(200, res.status, res.body)
+  local by_slot, by_id = {}, {}
+  for _, n in ipairs(res.json.nodes) do
+    by_slot[n.slot] = n
+    by_id[n.id] = n
+  end
+  return by_slot, by_id, res.json.nodes
+end
+
+-- A new session of key's tenant on node_id, made through the router with body (optional):
+-- creates that land elsewhere are deleted again; a 503 while HAProxy's checks take a node that
+-- came back is tried again.
+function M.create_on(f, admin_key, key, node_id, body)
+  local by_slot = M.nodes(f, admin_key)
+  for _ = 1, 100 do
+    local res
+    proc.wait_until(10, function()
+      res = http.create(f.router, key, body)
+      return res.status ~= 503
+    end)
+    luassert.are.equal(201, res.status, res.body)
+    local s = res.json.session_id
+    if by_slot[M.slot_of(s)].id == node_id then return s end
+    luassert.are.equal(200, http.delete(f.router, key, s).status)
+  end
+  error("no create landed on " .. node_id)
 end
 
 -- A setting of the fleet's settings file (DIR/fleet.env), e.g. "node:node1:internal".

@@ -165,6 +165,24 @@ static bool reserve_kept(disk_pool *p, long long more)
     return false;
 }
 
+/* The end of making a session's disk (image made, then mounted on mnt): *workspace, its
+ * workspace folder, when it is mounted; otherwise undoes what was done (the mount, the image and
+ * its mount point, the bytes reserved) and answers false. */
+static bool finish_workspace(disk_pool *p, const char *img, const char *mnt, bool made, bool mounted,
+                             long long bytes, char **workspace)
+{
+    if (mounted && (*workspace = path_of(mnt, IMAGE_WORKSPACE, "")) != NULL)
+        return true;
+    if (mounted)
+        mounts_unmount(mnt);
+    if (made) {
+        rmdir(mnt);
+        unlink(img);
+    }
+    account(p, -bytes);
+    return false;
+}
+
 disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, char **workspace)
 {
     *workspace = NULL;
@@ -198,20 +216,10 @@ disk_result disk_create(disk_pool *p, const char *id, long long quota_bytes, cha
         else if (made)
             mounted = image_mount(&p->tools, img, mnt, false, err, sizeof err) == IMAGE_OK;
     }
-    if (mounted && (*workspace = path_of(mnt, IMAGE_WORKSPACE, "")) != NULL) {
+    if (finish_workspace(p, img, mnt, made, mounted, bytes, workspace))
         rc = DISK_OK;
-    } else {
-        if (mounted)
-            mounts_unmount(mnt);
-        if (made) {
-            rmdir(mnt);
-            unlink(img);
-        }
-        account(p, -bytes);
-        if (rc == DISK_ERROR)
-            log_session(LV_ERROR, id, NULL, "cannot make the workspace disk of %s: %s", id,
-                        err[0] ? err : "out of memory");
-    }
+    else if (rc == DISK_ERROR)
+        log_session(LV_ERROR, id, NULL, "cannot make the workspace disk of %s: %s", id, err[0] ? err : "out of memory");
     free(img);
     free(mnt);
     return rc;
@@ -330,17 +338,8 @@ disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fil
         if (fd >= 0)
             close(fd);
     }
-    if (mounted && (*workspace = path_of(mnt, IMAGE_WORKSPACE, "")) != NULL) {
+    if (finish_workspace(p, img, mnt, made, mounted, bytes, workspace))
         rc = DISK_OK;
-    } else {
-        if (mounted)
-            mounts_unmount(mnt);
-        if (made) {
-            rmdir(mnt);
-            unlink(img);
-        }
-        account(p, -bytes);
-    }
     free(img);
     free(mnt);
     return rc;

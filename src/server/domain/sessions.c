@@ -832,6 +832,19 @@ bool registry_forget(registry *r, const char *id)
     return s != NULL;
 }
 
+/* What a session's listing and GET show of s (r->mu held): e is zeroed beforehand. */
+static void info_of(const registry *r, const session *s, session_info *e)
+{
+    memcpy(e->id, s->id, sizeof e->id);
+    e->egress = json_incref(s->egress);
+    e->created_at = s->created_at;
+    e->last_accessed_at = s->last_accessed_at;
+    e->expires_at = s->last_accessed_at + r->ttl;
+    e->quota_bytes = s->quota_bytes;
+    memcpy(e->template_name, s->template_name, sizeof e->template_name);
+    e->size = s->size;
+}
+
 session_info *registry_list(registry *r, size_t tenant, size_t *n)
 {
     *n = 0;
@@ -843,15 +856,7 @@ session_info *registry_list(registry *r, size_t tenant, size_t *n)
     for (session *s = r->head; v && s; s = s->next) {
         if (!s->ready || s->tenant != tenant)
             continue;
-        session_info *e = &v[(*n)++];
-        memcpy(e->id, s->id, sizeof e->id);
-        e->egress = json_incref(s->egress);
-        e->created_at = s->created_at;
-        e->last_accessed_at = s->last_accessed_at;
-        e->expires_at = s->last_accessed_at + r->ttl;
-        e->quota_bytes = s->quota_bytes;
-        memcpy(e->template_name, s->template_name, sizeof e->template_name);
-        e->size = s->size;
+        info_of(r, s, &v[(*n)++]);
     }
     pthread_mutex_unlock(&r->mu);
     /* newest first (a stable insertion sort: creations in the same microsecond keep their
@@ -875,14 +880,7 @@ session_result registry_info(registry *r, const char *id, size_t tenant, session
         rc = SESSION_MOVING;
     if (rc == SESSION_OK) {
         memset(out, 0, sizeof *out);
-        memcpy(out->id, s->id, sizeof out->id);
-        out->egress = json_incref(s->egress);
-        out->created_at = s->created_at;
-        out->last_accessed_at = s->last_accessed_at;
-        out->expires_at = s->last_accessed_at + r->ttl;
-        out->quota_bytes = s->quota_bytes;
-        memcpy(out->template_name, s->template_name, sizeof out->template_name);
-        out->size = s->size;
+        info_of(r, s, out);
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -895,39 +893,50 @@ void session_info_free(session_info *v, size_t n)
     free(v);
 }
 
-size_t registry_times(registry *r, char (**ids)[17], double **times)
+/* Copies the id of every ready session into *ids and one value of each (put writes value n of
+ * the value_size-byte array *values) under one hold of the lock; the count copied. */
+static size_t ready_sessions(registry *r, char (**ids)[17], void **values, size_t value_size,
+                             void (*put)(void *values, size_t n, const session *s))
 {
     pthread_mutex_lock(&r->mu);
     size_t n = 0, count = 0;
     for (session *s = r->head; s; s = s->next)
         count += s->ready;
     *ids = calloc(count ? count : 1, sizeof **ids);
-    *times = calloc(count ? count : 1, sizeof **times);
-    for (session *s = r->head; *ids && *times && s; s = s->next) {
+    *values = calloc(count ? count : 1, value_size);
+    for (session *s = r->head; *ids && *values && s; s = s->next) {
         if (!s->ready)
             continue;
         memcpy((*ids)[n], s->id, sizeof s->id);
-        (*times)[n++] = s->last_accessed_at;
+        put(*values, n++, s);
     }
     pthread_mutex_unlock(&r->mu);
     return n;
 }
 
+static void put_last_accessed(void *values, size_t n, const session *s)
+{
+    ((double *)values)[n] = s->last_accessed_at;
+}
+
+static void put_tenant(void *values, size_t n, const session *s)
+{
+    ((size_t *)values)[n] = s->tenant;
+}
+
+size_t registry_times(registry *r, char (**ids)[17], double **times)
+{
+    void *values = NULL;
+    size_t n = ready_sessions(r, ids, &values, sizeof **times, put_last_accessed);
+    *times = values;
+    return n;
+}
+
 size_t registry_owners(registry *r, char (**ids)[17], size_t **owners)
 {
-    pthread_mutex_lock(&r->mu);
-    size_t n = 0, count = 0;
-    for (session *s = r->head; s; s = s->next)
-        count += s->ready;
-    *ids = calloc(count ? count : 1, sizeof **ids);
-    *owners = calloc(count ? count : 1, sizeof **owners);
-    for (session *s = r->head; *ids && *owners && s; s = s->next) {
-        if (!s->ready)
-            continue;
-        memcpy((*ids)[n], s->id, sizeof s->id);
-        (*owners)[n++] = s->tenant;
-    }
-    pthread_mutex_unlock(&r->mu);
+    void *values = NULL;
+    size_t n = ready_sessions(r, ids, &values, sizeof **owners, put_tenant);
+    *owners = values;
     return n;
 }
 

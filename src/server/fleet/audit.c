@@ -117,16 +117,23 @@ static json_t *row_entry(PGresult *res, int i)
     return o;
 }
 
+/* The oldest timestamp (microseconds, as text for a query parameter) a row may have to be
+ * still within retention_days. */
+static void retention_cutoff(int retention_days, char *out, size_t size)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long now = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+    snprintf(out, size, "%lld", now - (long long)retention_days * 86400LL * 1000000LL);
+}
+
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next)
 {
     *entries = NULL;
     *next = NULL;
     char cutoff[32], lim[16];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long now = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-    snprintf(cutoff, sizeof cutoff, "%lld", now - (long long)retention_days * 86400LL * 1000000LL);
+    retention_cutoff(retention_days, cutoff, sizeof cutoff);
     snprintf(lim, sizeof lim, "%d", limit + 1); /* one extra row tells whether more exist */
     const char *p[] = {tenant, cutoff, lim, before};
     PGresult *res = pg_query(f->db,
@@ -150,10 +157,7 @@ int fleet_audit_recent(fleet *f, int limit, int retention_days, json_t **entries
 {
     *entries = NULL;
     char cutoff[32], lim[16];
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long now = (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
-    snprintf(cutoff, sizeof cutoff, "%lld", now - (long long)retention_days * 86400LL * 1000000LL);
+    retention_cutoff(retention_days, cutoff, sizeof cutoff);
     snprintf(lim, sizeof lim, "%d", limit);
     const char *p[] = {cutoff, lim};
     PGresult *res = pg_query(f->db,

@@ -232,7 +232,11 @@ int sandbox_run(sandbox *s, const char *command, int timeout_seconds, sandbox_re
         timeout_seconds = 86400;
     if (s->b->ops->run(s, command, timeout_seconds, out, errbuf, errlen) != 0)
         return -1;
-    /* Callers get NUL-terminated streams even when empty. */
+    return sbx_result_streams(out, errbuf, errlen);
+}
+
+int sbx_result_streams(sandbox_result *out, char *errbuf, size_t errlen)
+{
     if (!out->out)
         out->out = calloc(1, 1);
     if (!out->err)

@@ -66,16 +66,7 @@ static int finish(sbx_cgroup *cg, sbx_proc_result *r, sandbox_result *out, char 
         snprintf(errbuf, errlen, "out of memory");
         return -1;
     }
-    if (!out->out)
-        out->out = calloc(1, 1);
-    if (!out->err)
-        out->err = calloc(1, 1);
-    if (!out->out || !out->err) {
-        sandbox_result_free(out);
-        snprintf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    return 0;
+    return sbx_result_streams(out, errbuf, errlen);
 }
 
 static void proc_opts(sbx_proc_opts *o, const sandbox_build_step *st, const sbx_cgroup *cg)

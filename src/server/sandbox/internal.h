@@ -136,4 +136,8 @@ void sbx_proc_opts_for(const sandbox *s, sbx_proc_opts *o);
  * over r's captures). -1 when out of memory. */
 int sbx_finish_result(sandbox_result *out, sbx_proc_result *r, int code, bool oom_killed);
 
+/* Gives out an empty NUL-terminated stream where it has none (callers get both streams even
+ * when empty). -1 when out of memory: out is freed and errbuf says so. */
+int sbx_result_streams(sandbox_result *out, char *errbuf, size_t errlen);
+
 #endif

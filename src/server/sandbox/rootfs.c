@@ -60,6 +60,17 @@ static const char resolv_text[] = "# no network in the sandbox\n";
  * Packages go to /workspace/.local (PIP_USER=1); /usr is read-only anyway. */
 static const char pip_conf_text[] = "[global]\nbreak-system-packages = true\n";
 
+/* The files of /etc written from the texts above, in a session's rootfs and a template's. */
+static const struct {
+    const char *rel;
+    const char *text;
+} generated_etc[] = {
+    {"etc/passwd", passwd_text},     {"etc/group", group_text},
+    {"etc/hosts", hosts_text},       {"etc/nsswitch.conf", nsswitch_text},
+    {"etc/resolv.conf", resolv_text}, {"etc/hostname", "sandbox\n"},
+    {"etc/pip.conf", pip_conf_text},
+};
+
 static int join(char *buf, size_t len, const char *a, const char *b)
 {
     int n = snprintf(buf, len, "%s/%s", a, b);
@@ -225,18 +236,11 @@ static int copy_from_etc(const char *root, const char *const *names, size_t coun
 
 static int build_etc(const char *root, char *errbuf, size_t errlen)
 {
-    struct {
-        const char *rel;
-        const char *text;
-    } gen[] = {
-        {"etc/passwd", passwd_text},     {"etc/group", group_text},
-        {"etc/hosts", hosts_text},       {"etc/nsswitch.conf", nsswitch_text},
-        {"etc/resolv.conf", resolv_text}, {"etc/hostname", "sandbox\n"},
-        {"etc/pip.conf", pip_conf_text},
-    };
-    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++)
-        if (write_text(root, gen[i].rel, gen[i].text, strlen(gen[i].text), errbuf, errlen))
+    for (size_t i = 0; i < sizeof generated_etc / sizeof generated_etc[0]; i++) {
+        const char *text = generated_etc[i].text;
+        if (write_text(root, generated_etc[i].rel, text, strlen(text), errbuf, errlen))
             return -1;
+    }
     if (copy_from_etc(root, copied_files, sizeof copied_files / sizeof copied_files[0], copy_file,
                       errbuf, errlen) != 0 ||
         copy_from_etc(root, copied_links, sizeof copied_links / sizeof copied_links[0], copy_link,
@@ -390,22 +394,14 @@ int sbx_rootfs_finish_template(const char *dir, const char *programs_dir, char *
     for (size_t i = 0; i < sizeof mount_points / sizeof mount_points[0]; i++)
         if (plain_dir(dir, mount_points[i], errbuf, errlen) != 0)
             return -1;
-    struct {
-        const char *rel;
-        const char *text;
-    } gen[] = {
-        {"etc/passwd", passwd_text},     {"etc/group", group_text},
-        {"etc/hosts", hosts_text},       {"etc/nsswitch.conf", nsswitch_text},
-        {"etc/resolv.conf", resolv_text}, {"etc/hostname", "sandbox\n"},
-        {"etc/pip.conf", pip_conf_text},
-    };
     char path[PATH_MAX];
-    for (size_t i = 0; i < sizeof gen / sizeof gen[0]; i++) {
+    for (size_t i = 0; i < sizeof generated_etc / sizeof generated_etc[0]; i++) {
+        const char *rel = generated_etc[i].rel, *text = generated_etc[i].text;
         /* unlink: whatever the setup left there (a symlink included) goes; the write is O_EXCL */
-        if (join(path, sizeof path, dir, gen[i].rel) != 0 || (unlink(path) != 0 && errno != ENOENT) ||
-            write_text(dir, gen[i].rel, gen[i].text, strlen(gen[i].text), errbuf, errlen) != 0) {
+        if (join(path, sizeof path, dir, rel) != 0 || (unlink(path) != 0 && errno != ENOENT) ||
+            write_text(dir, rel, text, strlen(text), errbuf, errlen) != 0) {
             if (!errbuf[0])
-                snprintf(errbuf, errlen, "cannot replace %s/%s: %s", dir, gen[i].rel, strerror(errno));
+                snprintf(errbuf, errlen, "cannot replace %s/%s: %s", dir, rel, strerror(errno));
             return -1;
         }
     }
