@@ -69,6 +69,7 @@ build = {
       ["airlock.ngx.scheduler"] = "lua/airlock/ngx/scheduler.lua",
       ["airlock.result"] = "lua/airlock/result.lua",
       ["airlock.tasks"] = "lua/airlock/tasks.lua",
+      ["airlock.templates"] = "lua/airlock/templates.lua",
       ["airlock.tools"] = "lua/airlock/tools.lua",
       ["airlock.transport"] = "lua/airlock/transport/init.lua",
       ["airlock.transport.curl"] = "lua/airlock/transport/curl.lua",
