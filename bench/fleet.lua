@@ -29,24 +29,7 @@ local ADMIN = "bench-admin-" .. string.rep("c", 30)
 local check, timed = harness.check, harness.timed
 
 -- One request on a new connection (as a client without keep-alive): status, decoded body.
-local function call(url, method, path, key, body)
-  local host, port = url:match("^http://([^:/]+):(%d+)")
-  local c = socket.tcp()
-  c:settimeout(60)
-  check(c:connect(host, tonumber(port)))
-  local lines = { method .. " " .. path .. " HTTP/1.1", "Host: " .. host, "Connection: close" }
-  if key then lines[#lines + 1] = "X-API-Key: " .. key end
-  if body then
-    lines[#lines + 1] = "Content-Type: application/json"
-    lines[#lines + 1] = "Content-Length: " .. #body
-  end
-  c:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""))
-  local raw = c:receive("*a")
-  c:close()
-  local status = tonumber((raw or ""):match("^HTTP/1%.%d (%d+)"))
-  local ok, decoded = pcall(cjson.decode, (raw or ""):match("\r\n\r\n(.*)$") or "")
-  return status, ok and decoded or nil
-end
+local call = harness.call_url
 
 local f = fleet.up{ nodes = 3, env = {
   SANDBOX_API_KEYS = "bench:" .. KEY .. ",limited:" .. LIMITED,

@@ -68,21 +68,7 @@ end
 
 -- One request on a new connection: status and decoded body.
 local function call(url, method, path, body)
-  local host, port = url:match("^http://([^:/]+):(%d+)")
-  local c = socket.tcp()
-  c:settimeout(120)
-  check(c:connect(host, tonumber(port)))
-  local lines = { method .. " " .. path .. " HTTP/1.1", "Host: " .. host, "Connection: close", "X-API-Key: " .. KEY }
-  if body then
-    lines[#lines + 1] = "Content-Type: application/json"
-    lines[#lines + 1] = "Content-Length: " .. #body
-  end
-  c:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""))
-  local raw = c:receive("*a")
-  c:close()
-  local status = tonumber((raw or ""):match("^HTTP/1%.%d (%d+)"))
-  local ok, decoded = pcall(cjson.decode, (raw or ""):match("\r\n\r\n(.*)$") or "")
-  return status, ok and decoded or nil
+  return harness.call_url(url, method, path, KEY, body, 120)
 end
 
 local LIMITS = cjson.encode{ bench = { max_sessions = 100000, requests_per_minute = RPM, max_concurrent_exec = 64 } }

@@ -26,4 +26,25 @@ function M.call(server, method, path, key, body)
   return status, ok and decoded or rbody
 end
 
+-- One request to a base URL (http://host:port) on a connection of its own, for the fleet
+-- benchmarks that call nodes and the router by address: status and the decoded JSON body.
+function M.call_url(url, method, path, key, body, timeout)
+  local host, port = url:match("^http://([^:/]+):(%d+)")
+  local c = socket.tcp()
+  c:settimeout(timeout or 60)
+  M.check(c:connect(host, tonumber(port)))
+  local lines = { method .. " " .. path .. " HTTP/1.1", "Host: " .. host, "Connection: close" }
+  if key then lines[#lines + 1] = "X-API-Key: " .. key end
+  if body then
+    lines[#lines + 1] = "Content-Type: application/json"
+    lines[#lines + 1] = "Content-Length: " .. #body
+  end
+  c:send(table.concat(lines, "\r\n") .. "\r\n\r\n" .. (body or ""))
+  local raw = c:receive("*a")
+  c:close()
+  local status = tonumber((raw or ""):match("^HTTP/1%.%d (%d+)"))
+  local ok, decoded = pcall(cjson.decode, (raw or ""):match("\r\n\r\n(.*)$") or "")
+  return status, ok and decoded or nil
+end
+
 return M
