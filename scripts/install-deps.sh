@@ -16,8 +16,9 @@ packages=(
   luajit2 libluajit2-5.1-dev
   libcurl4-openssl-dev libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 libssl-dev
   bubblewrap e2fsprogs python3 ca-certificates curl jq cppcheck valgrind
-  # templates (docs/server.md): Debian roots built from the host's apt sources
-  mmdebstrap
+  # templates (docs/server.md): Debian roots built from the host's apt sources; mmdebstrap's
+  # recommends named (this script installs none), as on the machines its specs ran on
+  mmdebstrap arch-test fakechroot uidmap gpg libdistro-info-perl libdpkg-perl
   # egress: rtnetlink for the sandboxes' veth pairs, DNS on the proxy's event loop; `ip` for the specs
   libmnl-dev libc-ares-dev iproute2
   nginx openssl lua5.1 liblua5.1-0-dev lua5.3 liblua5.3-dev
