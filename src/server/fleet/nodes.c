@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+static json_t *read_nodes(fleet *f, bool exact);
+
 #define HEARTBEAT_S 1
 
 fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
@@ -105,7 +107,7 @@ static void beat(fleet *f)
     if (live > 0)
         atomic_store(&f->live_nodes, (int)live);
     if (state) /* the view the admin list and /healthz fall back on during an outage */
-        json_decref(fleet_nodes(f));
+        json_decref(read_nodes(f, false));
     PQclear(res);
     if (draining && f->drain_step)
         f->drain_step(f->drain_ctx);
@@ -280,19 +282,29 @@ int fleet_slot_of(const char *id)
     return session_id_slot(id);
 }
 
-json_t *fleet_nodes(fleet *f)
+/* The nodes' rows. exact: sessions counted in the sessions table and the sessions a drain could
+ * not move (what GET /v1/admin/nodes says); else each node's own count from its last
+ * heartbeat (its load; 0 for a dead node) and no unmoved list, so a heartbeat's read of the
+ * view costs the same whatever the number of sessions in the fleet. */
+static json_t *read_nodes(fleet *f, bool exact)
 {
-    PGresult *res = pg_query(f->db,
-        "SELECT n.id, n.slot, n.url, n.state, extract(epoch FROM n.heartbeat)::double precision,"
-        " extract(epoch FROM now() - n.heartbeat)::double precision, n.capacity, n.load,"
-        " (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
-        " (SELECT count(*) FROM commands c WHERE c.node = n.id)"
-        " FROM nodes n ORDER BY n.slot", 0, NULL);
+    PGresult *res = pg_query(f->db, exact
+        ? "SELECT n.id, n.slot, n.url, n.state, extract(epoch FROM n.heartbeat)::double precision,"
+          " extract(epoch FROM now() - n.heartbeat)::double precision, n.capacity, n.load,"
+          " (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
+          " (SELECT count(*) FROM commands c WHERE c.node = n.id)"
+          " FROM nodes n ORDER BY n.slot"
+        : "SELECT n.id, n.slot, n.url, n.state, extract(epoch FROM n.heartbeat)::double precision,"
+          " extract(epoch FROM now() - n.heartbeat)::double precision, n.capacity, n.load,"
+          " CASE WHEN n.state = 'dead' THEN 0 ELSE n.load END,"
+          " (SELECT count(*) FROM commands c WHERE c.node = n.id)"
+          " FROM nodes n ORDER BY n.slot", 0, NULL);
     if (!res)
         return NULL;
     /* the sessions a drain could not move, by node */
-    PGresult *um = pg_query(f->db, "SELECT node, id, move_error FROM sessions WHERE state = 'active'"
-                                   " AND move_error IS NOT NULL ORDER BY node, id", 0, NULL);
+    PGresult *um = exact ? pg_query(f->db, "SELECT node, id, move_error FROM sessions WHERE state = 'active'"
+                                           " AND move_error IS NOT NULL ORDER BY node, id", 0, NULL)
+                         : PQmakeEmptyPGresult(NULL, PGRES_TUPLES_OK);
     if (!um) {
         PQclear(res);
         return NULL;
@@ -317,6 +329,11 @@ json_t *fleet_nodes(fleet *f)
     PQclear(res);
     fleet_view_keep(f, arr);
     return arr;
+}
+
+json_t *fleet_nodes(fleet *f)
+{
+    return read_nodes(f, true);
 }
 
 int fleet_drain(fleet *f, const char *node_id, json_t **row)
