@@ -8,6 +8,7 @@
 #include "domain/limits.h"
 #include "domain/sessions.h"
 #include "domain/slots.h"
+#include "domain/snapshots.h"
 #include "domain/templates.h"
 #include "domain/tenants.h"
 #include "domain/warm.h"
@@ -37,6 +38,7 @@ typedef struct app {
     figures *figures;      /* per-session commands and released sandboxes' usage (ours) */
     disk_pool *disk;       /* the workspace disks (for their figures; the registry uses them) */
     templates *templates;  /* ours: templates built from Debian packages (domain/templates.h) */
+    snapshots *snapshots;  /* ours: snapshots of sessions' workspaces (domain/snapshots.h) */
 } app;
 
 #endif

@@ -39,6 +39,11 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  FIELDS,    LONG,  api_import},
     {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, NO_BODY,   QUICK, api_egress_log},
     {"GET",    "/v1/sessions/{}/metrics",     API_TENANT, false, NO_BODY,   QUICK, api_session_metrics},
+    /* ours: snapshots (the copy of a workspace image takes up to seconds: the pool that may wait) */
+    {"POST",   "/v1/sessions/{}/snapshots",   API_TENANT, true,  FIELDS,    LONG,  api_snapshots_create},
+    {"GET",    "/v1/snapshots",               API_TENANT, false, NO_BODY,   QUICK, api_snapshots_list},
+    {"GET",    "/v1/snapshots/{}",            API_TENANT, false, NO_BODY,   QUICK, api_snapshots_get},
+    {"DELETE", "/v1/snapshots/{}",            API_TENANT, false, NO_BODY,   LONG,  api_snapshots_delete},
     {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
     {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},
     {"GET",    "/v1/audit",                   API_TENANT, false, NO_BODY,   QUICK, api_audit},

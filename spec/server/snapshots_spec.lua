@@ -1,0 +1,141 @@
+-- luacheck: max line length 160
+-- Snapshots of sessions' workspaces (issue 26 item 3, files only): POST
+-- /v1/sessions/{id}/snapshots while the session runs, GET/DELETE /v1/snapshots[/{id}], and
+-- POST /v1/sessions {"from_snapshot"}. A snapshot taken right after a command wrote a file holds
+-- that file (the session's sandbox is flushed and its filesystem frozen for the copy); two sessions
+-- made from one snapshot are independent; tenants never see each other's; the limits
+-- max_snapshots / max_snapshot_mb answer 429 naming them; snapshots survive a restart and a kill -9,
+-- and half-written ones are removed at start; DELETE leaves nothing on disk. Lua 5.1-compatible.
+local airlockd = require "support.airlockd"
+require "support.eventually"
+local http_client = require "support.http_client"
+local proc = require "support.proc"
+
+local http = http_client.request
+local q = proc.shell_quote
+
+local function snapshot(server, key, id, body)
+  return http(server, "POST", "/v1/sessions/" .. id .. "/snapshots", { key = key, body = body or '{"name": "s"}' })
+end
+
+local function snap_dir(server)
+  return server.dir .. "/state/snapshots"
+end
+
+local function entries(dir)
+  local out = {}
+  local p = io.popen("ls -A " .. q(dir) .. " 2>/dev/null")
+  for name in p:lines() do out[#out + 1] = name end
+  p:close()
+  table.sort(out)
+  return out
+end
+
+describe("snapshots", function()
+  local server
+  local ENV = { SANDBOX_WORKSPACE_QUOTA_MB = "64", SANDBOX_WARM_NEW = "0",
+    SANDBOX_TENANT_LIMITS = '{"*": {"max_snapshots": 3}, "other": {"max_snapshot_mb": 100}}' }
+
+  after_each(function()
+    if server then airlockd.stop(server) end
+    server = nil
+  end)
+
+  it("keeps what a command wrote right before it, and forks independent sessions from it", function()
+    server = airlockd.start({ env = ENV })
+    local acme = server.tenants.acme
+    local id = http_client.create(server, acme).json.session_id
+    -- a file written by a program in the sandbox, kept in its page cache, snapshotted at once
+    local e = http_client.exec(server, acme, id,
+      "python3 -c \"f=open('kept.txt','w'); f.write('x'*100000 + 'end'); f.flush()\" && mkdir -p d && echo deep > d/f && ln -s kept.txt link")
+    assert.are.equal(0, e.json.exit_code, e.body)
+    local r = snapshot(server, acme, id, '{"name": "before-refactor"}')
+    assert.are.equal(201, r.status, r.body)
+    local snap = r.json
+    assert.truthy(snap.snapshot_id:match("^snap_%x+$"), r.body)
+    assert.are.equal("before-refactor", snap.name)
+    assert.are.equal(false, snap.memory)
+    assert.are.equal(id, snap.session_id)
+    assert.are.equal("sandbox-base:latest", snap.template)
+    assert.are.equal(64, snap.disk_mb)
+    assert.truthy(snap.bytes > 100000 and snap.bytes < 64 * 1048576, r.body) -- sparse: far below the image's size
+    -- the session keeps running and changing; the snapshot does not
+    assert.are.equal(0, http_client.exec(server, acme, id, "echo later > later.txt && rm kept.txt").json.exit_code)
+
+    local forks = {}
+    for i = 1, 2 do
+      local c = http_client.create(server, acme, '{"from_snapshot": "' .. snap.snapshot_id .. '"}')
+      assert.are.equal(201, c.status, c.body)
+      assert.are.equal(64, c.json.disk_mb)
+      forks[i] = c.json.session_id
+      local check = http_client.exec(server, acme, forks[i], "tail -c 3 kept.txt; wc -c < kept.txt; cat d/f; readlink link; test -e later.txt || echo no-later")
+      assert.are.equal("end100003\ndeep\nkept.txt\nno-later\n", check.json.stdout, check.body)
+    end
+    -- independent: a write in one fork is not in the other, nor in the original
+    assert.are.equal(0, http_client.exec(server, acme, forks[1], "echo one > mine.txt").json.exit_code)
+    assert.are.equal("absent\n", http_client.exec(server, acme, forks[2], "test -e mine.txt && echo there || echo absent").json.stdout)
+    assert.are.equal("absent\n", http_client.exec(server, acme, id, "test -e mine.txt && echo there || echo absent").json.stdout)
+
+    -- listing and reading it; the source session's deletion leaves it
+    assert.are.equal(200, http_client.delete(server, acme, id).status)
+    local list = http(server, "GET", "/v1/snapshots", { key = acme })
+    assert.are.equal(200, list.status, list.body)
+    assert.are.equal(1, #list.json.snapshots)
+    assert.are.same(snap, list.json.snapshots[1])
+    local one = http(server, "GET", "/v1/snapshots/" .. snap.snapshot_id, { key = acme })
+    assert.are.same(snap, one.json)
+
+    -- DELETE leaves nothing of it on disk
+    local d = http(server, "DELETE", "/v1/snapshots/" .. snap.snapshot_id, { key = acme })
+    assert.are.equal(200, d.status, d.body)
+    assert.are.same({}, entries(snap_dir(server)))
+    assert.are.equal(404, http(server, "GET", "/v1/snapshots/" .. snap.snapshot_id, { key = acme }).status)
+    assert.are.equal(404, http(server, "DELETE", "/v1/snapshots/" .. snap.snapshot_id, { key = acme }).status)
+    assert.are.equal(404, http_client.create(server, acme, '{"from_snapshot": "' .. snap.snapshot_id .. '"}').status)
+  end)
+
+  it("keeps tenants apart, refuses bad input naming the field, and answers the limits", function()
+    server = airlockd.start({ env = ENV })
+    local acme, other = server.tenants.acme, server.tenants.other
+    local id = http_client.create(server, acme).json.session_id
+    local snap = snapshot(server, acme, id).json.snapshot_id
+    -- another tenant: neither the session nor the snapshot exists for it
+    assert.are.equal(404, snapshot(server, other, id).status)
+    assert.are.equal(404, http(server, "GET", "/v1/snapshots/" .. snap, { key = other }).status)
+    assert.are.equal(404, http(server, "DELETE", "/v1/snapshots/" .. snap, { key = other }).status)
+    assert.are.equal(404, http_client.create(server, other, '{"from_snapshot": "' .. snap .. '"}').status)
+    assert.are.same({}, http(server, "GET", "/v1/snapshots", { key = other }).json.snapshots)
+    assert.are.equal(404, snapshot(server, acme, "sbx_000000000000").status)
+
+    local function field_of(r)
+      assert.are.equal(422, r.status, r.body)
+      return r.json.detail[1].loc[2]
+    end
+    assert.are.equal("name", field_of(snapshot(server, acme, id, '{"name": "../x"}')))
+    assert.are.equal("name", field_of(snapshot(server, acme, id, '{"name": "' .. string.rep("a", 65) .. '"}')))
+    assert.are.equal("name", field_of(snapshot(server, acme, id, '{"name": 5}')))
+    local mem = snapshot(server, acme, id, '{"memory": true}')
+    assert.are.equal("memory", field_of(mem))
+    assert.truthy(mem.body:find("not available yet", 1, true), mem.body)
+    assert.are.equal("from_snapshot", field_of(http_client.create(server, acme, '{"from_snapshot": "nope"}')))
+    assert.are.equal("template", field_of(http_client.create(server, acme, '{"from_snapshot": "' .. snap .. '", "template": "python:3.11-slim"}')))
+    assert.are.equal("disk_mb", field_of(http_client.create(server, acme, '{"from_snapshot": "' .. snap .. '", "disk_mb": 128}')))
+    assert.are.equal(404, http(server, "GET", "/v1/snapshots/..%2Fx", { key = acme }).status)
+
+    -- max_snapshots (3): the fourth is refused with the limit's name and value
+    assert.are.equal(201, snapshot(server, acme, id).status)
+    assert.are.equal(201, snapshot(server, acme, id).status)
+    local over = snapshot(server, acme, id)
+    assert.are.equal(429, over.status, over.body)
+    assert.truthy(over.json.detail:find("max_snapshots", 1, true) and over.json.detail:find("3 of 3", 1, true), over.body)
+    -- the other tenant has its own count; its max_snapshot_mb (100) stops a second 60 MB one
+    local oid = http_client.create(server, other).json.session_id
+    assert.are.equal(0, http_client.exec(server, other, oid, "head -c 60000000 /dev/urandom > big").json.exit_code)
+    assert.are.equal(201, snapshot(server, other, oid).status)
+    local big = snapshot(server, other, oid)
+    assert.are.equal(429, big.status, big.body)
+    assert.truthy(big.json.detail:find("max_snapshot_mb (100)", 1, true), big.body)
+    assert.are.equal(1, #http(server, "GET", "/v1/snapshots", { key = other }).json.snapshots)
+    assert.are.equal(3, #http(server, "GET", "/v1/snapshots", { key = acme }).json.snapshots)
+  end)
+end)
