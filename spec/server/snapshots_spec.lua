@@ -138,4 +138,36 @@ describe("snapshots", function()
     assert.are.equal(1, #http(server, "GET", "/v1/snapshots", { key = other }).json.snapshots)
     assert.are.equal(3, #http(server, "GET", "/v1/snapshots", { key = acme }).json.snapshots)
   end)
+
+  it("survive a restart and a kill -9; half-written ones are removed at start", function()
+    server = airlockd.start({ env = ENV })
+    local acme = server.tenants.acme
+    local id = http_client.create(server, acme).json.session_id
+    assert.are.equal(0, http_client.exec(server, acme, id, "echo kept > f.txt").json.exit_code)
+    local a = snapshot(server, acme, id, '{"name": "a"}').json
+    local dir = snap_dir(server)
+    -- what a crash leaves: this server's temporary and half-deleted directories, and a snapshot
+    -- directory without its record; another server's temporary directory (a fleet sharing the
+    -- store) and a file that is not a snapshot's are left alone
+    for _, d in ipairs({ ".tmp-local-snap_00000000000000aa", ".del-local-snap_00000000000000bb", "snap_00000000000000cc",
+        ".tmp-node2-snap_00000000000000dd" }) do
+      assert.is_true(proc.run("mkdir " .. q(dir .. "/" .. d) .. " && head -c 4096 /dev/zero > " .. q(dir .. "/" .. d .. "/workspace.img")))
+    end
+    assert.is_true(proc.run("echo x > " .. q(dir .. "/README")))
+
+    os.execute("kill -9 " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = ENV, wait = 60 })
+    assert.are.same({ ".tmp-node2-snap_00000000000000dd", "README", a.snapshot_id }, entries(dir))
+    assert.are.same({ a }, http(server, "GET", "/v1/snapshots", { key = acme }).json.snapshots)
+    local b = snapshot(server, acme, id, '{"name": "b"}').json
+
+    os.execute("kill -TERM " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = ENV, wait = 60 })
+    assert.are.same({ b, a }, http(server, "GET", "/v1/snapshots", { key = acme }).json.snapshots)
+    local c = http_client.create(server, acme, '{"from_snapshot": "' .. a.snapshot_id .. '"}')
+    assert.are.equal(201, c.status, c.body)
+    assert.are.equal("kept\n", http_client.exec(server, acme, c.json.session_id, "cat f.txt").json.stdout)
+  end)
 end)
