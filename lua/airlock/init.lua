@@ -17,6 +17,7 @@ local exec_stream = require "airlock.internal.exec_stream"
 local file_sink = require "airlock.internal.file_sink"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
+local snapshots = require "airlock.snapshots"
 local templates = require "airlock.templates"
 local transports = require "airlock.transport"
 
@@ -30,6 +31,7 @@ local M = {
   errors = errors,
   engine = engine,
   templates = templates, -- airlock.templates.build{...}, .list(), .get(name), .delete(name)
+  snapshots = snapshots, -- airlock.snapshots.list(), .get(id), .delete(id)
   Result = result.Result,
 }
 
@@ -117,6 +119,10 @@ function Sandbox:start()
   local s = self._settings
   local created = dropped.creating(s)
   local body = { { "template", s.template }, { "egress", engine.array(self.requested_egress) } }
+  if s.from_snapshot then -- its template is the snapshot's unless one was asked for
+    body = { { "from_snapshot", s.from_snapshot }, { "egress", engine.array(self.requested_egress) } }
+    if s.template_given then body[3] = { "template", s.template } end
+  end
   for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
     if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end
   end
@@ -241,6 +247,29 @@ function Sandbox:info()
   local data = call(self._settings, "GET", engine.session_path(id, ""))
   if type(data) == "table" then take_shape(self, data) end
   return data
+end
+
+-- sbx:snapshot{ name = "before-refactor" } → id, record. Keeps the session's workspace as it is
+-- now (airlockd: POST /v1/sessions/{id}/snapshots; files only) while the session goes on;
+-- airlock.sandbox{ from_snapshot = id } starts a new session from it. record: snapshot_id,
+-- name, bytes, memory, created_at, session_id, template, disk_mb.
+function Sandbox:snapshot(opts)
+  local id = started(self, "snapshot")
+  if opts == nil then opts = {} end
+  if type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  local body = {}
+  for k, v in pairs(opts) do
+    if k == "name" then
+      body[#body + 1] = { "name", engine.check_string("name", v, { non_empty = true, utf8 = true }) }
+    else
+      errors.raise("ValidationError", "unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  local data = call(self._settings, "POST", engine.session_path(id, "/snapshots"), body)
+  if type(data) ~= "table" or type(data.snapshot_id) ~= "string" then
+    errors.raise("SandboxError", "The server's snapshot answer has no snapshot_id")
+  end
+  return data.snapshot_id, data
 end
 
 function Sandbox:usage()

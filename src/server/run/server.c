@@ -94,7 +94,7 @@ static int open_snapshots(server *s)
         node = host;
     if (node && node[0]) {
         size_t i = 0;
-        for (; node[i] && i < sizeof owner - 1; i++) {
+        for (; i < sizeof owner - 1 && node[i]; i++) {
             char ch = node[i];
             bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-';
             owner[i] = ok ? ch : '_';
