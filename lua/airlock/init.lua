@@ -272,6 +272,22 @@ function Sandbox:snapshot(opts)
   return data.snapshot_id, data
 end
 
+-- sbx:from_snapshot(snapshot_id) → a new, started Sandbox with this one's settings (server, key,
+-- egress, sizes) whose workspace is the snapshot's; this one is left as it is. Agents that
+-- branch use it to go back to a state they kept (airlock.tools.branching).
+function Sandbox:from_snapshot(snapshot_id)
+  check_self(self, "from_snapshot")
+  engine.check_string("snapshot_id", snapshot_id, { non_empty = true, utf8 = true })
+  local s = {}
+  for k, v in pairs(self._settings) do s[k] = v end
+  s.from_snapshot, s.template_given = snapshot_id, false
+  local new = setmetatable({ base_url = s.base_url, template = s.template, requested_egress = {}, egress = {},
+    _settings = s }, Sandbox)
+  for i, rule in ipairs(self.requested_egress) do new.requested_egress[i] = rule end
+  new.files = setmetatable({ _sandbox = new }, Files)
+  return new:start()
+end
+
 function Sandbox:usage()
   check_self(self, "usage")
   return call(self._settings, "GET", "/v1/usage")

@@ -1,5 +1,6 @@
 --- A local MCP server over stdio (used by bin/airlock-mcp): JSON-RPC 2.0, one message per
--- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
+-- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp) and,
+-- ours, snapshot and restore (airlockd) for agents that branch, one
 -- sandbox per process created on the first tool call and deleted when the client
 -- disconnects. The tools, their checks and texts come from the agent catalogue
 -- (airlock.internal.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
@@ -42,6 +43,8 @@ M.INSTRUCTIONS = table.concat({
   "- No internet access unless the server was configured with egress hosts (call sandbox_info "
     .. "to see them); then only HTTPS to those hosts works.",
   "- reset_sandbox wipes the workspace and starts over with an empty one.",
+  "- snapshot keeps the workspace's files as they are (before a risky change); restore goes back "
+    .. "to one in a new sandbox (airlockd servers).",
 }, "\n")
 
 ---------------------------------------------------------------------------------------------
@@ -110,8 +113,8 @@ function M.usage()
     "",
     "A local MCP server (stdio) that gives an AI client one isolated Airlock sandbox:",
     "run_command, write_file, read_file, list_files, import_repo, egress_log, activity,",
-    "sandbox_info, reset_sandbox. The sandbox is created on the first tool call and deleted",
-    "when the client disconnects.",
+    "sandbox_info, reset_sandbox, snapshot, restore. The sandbox is created on the first tool",
+    "call and deleted when the client disconnects.",
     "",
     "Environment:",
     "  SANDBOX_API_URL       the Airlock server, e.g. http://127.0.0.1:8080 (required)",
@@ -257,6 +260,11 @@ function Sdk:create(settings)
   return self.airlock.sandbox(self:options(settings))
 end
 
+-- A new sandbox whose workspace is snapshot `id`'s (airlockd).
+function Sdk:create_from(settings, id)
+  return self.airlock.sandbox(self:options(settings, { from_snapshot = id }))
+end
+
 -- Deletes session `id` with a short timeout and no retries; errors are the caller's.
 function Sdk:delete(settings, id, timeout)
   local sbx = self.airlock.attach(id, self:options(settings, { max_retries = 0 }))
@@ -350,6 +358,18 @@ function Holder:reset()
   return self:get()
 end
 
+-- The restore tool: a new sandbox from snapshot id replaces the one held (deleted once the new
+-- one is there; a failed restore keeps it).
+function Holder:restore(id)
+  local new = self.sdk:create_from(self.settings, id)
+  local old = self.sbx
+  self.sbx = new
+  self.swept = true
+  self:save(self.sdk:session_id(new))
+  if old then tasks.pcall(self.sdk.close, self.sdk, old, nil) end
+  return new
+end
+
 --- On disconnect: delete the session (1.5 s, no retries, errors ignored) and the state file.
 function Holder:shutdown()
   local sbx = self.sbx
@@ -419,6 +439,9 @@ function Server:call_tool(tool, args)
       local sbx = self.holder:reset()
       return string.format(TEXTS.reset, tostring(sbx.session_id))
     end
+    if tool.switches then -- restore: makes the sandbox it runs in (Server:restore)
+      return catalogue.run(tool, SURFACE, nil, args, self)
+    end
     return self.holder:call(function(sbx) return catalogue.run(tool, SURFACE, sbx, args, self) end)
   end)
   if ok then return tool_result(type(res) == "string" and res or tostring(res), false) end
@@ -427,6 +450,10 @@ function Server:call_tool(tool, args)
     return tool_result(string.format(TEXTS.not_found, tostring(args.path)), true)
   end
   return tool_result(string.format(TEXTS.error, class_name(err) or "Error", message_of(err)), true)
+end
+
+function Server:restore(snapshot_id)
+  return self.holder:restore(snapshot_id)
 end
 
 local function negotiate(requested)
