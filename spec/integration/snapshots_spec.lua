@@ -10,7 +10,8 @@ describe("airlock SDK: snapshots", function()
   local srv, opts
 
   setup(function()
-    srv = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "32", SANDBOX_WARM_NEW = "0" } })
+    -- spares on (the default): a session from a snapshot never takes one (its disk would be empty)
+    srv = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "32" } })
     opts = { api_key = srv.tenants.acme, base_url = srv.url }
   end)
 
