@@ -19,7 +19,22 @@ struct snapshots {
     snapshot_store *store;
     disk_pool *disk;
     pthread_mutex_t take_mu; /* one snapshot at a time: limits checked and freezes never overlap */
+    pthread_mutex_t count_mu;
+    /* the snapshot bytes this server counts against its disks' cap: those found at start and
+     * those it took; a delete gives back at most this much (servers sharing the store delete
+     * each other's snapshots) */
+    long long counted;
 };
+
+static void count_bytes(snapshots *sn, long long delta)
+{
+    pthread_mutex_lock(&sn->count_mu);
+    if (delta < 0 && -delta > sn->counted)
+        delta = -sn->counted;
+    sn->counted += delta;
+    pthread_mutex_unlock(&sn->count_mu);
+    disk_pool_adjust(sn->disk, delta);
+}
 
 snapshots *snapshots_open(const char *dir, const char *owner, disk_pool *disk, char *err, size_t errlen)
 {
@@ -34,7 +49,8 @@ snapshots *snapshots_open(const char *dir, const char *owner, disk_pool *disk, c
     }
     sn->disk = disk;
     pthread_mutex_init(&sn->take_mu, NULL);
-    disk_pool_adjust(disk, snapshot_store_bytes(sn->store)); /* kept on disk: counted before the cap is set */
+    pthread_mutex_init(&sn->count_mu, NULL);
+    count_bytes(sn, snapshot_store_bytes(sn->store)); /* kept on disk: counted before the cap is set */
     return sn;
 }
 
@@ -44,6 +60,7 @@ void snapshots_close(snapshots *sn)
         return;
     snapshot_store_close(sn->store);
     pthread_mutex_destroy(&sn->take_mu);
+    pthread_mutex_destroy(&sn->count_mu);
     free(sn);
 }
 
@@ -174,7 +191,8 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
         out->tenant = NULL;
         goto done;
     }
-    disk_pool_adjust(sn->disk, bytes - most); /* what it really takes */
+    disk_pool_adjust(sn->disk, -most); /* the reservation becomes what it really takes */
+    count_bytes(sn, bytes);
     taken = false;
     rc = SNAP_OK;
 done:
@@ -195,6 +213,6 @@ int snapshots_delete(snapshots *sn, const char *id, const char *tenant)
     long long freed = 0;
     int rc = snapshot_store_remove(sn->store, id, tenant, &freed);
     if (rc == 0)
-        disk_pool_adjust(sn->disk, -freed);
+        count_bytes(sn, -freed);
     return rc;
 }
