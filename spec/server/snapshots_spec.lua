@@ -41,58 +41,63 @@ describe("snapshots", function()
     server = nil
   end)
 
-  it("keeps what a command wrote right before it, and forks independent sessions from it", function()
-    server = airlockd.start({ env = ENV })
-    local acme = server.tenants.acme
-    local id = http_client.create(server, acme).json.session_id
-    -- a file written by a program in the sandbox, kept in its page cache, snapshotted at once
-    local e = http_client.exec(server, acme, id,
-      "python3 -c \"f=open('kept.txt','w'); f.write('x'*100000 + 'end'); f.flush()\" && mkdir -p d && echo deep > d/f && ln -s kept.txt link")
-    assert.are.equal(0, e.json.exit_code, e.body)
-    local r = snapshot(server, acme, id, '{"name": "before-refactor"}')
-    assert.are.equal(201, r.status, r.body)
-    local snap = r.json
-    assert.truthy(snap.snapshot_id:match("^snap_%x+$"), r.body)
-    assert.are.equal("before-refactor", snap.name)
-    assert.are.equal(false, snap.memory)
-    assert.are.equal(id, snap.session_id)
-    assert.are.equal("sandbox-base:latest", snap.template)
-    assert.are.equal(64, snap.disk_mb)
-    assert.truthy(snap.bytes > 100000 and snap.bytes < 64 * 1048576, r.body) -- sparse: far below the image's size
-    -- the session keeps running and changing; the snapshot does not
-    assert.are.equal(0, http_client.exec(server, acme, id, "echo later > later.txt && rm kept.txt").json.exit_code)
+  for _, mode in ipairs({ "session", "command" }) do
+    it("keeps what a command wrote right before it, and forks independent sessions from it (SANDBOX_EXEC_MODE=" .. mode .. ")", function()
+      local env = { SANDBOX_EXEC_MODE = mode }
+      for k, v in pairs(ENV) do env[k] = v end
+      server = airlockd.start({ env = env })
+      local acme = server.tenants.acme
+      local id = http_client.create(server, acme).json.session_id
+      -- a file written by a program in the sandbox, kept in its page cache, snapshotted at once
+      local e = http_client.exec(server, acme, id,
+        "python3 -c \"f=open('kept.txt','w'); f.write('x'*100000 + 'end'); f.flush()\" && mkdir -p d && echo deep > d/f && ln -s kept.txt link")
+      assert.are.equal(0, e.json.exit_code, e.body)
+      local r = snapshot(server, acme, id, '{"name": "before-refactor"}')
+      assert.are.equal(201, r.status, r.body)
+      local snap = r.json
+      assert.truthy(snap.snapshot_id:match("^snap_%x+$"), r.body)
+      assert.are.equal("before-refactor", snap.name)
+      assert.are.equal(false, snap.memory)
+      assert.are.equal(id, snap.session_id)
+      assert.are.equal("sandbox-base:latest", snap.template)
+      assert.are.equal(64, snap.disk_mb)
+      assert.truthy(snap.bytes > 100000 and snap.bytes < 64 * 1048576, r.body) -- sparse: far below the image's size
+      -- the session keeps running and changing; the snapshot does not
+      assert.are.equal(0, http_client.exec(server, acme, id, "echo later > later.txt && rm kept.txt").json.exit_code)
 
-    local forks = {}
-    for i = 1, 2 do
-      local c = http_client.create(server, acme, '{"from_snapshot": "' .. snap.snapshot_id .. '"}')
-      assert.are.equal(201, c.status, c.body)
-      assert.are.equal(64, c.json.disk_mb)
-      forks[i] = c.json.session_id
-      local check = http_client.exec(server, acme, forks[i], "tail -c 3 kept.txt; wc -c < kept.txt; cat d/f; readlink link; test -e later.txt || echo no-later")
-      assert.are.equal("end100003\ndeep\nkept.txt\nno-later\n", check.json.stdout, check.body)
-    end
-    -- independent: a write in one fork is not in the other, nor in the original
-    assert.are.equal(0, http_client.exec(server, acme, forks[1], "echo one > mine.txt").json.exit_code)
-    assert.are.equal("absent\n", http_client.exec(server, acme, forks[2], "test -e mine.txt && echo there || echo absent").json.stdout)
-    assert.are.equal("absent\n", http_client.exec(server, acme, id, "test -e mine.txt && echo there || echo absent").json.stdout)
+      local forks = {}
+      for i = 1, 2 do
+        local c = http_client.create(server, acme, '{"from_snapshot": "' .. snap.snapshot_id .. '"}')
+        assert.are.equal(201, c.status, c.body)
+        assert.are.equal(64, c.json.disk_mb)
+        forks[i] = c.json.session_id
+        local check = http_client.exec(server, acme, forks[i],
+          "tail -c 3 kept.txt; wc -c < kept.txt; cat d/f; readlink link; test -e later.txt || echo no-later")
+        assert.are.equal("end100003\ndeep\nkept.txt\nno-later\n", check.json.stdout, check.body)
+      end
+      -- independent: a write in one fork is not in the other, nor in the original
+      assert.are.equal(0, http_client.exec(server, acme, forks[1], "echo one > mine.txt").json.exit_code)
+      assert.are.equal("absent\n", http_client.exec(server, acme, forks[2], "test -e mine.txt && echo there || echo absent").json.stdout)
+      assert.are.equal("absent\n", http_client.exec(server, acme, id, "test -e mine.txt && echo there || echo absent").json.stdout)
 
-    -- listing and reading it; the source session's deletion leaves it
-    assert.are.equal(200, http_client.delete(server, acme, id).status)
-    local list = http(server, "GET", "/v1/snapshots", { key = acme })
-    assert.are.equal(200, list.status, list.body)
-    assert.are.equal(1, #list.json.snapshots)
-    assert.are.same(snap, list.json.snapshots[1])
-    local one = http(server, "GET", "/v1/snapshots/" .. snap.snapshot_id, { key = acme })
-    assert.are.same(snap, one.json)
+      -- listing and reading it; the source session's deletion leaves it
+      assert.are.equal(200, http_client.delete(server, acme, id).status)
+      local list = http(server, "GET", "/v1/snapshots", { key = acme })
+      assert.are.equal(200, list.status, list.body)
+      assert.are.equal(1, #list.json.snapshots)
+      assert.are.same(snap, list.json.snapshots[1])
+      local one = http(server, "GET", "/v1/snapshots/" .. snap.snapshot_id, { key = acme })
+      assert.are.same(snap, one.json)
 
-    -- DELETE leaves nothing of it on disk
-    local d = http(server, "DELETE", "/v1/snapshots/" .. snap.snapshot_id, { key = acme })
-    assert.are.equal(200, d.status, d.body)
-    assert.are.same({}, entries(snap_dir(server)))
-    assert.are.equal(404, http(server, "GET", "/v1/snapshots/" .. snap.snapshot_id, { key = acme }).status)
-    assert.are.equal(404, http(server, "DELETE", "/v1/snapshots/" .. snap.snapshot_id, { key = acme }).status)
-    assert.are.equal(404, http_client.create(server, acme, '{"from_snapshot": "' .. snap.snapshot_id .. '"}').status)
-  end)
+      -- DELETE leaves nothing of it on disk
+      local d = http(server, "DELETE", "/v1/snapshots/" .. snap.snapshot_id, { key = acme })
+      assert.are.equal(200, d.status, d.body)
+      assert.are.same({}, entries(snap_dir(server)))
+      assert.are.equal(404, http(server, "GET", "/v1/snapshots/" .. snap.snapshot_id, { key = acme }).status)
+      assert.are.equal(404, http(server, "DELETE", "/v1/snapshots/" .. snap.snapshot_id, { key = acme }).status)
+      assert.are.equal(404, http_client.create(server, acme, '{"from_snapshot": "' .. snap.snapshot_id .. '"}').status)
+    end)
+  end
 
   it("keeps tenants apart, refuses bad input naming the field, and answers the limits", function()
     server = airlockd.start({ env = ENV })
