@@ -22,10 +22,13 @@ local function snap_dir(server)
   return server.dir .. "/state/snapshots"
 end
 
+-- The names in dir but the store's lock file (.lock, always there once a snapshot was taken).
 local function entries(dir)
   local out = {}
   local p = io.popen("ls -A " .. q(dir) .. " 2>/dev/null")
-  for name in p:lines() do out[#out + 1] = name end
+  for name in p:lines() do
+    if name ~= ".lock" then out[#out + 1] = name end
+  end
   p:close()
   table.sort(out)
   return out

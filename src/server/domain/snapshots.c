@@ -138,6 +138,10 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
     char id[SNAPSHOT_ID_SIZE] = "";
     char *dest = NULL;
     bool taken = false, frozen = false;
+    /* held from the count to the commit: servers sharing the store take one at a time */
+    int lock = snapshot_store_lock(sn->store, why, whylen);
+    if (lock < 0)
+        goto done;
     if (over_limits(sn, tenant, lim, 0, why, whylen)) {
         rc = SNAP_LIMIT;
         goto done;
@@ -200,6 +204,7 @@ done:
         disk_thaw(sn->disk, s->id);
     if (taken)
         disk_pool_adjust(sn->disk, -most);
+    snapshot_store_unlock(lock);
     pthread_mutex_unlock(&sn->take_mu);
     if (rc == SNAP_ERROR)
         log_session(LV_ERROR, s->id, tenant, "snapshot failed: %s", why);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,6 +25,7 @@
 #define ID_PREFIX "snap_"
 #define TMP_PREFIX ".tmp-"
 #define DEL_PREFIX ".del-"
+#define LOCK_FILE ".lock"
 #define OWNER_MAX 40
 /* A directory holding more entries than this is not scanned past them (a bound, logged). */
 #define SCAN_MAX 100000
@@ -275,6 +277,28 @@ void snapshot_store_abort(snapshot_store *st, const char *id)
     if (tmp)
         remove_tree(tmp);
     free(tmp);
+}
+
+int snapshot_store_lock(snapshot_store *st, char *err, size_t errlen)
+{
+    char *path = join(st->dir, LOCK_FILE, NULL);
+    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+    while (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR)
+            continue;
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0)
+        snprintf(err, errlen, "cannot lock %s: %s", path ? path : st->dir, path ? strerror(errno) : "out of memory");
+    free(path);
+    return fd;
+}
+
+void snapshot_store_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd); /* releases the flock */
 }
 
 static int newest_first(const void *a, const void *b)

@@ -38,6 +38,12 @@ typedef struct snapshot_store snapshot_store;
 snapshot_store *snapshot_store_open(const char *dir, const char *owner, char *err, size_t errlen);
 void snapshot_store_close(snapshot_store *st);
 
+/* Takes the store's lock (flock on <dir>/.lock), which every server sharing the store takes to
+ * count and add snapshots: a tenant's limits hold across them. The descriptor to give to
+ * snapshot_store_unlock, or -1 with a message (nothing is locked). */
+int snapshot_store_lock(snapshot_store *st, char *err, size_t errlen);
+void snapshot_store_unlock(int fd);
+
 /* Whether id has the shape of a snapshot id (checked before any path is made of it). */
 bool snapshot_id_valid(const char *id);
 
