@@ -102,11 +102,19 @@ describe("snapshots", function()
     end)
   end
 
-  it("keeps tenants apart, refuses bad input naming the field, and answers the limits", function()
-    server = airlockd.start({ env = ENV })
+  it("keeps tenants apart, refuses bad input naming the field, answers the limits, counts in the disk budget", function()
+    server = airlockd.start_with_admin({ env = ENV })
     local acme, other = server.tenants.acme, server.tenants.other
+    local function disk_used()
+      local st = http(server, "GET", "/v1/admin/status", { key = server.admin })
+      assert.are.equal(200, st.status, st.body)
+      return st.json.budgets.disk.used_bytes
+    end
     local id = http_client.create(server, acme).json.session_id
-    local snap = snapshot(server, acme, id).json.snapshot_id
+    local before = disk_used()
+    local first = snapshot(server, acme, id).json
+    local snap = first.snapshot_id
+    assert.are.equal(before + first.bytes, disk_used()) -- counted at its real size
     -- another tenant: neither the session nor the snapshot exists for it
     assert.are.equal(404, snapshot(server, other, id).status)
     assert.are.equal(404, http(server, "GET", "/v1/snapshots/" .. snap, { key = other }).status)
@@ -145,6 +153,10 @@ describe("snapshots", function()
     assert.truthy(big.json.detail:find("max_snapshot_mb (100)", 1, true), big.body)
     assert.are.equal(1, #http(server, "GET", "/v1/snapshots", { key = other }).json.snapshots)
     assert.are.equal(3, #http(server, "GET", "/v1/snapshots", { key = acme }).json.snapshots)
+    -- a deleted snapshot gives its bytes back
+    local used = disk_used()
+    assert.are.equal(200, http(server, "DELETE", "/v1/snapshots/" .. snap, { key = acme }).status)
+    assert.are.equal(used - first.bytes, disk_used())
   end)
 
   it("survive a restart and a kill -9; half-written ones are removed at start", function()

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define MB (1024.0 * 1024.0)
@@ -131,8 +132,12 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
         return SNAP_ERROR;
     }
     long long image_bytes = (long long)sb.st_size;
-    /* at most its image's blocks in use: reserved first, the rest given back after the copy */
-    long long most = (long long)sb.st_blocks * 512 < image_bytes ? (long long)sb.st_blocks * 512 : image_bytes;
+    /* at most the image less its filesystem's free blocks (what the copy may write): reserved
+     * first, set right after the copy */
+    struct statvfs fs;
+    long long most = image_bytes;
+    if (statvfs(s->workspace, &fs) == 0 && (long long)fs.f_bfree * (long long)fs.f_frsize < image_bytes)
+        most = image_bytes - (long long)fs.f_bfree * (long long)fs.f_frsize;
     pthread_mutex_lock(&sn->take_mu);
     snapshot_result rc = SNAP_ERROR;
     char id[SNAPSHOT_ID_SIZE] = "";
