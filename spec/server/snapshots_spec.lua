@@ -174,6 +174,18 @@ describe("snapshots", function()
       assert.is_true(proc.run("mkdir " .. q(dir .. "/" .. d) .. " && head -c 4096 /dev/zero > " .. q(dir .. "/" .. d .. "/workspace.img")))
     end
     assert.is_true(proc.run("echo x > " .. q(dir .. "/README")))
+    -- a record cut short, and a whole record whose image is missing: not whole, removed
+    local rec = proc.read_file(dir .. "/" .. a.snapshot_id .. "/snapshot.json")
+    assert.truthy(rec and rec:find('"parts"', 1, true), rec)
+    for name, files in pairs({ snap_00000000000000ee = { ["snapshot.json"] = rec:sub(1, math.floor(#rec / 2)) },
+        snap_00000000000000ff = { ["snapshot.json"] = (rec:gsub(a.snapshot_id, "snap_00000000000000ff")) } }) do
+      assert.is_true(proc.run("mkdir " .. q(dir .. "/" .. name)))
+      for file, text in pairs(files) do
+        local fh = assert(io.open(dir .. "/" .. name .. "/" .. file, "wb"))
+        fh:write(text)
+        fh:close()
+      end
+    end
 
     os.execute("kill -9 " .. server.pid)
     assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
