@@ -72,6 +72,10 @@ describe("pause and resume", function()
     assert.are.equal("one\n", http_client.exec(server, key, sid, "echo one | tee made.txt").json.stdout)
     assert.eventually(function() return own_sandbox_runs(server, sid) end, { timeout = 60, what = "its sandbox" })
     assert.are.equal("active", info(server, key, sid).state)
+    -- what the check below must find gone: its sandbox's processes and cgroups, its mount and loop
+    local kinds = {}
+    for _, what in ipairs(host_of(server, sid)) do kinds[what:match("^%a+")] = true end
+    assert.are.same({ process = true, cgroup = true, mount = true, loop = true }, kinds)
 
     local p = post(server, key, sid, "pause")
     assert.are.equal(200, p.status, p.body)
@@ -132,7 +136,7 @@ describe("pause and resume", function()
     local busy = post(server, key, sid, "pause")
     assert.are.equal(409, busy.status, busy.body)
     assert.truthy(busy.json.detail:find("a command is running", 1, true), busy.body)
-    assert.are.equal("done\n", assert(job.wait(60)).json.stdout)
+    assert.are.equal("done\n", assert(job.wait(60)).stdout)
     assert.are.equal(200, post(server, key, sid, "pause").status)
 
     assert.are.equal(404, post(server, key, "sbx_000000000000", "pause").status)
