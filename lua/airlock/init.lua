@@ -103,6 +103,7 @@ end
 -- and the handle keeps what it had).
 local function take_shape(self, data)
   if type(data.template) == "string" then self.template = data.template end
+  if data.state == "active" or data.state == "paused" then self.state = data.state end
   for _, name in ipairs(engine.SIZES) do
     if type(data[name]) == "number" then self[name] = data[name] end
   end
@@ -120,6 +121,7 @@ function Sandbox:start()
   for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
     if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end
   end
+  if s.on_idle ~= nil then body[#body + 1] = { "on_idle", s.on_idle } end
   local called, ok, data = tasks.pcall(exchange.call, s, "POST", "/v1/sessions", body)
   if called and ok and type(data) == "table" and type(data.session_id) == "string" and data.session_id ~= "" then
     self.session_id = data.session_id
@@ -215,6 +217,7 @@ function Sandbox:run(command, opts)
     { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
       output_limit_bytes = o.output_limit_bytes,
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
+  if self.state then self.state = "active" end -- a paused session resumes for its command
   return result.from_response(data)
 end
 
@@ -239,6 +242,27 @@ end
 function Sandbox:info()
   local id = started(self, "info")
   local data = call(self._settings, "GET", engine.session_path(id, ""))
+  if type(data) == "table" then take_shape(self, data) end
+  return data
+end
+
+-- sbx:pause() → {state = "paused", image_bytes, pause_ms, paused_at} (airlockd): the session's
+-- sandbox stops and its workspace is kept; nothing of it runs until it is resumed. Pausing a
+-- paused session answers the same. Raises a SandboxError (409) while a command runs in it.
+function Sandbox:pause()
+  local id = started(self, "pause")
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/pause"), nil, { timeout = math.max(s.timeout, 120) })
+  if type(data) == "table" then take_shape(self, data) end
+  return data
+end
+
+-- sbx:resume() → {state = "active", resumed, resume_ms} (airlockd). Any call on a paused session
+-- resumes it anyway; this one does only that (resumed is false when it was active).
+function Sandbox:resume()
+  local id = started(self, "resume")
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/resume"), nil, { timeout = math.max(s.timeout, 120) })
   if type(data) == "table" then take_shape(self, data) end
   return data
 end
