@@ -38,6 +38,11 @@ describe("pause and resume through the SDK", function()
     assert.are.equal("paused", sbx.state)
     assert.are.equal("paused", sbx:info().state)
     assert.are.equal("paused", sbx:pause().state) -- again: the same answer
+    local listed
+    for _, s in ipairs((airlock.list_sessions(opts))) do
+      if s.session_id == sbx.session_id then listed = s end
+    end
+    assert.are.same({ "paused", "pause", "number" }, { listed.state, listed.on_idle, type(listed.paused_at) })
 
     -- another handle (as a new process would make) on the same session
     local again = airlock.attach(sbx.session_id, opts)

@@ -270,7 +270,7 @@ void api_sessions_list(app *a, http_request *r, const api_call *c)
 {
     const char *tname = tenants_get(a->tenants, c->tenant)->name;
     if (a->fleet) { /* every node's sessions, from the fleet's registry */
-        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl);
+        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl, a->cfg->paused_ttl);
         if (all)
             http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", all));
         else

@@ -1067,8 +1067,11 @@ session_result registry_pause_end(registry *r, session *s, const session_pause_s
     pthread_mutex_unlock(&r->mu);
     if (save(r)) {
         pthread_mutex_lock(&r->mu);
+        double at = s->pause.paused_at;
         turn_end_locked(r, s, SESSION_PAUSED);
         pthread_mutex_unlock(&r->mu);
+        if (r->shared.paused)
+            r->shared.paused(r->shared.ctx, s->id, at);
         return SESSION_OK;
     }
     /* not saved: a restart would mount it as active, so it stays active now */
@@ -1111,6 +1114,8 @@ session_result registry_resume(registry *r, session *s, bool *resumed)
         return SESSION_ERROR;
     /* not saved: a restart finds it paused, its files in its image, and resumes it then */
     save(r);
+    if (r->shared.paused)
+        r->shared.paused(r->shared.ctx, s->id, 0);
     *resumed = true;
     return SESSION_OK;
 }

@@ -76,6 +76,8 @@ typedef struct {
                    int *open_now);
     void (*ready)(void *ctx, const char *reserved_id, const char *id, double created_at, const session *s);
     void (*release)(void *ctx, const char *id);
+    /* s was paused (paused_at) or resumed (0); NULL: not recorded */
+    void (*paused)(void *ctx, const char *id, double paused_at);
     void *ctx;
 } registry_shared;
 
