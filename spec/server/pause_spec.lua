@@ -94,6 +94,9 @@ describe("pause and resume", function()
     assert.eventually(function() local left = host_of(server, sid); return #left == 0, left end,
       { what = "nothing of the paused session on the host" })
     assert.is_true(exists(server.dir .. "/state/images/" .. sid .. ".img"), "its image is kept")
+    local m = http(server, "GET", "/v1/sessions/" .. sid .. "/metrics", { key = key })
+    assert.are.same({ 200, "paused" }, { m.status, m.json.state }) -- the figures resume nothing
+    assert.is_nil(m.headers["x-airlock-resumed"])
 
     -- pausing a paused session answers the same state (idempotent)
     local again = post(server, key, sid, "pause")
