@@ -120,6 +120,13 @@ describe("pause and resume", function()
     assert.are.equal(200, read.status, read.body)
     assert.are.equal("written before the pause", read.json.content)
     assert.are.equal("1", read.headers["x-airlock-resumed"])
+    -- and a streamed exec: the header on its chunked answer
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+    local streamed = http(server, "POST", "/v1/sessions/" .. sid .. "/exec",
+      { key = key, body = '{"command": "cat kept.txt", "stream": true}' })
+    assert.are.equal(200, streamed.status, streamed.body)
+    assert.are.equal("1", streamed.headers["x-airlock-resumed"])
+    assert.truthy(streamed.body:find("written before the pause", 1, true), streamed.body)
     local resume = post(server, key, sid, "resume")
     assert.are.equal(200, resume.status, resume.body)
     assert.are.same({ "active", false }, { resume.json.state, resume.json.resumed })
