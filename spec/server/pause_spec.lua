@@ -214,9 +214,15 @@ describe("paused sessions over time and restarts", function()
     local kept = http_client.create(server, key).json.session_id
     assert.are.equal(200, http_client.write(server, key, kept, "notes.txt", "before the restarts").status)
     assert.are.equal(200, post(server, key, kept, "pause").status)
+    -- a paused session whose image is gone when the server starts is dropped, as an active one is
+    local orphan = http_client.create(server, key).json.session_id
+    assert.are.equal(200, post(server, key, orphan, "pause").status)
     os.execute("kill -TERM " .. server.pid)
     assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    assert.is_true(os.remove(server.dir .. "/state/images/" .. orphan .. ".img"))
     restart(long)
+    assert.are.equal(404, http(server, "GET", "/v1/sessions/" .. orphan, { key = key }).status)
+    assert.truthy(airlockd.log(server):find("paused session " .. orphan .. " not restored: its image is missing", 1, true))
     assert.are.equal("paused", info(server, key, kept).state)
     assert.are.same({}, host_of(server, kept))
     os.execute("kill -9 " .. server.pid)
