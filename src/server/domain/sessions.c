@@ -1120,6 +1120,15 @@ session_result registry_resume(registry *r, session *s, bool *resumed)
     return SESSION_OK;
 }
 
+bool registry_paused(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    const session *s = find_locked(r, id);
+    bool paused = s && s->state != SESSION_ACTIVE;
+    pthread_mutex_unlock(&r->mu);
+    return paused;
+}
+
 session_state registry_state(registry *r, const session *s, session_pause_state *pause)
 {
     pthread_mutex_lock(&r->mu);

@@ -238,6 +238,9 @@ session_result registry_pause_end(registry *r, session *s, const session_pause_s
  * SESSION_NOT_FOUND when it was deleted meanwhile. */
 session_result registry_resume(registry *r, session *s, bool *resumed);
 
+/* Whether session id is here and paused (or pausing, or resuming). */
+bool registry_paused(registry *r, const char *id);
+
 /* What s's state is now (and, paused, its pause) under the lock. */
 session_state registry_state(registry *r, const session *s, session_pause_state *pause);
 
