@@ -99,6 +99,11 @@ local function check_self(self, what)
   end
 end
 
+-- A call on the session went through: a paused one was resumed for it (airlockd).
+local function now_active(sbx)
+  if sbx.state then sbx.state = "active" end
+end
+
 -- The template and size a server answered with (airlockd; another server's answer has none,
 -- and the handle keeps what it had).
 local function take_shape(self, data)
@@ -217,7 +222,7 @@ function Sandbox:run(command, opts)
     { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
       output_limit_bytes = o.output_limit_bytes,
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
-  if self.state then self.state = "active" end -- a paused session resumes for its command
+  now_active(self) -- a paused session resumes for its command
   return result.from_response(data)
 end
 
@@ -354,11 +359,13 @@ function Files:write(path, content, opts)
     engine.check_string("content", content)
     call(sbx._settings, "POST", engine.session_path(id, "/write"), nil,
       { query = { { "path", path } }, raw_body = content })
+    now_active(sbx)
     return
   end
   engine.check_string("content", content, { utf8 = true })
   call(sbx._settings, "POST", engine.session_path(id, "/write"),
     { { "path", path }, { "content", content } })
+  now_active(sbx)
 end
 
 -- Raises the error Python's open() would for a local file: FileNotFoundError (no such file
@@ -396,6 +403,7 @@ function Files:read(path, opts)
   if opts and opts.binary then return raw_read(sbx, id, path) end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
     { query = { { "path", path } } })
+  now_active(sbx)
   local content = data and data.content
   if content == engine.missing_file_text(path) then
     errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
@@ -461,6 +469,7 @@ function Files:list(dir, opts)
     query[2] = { "limit", engine.check_integer("limit", opts.limit, 1, 10000) }
   end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/list"), nil, { query = query })
+  now_active(sbx)
   if type(data) ~= "table" or type(data.entries) ~= "table" then
     errors.raise("SandboxError", "The server's list answer has no entries")
   end

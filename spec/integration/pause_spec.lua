@@ -59,6 +59,9 @@ describe("pause and resume through the SDK", function()
     assert.are.equal("kept while paused", sbx:run("cat notes.txt").stdout)
     assert.are.equal("active", sbx.state)
     assert.are.equal("active", sbx:info().state)
+    sbx:pause()
+    assert.are.equal("kept while paused", sbx.files:read("notes.txt")) -- so does a file call
+    assert.are.equal("active", sbx.state)
   end)
 
   it("works inside tasks, two sessions at once", function()
