@@ -200,6 +200,12 @@ describe("paused sessions over time and restarts", function()
     assert.eventually(function() return info(server, key, sid).state == "paused" end, { timeout = 20, what = "paused on idle" })
     assert.eventually(function() return http(server, "GET", "/v1/sessions/" .. plain, { key = key }).status == 404 end,
       { what = "the plain session deleted on idle" })
+    -- a resume resets its idle clock (it was last used a TTL before its pause), and it pauses again
+    local paused_at = info(server, key, sid).paused_at
+    assert.are.equal(true, post(server, key, sid, "resume").json.resumed)
+    -- (it may be paused again already on a slow machine: its last use is what tells)
+    assert.is_true(info(server, key, sid).last_accessed_at >= paused_at, "idle clock not reset")
+    assert.eventually(function() return info(server, key, sid).state == "paused" end, { timeout = 20, what = "paused again" })
     assert.eventually(function() return http(server, "GET", "/v1/sessions/" .. sid, { key = key }).status == 404 end,
       { timeout = 20, what = "deleted after SANDBOX_PAUSED_TTL" })
     assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".img"))
