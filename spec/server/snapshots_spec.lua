@@ -138,8 +138,13 @@ describe("snapshots", function()
     assert.are.equal("disk_mb", field_of(http_client.create(server, acme, '{"from_snapshot": "' .. snap .. '", "disk_mb": 128}')))
     assert.are.equal(404, http(server, "GET", "/v1/snapshots/..%2Fx", { key = acme }).status)
 
+    -- a paused session is resumed first, as for any call, and the answer says so
+    local paused = http(server, "POST", "/v1/sessions/" .. id .. "/pause", { key = acme })
+    assert.are.equal(200, paused.status, paused.body)
+    local after_pause = snapshot(server, acme, id)
+    assert.are.equal(201, after_pause.status, after_pause.body)
+    assert.are.equal("1", after_pause.headers["x-airlock-resumed"])
     -- max_snapshots (3): the fourth is refused with the limit's name and value
-    assert.are.equal(201, snapshot(server, acme, id).status)
     assert.are.equal(201, snapshot(server, acme, id).status)
     local over = snapshot(server, acme, id)
     assert.are.equal(429, over.status, over.body)

@@ -4,6 +4,7 @@
 #include "api/snapshots.h"
 
 #include "api/handlers.h"
+#include "domain/pause.h"
 #include "drain/extents.h"
 #include "log/log.h"
 
@@ -111,6 +112,21 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 404, "Session not found or expired");
         return;
     }
+    /* a paused session is resumed first, as for any call (its disk is mounted again) */
+    bool resumed = false;
+    double resume_ms = 0;
+    sr = resume_session(&a->pause, s, &resumed, &resume_ms);
+    if (sr != SESSION_OK) {
+        registry_release(a->reg, s);
+        if (sr == SESSION_NOT_FOUND)
+            http_send_detail(r, 404, "Session not found or expired");
+        else
+            http_send_retry(r, 503, "The paused session could not be resumed (its disk could not be mounted); its "
+                                    "files are kept. Retry shortly.", 2);
+        return;
+    }
+    if (resumed)
+        http_note(r, "x-airlock-resumed", "1", "resumed");
     char nm[SNAPSHOT_NAME_MAX + 1] = "";
     if (name)
         memcpy(nm, name, name_len);
