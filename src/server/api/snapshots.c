@@ -142,10 +142,8 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
         char msg[640];
         snprintf(msg, sizeof msg, "No room for the snapshot: %s. Try again later or delete snapshots.", why);
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", msg), "retry-after", "5");
-    } else if (rc != SNAP_OK) {
-        char msg[640];
-        snprintf(msg, sizeof msg, "The snapshot could not be made: %s", why);
-        http_send_detail(r, 500, msg);
+    } else if (rc != SNAP_OK) { /* the reason (host paths) is in the log, not the answer */
+        http_send_detail(r, 500, "The snapshot could not be made (the server logged why); the session is untouched.");
     } else {
         log_session(LV_INFO, rec.session_id, t->name, "snapshot %s taken (%lld bytes)", rec.id, rec.bytes);
         http_send_json(r, 201, snapshot_json(&rec));
