@@ -445,8 +445,10 @@ kernel *kernels_get(kernels *t, const char *session_id, const char *id)
  * and its sandbox given back. */
 static void end_kernel(kernels *t, kernel *k)
 {
-    if (k->sb && k->slot >= 0) /* a cell under way ends at once */
-        (void)sandbox_session_proc_signal(k->sb, k->slot, SIGKILL);
+    pthread_mutex_lock(&t->mu);
+    if (k->interrupt_slot >= 0) /* a cell under way ends at once (and its kernel is not restarted) */
+        (void)sandbox_session_proc_signal(k->sb, k->interrupt_slot, SIGKILL);
+    pthread_mutex_unlock(&t->mu);
     pthread_mutex_lock(&k->run_mu);
     if (k->sb && k->slot >= 0) {
         char err[64];
@@ -630,14 +632,15 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
 {
     int64_t t0 = now_ms();
     pthread_mutex_lock(&k->run_mu);
-    if (k->ended) {
+    pthread_mutex_lock(&t->mu);
+    bool ended = k->ended;
+    k->busy = !ended;
+    pthread_mutex_unlock(&t->mu);
+    if (ended) {
         pthread_mutex_unlock(&k->run_mu);
         snprintf(errbuf, errlen, "the kernel was deleted");
         return NULL;
     }
-    pthread_mutex_lock(&t->mu);
-    k->busy = true;
-    pthread_mutex_unlock(&t->mu);
     json_t *answer = NULL;
     cell c;
     cell_init(&c, ++k->next_cell, output_limit, ev);
@@ -666,6 +669,7 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
     run_cell(k, &c, line, len, timeout_seconds, cancel_fd, &e);
     pthread_mutex_lock(&t->mu);
     k->interrupt_slot = -1;
+    ended = k->ended; /* deleted meanwhile: its process was killed, no restart */
     pthread_mutex_unlock(&t->mu);
     bool limit_hit = false;
     e.oom = sandbox_session_proc_end(k->sb, e.gone, &limit_hit);
@@ -680,10 +684,12 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
             kill_process(k);
             (void)sandbox_session_proc_end(k->sb, false, &limit_hit);
         }
-        log_info("kernel %s of session %s restarts: its process %s", k->id, k->session_id,
-                 e.oom ? "hit the memory limit" : e.killed ? "ignored its interrupt" : "ended");
-        if (restart(t, k, s, errbuf, errlen) != 0)
-            log_warn("kernel %s could not restart: %s", k->id, errbuf);
+        if (!ended) {
+            log_info("kernel %s of session %s restarts: its process %s", k->id, k->session_id,
+                     e.oom ? "hit the memory limit" : e.killed ? "ignored its interrupt" : "ended");
+            if (restart(t, k, s, errbuf, errlen) != 0)
+                log_warn("kernel %s could not restart: %s", k->id, errbuf);
+        }
     }
     json_t *warnings = json_array();
     json_t *out = kept_text(&c.out, "stdout", output_limit, warnings);
