@@ -276,15 +276,17 @@ class Kernel:
                 value = str(value)
         data[mime] = value
 
-    def show_figures(self):
-        """plt.show() and a cell's end: every open figure as image/png, then closed."""
+    def show_figures(self, keep=None):
+        """plt.show() and a cell's end: every open figure as image/png, then closed (but
+        `keep`, the figure that is the cell's value: displayed as that)."""
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is None:
             return
         for num in pyplot.get_fignums():
             fig = pyplot.figure(num)
-            self.send_result({"image/png": figure_png(fig), "text/plain": repr(fig)})
-        pyplot.close("all")
+            if fig is not keep:
+                self.send_result({"image/png": figure_png(fig), "text/plain": repr(fig)})
+                pyplot.close(fig)
 
     # -- cells -----------------------------------------------------------------------------
 
@@ -328,6 +330,9 @@ class Kernel:
                 value = eval(last, ns)
                 if value is not None:
                     ns["_"] = value
+                    # the figures drawn by the cell first: the value is the cell's last result
+                    # (what the SDK's `text` is)
+                    self.show_figures(keep=value)
                     self.display(value)
         finally:
             signals.in_user_code = False
