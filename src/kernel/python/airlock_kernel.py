@@ -39,6 +39,7 @@ MIME_METHODS = (
     ("_repr_json_", "application/json"),
 )
 BINARY_MIMES = ("image/png", "image/jpeg")
+DEBIAN_MATPLOTLIBRC = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
 
 class Channel:
@@ -418,6 +419,11 @@ def diag(message):
 def main():
     # matplotlib, when user code imports it, draws without a display (children inherit it too)
     os.environ["MPLBACKEND"] = "Agg"
+    # Debian's matplotlib reads its settings only from /etc/matplotlibrc, which a sandbox's
+    # root may lack: then the packaged copy (two stat calls; matplotlib is not imported here)
+    if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") \
+            and os.path.exists(DEBIAN_MATPLOTLIBRC):
+        os.environ["MATPLOTLIBRC"] = DEBIAN_MATPLOTLIBRC
     global diag_fd
     diag_fd = os.dup(2)  # the kernel's own complaints go where its stderr went, not to a cell
     requests_fd = os.dup(0)  # dup()ed descriptors are close-on-exec: children never see them
