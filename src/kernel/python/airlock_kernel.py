@@ -360,6 +360,27 @@ def format_traceback(e):
     return "".join(tbe.format())
 
 
+FONTS_CONF = ('<?xml version="1.0"?>\n<fontconfig><dir>/usr/share/fonts</dir>'
+              '<cachedir prefix="xdg">fontconfig</cachedir></fontconfig>\n')
+
+
+def give_fontconfig_a_configuration():
+    """A sandbox's root may lack /etc/fonts: then matplotlib's first font scan (fc-list)
+    prints "Fontconfig error: Cannot load default config file" into the user's cell. A
+    minimal configuration listing the system's fonts avoids it."""
+    if "FONTCONFIG_FILE" in os.environ or os.path.exists("/etc/fonts/fonts.conf") \
+            or not os.path.isdir("/usr/share/fonts"):
+        return
+    import tempfile
+    try:
+        fd, path = tempfile.mkstemp(prefix="airlock-fonts-", suffix=".conf")
+        with os.fdopen(fd, "w") as f:
+            f.write(FONTS_CONF)
+    except OSError:
+        return
+    os.environ["FONTCONFIG_FILE"] = path
+
+
 def figure_png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
@@ -374,6 +395,9 @@ class PyplotHook:
         self.kernel = kernel
 
     def find_spec(self, fullname, path, target=None):
+        if fullname == "matplotlib":
+            give_fontconfig_a_configuration()
+            return None  # the usual finders import it
         if fullname != "matplotlib.pyplot":
             return None
         import importlib.machinery
