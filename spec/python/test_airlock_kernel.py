@@ -364,6 +364,12 @@ class Matplotlib(KernelTest):
         after = self.k.execute("import matplotlib\n(plt.get_fignums(), matplotlib.get_backend())")
         self.assertEqual(after.text, "([], 'agg')")
 
+    def test_the_last_expression_comes_after_the_figures_of_its_cell(self):
+        cell = self.k.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2])\n6 * 7")
+        self.assertEqual(len(cell.results), 2)
+        self.assertPng(cell.results[0])
+        self.assertEqual(cell.results[1], {"text/plain": "42"})
+
     def test_a_figure_as_the_last_expression_is_shown_once(self):
         cell = self.k.execute("import matplotlib.pyplot as plt\n"
                               "fig, ax = plt.subplots(); ax.plot([1, 0])\nfig")

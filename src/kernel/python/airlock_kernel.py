@@ -39,6 +39,7 @@ MIME_METHODS = (
     ("_repr_json_", "application/json"),
 )
 BINARY_MIMES = ("image/png", "image/jpeg")
+DEBIAN_MATPLOTLIBRC = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
 
 class Channel:
@@ -276,15 +277,17 @@ class Kernel:
                 value = str(value)
         data[mime] = value
 
-    def show_figures(self):
-        """plt.show() and a cell's end: every open figure as image/png, then closed."""
+    def show_figures(self, keep=None):
+        """plt.show() and a cell's end: every open figure as image/png, then closed (but
+        `keep`, the figure that is the cell's value: displayed as that)."""
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is None:
             return
         for num in pyplot.get_fignums():
             fig = pyplot.figure(num)
-            self.send_result({"image/png": figure_png(fig), "text/plain": repr(fig)})
-        pyplot.close("all")
+            if fig is not keep:
+                self.send_result({"image/png": figure_png(fig), "text/plain": repr(fig)})
+                pyplot.close(fig)
 
     # -- cells -----------------------------------------------------------------------------
 
@@ -328,6 +331,9 @@ class Kernel:
                 value = eval(last, ns)
                 if value is not None:
                     ns["_"] = value
+                    # the figures drawn by the cell first: the value is the cell's last result
+                    # (what the SDK's `text` is)
+                    self.show_figures(keep=value)
                     self.display(value)
         finally:
             signals.in_user_code = False
@@ -354,6 +360,27 @@ def format_traceback(e):
     return "".join(tbe.format())
 
 
+FONTS_CONF = ('<?xml version="1.0"?>\n<fontconfig><dir>/usr/share/fonts</dir>'
+              '<cachedir prefix="xdg">fontconfig</cachedir></fontconfig>\n')
+
+
+def give_fontconfig_a_configuration():
+    """A sandbox's root may lack /etc/fonts: then matplotlib's first font scan (fc-list)
+    prints "Fontconfig error: Cannot load default config file" into the user's cell. A
+    minimal configuration listing the system's fonts avoids it."""
+    if "FONTCONFIG_FILE" in os.environ or os.path.exists("/etc/fonts/fonts.conf") \
+            or not os.path.isdir("/usr/share/fonts"):
+        return
+    import tempfile
+    try:
+        fd, path = tempfile.mkstemp(prefix="airlock-fonts-", suffix=".conf")
+        with os.fdopen(fd, "w") as f:
+            f.write(FONTS_CONF)
+    except OSError:
+        return
+    os.environ["FONTCONFIG_FILE"] = path
+
+
 def figure_png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
@@ -368,6 +395,9 @@ class PyplotHook:
         self.kernel = kernel
 
     def find_spec(self, fullname, path, target=None):
+        if fullname == "matplotlib":
+            give_fontconfig_a_configuration()
+            return None  # the usual finders import it
         if fullname != "matplotlib.pyplot":
             return None
         import importlib.machinery
@@ -413,6 +443,11 @@ def diag(message):
 def main():
     # matplotlib, when user code imports it, draws without a display (children inherit it too)
     os.environ["MPLBACKEND"] = "Agg"
+    # Debian's matplotlib reads its settings only from /etc/matplotlibrc, which a sandbox's
+    # root may lack: then the packaged copy (two stat calls; matplotlib is not imported here)
+    if "MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc") \
+            and os.path.exists(DEBIAN_MATPLOTLIBRC):
+        os.environ["MATPLOTLIBRC"] = DEBIAN_MATPLOTLIBRC
     global diag_fd
     diag_fd = os.dup(2)  # the kernel's own complaints go where its stderr went, not to a cell
     requests_fd = os.dup(0)  # dup()ed descriptors are close-on-exec: children never see them
