@@ -155,8 +155,7 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     local ps = http_client.exec(server, key, sid, "ps -e -o comm=")
     assert.are.equal(200, ps.status, ps.body)
     assert.are.equal("ps\n", ps.json.stdout)
-    local png = cell("import os\nos.environ.setdefault('MATPLOTLIBRC', '/usr/share/matplotlib/mpl-data')\n"
-      .. "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()", 30)
+    local png = cell("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()", 30)
     assert.are.equal(cjson.null, png.error)
     local data = png.results[1] and png.results[1]["image/png"]
     assert.is_string(data)
