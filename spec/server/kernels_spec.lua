@@ -17,7 +17,7 @@ require "support.eventually"
 local q = proc.shell_quote
 
 describe("kernels (SANDBOX_EXEC_MODE=session)", function()
-  local server, key, sid, kid
+  local server, key, sid, kid, audit_db
 
   local function call(method, path, body, max_time)
     return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
@@ -39,7 +39,8 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
 
   lazy_setup(function()
     key = "ak_" .. airlockd.random_hex(16)
-    server = airlockd.start({ tenants = { acme = key } })
+    audit_db = proc.temp_path() .. ".db"
+    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_AUDIT = "sqlite:" .. audit_db } })
     local r = http_client.create(server, key)
     assert.are.equal(201, r.status, r.body)
     sid = r.json.session_id
@@ -48,6 +49,7 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
 
   lazy_teardown(function()
     if server then airlockd.stop(server) end
+    if audit_db then os.remove(audit_db) end
   end)
 
   it("keeps state across cells and returns output, results and errors", function()
@@ -69,6 +71,11 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     assert.are.equal("bad value", c.error.value)
     assert.truthy(c.error.traceback:find("ValueError: bad value", 1, true), c.error.traceback)
     assert.truthy(c.error.traceback:find("in f", 1, true), c.error.traceback)
+    local audit = call("GET", "/v1/audit?limit=10")
+    assert.are.equal(200, audit.status, audit.body)
+    local kinds = {}
+    for _, e in ipairs(audit.json.entries) do kinds[#kinds + 1] = e.kind .. ":" .. e.command end
+    assert.truthy(table.concat(kinds, "\n"):find("kernel:x + 1", 1, true), audit.body) -- every cell is audited
   end)
 
   it("interrupts a cell past its timeout and keeps state; kills one that ignores it and says so twice", function()
@@ -148,8 +155,7 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     local ps = http_client.exec(server, key, sid, "ps -e -o comm=")
     assert.are.equal(200, ps.status, ps.body)
     assert.are.equal("ps\n", ps.json.stdout)
-    local png = cell("import os\nos.environ.setdefault('MATPLOTLIBRC', '/usr/share/matplotlib/mpl-data')\n"
-      .. "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()", 30)
+    local png = cell("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()", 30)
     assert.are.equal(cjson.null, png.error)
     local data = png.results[1] and png.results[1]["image/png"]
     assert.is_string(data)

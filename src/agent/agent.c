@@ -18,6 +18,11 @@
  * one worker. Commands of a session may run at once (AGENT_SLOTS, each in its own container):
  * a command that finds no free worker gets a new one at once; when they end, one worker stays.
  *
+ * A long-lived process (a session's kernel: FRAME_SPAWN) runs the same way on a slot of its own,
+ * in a container made for it with its stdin on a pipe of its worker's (FRAME_STDIN feeds it),
+ * without a timeout; FRAME_SIGNAL's signals go to it (SIGINT: interrupt its cell). It holds its
+ * slot and worker until it ends.
+ *
  * The protocol and its channels are protocol.h's; the container child is container.c, the
  * worker worker.c (agent.h says what they share).
  *

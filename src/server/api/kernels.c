@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NDJSON "application/x-ndjson"
 #define NEEDS_SESSION_MODE "Kernels need the session's own sandbox (SANDBOX_EXEC_MODE=session); this server runs each command in a sandbox of its own."
@@ -139,7 +140,7 @@ void api_kernels_interrupt(app *a, http_request *r, const api_call *c)
         send_unknown_kernel(r, kid);
         return;
     }
-    kernel_interrupt(k);
+    kernel_interrupt(a->kernels, k);
     kernels_put(a->kernels, k);
     http_send_json(r, 200, json_pack("{s:s,s:s}", "status", "interrupted", "kernel_id", kid));
 }
@@ -166,6 +167,32 @@ static void stream_error(void *ctx, json_t *error)
 {
     exec_tap *tap = ctx;
     exec_tap_event(tap, json_pack("{s:s,s:O}", "type", "exception", "error", error));
+}
+
+/* {"type":"heartbeat"} after EXEC_HEARTBEAT_MS without an event, as the exec stream. */
+static void stream_tick(void *ctx)
+{
+    exec_tap *tap = ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (now - tap->last_event_ms >= EXEC_HEARTBEAT_MS && !http_stream_full(tap->stream))
+        exec_tap_event(tap, json_pack("{s:s}", "type", "heartbeat"));
+}
+
+/* The cell's audit record (kind "kernel", the code as its command): 0, or -1 when it could not
+ * be saved (the answer says so; the cell ran). */
+static int audit_cell(app *a, const api_call *c, const session *s, const char *code, const json_t *answer,
+                      double duration_s)
+{
+    const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
+    json_t *error = json_object_get(answer, "error");
+    audit_entry ae = {.tenant = t->name, .session_id = s->id, .actor = c->actor, .kind = "kernel",
+                      .command = code, .has_duration = true, .duration_s = duration_s,
+                      .timed_out = json_is_true(json_object_get(answer, "timed_out")),
+                      .oom_killed = json_is_true(json_object_get(answer, "oom_killed")),
+                      .detail = json_string_value(json_object_get(error, "name"))};
+    return api_audit_record(a, &ae);
 }
 
 /* Whether the streamed form was asked for: ?stream=1 (or true), "stream": true, or Accept. */
@@ -197,7 +224,13 @@ void api_kernels_execute(app *a, http_request *r, const api_call *c)
     }
     if (send_if_invalid(r, errs))
         return;
-    session *s = kernel_session(a, r, c, sid);
+    if (!warm_sessions(a->warm)) {
+        http_send_detail(r, 409, NEEDS_SESSION_MODE);
+        return;
+    }
+    api_call sc = *c;
+    sc.param = sid;
+    session *s = acquire_audited_session(a, r, &sc, "The cell's audit record"); /* no cell runs unaudited */
     if (!s)
         return;
     kernel *k = kernels_get(a->kernels, s->id, kid);
@@ -210,14 +243,24 @@ void api_kernels_execute(app *a, http_request *r, const api_call *c)
     exec_tap_init(&tap, NULL);
     if (wants_stream(r, body_stream))
         exec_tap_init(&tap, http_stream_begin(r, NDJSON, EXEC_STREAM_QUEUE, (unsigned)timeout + 60));
-    kernel_events ev = {.text = stream_text, .result = stream_result, .error = stream_error, .ctx = &tap};
+    kernel_events ev = {.text = stream_text, .result = stream_result, .error = stream_error, .tick = stream_tick,
+                        .ctx = &tap};
     int cancel_fd = tap.stream ? http_stream_cancel_fd(tap.stream) : http_client_fd(r);
     char errbuf[512] = "";
     json_t *answer = kernel_execute(a->kernels, k, s, code, code_len, (int)timeout, (size_t)output_limit, cancel_fd,
                                     tap.stream ? &ev : NULL, errbuf, sizeof errbuf);
     kernels_put(a->kernels, k);
+    bool audited = !answer || audit_cell(a, c, s, code, answer,
+                                         (double)json_integer_value(json_object_get(answer, "duration_ms")) / 1000.0) == 0;
     registry_release(a->reg, s);
-    if (!answer) {
+    if (!audited) {
+        json_decref(answer);
+        const char *detail = "The cell ran but its audit record could not be saved: the server's storage is full or failing.";
+        if (tap.stream)
+            exec_tap_event(&tap, json_pack("{s:s,s:i,s:s}", "type", "error", "status", 507, "detail", detail));
+        else
+            http_send_detail(r, 507, detail);
+    } else if (!answer) {
         log_error("a cell of kernel %s in %s failed: %s", kid, sid, errbuf);
         if (tap.stream)
             exec_tap_event(&tap, json_pack("{s:s,s:i,s:s}", "type", "error", "status", 500, "detail", errbuf));

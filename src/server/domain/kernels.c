@@ -36,7 +36,9 @@ struct kernel {
     int slot;               /* its process's agent slot; -1 when it has none */
     int refs;               /* table's reference + kernels_get's; under the table's mu */
     bool ended;             /* deleted: no cell runs any more */
-    bool busy;              /* a cell runs (for the state and interrupt); under the table's mu */
+    bool busy;              /* a cell runs (for the state); under the table's mu */
+    int interrupt_slot;     /* the slot of the process running a cell (SIGINT goes there); -1
+                             * outside a cell's run; under the table's mu */
     int restart_says;       /* cells still to say kernel_restarted */
     int next_cell;          /* the wire's request id */
     buffer line;            /* the event line being read */
@@ -374,6 +376,7 @@ kernel_start_rc kernels_start(kernels *t, const session *s, const char *tenant, 
     make_id(k->id);
     snprintf(k->session_id, sizeof k->session_id, "%s", s->id);
     k->slot = -1;
+    k->interrupt_slot = -1;
     k->refs = 1;
     buf_init(&k->line, 0);
     /* counted in the table from now on (starting), so two starts at once keep to max */
@@ -442,8 +445,10 @@ kernel *kernels_get(kernels *t, const char *session_id, const char *id)
  * and its sandbox given back. */
 static void end_kernel(kernels *t, kernel *k)
 {
-    if (k->sb && k->slot >= 0) /* a cell under way ends at once */
-        (void)sandbox_session_proc_signal(k->sb, k->slot, SIGKILL);
+    pthread_mutex_lock(&t->mu);
+    if (k->interrupt_slot >= 0) /* a cell under way ends at once (and its kernel is not restarted) */
+        (void)sandbox_session_proc_signal(k->sb, k->interrupt_slot, SIGKILL);
+    pthread_mutex_unlock(&t->mu);
     pthread_mutex_lock(&k->run_mu);
     if (k->sb && k->slot >= 0) {
         char err[64];
@@ -516,13 +521,13 @@ void kernels_free(kernels *t)
     free(t);
 }
 
-void kernel_interrupt(kernel *k)
+void kernel_interrupt(kernels *t, kernel *k)
 {
-    /* k->sb and k->slot change only under run_mu, held by the cell: read once, best effort */
-    sandbox *sb = k->sb;
-    int slot = k->slot;
-    if (sb && slot >= 0 && k->busy)
-        (void)sandbox_session_proc_signal(sb, slot, SIGINT);
+    /* only while the cell's process runs it: a slot freed by a kill may be a command's */
+    pthread_mutex_lock(&t->mu);
+    if (k->interrupt_slot >= 0)
+        (void)sandbox_session_proc_signal(k->sb, k->interrupt_slot, SIGINT);
+    pthread_mutex_unlock(&t->mu);
 }
 
 /* ---- a cell ------------------------------------------------------------------------- */
@@ -585,6 +590,8 @@ static void run_cell(kernel *k, cell *c, const char *line, size_t len, int timeo
             e->gone = true;
             return;
         }
+        if (c->ev && c->ev->tick)
+            c->ev->tick(c->ev->ctx);
         int64_t next = give_up ? give_up : kill_at ? kill_at : deadline;
         read_rc rc = read_frame(k, c, (int)(next - now > 1000 ? 1000 : next - now), cancel_fd, &e->cancelled,
                                 &e->code);
@@ -625,14 +632,15 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
 {
     int64_t t0 = now_ms();
     pthread_mutex_lock(&k->run_mu);
-    if (k->ended) {
+    pthread_mutex_lock(&t->mu);
+    bool ended = k->ended;
+    k->busy = !ended;
+    pthread_mutex_unlock(&t->mu);
+    if (ended) {
         pthread_mutex_unlock(&k->run_mu);
         snprintf(errbuf, errlen, "the kernel was deleted");
         return NULL;
     }
-    pthread_mutex_lock(&t->mu);
-    k->busy = true;
-    pthread_mutex_unlock(&t->mu);
     json_t *answer = NULL;
     cell c;
     cell_init(&c, ++k->next_cell, output_limit, ev);
@@ -655,7 +663,14 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
     if (sandbox_session_proc_begin(k->sb, errbuf, errlen) != 0)
         goto out;
     began = true;
+    pthread_mutex_lock(&t->mu);
+    k->interrupt_slot = k->slot;
+    pthread_mutex_unlock(&t->mu);
     run_cell(k, &c, line, len, timeout_seconds, cancel_fd, &e);
+    pthread_mutex_lock(&t->mu);
+    k->interrupt_slot = -1;
+    ended = k->ended; /* deleted meanwhile: its process was killed, no restart */
+    pthread_mutex_unlock(&t->mu);
     bool limit_hit = false;
     e.oom = sandbox_session_proc_end(k->sb, e.gone, &limit_hit);
     began = false;
@@ -669,10 +684,12 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
             kill_process(k);
             (void)sandbox_session_proc_end(k->sb, false, &limit_hit);
         }
-        log_info("kernel %s of session %s restarts: its process %s", k->id, k->session_id,
-                 e.oom ? "hit the memory limit" : e.killed ? "ignored its interrupt" : "ended");
-        if (restart(t, k, s, errbuf, errlen) != 0)
-            log_warn("kernel %s could not restart: %s", k->id, errbuf);
+        if (!ended) {
+            log_info("kernel %s of session %s restarts: its process %s", k->id, k->session_id,
+                     e.oom ? "hit the memory limit" : e.killed ? "ignored its interrupt" : "ended");
+            if (restart(t, k, s, errbuf, errlen) != 0)
+                log_warn("kernel %s could not restart: %s", k->id, errbuf);
+        }
     }
     json_t *warnings = json_array();
     json_t *out = kept_text(&c.out, "stdout", output_limit, warnings);

@@ -59,14 +59,16 @@ bool kernels_delete(kernels *t, const char *session_id, const char *id);
 void kernels_forget_session(kernels *t, const char *session_id);
 
 /* SIGINT to k's cell under way (nothing when idle). */
-void kernel_interrupt(kernel *k);
+void kernel_interrupt(kernels *t, kernel *k);
 
 /* What a cell's events go to as they come (streaming): stdout/stderr text, a result's mime
- * bundle, the error; each may be NULL. */
+ * bundle, the error, and a tick at least every second while the cell runs (heartbeats); each
+ * may be NULL. */
 typedef struct {
     void (*text)(void *ctx, int stream, const char *text, size_t len);
     void (*result)(void *ctx, json_t *data);
     void (*error)(void *ctx, json_t *error);
+    void (*tick)(void *ctx);
     void *ctx;
 } kernel_events;
 
