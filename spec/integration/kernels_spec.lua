@@ -209,8 +209,8 @@ describe("sbx:kernel", function()
     assert.is_true(r.oom_killed, tostring(r))
     assert.is_true(r.kernel_restarted)
     assert.is_false(r.ok)
-    assert.truthy(tostring(r):find("[OUT OF MEMORY]: The kernel ran out of memory and was restarted; its state is gone.",
-      1, true), tostring(r))
+    assert.truthy(tostring(r):find(
+      "[OUT OF MEMORY]: The kernel ran out of memory and was restarted; its state is gone.", 1, true), tostring(r))
     local after = hog:run("'z' in globals()")
     assert.are.equal("False", after.text)
     assert.is_true(after.kernel_restarted)
