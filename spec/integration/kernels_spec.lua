@@ -247,6 +247,8 @@ describe("sbx:kernel", function()
     assert.has_error(function() k:run("1", { on_result = "print" }) end)
     assert.has_error(function() k:run("1", { on_stdot = print }) end)
     assert.has_error(function() k.run({}, "1") end)
+    assert.has_error(function() k:close({ timeout = 0 }) end)
+    assert.is_nil(k.closed)   -- a refused close leaves the kernel open
   end)
 end)
 
