@@ -255,6 +255,8 @@ ci-builds: build luajit-core compat-builds sanitize $(ASAN_HOST)
 #   what creates see after kill -9 of a node.
 # stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
+# kernels: a trivial kernel cell vs `python3 -c pass` as a command; a cell using a 1M-entry dict
+#   the kernel holds vs a fresh run reloading it; an idle kernel's CPU and memory.
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/warm.lua
@@ -269,6 +271,7 @@ bench: build luajit-core
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
 	$(LUA) bench/stream_exec.lua
+	$(LUA) bench/kernels.lua
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua

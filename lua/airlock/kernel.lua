@@ -135,15 +135,20 @@ function Kernel:interrupt()
   return true
 end
 
--- k:close([{timeout = s}]) → true | nil, err. Deletes the kernel (its interpreter and its
+-- k:close([{timeout = s} or s]) → true | nil, err. Deletes the kernel (its interpreter and its
 -- state). Idempotent; a kernel or session already gone counts as closed. Never raises for the
 -- DELETE (a to-be-closed variable's close must not): a failure is returned. The session's
 -- deletion ends its kernels too.
 function Kernel:close(opts)
   check_self(self, "close")
+  local timeout
+  if type(opts) == "table" then timeout = opts.timeout
+  elseif opts ~= nil then timeout = opts end
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
+    engine.bad_argument("timeout", "a number of seconds > 0", timeout)
+  end
   if self.closed then return true end
   self.closed = true
-  local timeout = type(opts) == "table" and opts.timeout or nil
   local ok, err = exchange.call(self._settings, "DELETE", path(self), nil,
     timeout and { timeout = timeout, max_retries = 0 } or nil)
   if ok or (type(err) == "table" and err.status == 404) then return true end

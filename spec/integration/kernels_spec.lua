@@ -1,6 +1,7 @@
 -- The SDK's kernels (issue 25 item 5) against a real airlockd: sbx:kernel, k:run with its
 -- CellResult (text, results, error, ok, tostring in a command's output shape), the streamed
--- form's callbacks in order, a timeout that keeps the state, k:interrupt from another task,
+-- form's callbacks in order, a timeout that keeps the state, k:interrupt from another task, the
+-- memory limit (a restart, said twice),
 -- a matplotlib chart (the session's default root is the host's /usr: install-deps.sh installs
 -- python3-matplotlib), k:close and airlock.with cleaning up, cells of two kernels advancing
 -- together inside airlock.spawn tasks, and the libuv and OpenResty (cosocket) transports.
@@ -198,6 +199,25 @@ describe("sbx:kernel", function()
     assert.are.same({ "hi\n" }, value.seen)
   end)
 
+  it("says when the memory limit restarted the kernel, and the next cell says so too", function()
+    -- a session of its own (its sandbox goes down with the memory kill and the next one boots)
+    local own = airlock.sandbox({ base_url = srv.url, api_key = srv.tenants.acme, memory_mb = 256 })
+    finally(function() own:close() end)
+    local hog = own:kernel()
+    hog:run("z = 1")
+    local r = hog:run("b = bytearray(600 * 1024 * 1024)", { timeout = 30 })
+    assert.is_true(r.oom_killed, tostring(r))
+    assert.is_true(r.kernel_restarted)
+    assert.is_false(r.ok)
+    assert.truthy(tostring(r):find(
+      "[OUT OF MEMORY]: The kernel ran out of memory and was restarted; its state is gone.", 1, true), tostring(r))
+    local after = hog:run("'z' in globals()")
+    assert.are.equal("False", after.text)
+    assert.is_true(after.kernel_restarted)
+    assert.truthy(tostring(after):find("[KERNEL RESTARTED]: ", 1, true), tostring(after))
+    assert.is_true(hog:close())
+  end)
+
   it("closes: k:close deletes the kernel, twice is fine, and a closed kernel refuses cells", function()
     local kc = sbx:kernel()
     assert.are.equal(2, #sbx:kernels())
@@ -227,6 +247,8 @@ describe("sbx:kernel", function()
     assert.has_error(function() k:run("1", { on_result = "print" }) end)
     assert.has_error(function() k:run("1", { on_stdot = print }) end)
     assert.has_error(function() k.run({}, "1") end)
+    assert.has_error(function() k:close({ timeout = 0 }) end)
+    assert.is_nil(k.closed)   -- a refused close leaves the kernel open
   end)
 end)
 

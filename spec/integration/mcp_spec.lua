@@ -242,7 +242,8 @@ describe("bin/airlock-mcp against airlockd", function()
     assert.is_false(chart.isError)
     assert.equal(2, #chart.content)
     assert.equal("text", chart.content[1].type)
-    assert.matches("^%[RESULT%]:\n%[image/png: %d+ bytes%]\n%[RESULT%]:\n8\n%[EXECUTION COUNT%]: 2$", chart.content[1].text)
+    assert.matches("^%[RESULT%]:\n%[image/png: %d+ bytes%]\n%[RESULT%]:\n8\n%[EXECUTION COUNT%]: 2$",
+      chart.content[1].text)
     assert.equal("image", chart.content[2].type)
     assert.equal("image/png", chart.content[2].mimeType)
     assert.matches("^iVBORw0KGgo", chart.content[2].data)   -- "\x89PNG\r\n\x1a\n", base64

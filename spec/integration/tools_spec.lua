@@ -65,7 +65,8 @@ describe("airlock.tools against airlockd", function()
     local chart = tools.handle_tool_call(sbx, "run_python",
       { code = "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5]); plt.show()", timeout_seconds = 60 })
     assert.matches("^%[RESULT%]:\n%[image/png: %d+ bytes%]\n%[EXECUTION COUNT%]: 4$", chart)
-    assert.equal("Error: missing required argument 'code' for run_python.", tools.handle_tool_call(sbx, "run_python", {}))
+    assert.equal("Error: missing required argument 'code' for run_python.",
+      tools.handle_tool_call(sbx, "run_python", {}))
     assert.matches("^Error from sandbox %(ValidationError%): .*timeout",
       tools.handle_tool_call(sbx, "run_python", { code = "1", timeout_seconds = 99 }))
     assert.equal(1, #sbx:kernels())

@@ -273,6 +273,16 @@ class Errors(KernelTest):
         self.assertEqual(self.k.execute("kept").text, "5")
         self.assertIsNone(self.k.proc.poll())
 
+    def test_an_exception_whose_str_fails_and_a_deep_recursion_are_reported(self):
+        cell = self.k.execute("class Odd(Exception):\n    def __str__(self): raise ValueError('no str')\n"
+                              "raise Odd()")
+        self.assertEqual((cell.error["name"], cell.error["value"]), ("Odd", "<exception str() failed>"))
+        deep = self.k.execute("def f(n): return f(n + 1)\nf(0)")
+        self.assertEqual(deep.error["name"], "RecursionError")
+        self.assertIn("more times]", deep.error["traceback"])  # repeated frames folded, as Python does
+        self.assertNoKernelFrames(deep.error["traceback"])
+        self.assertEqual(self.k.execute("2 + 2").text, "4")
+
     def test_a_broken_repr_is_the_cells_error(self):
         cell = self.k.execute("class B:\n    def __repr__(self): raise RuntimeError('no')\nB()")
         self.assertEqual(cell.error["name"], "RuntimeError")

@@ -340,8 +340,16 @@ class Kernel:
 
     def send_error(self, e, text=None):
         self.pump.drain(stay_active=True)
+        try:
+            value = str(e)
+        except Exception:  # an exception whose __str__ fails still gets reported
+            value = "<exception str() failed>"
+        try:
+            text = text or format_traceback(e)
+        except Exception:
+            text = "%s: %s\n" % (type(e).__name__, value)
         self.channel.send({"type": "error", "id": self.cell_id, "name": type(e).__name__,
-                           "value": str(e), "traceback": text or format_traceback(e)})
+                           "value": value, "traceback": text})
 
 
 def format_traceback(e):
