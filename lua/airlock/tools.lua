@@ -6,7 +6,7 @@
 --   request.tools = tools.openai_tools()        -- or tools.anthropic_tools()
 --   local text = tools.handle_tool_call(sbx, call.name, call.arguments)
 --
--- Ours (airlockd), for agents that branch: the same three and snapshot / restore, on a box
+-- Ours (airlockd), for agents that branch: the same tools and snapshot / restore, on a box
 -- that follows the sandbox restore switches to.
 --
 --   local box = tools.branching(sbx)
@@ -128,10 +128,10 @@ local Box = {}
 Box.__index = Box
 Box.__name = "airlock.tools.Box"
 
---- tools.branching(sbx) → a box whose tools run on box.sandbox (sbx at first): write_file,
--- read_file, run_command, snapshot, restore. restore makes a new sandbox from a snapshot and
--- the next calls run there; the box deletes the sandboxes it made when the next restore
--- replaces them and at box:close() (sbx stays the caller's).
+--- tools.branching(sbx) → a box whose tools run on box.sandbox (sbx at first): the module's
+-- (write_file, read_file, run_command, run_python), snapshot and restore. restore makes a new
+-- sandbox from a snapshot and the next calls run there; the box deletes the sandboxes it made
+-- when the next restore replaces them and at box:close() (sbx stays the caller's).
 function M.branching(sbx)
   if type(sbx) ~= "table" or type(sbx.snapshot) ~= "function" then
     error("airlock.tools.branching: expected a Sandbox, got " .. type(sbx), 2)
