@@ -1,5 +1,6 @@
 --- A local MCP server over stdio (used by bin/airlock-mcp): JSON-RPC 2.0, one message per
--- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
+-- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp) and
+-- run_python (ours: a stateful kernel, its charts as image content), one
 -- sandbox per process created on the first tool call and deleted when the client
 -- disconnects. The tools, their checks and texts come from the agent catalogue
 -- (airlock.internal.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
