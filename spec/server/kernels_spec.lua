@@ -95,20 +95,28 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     assert.is_false(cell("1").kernel_restarted) -- and only that one
   end)
 
-  it("interrupts a running cell on POST .../interrupt, and streams output as it comes", function()
-    local path = "/v1/sessions/" .. sid .. "/kernels/" .. kid
+  -- Starts code as a streamed cell of kernel k in the background; once it printed "started",
+  -- calls act(), then returns the stream's events.
+  local function streamed_cell(k, code, act)
     local out = proc.temp_path()
     os.execute(string.format("(curl -s -N -m 60 -H 'Content-Type: application/json' -H %s --data-binary %s %s > %s; echo done > %s) &",
-      q("X-API-Key: " .. key), q(cjson.encode({ code = "import time\nprint('started', flush=True)\ndisplay(7)\ntime.sleep(30)", timeout = 50 })),
-      q(server.url .. path .. "/execute?stream=1"), q(out), q(out .. ".done")))
+      q("X-API-Key: " .. key), q(cjson.encode({ code = "print('started', flush=True)\n" .. code, timeout = 50 })),
+      q(server.url .. "/v1/sessions/" .. sid .. "/kernels/" .. k .. "/execute?stream=1"), q(out), q(out .. ".done")))
     assert.eventually(function() return (proc.read_file(out) or ""):find("started", 1, true) end, { timeout = 20, what = "the cell started" })
-    local r = call("POST", path .. "/interrupt")
-    assert.are.equal(200, r.status, r.body)
+    act()
     assert.eventually(function() return proc.read_file(out .. ".done") end, { timeout = 20, what = "the streamed answer ended" })
     local events = {}
     for line in (proc.read_file(out) or ""):gmatch("[^\n]+") do events[#events + 1] = cjson.decode(line) end
     os.remove(out)
     os.remove(out .. ".done")
+    return events
+  end
+
+  it("interrupts a running cell on POST .../interrupt, and streams output as it comes", function()
+    local events = streamed_cell(kid, "import time\ndisplay(7)\ntime.sleep(30)", function()
+      local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/interrupt")
+      assert.are.equal(200, r.status, r.body)
+    end)
     local kinds = {}
     for _, e in ipairs(events) do kinds[#kinds + 1] = e.type end
     assert.are.same({ "stdout", "display", "exception", "result" }, { kinds[1], kinds[#kinds - 2], kinds[#kinds - 1], kinds[#kinds] })
@@ -126,7 +134,10 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     local third = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
     assert.are.equal(409, third.status, third.body)
     assert.truthy(third.json.detail:find("2 allowed", 1, true), third.body)
-    assert.are.equal(200, call("DELETE", "/v1/sessions/" .. sid .. "/kernels/" .. second).status)
+    local events = streamed_cell(second, "import time\ntime.sleep(30)", function() -- deleted while a cell runs
+      assert.are.equal(200, call("DELETE", "/v1/sessions/" .. sid .. "/kernels/" .. second).status)
+    end)
+    assert.are.equal("KernelDeleted", events[#events].result.error.name)
     assert.are.equal(404, call("DELETE", "/v1/sessions/" .. sid .. "/kernels/" .. second).status)
     for _, bad in ipairs({
       { "kernels", { language = "ruby" }, "language" },

@@ -706,7 +706,10 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
         json_array_append_new(warnings, json_string(w));
     }
     json_t *error = c.error ? json_incref(c.error) : json_null();
-    if (!c.error && (e.oom || e.ended || e.gone || e.killed))
+    if (!c.error && ended)
+        error = json_pack("{s:s,s:s,s:s}", "name", "KernelDeleted", "value", "the kernel was deleted while the cell ran",
+                          "traceback", "");
+    else if (!c.error && (e.oom || e.ended || e.gone || e.killed))
         error = json_pack("{s:s,s:s,s:s}", "name", e.oom ? "MemoryError" : "KernelRestarted", "value",
                           e.oom      ? "the kernel hit the session's memory limit and was restarted: its state is gone"
                           : e.killed ? "the cell ignored its interrupt: the kernel was killed and restarted, its "
