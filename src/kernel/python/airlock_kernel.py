@@ -39,6 +39,9 @@ MIME_METHODS = (
     ("_repr_json_", "application/json"),
 )
 BINARY_MIMES = ("image/png", "image/jpeg")
+# cells may `await` at top level, as in a notebook (Python 3.8+)
+TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
 DEBIAN_MATPLOTLIBRC = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
 
@@ -207,6 +210,7 @@ class Kernel:
         self.pump = pump
         self.execution_count = 0
         self.cell_id = None
+        self.loop = None  # the asyncio loop of cells that `await` at top level
         self.main = types.ModuleType("__main__")
         self.main.__dict__["__builtins__"] = builtins
         # pickle and friends find user classes through sys.modules["__main__"]
@@ -317,8 +321,8 @@ class Kernel:
             tree = ast.parse(code, filename, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
-            body = compile(tree, filename, "exec")
+                last = compile(ast.Expression(tree.body.pop().value), filename, "eval", TOP_LEVEL_AWAIT)
+            body = compile(tree, filename, "exec", TOP_LEVEL_AWAIT)
         except (SyntaxError, ValueError) as e:  # reported as Python reports a script's
             self.send_error(e, "".join(traceback.format_exception_only(type(e), e)))
             return
@@ -326,9 +330,9 @@ class Kernel:
         signals.pending = False
         signals.in_user_code = True
         try:
-            exec(body, ns)
+            self.run_code(body, ns)
             if last is not None:
-                value = eval(last, ns)
+                value = self.run_code(last, ns)
                 if value is not None:
                     ns["_"] = value
                     # the figures drawn by the cell first: the value is the cell's last result
@@ -337,6 +341,27 @@ class Kernel:
                     self.display(value)
         finally:
             signals.in_user_code = False
+
+    def run_code(self, code, ns):
+        """eval() of a compiled cell part; one using top-level `await` runs on the kernel's
+        event loop (asyncio imported only then), which lasts from cell to cell as a
+        notebook's does."""
+        value = eval(code, ns)
+        if code.co_flags & CO_COROUTINE:
+            if self.loop is None:
+                import asyncio
+                self.loop = asyncio.new_event_loop()
+            task = self.loop.create_task(value)
+            try:
+                value = self.loop.run_until_complete(task)
+            except BaseException:
+                # An interrupted cell must not go on in a later cell's run of the loop: cancelled,
+                # it only unwinds there. Not waited for here: a KeyboardInterrupt may have taken
+                # the task's wake-up with it, and then it never ends (nor complains when freed).
+                task.cancel()
+                task._log_destroy_pending = False
+                raise
+        return value
 
     def send_error(self, e, text=None):
         self.pump.drain(stay_active=True)
