@@ -330,13 +330,19 @@ class Interrupts(KernelTest):
         self.assertNoKernelFrames(cell.error["traceback"])
         self.assertEqual(self.k.execute("i > 0").text, "True")
 
-    def test_sigint_cancels_an_awaiting_cell_for_good(self):
-        cell_id = self.k.submit("import asyncio\nprint('waiting', flush=True)\n"
+    def test_sigint_stops_an_awaiting_cell_says_where_it_waited_and_for_good(self):
+        # "waiting" is printed by the loop once the cell's task waits in its sleep
+        cell_id = self.k.submit("import asyncio\n"
+                                "asyncio.get_running_loop().call_later(0.1, print, 'waiting')\n"
                                 "await asyncio.sleep(1.5)\nprint('the rest of the cell ran')")
         self.assertEqual(self.k.next_event().get("text"), "waiting\n")
         self.k.proc.send_signal(signal.SIGINT)
         cell = self.k.collect(cell_id)
         self.assertEqual(cell.error["name"], "KeyboardInterrupt")
+        # where the cell waited, not the loop's frames
+        self.assertIn('File "<cell-1>", line 3, in <module>\n    await asyncio.sleep(1.5)\n',
+                      cell.error["traceback"])
+        self.assertNotIn("base_events.py", cell.error["traceback"])
         self.assertEqual(cell.stdout, "")  # after "waiting", nothing more of it ran
         # a later cell running the loop past the old sleep's end: the interrupted one stays dead
         later = self.k.execute("await asyncio.sleep(2)\n'after'")

@@ -354,7 +354,13 @@ class Kernel:
             task = self.loop.create_task(value)
             try:
                 value = self.loop.run_until_complete(task)
-            except BaseException:
+            except BaseException as e:
+                if not task.done():  # interrupted in the loop: say where the cell waits
+                    tb = None
+                    for frame in reversed(task.get_stack()):
+                        tb = types.TracebackType(tb, frame, frame.f_lasti, frame.f_lineno)
+                    if tb is not None:
+                        e.with_traceback(tb)
                 # An interrupted cell must not go on in a later cell's run of the loop: cancelled,
                 # it only unwinds there. Not waited for here: a KeyboardInterrupt may have taken
                 # the task's wake-up with it, and then it never ends (nor complains when freed).
@@ -377,6 +383,16 @@ class Kernel:
                            "value": value, "traceback": text})
 
 
+def user_frames(stack):
+    """A traceback's frames from the first of a cell on (what runs it, the kernel and asyncio's
+    loop, is not the user's), without the kernel's own anywhere."""
+    for i, f in enumerate(stack):
+        if f.filename.startswith("<cell-"):
+            stack = stack[i:]
+            break
+    return [f for f in stack if f.filename != KERNEL_FILE]
+
+
 def format_traceback(e):
     """The traceback Python would print, without the kernel's own frames."""
     tbe = traceback.TracebackException(type(e), e, e.__traceback__)
@@ -387,8 +403,7 @@ def format_traceback(e):
         if id(t) in seen:
             continue
         seen.add(id(t))
-        t.stack = traceback.StackSummary.from_list(
-            [f for f in t.stack if f.filename != KERNEL_FILE])
+        t.stack = traceback.StackSummary.from_list(user_frames(t.stack))
         todo.extend(x for x in (t.__cause__, t.__context__) if x is not None)
     return "".join(tbe.format())
 
