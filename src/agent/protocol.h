@@ -75,7 +75,7 @@ typedef enum {
     FRAME_EXIT = 'X',
     FRAME_FAIL = 'F',
     FRAME_SPAWN = 'P',
-    FRAME_STDIN = 'I',
+    FRAME_STDIN = '0', /* fd 0, as FRAME_STDOUT is '1' */
     FRAME_SIGNAL = 'S',
 } frame_type;
 

@@ -19,7 +19,7 @@
 #include <time.h>
 
 #define NDJSON "application/x-ndjson"
-#define NEEDS_SESSION_MODE "Kernels need the session's own sandbox (SANDBOX_EXEC_MODE=session); this server runs each command in a sandbox of its own."
+#define NEEDS_SESSION_MODE "Kernels need the session's own sandbox (SANDBOX_EXEC_MODE=session, on gVisor with airlock-agent); this server runs each command in a sandbox of its own."
 
 /* The session id and kernel id of c->param ("sid/kid", routes.c); false (404 sent) when the
  * path has no kernel id. */

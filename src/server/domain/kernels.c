@@ -8,9 +8,7 @@
 #include "util/buf.h"
 #include "../../agent/protocol.h"
 
-#include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,18 +173,11 @@ typedef enum { READ_NOTHING, READ_FRAME, READ_ENDED, READ_GONE } read_rc;
 static read_rc read_frame(kernel *k, cell *c, int wait_ms, int cancel_fd, bool *cancelled, int *code)
 {
     static _Thread_local char payload[FRAME_OUTPUT_MAX];
-    struct pollfd pf[2] = {{.fd = sandbox_session_proc_fd(k->sb, k->slot), .events = POLLIN},
-                           {.fd = cancel_fd > 0 && !*cancelled ? cancel_fd : -1, .events = POLLRDHUP}};
-    if (poll(pf, 2, wait_ms < 0 ? 0 : wait_ms) < 0 && errno != EINTR)
-        return READ_GONE;
-    if (pf[1].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))
-        *cancelled = true;
-    if (!pf[0].revents)
-        return READ_NOTHING;
     frame_head h;
     frame_exit x;
-    if (frame_recv(pf[0].fd, &h, payload, sizeof payload) != 0 || h.slot != (unsigned)k->slot)
-        return READ_GONE;
+    int rc = sandbox_session_proc_read(k->sb, k->slot, wait_ms, cancel_fd, cancelled, &h, payload, sizeof payload);
+    if (rc <= 0)
+        return rc == 0 ? READ_NOTHING : READ_GONE;
     switch (h.type) {
     case FRAME_STDOUT:
         take_bytes(k, c, payload, h.len);

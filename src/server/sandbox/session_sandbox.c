@@ -410,9 +410,21 @@ int sandbox_session_spawn(sandbox *s, const char *command, char *errbuf, size_t 
     return slot;
 }
 
-int sandbox_session_proc_fd(const sandbox *s, int slot)
+int sandbox_session_proc_read(sandbox *s, int slot, int wait_ms, int cancel_fd, bool *cancelled, frame_head *h,
+                              void *payload, size_t cap)
 {
-    return slot >= 0 && slot < AGENT_SLOTS ? s->slot_r[slot] : -1;
+    if (slot < 0 || slot >= AGENT_SLOTS)
+        return -1;
+    struct pollfd pf[2] = {{.fd = s->slot_r[slot], .events = POLLIN},
+                           {.fd = cancel_fd > 0 && !*cancelled ? cancel_fd : -1, .events = POLLRDHUP}};
+    if (poll(pf, 2, wait_ms < 0 ? 0 : wait_ms) < 0 && errno != EINTR)
+        return -1;
+    if (pf[1].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))
+        *cancelled = true;
+    if (!pf[0].revents)
+        return 0;
+    /* a frame that breaks the protocol or is not this slot's: the sandbox cannot be trusted */
+    return frame_recv(pf[0].fd, h, payload, cap) == 0 && h->slot == (unsigned)slot ? 1 : -1;
 }
 
 int sandbox_session_proc_send(sandbox *s, int slot, int type, const void *data, size_t len)

@@ -10,6 +10,7 @@
 #define AIRLOCKD_SANDBOX_SESSION_SANDBOX_H
 
 #include "sandbox/sandbox.h"
+#include "../../agent/protocol.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,16 +36,19 @@ int sandbox_session_settle(sandbox *s, int64_t *until_ms);
 
 /* Long-lived processes (kernels) on a slot of s's agent (FRAME_SPAWN, src/agent/protocol.h):
  * no timeout of the agent's, stdin fed by FRAME_STDIN, signals by FRAME_SIGNAL; its frames
- * (FRAME_STDOUT/STDERR, then FRAME_EXIT or FRAME_FAIL) come on sandbox_session_proc_fd, read by
- * the caller (one reader per slot). s is thawed only during a process's turns: spawn begins
+ * (FRAME_STDOUT/STDERR, then FRAME_EXIT or FRAME_FAIL) are read by sandbox_session_proc_read
+ * (one reader per slot). s is thawed only during a process's turns: spawn begins
  * one (the caller ends it with sandbox_session_proc_end once the process is ready), as does
  * sandbox_session_proc_begin (a cell); between turns s may be frozen with the process in it.
  *
  * Starts `/bin/bash -c command` (use exec) in a container of its own: its slot, the first turn
  * begun; -1 with a message when it cannot (every slot busy, the sandbox dead). */
 int sandbox_session_spawn(sandbox *s, const char *command, char *errbuf, size_t errlen);
-/* The descriptor its frames come on. */
-int sandbox_session_proc_fd(const sandbox *s, int slot);
+/* Waits up to wait_ms for slot's next frame (its payload into payload, cap bytes): 1 with the
+ * frame in *h, 0 when none came (or cancel_fd hung up: *cancelled set; cancel_fd <= 0: none),
+ * -1 when the agent is gone or broke the protocol. One reader per slot. */
+int sandbox_session_proc_read(sandbox *s, int slot, int wait_ms, int cancel_fd, bool *cancelled, frame_head *h,
+                              void *payload, size_t cap);
 /* A frame for slot's process: FRAME_STDIN (any length: sent in frames the agent takes; 0 bytes
  * close its stdin) or FRAME_SIGNAL / FRAME_KILL. 0, or -1 (the agent is gone). */
 int sandbox_session_proc_send(sandbox *s, int slot, int type, const void *data, size_t len);
