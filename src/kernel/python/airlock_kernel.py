@@ -13,7 +13,6 @@ time is a kernel's first cell's latency.
 """
 
 import ast
-import base64
 import builtins
 import codecs
 import io
@@ -24,8 +23,10 @@ import select
 import signal
 import sys
 import threading
-import traceback
 import types
+
+# traceback and base64 are imported when first needed (an error, an image): an idle kernel's
+# memory stays close to a bare interpreter's
 
 KERNEL_FILE = __file__
 STREAM_CHUNK = 64 * 1024  # at most this many bytes of output per stream event
@@ -271,6 +272,7 @@ class Kernel:
             value = value[0]
         if isinstance(value, (bytes, bytearray)):
             if mime in BINARY_MIMES:
+                import base64
                 value = base64.b64encode(value).decode("ascii")
             else:
                 value = bytes(value).decode("utf-8", "replace")
@@ -324,6 +326,7 @@ class Kernel:
                 last = compile(ast.Expression(tree.body.pop().value), filename, "eval", TOP_LEVEL_AWAIT)
             body = compile(tree, filename, "exec", TOP_LEVEL_AWAIT)
         except (SyntaxError, ValueError) as e:  # reported as Python reports a script's
+            import traceback
             self.send_error(e, "".join(traceback.format_exception_only(type(e), e)))
             return
         ns = self.main.__dict__
@@ -395,6 +398,7 @@ def user_frames(stack):
 
 def format_traceback(e):
     """The traceback Python would print, without the kernel's own frames."""
+    import traceback
     tbe = traceback.TracebackException(type(e), e, e.__traceback__)
     seen = set()
     todo = [tbe]
@@ -432,6 +436,7 @@ def give_fontconfig_a_configuration():
 def figure_png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
+    import base64
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -543,5 +548,6 @@ if __name__ == "__main__":
     try:
         main()
     except BaseException:  # fd 2 is a pipe of ours by now: say why where airlockd can see it
+        import traceback
         diag(traceback.format_exc().encode("utf-8", "replace"))
         os._exit(1)
