@@ -71,6 +71,11 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     assert.are.equal("bad value", c.error.value)
     assert.truthy(c.error.traceback:find("ValueError: bad value", 1, true), c.error.traceback)
     assert.truthy(c.error.traceback:find("in f", 1, true), c.error.traceback)
+    -- a pause would lose the kernel's memory (pauses keep files only): refused, the state kept
+    local p = call("POST", "/v1/sessions/" .. sid .. "/pause")
+    assert.are.equal(409, p.status, p.body)
+    assert.truthy(p.body:find("1 kernel", 1, true), p.body)
+    assert.are.equal("42", cell("x + 1").results[1]["text/plain"])
     local audit = call("GET", "/v1/audit?limit=10")
     assert.are.equal(200, audit.status, audit.body)
     local kinds = {}

@@ -420,6 +420,16 @@ json_t *kernels_list(kernels *t, const char *session_id)
     return list;
 }
 
+size_t kernels_count(kernels *t, const char *session_id)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&t->mu);
+    for (kernel *k = t->head; k; k = k->next)
+        n += strcmp(k->session_id, session_id) == 0 && !k->ended;
+    pthread_mutex_unlock(&t->mu);
+    return n;
+}
+
 kernel *kernels_get(kernels *t, const char *session_id, const char *id)
 {
     pthread_mutex_lock(&t->mu);

@@ -48,6 +48,9 @@ kernel_start_rc kernels_start(kernels *t, const session *s, const char *tenant, 
 /* s's kernels as [{"kernel_id","language","state"}] (new reference). */
 json_t *kernels_list(kernels *t, const char *session_id);
 
+/* How many kernels session_id has. */
+size_t kernels_count(kernels *t, const char *session_id);
+
 /* Session session_id's kernel id, referenced (kernels_put it); NULL when there is none. */
 kernel *kernels_get(kernels *t, const char *session_id, const char *id);
 void kernels_put(kernels *t, kernel *k);
