@@ -1,6 +1,7 @@
 --- A local MCP server over stdio (used by bin/airlock-mcp): JSON-RPC 2.0, one message per
--- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp) and,
--- ours, snapshot and restore (airlockd) for agents that branch, one
+-- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp),
+-- run_python (ours: a stateful kernel, its charts as image content) and, ours, snapshot and
+-- restore (airlockd) for agents that branch, one
 -- sandbox per process created on the first tool call and deleted when the client
 -- disconnects. The tools, their checks and texts come from the agent catalogue
 -- (airlock.internal.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
@@ -433,11 +434,20 @@ local function rpc_error(id, code, message)
   return encode_response(id, "error", { code = code, message = message })
 end
 
+-- The most images one tool result carries (a cell may draw many charts; each is a whole PNG in
+-- the client's context): the text says how many more there were.
+M.MAX_TOOL_IMAGES = 8
+
 -- images: {mime =, base64 =} each (run_python's charts), as MCP image content after the text.
 local function tool_result(answer, is_error, images)
+  images = images or {}
+  if #images > M.MAX_TOOL_IMAGES then
+    answer = answer .. string.format("\n[note] %d more images were drawn but not sent (at most %d per call).",
+      #images - M.MAX_TOOL_IMAGES, M.MAX_TOOL_IMAGES)
+  end
   local content = { { type = "text", text = agent_text.truncate(answer) } }
-  for _, image in ipairs(images or {}) do
-    content[#content + 1] = { type = "image", data = image.base64, mimeType = image.mime }
+  for i = 1, math.min(#images, M.MAX_TOOL_IMAGES) do
+    content[#content + 1] = { type = "image", data = images[i].base64, mimeType = images[i].mime }
   end
   return { content = content, isError = is_error }
 end

@@ -1,5 +1,6 @@
---- Agent tools: the three sandbox tools an LLM can call (write_file, read_file,
--- run_command), their definitions in OpenAI and Anthropic formats, and one function that
+--- Agent tools: the four sandbox tools an LLM can call (write_file, read_file,
+-- run_command, and run_python: one kernel per sandbox, its state kept between calls), their
+-- definitions in OpenAI and Anthropic formats, and one function that
 -- runs a tool call against a sandbox and always returns a text for the model.
 --
 --   local tools = require "airlock.tools"
@@ -14,8 +15,8 @@
 --   local text = box:handle_tool_call(call.name, call.arguments)   -- box.sandbox: the current one
 --   box:close()                                 -- deletes the sandboxes restore made
 --
--- Names, parameters, schemas and result texts match the reference Python SDK
--- (airlock_sandbox.tools); they live in the agent catalogue (airlock.internal.agent.catalogue), shared
+-- Names, parameters, schemas and result texts of the first three match the reference Python
+-- SDK (airlock_sandbox.tools); they live in the agent catalogue (airlock.internal.agent.catalogue), shared
 -- with the MCP server. Runs on Lua 5.1/LuaJIT through 5.4, also inside airlock.spawn tasks.
 local json = require "airlock.internal.json"
 local catalogue = require "airlock.internal.agent.catalogue"

@@ -249,6 +249,12 @@ describe("bin/airlock-mcp against airlockd", function()
     assert.matches("^iVBORw0KGgo", chart.content[2].data)   -- "\x89PNG\r\n\x1a\n", base64
     local t = text_of(a[3])
     assert.truthy(t:find("ZeroDivisionError: division by zero", 1, true), t)
+    p:send(call(4, "run_python", { code = "for i in range(10):\n    plt.figure(); plt.plot([0, i])\nplt.show()" }))
+    local many = p:wait(4)[4].result
+    assert.equal(1 + mcp.MAX_TOOL_IMAGES, #many.content)
+    assert.equal("image", many.content[1 + mcp.MAX_TOOL_IMAGES].type)
+    assert.truthy(many.content[1].text:find("\n[note] 2 more images were drawn but not sent (at most "
+      .. mcp.MAX_TOOL_IMAGES .. " per call).", 1, true), many.content[1].text)
     assert.equal(1, #airlock.attach(sessions()[1], { base_url = server.url, api_key = key }):kernels())
     assert.equal("", (p:close()))
     assert.same({}, sessions())
