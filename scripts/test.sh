@@ -56,6 +56,11 @@ COMMAND_MODE_SPECS=${COMMAND_MODE_SPECS:-"warm redteam fairness egress_cleanup"}
 # the host-loop hooks and the libuv transport on them
 VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
 TEST_JOBS=${TEST_JOBS:-$(( $(nproc) + 1 ))}
+# the spec files whose jobs take a minute or more (the closing "slowest" list of a run), longest
+# first: each of their jobs (every interpreter, ASan or not) starts before all others, so none of
+# them starts late and runs on alone at the end (a job's order does not change what it checks)
+LONG_SPECS=${LONG_SPECS:-"spec/server/persistence_spec.lua spec/integration/templates_spec.lua spec/fleet/fleet_spec.lua
+  spec/server/templates_spec.lua spec/fleet/templates_fleet_spec.lua spec/fleet/drain_spec.lua"}
 
 export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
 export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
@@ -116,6 +121,17 @@ if has_core build/lua51 && command -v lua5.1 >/dev/null; then
   job lua51 spec/unit
 fi
 if has_core build/lua53 && command -v lua5.3 >/dev/null; then job lua53 spec/unit; fi
+# the valgrind job (the longest of CI's), then the jobs of LONG_SPECS in its order, then the
+# others in the order above
+long=() rest=()
+for j in "${jobs[@]}"; do [ "${j%% *}" = valgrind ] && long+=("$j"); done
+for s in $LONG_SPECS; do
+  for j in "${jobs[@]}"; do [ "${j%% *}" != valgrind ] && [ "${j##* }" = "$s" ] && long+=("$j"); done
+done
+for j in "${jobs[@]}"; do
+  case " ${LONG_SPECS//$'\n'/ } " in *" ${j##* } "*) ;; *) [ "${j%% *}" = valgrind ] || rest+=("$j") ;; esac
+done
+jobs=("${long[@]}" "${rest[@]}")
 
 # Runs job number $1 ("KIND ARGS..."), output to its log, counts to its summary file.
 run_job() {
