@@ -123,15 +123,14 @@ if has_core build/lua51 && command -v lua5.1 >/dev/null; then
   job lua51 spec/unit
 fi
 if has_core build/lua53 && command -v lua5.3 >/dev/null; then job lua53 spec/unit; fi
-# the valgrind job (the longest of CI's), then the jobs of LONG_SPECS in its order, then the
-# others in the order above
+# the jobs of LONG_SPECS first (in its order), then the others in the order above (valgrind's
+# first: 50 s at load average 8)
 long=() rest=()
-for j in "${jobs[@]}"; do [ "${j%% *}" = valgrind ] && long+=("$j"); done
 for s in $LONG_SPECS; do
-  for j in "${jobs[@]}"; do [ "${j%% *}" != valgrind ] && [ "${j##* }" = "$s" ] && long+=("$j"); done
+  for j in "${jobs[@]}"; do [ "${j##* }" = "$s" ] && long+=("$j"); done
 done
 for j in "${jobs[@]}"; do
-  case " ${LONG_SPECS//$'\n'/ } " in *" ${j##* } "*) ;; *) [ "${j%% *}" = valgrind ] || rest+=("$j") ;; esac
+  case " ${LONG_SPECS//$'\n'/ } " in *" ${j##* } "*) ;; *) rest+=("$j") ;; esac
 done
 jobs=("${long[@]}" "${rest[@]}")
 
