@@ -259,6 +259,10 @@ start_postgres() {
     -E UTF8 --locale=C.UTF-8 > "$dir/pg/initdb.log" 2>&1 || { cat "$dir/pg/initdb.log" >&2; die "initdb failed"; }
   mkdir -p "$dir/pg/sock"
   [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$dir/pg/sock"
+  # FLEET_PG_STATEMENTS=1: pg_stat_statements on (bench/fleet_db.lua's CPU per statement)
+  if [ "${FLEET_PG_STATEMENTS:-}" = 1 ]; then
+    echo "shared_preload_libraries = 'pg_stat_statements'" | as_pg tee -a "$dir/pg/data/postgresql.conf" > /dev/null
+  fi
   local tries
   for tries in 1 2 3; do
     port=$(free_port)
@@ -276,6 +280,10 @@ CREATE DATABASE airlock OWNER airlock;
 REVOKE ALL ON DATABASE airlock FROM PUBLIC;
 GRANT CONNECT ON DATABASE airlock TO airlock_router;
 SQL
+  if [ "${FLEET_PG_STATEMENTS:-}" = 1 ]; then
+    super_psql "$dir" -d airlock -c "CREATE EXTENSION pg_stat_statements" > /dev/null ||
+      die "cannot create pg_stat_statements"
+  fi
   printf 'postgresql://airlock:%s@127.0.0.1:%s/airlock\n' "$password" "$port" > "$dir/database.url"
   printf 'postgresql://airlock_router:%s@127.0.0.1:%s/airlock\n' "$router_password" "$port" > "$dir/router.url"
   umask 022
