@@ -6,9 +6,12 @@
 --      airlockd, straight to a node, through the router: the rate, each ratio to the single
 --      airlockd, the router's hop per read, and the server CPU per read (the node's and
 --      PostgreSQL's together against the single airlockd's; HAProxy's apart).
---   2. exec `true` (a new connection each): through the router against a single airlockd.
+--   2. exec `true` (a new connection each): straight to a node and through the router against a
+--      single airlockd.
 --   3. PostgreSQL's transactions per request type (pg_stat_database, the idle fleet's own rate
---      subtracted) and its CPU per request type.
+--      subtracted) and its CPU per request type; for an exec, the statements it ran and their
+--      time in the database (pg_stat_statements, which scripts/fleet.sh loads when
+--      FLEET_PG_STATEMENTS=1, as here).
 --   4. A projection: how many nodes one 2-core PostgreSQL carries, each node at its own
 --      saturation (its 2 cores busy: its CPU per mix, sandboxes included) with an agent-like
 --      mix (one exec and three small calls: a read, a write, a file listing),
@@ -77,7 +80,7 @@ local single = airlockd.start{ tenants = { bench = KEY }, env = {
 local f
 local ok, err = pcall(function()
   f = fleet.up{ nodes = 3, env = { SANDBOX_API_KEYS = "bench:" .. KEY, SANDBOX_TENANT_LIMITS = LIMITS,
-                                   SANDBOX_FLEET_LOST_AFTER = "30" } }
+                                   SANDBOX_FLEET_LOST_AFTER = "30", FLEET_PG_STATEMENTS = "1" } }
   local pg_port = (proc.read_file(f.dir .. "/pg/port"):gsub("%s+$", ""))
   local pm = f.info.postgres.pid
   local function xacts()
@@ -144,28 +147,37 @@ local ok, err = pcall(function()
     for _ = 1, EXECS do check(call(url, "POST", "/v1/sessions/" .. sid .. "/exec", exec) == 200, "exec") end
     return EXECS / (socket.gettime() - t0)
   end
-  local xr = { single = {}, router = {} }
+  local xr = { single = {}, router = {}, direct = {}, router_x = {}, direct_x = {} }
   execs(single.url, sid_single)
   execs(f.router.url, sid_node)
-  for _ = 1, 3 do
-    xr.single[#xr.single + 1] = execs(single.url, sid_single)
-    xr.router[#xr.router + 1] = execs(f.router.url, sid_node)
+  execs(node.url, sid_node)
+  for i = 1, 5 do
+    xr.single[i] = execs(single.url, sid_single)
+    xr.direct[i] = execs(node.url, sid_node)
+    xr.router[i] = execs(f.router.url, sid_node)
+    xr.direct_x[i], xr.router_x[i] = xr.direct[i] / xr.single[i], xr.router[i] / xr.single[i]
   end
-  local xs, xo = stats.summary(xr.single).p50, stats.summary(xr.router).p50
-  print(string.format("exec `true` (%d x 3, new connection each): single %.1f/s, through the router %.1f/s: %.2fx (goal >= 0.9x)",
-    EXECS, xs, xo, xo / xs))
+  local xm = {}
+  for k, v in pairs(xr) do xm[k] = stats.summary(v).p50 end
+  print(string.format("exec `true` (%d x 5, new connection each; medians, ratios within a round): single %.1f/s,"
+    .. " straight to a node %.1f/s (%.2fx), through the router %.1f/s: %.2fx (goal >= 0.9x)",
+    EXECS, xm.single, xm.direct, xm.direct_x, xm.router, xm.router_x))
 
   -- 3. transactions and database CPU per request type: each phase, then the time a backend
   -- may keep its counts before it reports them (10 s), against the idle fleet's own rate
   local FLUSH = 11
   -- n requests, their transactions (counted once every backend reported), the database's CPU
   -- while they ran and the seconds of each
+  -- (each psql that reads the counts is a backend of its own: the CPU is read once it has
+  -- ended, so that its start and end are not the phase's)
   local function phase(fn)
-    local x0, c0, t0 = xacts(), cpu_tree(pm), socket.gettime()
+    local x0, tx = xacts(), socket.gettime()
+    proc.sleep(0.5)
+    local c0, t0 = cpu_tree(pm), socket.gettime()
     local n = fn()
     local c1, t1 = cpu_tree(pm), socket.gettime()
     proc.sleep(FLUSH)
-    return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - t0
+    return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - tx
   end
   proc.sleep(FLUSH) -- what ran before is counted before the idle fleet is
   local _, idle_x, idle_c, idle_t, idle_all = phase(function() proc.sleep(20); return 0 end)
@@ -173,11 +185,38 @@ local ok, err = pcall(function()
   print(string.format("idle fleet (3 nodes and the router program): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
     idle_cpu * 100))
   local cost = {}
-  local function measure(name, fn)
+  -- pg_stat_statements: calls and time of each statement the fleet's role ran
+  local STATEMENTS = "SELECT queryid, calls, total_exec_time + total_plan_time,"
+    .. " left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements WHERE toplevel"
+  local function statements()
+    local ok_s, out = pcall(fleet.sql, f, STATEMENTS)
+    local rows = {}
+    if not ok_s or not out:match("^%-?%d+|") then return nil end
+    for id, calls, ms, text in out:gmatch("(%-?%d+)|(%d+)|([%d.e+-]+)|([^\n]*)") do
+      rows[id] = { calls = tonumber(calls), ms = tonumber(ms), text = text }
+    end
+    return rows
+  end
+  local function measure(name, fn, show)
+    local s0 = show and statements()
     local n, x, c, t, all_t = phase(fn)
     cost[name] = { tx = (x - idle_rate * all_t) / n, cpu = math.max(0, (c - idle_cpu * t) / n) }
     print(string.format("  %-28s %7.3f transactions, %.3f ms database CPU each (%d)", name, cost[name].tx,
       cost[name].cpu * 1e3, n))
+    local s1 = s0 and statements()
+    if not s1 then return end
+    -- the statements of this phase (heartbeats and other nodes' included), most calls first
+    local list = {}
+    for id, row in pairs(s1) do
+      local before = s0[id] or { calls = 0, ms = 0 }
+      if row.calls > before.calls then
+        list[#list + 1] = { calls = (row.calls - before.calls) / n, us = (row.ms - before.ms) * 1e3 / n, text = row.text }
+      end
+    end
+    table.sort(list, function(a, b) return a.calls > b.calls end)
+    for i = 1, math.min(#list, 6) do
+      print(string.format("      %6.3f calls %7.1f us  %s", list[i].calls, list[i].us, list[i].text))
+    end
   end
   print("PostgreSQL per request (idle rate subtracted):")
   measure("read (10 bytes)", function() reads(node.url, sid_node); return READS end)
@@ -194,9 +233,9 @@ local ok, err = pcall(function()
   measure("usage", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/usage") end return 1000 end)
   measure("list own sessions", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/sessions") end return 1000 end)
   measure("exec `true`", function()
-    for _ = 1, 100 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
-    return 100
-  end)
+    for _ = 1, 300 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
+    return 300
+  end, true)
   measure("create + delete", function()
     for _ = 1, 40 do
       local st, s = call(node.url, "POST", "/v1/sessions", "{}")
