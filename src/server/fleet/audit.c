@@ -64,24 +64,26 @@ int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, flee
 /* The audit rows go with the ends of the commands that ended meanwhile ($3): an exec's end
  * and its audit row are one transaction, and the ends of commands that finish together are
  * one (group commit). One statement text, prepared once per connection. */
-void fleet_audit_ship(fleet *f, audit_store *store)
+int fleet_audit_ship(fleet *f, audit_store *store)
 {
     pthread_mutex_lock(&f->ship_mu);
     char *ended = fleet_commands_ended(f);
     bool sent = false;
-    ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, ended ? ended : "[]", &sent);
+    int rc = ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, ended ? ended : "[]",
+                         &sent);
     pthread_mutex_unlock(&f->ship_mu);
     if (ended && !sent) /* no audit row went: the ends go alone */
         fleet_commands_unended(f, ended);
     free(ended);
     if (ended && !sent)
         fleet_commands_flush(f);
+    return rc;
 }
 
-void fleet_audit_ship_now(fleet *f, audit_store *store)
+int fleet_audit_ship_now(fleet *f, audit_store *store)
 {
-    if (pg_reachable(f->db)) /* else the heartbeat catches up once the database is back */
-        fleet_audit_ship(f, store);
+    /* else the heartbeat catches up once the database is back */
+    return pg_reachable(f->db) ? fleet_audit_ship(f, store) : -1;
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

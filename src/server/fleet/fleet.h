@@ -184,11 +184,12 @@ int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *comma
 
 /* ---- the audit log (fleet/audit.c) ---- */
 
-/* Ships what is new in this node's audit outbox to the database (each heartbeat). */
-void fleet_audit_ship(fleet *f, audit_store *store);
-/* The same right after a request recorded a row, unless the database is known to be down:
- * the next request, on any node, reads it. */
-void fleet_audit_ship_now(fleet *f, audit_store *store);
+/* Ships what is new in this node's audit outbox to the database (each heartbeat): 0 when all
+ * of it is there, -1 when some still waits. */
+int fleet_audit_ship(fleet *f, audit_store *store);
+/* The same right after a request recorded a row, unless the database is known to be down
+ * (-1): the next request, on any node, reads it. */
+int fleet_audit_ship_now(fleet *f, audit_store *store);
 /* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next);
