@@ -247,7 +247,8 @@ static int prepared_index(pg_pool *p, unsigned i, PGconn *c, const char *sql, in
 
 /* Runs sql on connection i, prepared when it can be. A prepared statement whose plan the
  * schema changed under it ("cached plan must not change result type", 0A000: another node
- * migrated) is dropped with the others and the statement run once more as it is. */
+ * migrated) or that the server no longer has (26000: a pooler's DISCARD ALL) is dropped with
+ * the others and the statement run once more as it is. */
 static PGresult *run_on(pg_pool *p, unsigned i, PGconn *c, const char *sql, int nparams, const char *const *params)
 {
     int k = prepared_index(p, i, c, sql, nparams);
@@ -257,7 +258,7 @@ static PGresult *run_on(pg_pool *p, unsigned i, PGconn *c, const char *sql, int 
     snprintf(name, sizeof name, "airlock_%d", k);
     PGresult *res = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
     const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (state && strcmp(state, "0A000") == 0 && PQstatus(c) == CONNECTION_OK) {
+    if (state && (strcmp(state, "0A000") == 0 || strcmp(state, "26000") == 0) && PQstatus(c) == CONNECTION_OK) {
         PQclear(res);
         PQclear(PQexec(c, "DEALLOCATE ALL"));
         forget_prepared(p, i);
