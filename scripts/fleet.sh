@@ -29,6 +29,8 @@
 #                                         SANDBOX_API_URL (the router) and SANDBOX_API_KEY set,
 #                                         then the fleet taken down (make fleet)
 #
+# FLEET_PG_STATEMENTS=1 at `up` loads pg_stat_statements into the fleet's PostgreSQL.
+#
 # `up` records SANDBOX_API_KEYS, SANDBOX_API_KEY, SANDBOX_ADMIN_KEY, SANDBOX_TENANT_LIMITS (and
 # every other SANDBOX_* and AIRLOCK_* setting) of this script's environment in DIR/fleet.env;
 # the nodes get those alone (env -i), and PostgreSQL, HAProxy and the router program get none
