@@ -43,7 +43,7 @@ for a in "$@"; do
 done
 
 # the integration specs that differ under Lua 5.1 (PUC) from what LuaJIT already runs
-LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary"}
+LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary snapshots"}
 # the files and folders whose Lua 5.4 run is the ASan one under --asan: the unit specs, every
 # airlockd spec (spec/server, but a file tagged #noasan: a plain lua5.4 child, or memory
 # figures) and the integration specs that start no plain lua5.4 child loading the core

@@ -41,7 +41,7 @@ struct fleet {
 };
 
 /* The audit rows $1 (a JSON array of outbox rows) of node $2 and, in the same transaction, the
- * ends of its commands $3 (a JSON array of their tenants: a count each, migration 11). The
+ * ends of its commands $3 (a JSON array of their tenants: a count each, migration 12). The
  * ends alone are this with no audit row ("[]"). */
 #define FLEET_AUDIT_WITH_ENDS                                                                              \
     "WITH ended AS (UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"                    \

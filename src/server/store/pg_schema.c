@@ -327,7 +327,10 @@ static const char *const MIGRATIONS[] = {
     " recipe jsonb NOT NULL,"
     " created_at double precision NOT NULL DEFAULT airlock_now(),"
     " PRIMARY KEY (owner, name));",
-    /* 11: a tenant's running commands as one counter row per node, updated in place (HOT: no
+    /* 11 (ours, pause): a paused session stays on its node, its row kept; paused_at is when it
+     * was paused (NULL: active), for the list (docs/api.md "Pause and resume") */
+    "ALTER TABLE sessions ADD COLUMN paused_at double precision;",
+    /* 12: a tenant's running commands as one counter row per node, updated in place (HOT: no
      * index holds the count, and the pages keep room), where migration 9 inserted a row per
      * command and deleted it at its end (every exec grew the indexes and left dead rows for
      * the next count to walk past). The start is one statement; the ends go with the audit
