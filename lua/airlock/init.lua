@@ -15,8 +15,10 @@ local exchange = require "airlock.internal.exchange"
 local exec_gate = require "airlock.internal.exec_gate"
 local exec_stream = require "airlock.internal.exec_stream"
 local file_sink = require "airlock.internal.file_sink"
+local kernel = require "airlock.kernel"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
+local snapshots = require "airlock.snapshots"
 local templates = require "airlock.templates"
 local transports = require "airlock.transport"
 
@@ -30,7 +32,9 @@ local M = {
   errors = errors,
   engine = engine,
   templates = templates, -- airlock.templates.build{...}, .list(), .get(name), .delete(name)
+  snapshots = snapshots, -- airlock.snapshots.list(), .get(id), .delete(id)
   Result = result.Result,
+  Kernel = kernel.Kernel,
 }
 
 local function raise(err) error(err, 0) end
@@ -99,10 +103,16 @@ local function check_self(self, what)
   end
 end
 
+-- A call on the session went through: a paused one was resumed for it (airlockd).
+local function now_active(sbx)
+  if sbx.state then sbx.state = "active" end
+end
+
 -- The template and size a server answered with (airlockd; another server's answer has none,
 -- and the handle keeps what it had).
 local function take_shape(self, data)
   if type(data.template) == "string" then self.template = data.template end
+  if data.state == "active" or data.state == "paused" then self.state = data.state end
   for _, name in ipairs(engine.SIZES) do
     if type(data[name]) == "number" then self[name] = data[name] end
   end
@@ -117,9 +127,14 @@ function Sandbox:start()
   local s = self._settings
   local created = dropped.creating(s)
   local body = { { "template", s.template }, { "egress", engine.array(self.requested_egress) } }
+  if s.from_snapshot then -- its template is the snapshot's unless one was asked for
+    body = { { "from_snapshot", s.from_snapshot }, { "egress", engine.array(self.requested_egress) } }
+    if s.template_given then body[3] = { "template", s.template } end
+  end
   for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
     if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end
   end
+  if s.on_idle ~= nil then body[#body + 1] = { "on_idle", s.on_idle } end
   local called, ok, data = tasks.pcall(exchange.call, s, "POST", "/v1/sessions", body)
   if called and ok and type(data) == "table" and type(data.session_id) == "string" and data.session_id ~= "" then
     self.session_id = data.session_id
@@ -215,7 +230,19 @@ function Sandbox:run(command, opts)
     { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
       output_limit_bytes = o.output_limit_bytes,
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
+  now_active(self) -- a paused session resumes for its command
   return result.from_response(data)
+end
+
+-- sbx:kernel([{language = "python"}]) → Kernel: a long-lived interpreter in the session's
+-- sandbox whose state lasts from one k:run(code) to the next (airlock/kernel.lua).
+function Sandbox:kernel(opts)
+  return kernel.start(self, started(self, "kernel"), opts)
+end
+
+-- sbx:kernels() → the session's kernels ({kernel_id, language, state, ...} each).
+function Sandbox:kernels()
+  return kernel.list(self, started(self, "kernels"))
 end
 
 -- sbx:run_command(command [, timeout_seconds]) → the output text (agent-loop compat)
@@ -239,6 +266,66 @@ end
 function Sandbox:info()
   local id = started(self, "info")
   local data = call(self._settings, "GET", engine.session_path(id, ""))
+  if type(data) == "table" then take_shape(self, data) end
+  return data
+end
+
+-- sbx:snapshot{ name = "before-refactor" } → id, record. Keeps the session's workspace as it is
+-- now (airlockd: POST /v1/sessions/{id}/snapshots; files only) while the session goes on;
+-- airlock.sandbox{ from_snapshot = id } starts a new session from it. record: snapshot_id,
+-- name, bytes, memory, created_at, session_id, template, disk_mb.
+function Sandbox:snapshot(opts)
+  local id = started(self, "snapshot")
+  if opts == nil then opts = {} end
+  if type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  local body = {}
+  for k, v in pairs(opts) do
+    if k == "name" then
+      body[#body + 1] = { "name", engine.check_string("name", v, { non_empty = true, utf8 = true }) }
+    else
+      errors.raise("ValidationError", "unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  local data = call(self._settings, "POST", engine.session_path(id, "/snapshots"), body)
+  if type(data) ~= "table" or type(data.snapshot_id) ~= "string" then
+    errors.raise("SandboxError", "The server's snapshot answer has no snapshot_id")
+  end
+  return data.snapshot_id, data
+end
+
+-- sbx:from_snapshot(snapshot_id) → a new, started Sandbox with this one's settings (server, key,
+-- egress, sizes) whose workspace is the snapshot's; this one is left as it is. Agents that
+-- branch use it to go back to a state they kept (airlock.tools.branching).
+function Sandbox:from_snapshot(snapshot_id)
+  check_self(self, "from_snapshot")
+  engine.check_string("snapshot_id", snapshot_id, { non_empty = true, utf8 = true })
+  local s = {}
+  for k, v in pairs(self._settings) do s[k] = v end
+  s.from_snapshot, s.template_given = snapshot_id, false
+  local new = setmetatable({ base_url = s.base_url, template = s.template, requested_egress = {}, egress = {},
+    _settings = s }, Sandbox)
+  for i, rule in ipairs(self.requested_egress) do new.requested_egress[i] = rule end
+  new.files = setmetatable({ _sandbox = new }, Files)
+  return new:start()
+end
+
+-- sbx:pause() → {state = "paused", image_bytes, pause_ms, paused_at} (airlockd): the session's
+-- sandbox stops and its workspace is kept; nothing of it runs until it is resumed. Pausing a
+-- paused session answers the same. Raises a SandboxError (409) while a command runs in it.
+function Sandbox:pause()
+  local id = started(self, "pause")
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/pause"), nil, { timeout = math.max(s.timeout, 120) })
+  if type(data) == "table" then take_shape(self, data) end
+  return data
+end
+
+-- sbx:resume() → {state = "active", resumed, resume_ms} (airlockd). Any call on a paused session
+-- resumes it anyway; this one does only that (resumed is false when it was active).
+function Sandbox:resume()
+  local id = started(self, "resume")
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/resume"), nil, { timeout = math.max(s.timeout, 120) })
   if type(data) == "table" then take_shape(self, data) end
   return data
 end
@@ -330,11 +417,13 @@ function Files:write(path, content, opts)
     engine.check_string("content", content)
     call(sbx._settings, "POST", engine.session_path(id, "/write"), nil,
       { query = { { "path", path } }, raw_body = content })
+    now_active(sbx)
     return
   end
   engine.check_string("content", content, { utf8 = true })
   call(sbx._settings, "POST", engine.session_path(id, "/write"),
     { { "path", path }, { "content", content } })
+  now_active(sbx)
 end
 
 -- Raises the error Python's open() would for a local file: FileNotFoundError (no such file
@@ -372,6 +461,7 @@ function Files:read(path, opts)
   if opts and opts.binary then return raw_read(sbx, id, path) end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
     { query = { { "path", path } } })
+  now_active(sbx)
   local content = data and data.content
   if content == engine.missing_file_text(path) then
     errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
@@ -437,6 +527,7 @@ function Files:list(dir, opts)
     query[2] = { "limit", engine.check_integer("limit", opts.limit, 1, 10000) }
   end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/list"), nil, { query = query })
+  now_active(sbx)
   if type(data) ~= "table" or type(data.entries) ~= "table" then
     errors.raise("SandboxError", "The server's list answer has no entries")
   end

@@ -11,6 +11,9 @@ void api_sessions_create(app *a, http_request *r, const api_call *c);
 void api_sessions_list(app *a, http_request *r, const api_call *c);
 void api_sessions_get(app *a, http_request *r, const api_call *c); /* ours: one session's template and size */
 void api_sessions_delete(app *a, http_request *r, const api_call *c);
+/* ours: pause a session (nothing of it runs, its files kept) and resume it (api/pause.c) */
+void api_sessions_pause(app *a, http_request *r, const api_call *c);
+void api_sessions_resume(app *a, http_request *r, const api_call *c);
 /* files.c */
 void api_files_write(app *a, http_request *r, const api_call *c);
 void api_files_read(app *a, http_request *r, const api_call *c);
@@ -23,6 +26,12 @@ void api_files_write_raw(app *a, http_request *r, void *upload);
 void api_files_list(app *a, http_request *r, const api_call *c);
 /* exec.c */
 void api_exec(app *a, http_request *r, const api_call *c);
+/* Ours: kernels (api/kernels.c). */
+void api_kernels_create(app *a, http_request *r, const api_call *c);
+void api_kernels_list(app *a, http_request *r, const api_call *c);
+void api_kernels_delete(app *a, http_request *r, const api_call *c);
+void api_kernels_execute(app *a, http_request *r, const api_call *c);
+void api_kernels_interrupt(app *a, http_request *r, const api_call *c);
 /* import.c */
 void api_import(app *a, http_request *r, const api_call *c);
 /* egress.c */
@@ -54,6 +63,11 @@ void api_templates_log(app *a, http_request *r, const api_call *c);
 void api_admin_templates_create(app *a, http_request *r, const api_call *c);
 void api_admin_templates_list(app *a, http_request *r, const api_call *c);
 void api_admin_templates_delete(app *a, http_request *r, const api_call *c);
+/* snapshots.c (ours) */
+void api_snapshots_create(app *a, http_request *r, const api_call *c);
+void api_snapshots_list(app *a, http_request *r, const api_call *c);
+void api_snapshots_get(app *a, http_request *r, const api_call *c);
+void api_snapshots_delete(app *a, http_request *r, const api_call *c);
 /* nodes.c: the fleet */
 void api_admin_nodes(app *a, http_request *r, const api_call *c);
 void api_admin_node_drain(app *a, http_request *r, const api_call *c);

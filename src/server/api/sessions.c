@@ -2,6 +2,7 @@
 #include "api/handlers.h"
 
 #include "api/session_size.h"
+#include "api/snapshots.h"
 #include "egress/policy.h"
 #include "text/pyrepr.h"
 
@@ -105,7 +106,24 @@ static bool validate_metadata(json_t *errs, json_t *body)
     return ok;
 }
 
-void api_sessions_create(app *a, http_request *r, const api_call *c)
+/* Ours: {"on_idle": "delete" (the default) | "pause"}: what the idle TTL does to it. */
+static void validate_on_idle(json_t *errs, json_t *body, bool *pause)
+{
+    const json_t *v = json_object_get(body, "on_idle");
+    *pause = false;
+    if (!v || json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), "delete") == 0 &&
+                                  json_string_length(v) == 6))
+        return;
+    if (json_is_string(v) && strcmp(json_string_value(v), "pause") == 0 && json_string_length(v) == 5) {
+        *pause = true;
+        return;
+    }
+    json_array_append_new(errs, verr("literal_error", loc_of("body", "on_idle"), "Input should be 'delete' or 'pause'",
+                                     (json_t *)v, json_pack("{s:s}", "expected", "'delete' or 'pause'")));
+}
+
+/* The create, with from (ours) the snapshot its disk copies when the body names one. */
+static void create_session(app *a, http_request *r, const api_call *c, snapshot_source *from)
 {
     const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
     json_t *body = c->body;
@@ -118,9 +136,14 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         validate_metadata(errs, body);
         validate_egress(errs, body, &egress_in);
         session_size_from_body(errs, body, t, a->cfg->quota_bytes, &spec);
+        validate_on_idle(errs, body, &spec.on_idle_pause);
     }
     if (send_if_invalid(r, errs))
         return;
+    if (!snapshot_source_from_body(a, r, body, t->name, from, &spec))
+        return;
+    if (!tpl && from->image) /* ours: the snapshot's template */
+        tpl = from->rec.template_name, tpl_len = strlen(tpl);
     if (!tpl)
         tpl = TEMPLATES[0], tpl_len = strlen(TEMPLATES[0]);
     bool allowed = false;
@@ -206,6 +229,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                               "retry-after", "2");
         return;
     }
+    if (rc == SESSION_ERROR && from->gone) {
+        http_send_detail(r, 404, "Snapshot not found");
+        return;
+    }
     if (rc == SESSION_STORAGE) { /* nothing was created: 503 like the contract's capacity answer */
         send_not_saved(r, 503, "The new session");
         return;
@@ -219,6 +246,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                                 "created_at", s->created_at, "status", "ready");
     if (created)
         session_shape_json(created, s->template_name, &s->size, s->quota_bytes);
+    if (created) {
+        json_object_set_new(created, "state", json_string("active"));
+        json_object_set_new(created, "on_idle", json_string(s->on_idle_pause ? "pause" : "delete"));
+    }
     http_send_json(r, 201, created);
     /* the tenant's next new session finds its disk made and its first sandbox booted */
     char *root = tpl_id[0] ? templates_root(a->templates, tpl_id) : NULL; /* spares per template in use */
@@ -229,14 +260,27 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     registry_release(a->reg, s);
 }
 
+void api_sessions_create(app *a, http_request *r, const api_call *c)
+{
+    snapshot_source from;
+    memset(&from, 0, sizeof from);
+    create_session(a, r, c, &from);
+    snapshot_source_free(&from);
+}
+
 /* A session as the list and GET /v1/sessions/{id} show it. */
 static json_t *info_json(const session_info *v, const char *tenant)
 {
     json_t *o = json_pack("{s:s,s:s,s:O,s:f,s:f,s:f,s:I}", "session_id", v->id, "tenant_id", tenant, "egress",
                           v->egress, "created_at", v->created_at, "last_accessed_at", v->last_accessed_at,
                           "expires_at", v->expires_at, "disk_quota_mb", (json_int_t)(v->quota_bytes >> 20));
-    if (o)
+    if (o) {
         session_shape_json(o, v->template_name, &v->size, v->quota_bytes);
+        json_object_set_new(o, "state", json_string(v->paused ? "paused" : "active"));
+        json_object_set_new(o, "on_idle", json_string(v->on_idle_pause ? "pause" : "delete"));
+        if (v->paused)
+            json_object_set_new(o, "paused_at", json_real(v->paused_at));
+    }
     return o;
 }
 
@@ -244,7 +288,7 @@ void api_sessions_list(app *a, http_request *r, const api_call *c)
 {
     const char *tname = tenants_get(a->tenants, c->tenant)->name;
     if (a->fleet) { /* every node's sessions, from the fleet's registry */
-        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl);
+        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl, a->cfg->paused_ttl);
         if (all)
             http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", all));
         else

@@ -49,6 +49,7 @@ static int load_sessions(config *c, const config_src *src)
 {
     double mb;
     if (config_var_positive(src, "SANDBOX_SESSION_TTL", 1800, &c->session_ttl) ||
+        config_var_positive(src, "SANDBOX_PAUSED_TTL", 604800, &c->paused_ttl) ||
         config_var_positive(src, "SANDBOX_WORKSPACE_QUOTA_MB", 512, &mb) || load_session_size(c, src))
         return -1;
     if (mb > 1e9)
@@ -57,6 +58,9 @@ static int load_sessions(config *c, const config_src *src)
     const char *state = config_var(src, "SANDBOX_SESSION_STATE");
     c->session_state_off = state && strcmp(state, "off") == 0;
     c->session_state = c->session_state_off ? NULL : state;
+    c->snapshot_dir = config_var(src, "SANDBOX_SNAPSHOT_DIR");
+    if (c->snapshot_dir && c->snapshot_dir[0] != '/')
+        return config_fail(src->err, "SANDBOX_SNAPSHOT_DIR", c->snapshot_dir, "must be an absolute path");
     return 0;
 }
 

@@ -37,6 +37,13 @@ void disk_pool_start(disk_pool *p);
 /* The bytes the images take now (*used) under the cap (*cap), for the status page. */
 void disk_pool_usage(disk_pool *p, long long *used, long long *cap);
 
+/* Bytes kept beside the images that count against the same cap (snapshots,
+ * store/snapshots.h). take reserves bytes: false when they do not fit under the cap or would
+ * leave the host less than the reserve (*why says which, with the figures); adjust adds
+ * (bytes found at start, a reservation grown) or, negative, gives back. */
+bool disk_pool_take(disk_pool *p, long long bytes, char *why, size_t whylen);
+void disk_pool_adjust(disk_pool *p, long long delta);
+
 /* Unmounts the workspaces mount (every session must be closed or destroyed) and frees. */
 void disk_pool_close(disk_pool *p);
 
@@ -69,6 +76,24 @@ typedef int (*disk_fill_fn)(void *ctx, int fd);
  * workspace path. DISK_ERROR (the reason in *why) leaves nothing behind. */
 disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fill_fn fill, void *ctx,
                          char **workspace, char *why, size_t whylen);
+
+/* ---- pause and resume (domain/pause.c): a paused session keeps its image, unmounted and
+ * counted against the cap, with no loop device attached ---- */
+
+/* Unmounts the session's disk (its loop detaches with it) and keeps its image; 0, or -1 when
+ * it is still mounted (logged). */
+int disk_pause(disk_pool *p, const char *id);
+
+/* Mounts a paused session's kept image again; *workspace is the malloc'd workspace path.
+ * DISK_ERROR (logged, the image kept) when it cannot. */
+disk_result disk_resume(disk_pool *p, const char *id, char **workspace);
+
+/* A persisted paused session's image at start: counted against the cap and left unmounted
+ * (a mount a killed predecessor left is undone). DISK_ERROR when the image is gone. */
+disk_result disk_keep(disk_pool *p, const char *id);
+
+/* The session's workspace path (malloc'd) whether or not its disk is mounted, or NULL. */
+char *disk_workspace_path(disk_pool *p, const char *id);
 
 /* Unmounts the session's disk and keeps its image (shutdown with persistence). */
 void disk_close(disk_pool *p, const char *id);

@@ -81,12 +81,40 @@ static int open_stores(server *s)
     return 0;
 }
 
+/* The snapshot store (SANDBOX_SNAPSHOT_DIR, default <state>/snapshots), its bytes counted
+ * against the disks' cap before the cap is fixed. Its temporary directories carry this
+ * server's name ("local", or a fleet node's id made a safe name): nodes sharing the store
+ * each clean only their own. */
+static int open_snapshots(server *s)
+{
+    char owner[41] = "local", *dir = NULL;
+    const char *node = s->cfg->database_url ? s->cfg->node_id : NULL;
+    char host[256] = "";
+    if (s->cfg->database_url && !node && gethostname(host, sizeof host - 1) == 0)
+        node = host;
+    if (node && node[0]) {
+        size_t i = 0;
+        for (; i < sizeof owner - 1 && node[i]; i++) {
+            char ch = node[i];
+            bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-';
+            owner[i] = ok ? ch : '_';
+        }
+        owner[i] = '\0';
+    }
+    if (!s->cfg->snapshot_dir && asprintf(&dir, "%s/snapshots", s->state) < 0)
+        return fail(s, "out of memory");
+    s->a.snapshots = snapshots_open(s->cfg->snapshot_dir ? s->cfg->snapshot_dir : dir, owner, s->disk, s->err,
+                                    sizeof s->err);
+    free(dir);
+    return s->a.snapshots ? 0 : -1;
+}
+
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
     s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
     s->a.disk = s->disk; /* the status page's budgets */
-    return s->disk ? 0 : -1;
+    return s->disk ? open_snapshots(s) : -1;
 }
 
 static int open_egress(server *s)
@@ -176,6 +204,7 @@ static int open_templates(server *s)
     if (!(a->templates = templates_open(&to, s->err, sizeof s->err)))
         return -1;
     templates_set_delete_hook(a->templates, template_deleted, a->warm);
+    a->pause.templates = a->templates; /* a resumed session boots on its template's root */
     return 0;
 }
 
@@ -184,9 +213,12 @@ static void spares_drop_all(void *ctx)
     warm_drop_spares(((app *)ctx)->warm);
 }
 
+/* A session's kernels end, then its sandbox goes (they borrowed it). */
 static void forget_warm(void *ctx, const char *session_id)
 {
-    warm_forget(ctx, session_id);
+    app *a = ctx;
+    kernels_forget_session(a->kernels, session_id);
+    warm_forget(a->warm, session_id);
 }
 
 /* Sandboxes booted ahead; none (NULL without an error) when the backend cannot. */
@@ -202,6 +234,10 @@ static int open_warm_pool(server *s)
     s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
     if (!s->a.warm && s->err[0])
         return -1;
+    if (!(s->a.kernels = kernels_new(s->a.warm))) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
     if (c->sandbox.session_mode)
         log_info("commands run %s",
                  warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
@@ -228,7 +264,8 @@ static int open_sessions(server *s)
         s->state_file = NULL;
         return fail(s, "out of memory");
     }
-    registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
+    registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .paused_ttl = c->paused_ttl,
+                        .quota_bytes = c->quota_bytes,
                         .size = c->session_size,
                         .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
                         .tenants = a->tenants, .disk = s->disk, .id_slot = a->fleet ? fleet_slot(a->fleet) : 0,
@@ -238,7 +275,10 @@ static int open_sessions(server *s)
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
     registry_set_remove_hook(a->reg, session_removed, a);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
-    registry_set_destroy_hook(a->reg, forget_warm, a->warm);
+    registry_set_destroy_hook(a->reg, forget_warm, a);
+    /* {"on_idle": "pause"}: the idle reaper pauses instead of deleting (domain/pause.h) */
+    a->pause = (pause_deps){.reg = a->reg, .warm = a->warm, .tenants = a->tenants, .kernels = a->kernels};
+    registry_set_pause_hook(a->reg, pause_idle_session, &a->pause);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
     if (a->warm)
         registry_set_spares(a->reg, &s->spares);
@@ -368,7 +408,11 @@ void server_close(server *s, int status)
     server_stop_fleet(s);
     registry_free(a->reg);     /* before egress: removing sessions tells egress */
     a->reg = NULL;
+    kernels_free(a->kernels);  /* after the sessions (which end theirs), before their sandboxes */
+    a->kernels = NULL;
     warm_free(a->warm);        /* after the sessions, whose removal forgets their sandboxes */
+    snapshots_close(a->snapshots);
+    a->snapshots = NULL;
     disk_pool_close(s->disk);
     egress_close(a->egress);
     limits_free(a->lim);

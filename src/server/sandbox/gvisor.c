@@ -136,7 +136,7 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
     return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
 }
 
-#define RUNSC_ARGV_MAX 28
+#define RUNSC_ARGV_MAX 32
 
 /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
  * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's
@@ -158,7 +158,7 @@ static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
         argv[n++] = "5:4";
     }
     if (s->agent) { /* its frames back, a channel per slot */
-        static const char *const slots[] = {"6:5", "7:6", "8:7", "9:8"};
+        static const char *const slots[] = {"6:5", "7:6", "8:7", "9:8", "10:9", "11:10"};
         _Static_assert(sizeof slots / sizeof slots[0] == AGENT_SLOTS, "a --pass-fd per agent slot");
         for (int i = 0; i < AGENT_SLOTS; i++) {
             argv[n++] = "--pass-fd";

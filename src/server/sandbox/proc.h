@@ -48,7 +48,7 @@ typedef struct {
     int npass_fds;
 } sbx_proc_opts;
 
-#define SBX_PASS_FDS_MAX 6
+#define SBX_PASS_FDS_MAX 8
 
 /* A launcher started (sbx_proc_start) and not yet collected. */
 typedef struct {
