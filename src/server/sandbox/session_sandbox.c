@@ -10,6 +10,7 @@
 
 #include "log/log.h"
 #include "sandbox/internal.h"
+#include "sandbox/agent_stdio.h"
 #include "../../agent/protocol.h"
 
 #include <errno.h>
@@ -81,43 +82,62 @@ static unsigned char *request_frame(const sandbox *s, unsigned slot, const char 
 
 /* One command's run: its slot and per-command options, and what the frames said. */
 typedef struct {
+    sandbox *s;
     unsigned slot;
-    int events_r;   /* its slot's frames */
     int cancel_fd;  /* sandbox_opts.cancel_fd */
     const sandbox_tap *tap;
+    bool to_tap;    /* before the deadline: output goes to the tap too */
+    uint32_t taken; /* output bytes taken since the last FRAME_CREDIT */
     sbx_proc_result r;
     bool ended;     /* 'X' came */
     int code;
     bool failed;    /* out of memory: errbuf says so */
     bool not_started; /* 'F' came: the command never ran (errbuf says why) */
     bool gone;      /* end of file or a broken frame: the sandbox died */
+    char *errbuf;
+    size_t errlen;
 } agent_run;
 
-/* Reads one frame from the agent and takes it in (its output to the tap too, with to_tap). A
- * frame that breaks the protocol, or is not of this slot, is a sandbox that cannot be trusted:
- * gone. */
-static void take_frame(agent_run *a, bool to_tap, char *errbuf, size_t errlen)
+static bool run_over(const agent_run *a)
 {
-    static _Thread_local char payload[FRAME_OUTPUT_MAX];
-    frame_head h;
-    frame_exit x;
-    if (frame_recv(a->events_r, &h, payload, sizeof payload) != 0 || h.slot != a->slot) {
-        a->gone = true;
+    return a->ended || a->failed || a->not_started || a->gone;
+}
+
+/* Gives the agent back the window a's output took (FRAME_CREDIT), half a window at a time. */
+static void grant(agent_run *a)
+{
+    if (a->taken < AGENT_WINDOW / 2 || a->ended)
         return;
-    }
-    const sandbox_tap *tap = to_tap ? a->tap : NULL;
-    switch (h.type) {
+    unsigned char p[4];
+    frame_put_u32(p, a->taken);
+    a->taken = 0;
+    pthread_mutex_lock(&a->s->agent_mu);
+    if (frame_send(a->s->cmd_w, FRAME_CREDIT, a->slot, p, sizeof p) != 0)
+        a->gone = true;
+    pthread_mutex_unlock(&a->s->agent_mu);
+}
+
+/* Takes in one frame of a's slot (its output to the tap too while a->to_tap). A frame that
+ * breaks the protocol is a sandbox that cannot be trusted: gone. */
+static void take_frame(agent_run *a, frame_type t, const unsigned char *payload, uint32_t len)
+{
+    frame_exit x;
+    const sandbox_tap *tap = a->to_tap ? a->tap : NULL;
+    switch (t) {
     case FRAME_STDOUT:
     case FRAME_STDERR:
-        if (capture_feed(h.type == FRAME_STDOUT ? &a->r.out : &a->r.err, payload, h.len) != 0) {
-            snprintf(errbuf, errlen, "out of memory");
+        if (capture_feed(t == FRAME_STDOUT ? &a->r.out : &a->r.err, (const char *)payload, len) != 0) {
+            snprintf(a->errbuf, a->errlen, "out of memory");
             a->failed = true;
-        } else if (tap) {
-            tap->output(tap->ctx, h.type == FRAME_STDOUT ? 1 : 2, payload, h.len);
+            break;
         }
+        if (tap)
+            tap->output(tap->ctx, t == FRAME_STDOUT ? 1 : 2, (const char *)payload, len);
+        a->taken += len;
+        grant(a);
         break;
     case FRAME_EXIT:
-        if (frame_exit_get((unsigned char *)payload, h.len, &x) != 0) {
+        if (frame_exit_get(payload, len, &x) != 0) {
             a->gone = true;
             break;
         }
@@ -127,13 +147,29 @@ static void take_frame(agent_run *a, bool to_tap, char *errbuf, size_t errlen)
         a->r.cancelled = x.ending == FRAME_ENDED_KILLED;
         break;
     case FRAME_FAIL:
-        snprintf(errbuf, errlen, "the sandbox could not start the command: %.*s", (int)h.len, payload);
+        snprintf(a->errbuf, a->errlen, "the sandbox could not start the command: %.*s", (int)len, payload);
         a->not_started = true;
         break;
-    default: /* FRAME_RUN, FRAME_KILL: never the agent's */
+    default: /* never one of a slot's */
         a->gone = true;
         break;
     }
+}
+
+/* Whether a's tap cannot take output now (a slow client): a's frames wait in its queue. */
+static bool tap_full(const agent_run *a)
+{
+    return a->to_tap && a->tap && a->tap->full(a->tap->ctx);
+}
+
+/* agent_stdio_read's taker: a's own frame in place, unless its tap is full. */
+static bool take_in_place(void *ctx, frame_type t, const unsigned char *payload, uint32_t len)
+{
+    agent_run *a = ctx;
+    if (run_over(a) || tap_full(a))
+        return false;
+    take_frame(a, t, payload, len);
+    return true;
 }
 
 /* Thaws s for its commands: the first one also gets the command's limits (sbx_cg_begin_command).
@@ -172,35 +208,59 @@ static void kill_sandbox_now(sandbox *s)
     pthread_mutex_unlock(&s->agent_mu);
 }
 
-/* Reads the agent's frames until the command ends, its deadline passes or the sandbox dies. */
-static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf, size_t errlen)
+/* Takes in a's queued frames while its tap takes them; then claims the reader role when a
+ * does not hold it (*reader) and nobody does. False when the agent is gone. */
+static bool take_queued(sandbox *s, agent_run *a, bool *reader)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    agent_frame *f;
+    while (!run_over(a) && !tap_full(a) && (f = agent_stdio_pop(s->io, a->slot)) != NULL) {
+        pthread_mutex_unlock(&s->agent_mu);
+        take_frame(a, f->type, f->payload, f->len);
+        free(f);
+        pthread_mutex_lock(&s->agent_mu);
+    }
+    if (!*reader)
+        *reader = agent_stdio_claim(s->io);
+    bool ok = !agent_stdio_broken(s->io) || s->io == NULL;
+    pthread_mutex_unlock(&s->agent_mu);
+    return ok;
+}
+
+/* Reads the agent's frames until the command ends, its deadline passes or the sandbox dies:
+ * itself from the agent's stdout while it holds the reader role, else as the reader queues
+ * them (agent_stdio.h). */
+static void collect(sandbox *s, int timeout_seconds, agent_run *a)
 {
     int64_t deadline = now_ms() + (int64_t)timeout_seconds * 1000;
     int64_t give_up = deadline + AGENT_GRACE_MS;
-    bool asked_kill = false;
+    bool asked_kill = false, reader = false;
     const sandbox_tap *tap = a->tap;
-    while (!a->ended && !a->failed && !a->not_started && !a->gone) {
+    agent_stdio *io = s->io;
+    for (;;) {
+        int64_t now = now_ms();
+        /* past the deadline the frames are read whatever the tap says (a timed-out result has
+         * no output): an agent that waits for its window gets to kill the command at once */
+        a->to_tap = now < deadline;
+        if (!take_queued(s, a, &reader))
+            a->gone = true;
+        if (run_over(a))
+            break;
         if (tap)
             tap->output(tap->ctx, 0, NULL, 0);
-        int64_t now = now_ms();
         if (now >= give_up) {
             kill_sandbox_now(s);
             a->r.timed_out = !a->r.cancelled;
             a->code = -1;
-            return;
+            break;
         }
         struct pollfd pf[3];
         nfds_t n = 0;
-        int i_ev = -1, i_cancel = -1;
-        /* past the deadline the frames are read whatever the tap says (a timed-out result has
-         * no output): an agent blocked on a full pipe gets to kill the command at once */
-        bool tap_full = tap && now < deadline && tap->full(tap->ctx);
-        if (tap_full && tap->room_fd >= 0)
+        int i_cancel = -1;
+        if (tap_full(a) && tap->room_fd >= 0)
             pf[n++] = (struct pollfd){.fd = tap->room_fd, .events = POLLIN};
-        if (!tap_full) {
-            pf[n] = (struct pollfd){.fd = a->events_r, .events = POLLIN};
-            i_ev = (int)n++;
-        }
+        int i_ev = (int)n;
+        pf[n++] = (struct pollfd){.fd = reader ? agent_stdio_fd(io) : agent_stdio_wake_fd(io, a->slot), .events = POLLIN};
         if (a->cancel_fd > 0 && !asked_kill) {
             pf[n] = (struct pollfd){.fd = a->cancel_fd, .events = POLLRDHUP};
             i_cancel = (int)n++;
@@ -208,10 +268,12 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
         int wait = (int)(give_up - now < TICK_MS ? give_up - now : TICK_MS);
         if (tap && tap->tick_ms > 0 && wait > tap->tick_ms)
             wait = tap->tick_ms;
+        if (now < deadline && wait > deadline - now)
+            wait = (int)(deadline - now);
         if (poll(pf, n, wait) < 0 && errno != EINTR) {
             kill_sandbox_now(s);
             a->gone = true;
-            return;
+            break;
         }
         if (i_cancel >= 0 && (pf[i_cancel].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) {
             asked_kill = true;
@@ -221,8 +283,17 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a, char *errbuf,
                 a->gone = true;
             pthread_mutex_unlock(&s->agent_mu);
         }
-        if (i_ev >= 0 && pf[i_ev].revents)
-            take_frame(a, now < deadline, errbuf, errlen);
+        if (!pf[i_ev].revents)
+            continue;
+        if (!reader)
+            agent_stdio_woken(io, a->slot);
+        else if (agent_stdio_read(io, a->slot, take_in_place, a, false) < 0)
+            a->gone = true;
+    }
+    if (reader) { /* the others' threads take the role on */
+        pthread_mutex_lock(&s->agent_mu);
+        agent_stdio_release(io, s->slots_busy & ~(1u << a->slot));
+        pthread_mutex_unlock(&s->agent_mu);
     }
 }
 
@@ -233,13 +304,14 @@ static int take_slot(sandbox *s, char *errbuf, size_t errlen)
     pthread_mutex_lock(&s->agent_mu);
     int slot = -1;
     for (int i = 0; i < AGENT_SLOTS && slot < 0; i++)
-        if (!(s->slots_busy & (1u << i)) && s->slot_r[i] >= 0)
+        if (!(s->slots_busy & (1u << i)) && s->io)
             slot = i;
     if (slot >= 0 && s->running == 0 && begin(s, errbuf, errlen) != 0) {
         kill_sandbox(s);
         slot = -2;
     }
     if (slot >= 0) {
+        agent_stdio_clear(s->io, (unsigned)slot); /* (what a run that failed left) */
         s->slots_busy |= 1u << slot;
         s->running++;
     }
@@ -258,10 +330,11 @@ static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
     if (gone || oom) /* a host OOM kill takes the whole sentry down */
         kill_sandbox(s);
     s->slots_busy &= ~(1u << slot);
+    agent_stdio_clear(s->io, (unsigned)slot);
     if (--s->running == 0) {
         sbx_cg_end_command(&s->cg);
         /* frozen a second later once the agent's next container is ready (sandbox_session_settle) */
-        s->settling = !s->ran && s->idle_r >= 0;
+        s->settling = !s->ran;
         s->next_ready = false;
         s->idle_since = now_ms();
         if (!s->ran && !s->settling && sbx_cg_freeze(&s->cg, true) != 0)
@@ -292,8 +365,10 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     unsigned char *frame = request_frame(s, (unsigned)slot, command ? command : "", timeout_seconds, &len);
     agent_run a;
     memset(&a, 0, sizeof a);
+    a.s = s;
     a.slot = (unsigned)slot;
-    a.events_r = s->slot_r[slot];
+    a.errbuf = errbuf;
+    a.errlen = errlen;
     a.cancel_fd = o->cancel_fd;
     a.tap = o->tap;
     size_t limit = o->output_limit ? o->output_limit : SANDBOX_OUTPUT_LIMIT;
@@ -310,7 +385,7 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     pthread_mutex_unlock(&s->agent_mu);
     free(frame);
     if (!a.gone)
-        collect(s, timeout_seconds, &a, errbuf, errlen);
+        collect(s, timeout_seconds, &a);
     bool limit_hit = false;
     bool oom = give_slot(s, slot, a.gone, &limit_hit);
     if (a.gone && !oom && !a.r.cancelled && !a.r.timed_out) {
@@ -341,19 +416,25 @@ int sandbox_session_settle(sandbox *s, int64_t *until_ms)
 {
     pthread_mutex_lock(&s->agent_mu);
     int fd = -1;
-    if (s->settling && s->running == 0 && !s->ran) {
-        char b[64];
-        ssize_t n = read(s->idle_r, b, sizeof b);
-        s->next_ready = s->next_ready || n > 0;
-        while (n > 0)
-            n = read(s->idle_r, b, sizeof b);
+    if (s->settling && s->running == 0 && !s->ran && s->io) {
+        /* no command runs: nobody else reads the agent's stdout (its FRAME_IDLE) */
+        int rc = 0;
+        if (agent_stdio_claim(s->io)) {
+            while ((rc = agent_stdio_read(s->io, AGENT_SLOTS, NULL, NULL, true)) > 0) {
+            }
+            agent_stdio_release(s->io, 0);
+        }
+        s->next_ready = s->next_ready || agent_stdio_idle_said(s->io);
         int64_t now = now_ms(), thawed_until = s->idle_since + THAWED_MS, settle_until = s->idle_since + SETTLE_MS;
-        if (n == 0 || now >= settle_until || (s->next_ready && now >= thawed_until)) { /* (end of file: the agent died) */
+        if (rc < 0) { /* the agent died */
+            s->settling = false;
+            kill_sandbox(s);
+        } else if (now >= settle_until || (s->next_ready && now >= thawed_until)) {
             s->settling = false;
             if (sbx_cg_freeze(&s->cg, true) != 0)
                 kill_sandbox(s); /* never leave it running idle */
         } else {
-            fd = s->idle_r; /* (read to its end: only a deadline wakes the poll once said) */
+            fd = agent_stdio_fd(s->io); /* (read to its end: only a deadline wakes the poll once said) */
             *until_ms = s->next_ready ? thawed_until : settle_until;
         }
     }
@@ -364,7 +445,7 @@ int sandbox_session_settle(sandbox *s, int64_t *until_ms)
 bool sandbox_session_usable(sandbox *s)
 {
     pthread_mutex_lock(&s->agent_mu);
-    bool ok = s->agent && s->booted && !s->ran && s->cmd_w >= 0 && s->slot_r[0] >= 0;
+    bool ok = s->agent && s->booted && !s->ran && s->cmd_w >= 0 && s->io && !agent_stdio_broken(s->io);
     pthread_mutex_unlock(&s->agent_mu);
     return ok;
 }
