@@ -188,6 +188,7 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     sandbox_set_command(s, o);
     s->cmd_w = s->ready_r = -1;
     pthread_mutex_init(&s->agent_mu, NULL);
+    pthread_mutex_init(&s->cmd_mu, NULL);
     s->child.pid = -1;
     s->child.out = s->child.err = -1;
     if (o->boot_ahead) {
@@ -256,6 +257,7 @@ void sandbox_release(sandbox *s)
     agent_stdio_free(s->io);
     s->b->ops->release(s);
     pthread_mutex_destroy(&s->agent_mu);
+    pthread_mutex_destroy(&s->cmd_mu);
     free(s->workspace_dir);
     free(s->root_dir);
     free(s);

@@ -80,8 +80,9 @@ struct sandbox {
     /* A session's long-lived sandbox (sandbox_opts.agent): cmd_w (the agent's stdin) carries
      * requests to the agent; its stdout (ready_r until FRAME_BOOTED, then io's) every slot's
      * frames back (sandbox/session_sandbox.c, agent_stdio.h); commands run there at once up to
-     * AGENT_SLOTS. agent_mu guards cmd_w's frames, io, the slots, running and the thaw/freeze
-     * they decide. */
+     * AGENT_SLOTS. agent_mu guards io, the slots, running and the thaw/freeze they decide;
+     * cmd_mu the frames on cmd_w (a thread that reads the agent's stdout never waits for it:
+     * the agent may be waiting for that stdout to be read before it reads its stdin). */
     bool agent;
     struct agent_stdio *io;
     unsigned slots_busy;  /* bit i: slot i has a command */
@@ -90,6 +91,7 @@ struct sandbox {
     bool next_ready;      /* FRAME_IDLE said so since the last command */
     int64_t idle_since;   /* when the last command ended */
     pthread_mutex_t agent_mu;
+    pthread_mutex_t cmd_mu;
 };
 
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until

@@ -88,6 +88,7 @@ typedef struct {
     const sandbox_tap *tap;
     bool to_tap;    /* before the deadline: output goes to the tap too */
     uint32_t taken; /* output bytes taken since the last FRAME_CREDIT */
+    bool kill_due;  /* the client hung up: FRAME_KILL to send */
     sbx_proc_result r;
     bool ended;     /* 'X' came */
     int code;
@@ -103,18 +104,29 @@ static bool run_over(const agent_run *a)
     return a->ended || a->failed || a->not_started || a->gone;
 }
 
-/* Gives the agent back the window a's output took (FRAME_CREDIT), half a window at a time. */
-static void grant(agent_run *a)
+/* Whether a frame to a's slot is due: the window a's output took back (FRAME_CREDIT), half a
+ * window at a time, or a FRAME_KILL. */
+static bool due(const agent_run *a)
 {
-    if (a->taken < AGENT_WINDOW / 2 || a->ended)
+    return !a->ended && (a->kill_due || a->taken >= AGENT_WINDOW / 2);
+}
+
+/* Sends what is due, unless another thread is writing to the agent (then later: the caller may
+ * be the one whose reading lets the agent take that thread's frame). */
+static void send_due(agent_run *a)
+{
+    if (!due(a) || pthread_mutex_trylock(&a->s->cmd_mu) != 0)
         return;
     unsigned char p[4];
     frame_put_u32(p, a->taken);
-    a->taken = 0;
-    pthread_mutex_lock(&a->s->agent_mu);
-    if (frame_send(a->s->cmd_w, FRAME_CREDIT, a->slot, p, sizeof p) != 0)
+    if (a->taken >= AGENT_WINDOW / 2 && frame_send(a->s->cmd_w, FRAME_CREDIT, a->slot, p, sizeof p) != 0)
         a->gone = true;
-    pthread_mutex_unlock(&a->s->agent_mu);
+    else if (a->taken >= AGENT_WINDOW / 2)
+        a->taken = 0;
+    if (a->kill_due && frame_send(a->s->cmd_w, FRAME_KILL, a->slot, NULL, 0) != 0)
+        a->gone = true;
+    a->kill_due = false;
+    pthread_mutex_unlock(&a->s->cmd_mu);
 }
 
 /* Takes in one frame of a's slot (its output to the tap too while a->to_tap). A frame that
@@ -134,7 +146,7 @@ static void take_frame(agent_run *a, frame_type t, const unsigned char *payload,
         if (tap)
             tap->output(tap->ctx, t == FRAME_STDOUT ? 1 : 2, (const char *)payload, len);
         a->taken += len;
-        grant(a);
+        send_due(a);
         break;
     case FRAME_EXIT:
         if (frame_exit_get(payload, len, &x) != 0) {
@@ -222,7 +234,7 @@ static bool take_queued(sandbox *s, agent_run *a, bool *reader)
     }
     if (!*reader)
         *reader = agent_stdio_claim(s->io);
-    bool ok = !agent_stdio_broken(s->io) || s->io == NULL;
+    bool ok = !agent_stdio_broken(s->io);
     pthread_mutex_unlock(&s->agent_mu);
     return ok;
 }
@@ -270,6 +282,8 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a)
             wait = tap->tick_ms;
         if (now < deadline && wait > deadline - now)
             wait = (int)(deadline - now);
+        if (due(a) && wait > 5)
+            wait = 5; /* another thread was writing to the agent: soon again */
         if (poll(pf, n, wait) < 0 && errno != EINTR) {
             kill_sandbox_now(s);
             a->gone = true;
@@ -278,11 +292,9 @@ static void collect(sandbox *s, int timeout_seconds, agent_run *a)
         if (i_cancel >= 0 && (pf[i_cancel].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))) {
             asked_kill = true;
             a->r.cancelled = true;
-            pthread_mutex_lock(&s->agent_mu);
-            if (frame_send(s->cmd_w, FRAME_KILL, a->slot, NULL, 0) != 0)
-                a->gone = true;
-            pthread_mutex_unlock(&s->agent_mu);
+            a->kill_due = true;
         }
+        send_due(a);
         if (!pf[i_ev].revents)
             continue;
         if (!reader)
@@ -379,10 +391,10 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
         (void)give_slot(s, slot, false, &hit);
         return 1;
     }
-    pthread_mutex_lock(&s->agent_mu);
+    pthread_mutex_lock(&s->cmd_mu);
     if (frame_write_all(s->cmd_w, frame, len) != 0)
         a.gone = true;
-    pthread_mutex_unlock(&s->agent_mu);
+    pthread_mutex_unlock(&s->cmd_mu);
     free(frame);
     if (!a.gone)
         collect(s, timeout_seconds, &a);
