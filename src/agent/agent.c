@@ -13,13 +13,14 @@
  * (not while the command runs: they would share the sandbox's CPU).
  *
  * Each command runs in a worker process of the agent's, which made its container child ahead
- * of it, relays its pipes and reports its exit on the command's own channel, then makes the
+ * of it, relays its pipes and reports its exit on the command's slot, then makes the
  * next container and waits for the next command: a session's commands one after another reuse
  * one worker. Commands of a session may run at once (AGENT_SLOTS, each in its own container):
  * a command that finds no free worker gets a new one at once; when they end, one worker stays.
  *
- * The protocol and its channels are protocol.h's; the container child is container.c, the
- * worker worker.c (agent.h says what they share).
+ * The protocol and its channels (the agent's stdin and stdout) are protocol.h's; the container
+ * child is container.c, the worker worker.c, the output they share out.c (agent.h says what
+ * they share).
  *
  * Commands cannot reach the agent: it lives in the sandbox's first PID namespace (theirs are
  * children), as root (they are uid 1000 without capabilities), and every descriptor of the

@@ -1,9 +1,8 @@
 /* Runs one host program (runsc or bwrap) for the sandbox backend (private): stdin /dev/null
- * (or a pipe: sbx_proc_opts.stdin_fd),
- * stdout and stderr captured separately and concurrently within a byte budget each
- * (sandbox/capture.h), a wall-clock deadline, a client connection whose hang-up cancels the
- * run, and on expiry or cancel the whole process tree killed (through its cgroup, else its
- * process group). */
+ * (or a pipe: sbx_proc_opts.stdin_fd), stdout and stderr captured separately and concurrently
+ * within a byte budget each (sandbox/capture.h), a wall-clock deadline, a client connection
+ * whose hang-up cancels the run, and on expiry or cancel the whole process tree killed
+ * (through its cgroup, else its process group). */
 #ifndef AIRLOCKD_SANDBOX_PROC_H
 #define AIRLOCKD_SANDBOX_PROC_H
 

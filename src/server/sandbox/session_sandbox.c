@@ -1,7 +1,8 @@
 /* Commands through a session sandbox's agent (see session_sandbox.h; the frames are
- * src/agent/protocol.h's): the request frame on the agent's command pipe, then its frames back
- * (output, exit) on the command's slot's own pipe, read under a deadline, the output budget,
- * the tap and the client's cancel; several commands at once, one per slot; the sandbox thawed
+ * src/agent/protocol.h's): the request frame on the agent's stdin, then its frames back (output,
+ * exit) on the agent's stdout, every slot's on the one pipe (agent_stdio.h: read by the thread
+ * that waits for them, each slot's output within its window), under a deadline, the output
+ * budget, the tap and the client's cancel; several commands at once, one per slot; the sandbox thawed
  * while any runs and frozen after the last once the agent's next container is ready
  * (sandbox_session_settle, from the warm thread). The agent enforces the timeout itself (it
  * kills the command's PID namespace); a sandbox whose agent does not answer by the timeout
