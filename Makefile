@@ -248,6 +248,8 @@ ci-builds: build luajit-core compat-builds sanitize $(ASAN_HOST)
 #   what creates see after kill -9 of a node.
 # stream_exec: 10 MB of stdout streamed via the SDK vs raw curl + cjson of the plain route (time,
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
+# pause: files-only pause, and a paused session's first answer (its resume), vs create + first
+#   exec (with and without a spare) and a bare `runsc run true`.
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/warm.lua
@@ -267,6 +269,7 @@ bench: build luajit-core
 	$(LUA) bench/files_binary.lua
 	$(LUA) bench/fleet.lua
 	$(LUA) bench/templates.lua
+	$(LUA) bench/pause.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

@@ -99,10 +99,16 @@ local function check_self(self, what)
   end
 end
 
+-- A call on the session went through: a paused one was resumed for it (airlockd).
+local function now_active(sbx)
+  if sbx.state then sbx.state = "active" end
+end
+
 -- The template and size a server answered with (airlockd; another server's answer has none,
 -- and the handle keeps what it had).
 local function take_shape(self, data)
   if type(data.template) == "string" then self.template = data.template end
+  if data.state == "active" or data.state == "paused" then self.state = data.state end
   for _, name in ipairs(engine.SIZES) do
     if type(data[name]) == "number" then self[name] = data[name] end
   end
@@ -120,6 +126,7 @@ function Sandbox:start()
   for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
     if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end
   end
+  if s.on_idle ~= nil then body[#body + 1] = { "on_idle", s.on_idle } end
   local called, ok, data = tasks.pcall(exchange.call, s, "POST", "/v1/sessions", body)
   if called and ok and type(data) == "table" and type(data.session_id) == "string" and data.session_id ~= "" then
     self.session_id = data.session_id
@@ -215,6 +222,7 @@ function Sandbox:run(command, opts)
     { timeout = math.max(s.timeout, timeout + engine.EXEC_GRACE), command = true,
       output_limit_bytes = o.output_limit_bytes,
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
+  now_active(self) -- a paused session resumes for its command
   return result.from_response(data)
 end
 
@@ -239,6 +247,27 @@ end
 function Sandbox:info()
   local id = started(self, "info")
   local data = call(self._settings, "GET", engine.session_path(id, ""))
+  if type(data) == "table" then take_shape(self, data) end
+  return data
+end
+
+-- sbx:pause() → {state = "paused", image_bytes, pause_ms, paused_at} (airlockd): the session's
+-- sandbox stops and its workspace is kept; nothing of it runs until it is resumed. Pausing a
+-- paused session answers the same. Raises a SandboxError (409) while a command runs in it.
+function Sandbox:pause()
+  local id = started(self, "pause")
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/pause"), nil, { timeout = math.max(s.timeout, 120) })
+  if type(data) == "table" then take_shape(self, data) end
+  return data
+end
+
+-- sbx:resume() → {state = "active", resumed, resume_ms} (airlockd). Any call on a paused session
+-- resumes it anyway; this one does only that (resumed is false when it was active).
+function Sandbox:resume()
+  local id = started(self, "resume")
+  local s = self._settings
+  local data = call(s, "POST", engine.session_path(id, "/resume"), nil, { timeout = math.max(s.timeout, 120) })
   if type(data) == "table" then take_shape(self, data) end
   return data
 end
@@ -330,11 +359,13 @@ function Files:write(path, content, opts)
     engine.check_string("content", content)
     call(sbx._settings, "POST", engine.session_path(id, "/write"), nil,
       { query = { { "path", path } }, raw_body = content })
+    now_active(sbx)
     return
   end
   engine.check_string("content", content, { utf8 = true })
   call(sbx._settings, "POST", engine.session_path(id, "/write"),
     { { "path", path }, { "content", content } })
+  now_active(sbx)
 end
 
 -- Raises the error Python's open() would for a local file: FileNotFoundError (no such file
@@ -372,6 +403,7 @@ function Files:read(path, opts)
   if opts and opts.binary then return raw_read(sbx, id, path) end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/read"), nil,
     { query = { { "path", path } } })
+  now_active(sbx)
   local content = data and data.content
   if content == engine.missing_file_text(path) then
     errors.raise("FileNotFoundError", "File not found: " .. path, { path = path })
@@ -437,6 +469,7 @@ function Files:list(dir, opts)
     query[2] = { "limit", engine.check_integer("limit", opts.limit, 1, 10000) }
   end
   local data = call(sbx._settings, "GET", engine.session_path(id, "/list"), nil, { query = query })
+  now_active(sbx)
   if type(data) ~= "table" or type(data.entries) ~= "table" then
     errors.raise("SandboxError", "The server's list answer has no entries")
   end

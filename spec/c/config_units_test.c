@@ -121,6 +121,7 @@ static void test_load_defaults_and_flags(void)
     CHECK(c.nkeys == 3 && c.ntenants == 3 && strcmp(c.tenants[1].name, "beta") == 0);
     CHECK(strcmp(c.keys[1].key, "k-beta") == 0 && c.keys[2].tenant == 2);
     CHECK(c.session_ttl == 1800 && c.quota_bytes == 512LL * 1048576); /* empty = the default */
+    CHECK(c.paused_ttl == 604800); /* a paused session is kept 7 days */
     CHECK(c.http.max_connections == 4096 && c.http.body_memory == 256u << 20 && c.shutdown_grace == 70);
     CHECK(c.audit_retention_days == 90 && c.import_max_mb == 100 && strcmp(c.import_base_url, "https://github.com") == 0);
     CHECK(c.disk_total_bytes == 0 && c.disk_reserve_bytes == 1024LL * 1048576 && !c.session_state_off);
@@ -138,11 +139,12 @@ static void test_load_defaults_and_flags(void)
                     "SANDBOX_TENANT_LIMITS={\"*\":{\"max_sessions\":3,\"max_cpus\":0.5},\"default\":{\"requests_per_minute\":9,"
                     "\"max_memory_mb\":4096,\"max_cpus\":4,\"max_disk_mb\":100,\"max_processes\":1000}}",
                     "SANDBOX_MAX_CONNECTIONS=100", "SANDBOX_EGRESS_MAX_TUNNELS_TOTAL=50", "SANDBOX_SESSION_MEMORY_MB=512",
-                    "SANDBOX_SESSION_CPUS=1.5", "SANDBOX_SESSION_MAX_PROCESSES=100", NULL};
+                    "SANDBOX_SESSION_CPUS=1.5", "SANDBOX_SESSION_MAX_PROCESSES=100", "SANDBOX_PAUSED_TTL=60", NULL};
     char *argv2[] = {"airlockd", NULL};
     CHECK(load(&c, env2, 1, argv2) == CONFIG_OK);
     CHECK(strcmp(c.listen_host, "127.0.0.1") == 0 && c.port == 8000 && strcmp(c.sandbox.runsc, "/env/runsc") == 0);
     CHECK(c.session_state_off && c.http.max_connections == 100 && c.egress.total_given);
+    CHECK(c.paused_ttl == 60);
     CHECK(c.session_size.memory_mb == 512 && c.session_size.cpu_percent == 150 && c.session_size.max_processes == 100);
     CHECK(c.tenants[0].max_sessions == 3 && c.tenants[0].requests_per_minute == 9 && c.star.max_sessions == 3);
     CHECK(c.tenants[0].max_memory_mb == 4096 && c.tenants[0].max_cpu_percent == 400 && c.tenants[0].max_disk_mb == 100 &&
@@ -154,6 +156,20 @@ static void test_load_defaults_and_flags(void)
 }
 
 /* gvisor unless asked otherwise: --isolation over SANDBOX_ISOLATION over SANDBOX_REQUIRE_GVISOR. */
+/* SANDBOX_PAUSED_TTL: a positive number of seconds, or the start stops naming it. */
+static void test_paused_ttl(void)
+{
+    config c;
+    char *argv[] = {"airlockd", NULL};
+    const char *bad[] = {"SANDBOX_PAUSED_TTL=0", "SANDBOX_PAUSED_TTL=-1", "SANDBOX_PAUSED_TTL=week"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *env[] = {"SANDBOX_API_KEY=k", (char *)bad[i], NULL};
+        CHECK(load(&c, env, 1, argv) == CONFIG_INVALID);
+        CHECK(strstr(msg, "SANDBOX_PAUSED_TTL: must be a positive number") == msg);
+        config_free(&c);
+    }
+}
+
 static void test_isolation(void)
 {
     config c;
@@ -278,5 +294,6 @@ int main(void)
     test_load_defaults_and_flags();
     test_load_errors();
     test_isolation();
+    test_paused_ttl();
     return CHECK_SUMMARY();
 }

@@ -253,8 +253,8 @@ static void test_session_state(void)
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 0 && !v); /* none yet */
     session_record recs[2] = {
         {"sbx_000000000001", "acme", json_pack("[s,s]", "pypi.org", "files.pythonhosted.org"), 1.5, 1796000000.123456,
-         5 * MIB, "python:3.11-slim", 1024, 150, 100, ""},
-        {"sbx_000000000002", "t\"x", json_array(), 2.25, 3.75, 512LL * MIB, "", 0, 0, 0, ""},
+         5 * MIB, "python:3.11-slim", 1024, 150, 100, "", false, {0}},
+        {"sbx_000000000002", "t\"x", json_array(), 2.25, 3.75, 512LL * MIB, "", 0, 0, 0, "", false, {0}},
     };
     CHECK(session_state_save(file, "/st", recs, 2, err, sizeof err) == 0);
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 2);
@@ -267,6 +267,17 @@ static void test_session_state(void)
           v[0].cpu_percent == 150 && v[0].max_processes == 100);
     CHECK(n == 2 && v[1].template_name[0] == '\0' && v[1].memory_mb == 0 && v[1].cpu_percent == 0 &&
           v[1].max_processes == 0);
+    /* a paused record (issue #26) keeps its pause, on_idle and memory image; one without is active */
+    recs[0].on_idle_pause = true;
+    recs[0].pause = (session_pause_state){.paused = true, .paused_at = 1796000100.5, .image_dir = "/snap/x",
+                                          .image_bytes = 4096, .runsc_version = "release-20250512.0"};
+    session_records_free(v, n);
+    CHECK(session_state_save(file, "/st", recs, 2, err, sizeof err) == 0);
+    CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 2);
+    CHECK(n == 2 && v[0].on_idle_pause && v[0].pause.paused && v[0].pause.paused_at == 1796000100.5 &&
+          strcmp(v[0].pause.image_dir, "/snap/x") == 0 && v[0].pause.image_bytes == 4096 &&
+          strcmp(v[0].pause.runsc_version, "release-20250512.0") == 0);
+    CHECK(n == 2 && !v[1].on_idle_pause && !v[1].pause.paused);
     session_records_free(v, n);
     /* another state directory's file, or not a state file: refused (nothing is deleted) */
     CHECK(session_state_load(file, "/other", &v, &n, err, sizeof err) == -1 && strstr(err, "state directory /st"));
@@ -277,7 +288,9 @@ static void test_session_state(void)
           "{\"session_id\":\"sbx_000000000004\",\"tenant_id\":\"a\",\"egress\":[],\"created_at\":1,"
           "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576,\"memory_mb\":0},"
           "{\"session_id\":\"sbx_000000000005\",\"tenant_id\":\"a\",\"egress\":[],\"created_at\":1,"
-          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576,\"template\":7}]}",
+          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576,\"template\":7},"
+          "{\"session_id\":\"sbx_000000000006\",\"tenant_id\":\"a\",\"egress\":[],\"created_at\":1,"
+          "\"last_accessed_at\":2,\"disk_quota_bytes\":1048576,\"pause\":{\"paused_at\":\"soon\"}}]}",
           f);
     fclose(f);
     CHECK(session_state_load(file, "/st", &v, &n, err, sizeof err) == 0 && n == 1 &&

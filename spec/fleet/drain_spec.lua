@@ -4,7 +4,7 @@
 -- keeps answering, the sparse file arrives sparse, a workspace of every kind of file arrives
 -- exactly as it was with nothing landing outside it, and a node without room for a session's
 -- disk, or a move that outlasts its bound (a node that never answers), leaves the session
--- where it was, reported, instead of a drain that never ends.
+-- where it was, reported, instead of a drain that never ends; so does a paused session.
 local cjson = require "cjson"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
@@ -260,6 +260,9 @@ describe("a drain on a 3-node fleet", function()
     local node2 = { url = f.nodes.node2.url }
     local s = create_on("node2", KEY)
     assert.are.equal(200, http.write(node2, KEY, s, "stays.txt", "stays on node2").status)
+    -- and a paused session, which a drain does not move (issue #26): reported at once
+    local paused = create_on("node2", KEY)
+    assert.are.equal(200, http.request(node2, "POST", "/v1/sessions/" .. paused .. "/pause", { key = KEY }).status)
     -- node1, the node with the most room, stops answering other nodes while its heartbeat goes
     -- on (its node-to-node address is a socket that takes connections and never answers): the
     -- move goes to it and never ends
@@ -274,16 +277,21 @@ describe("a drain on a 3-node fleet", function()
       local _, by = fleet.nodes(f, ADMIN)
       last = by.node2
       assert.are_not.equal("dead", last.state)
-      return #last.unmoved == 1
+      return #last.unmoved == 2
     end, 0.5), "no report: " .. cjson.encode(last))
-    assert.are.same({ session_id = s, reason = "its move to node1 did not end within SANDBOX_FLEET_MOVE_TIMEOUT_S ("
-      .. MOVE_TIMEOUT .. " s)" }, last.unmoved[1])
+    local reasons = {}
+    for _, u in ipairs(last.unmoved) do reasons[u.session_id] = u.reason end
+    assert.are.same({ [s] = "its move to node1 did not end within SANDBOX_FLEET_MOVE_TIMEOUT_S ("
+      .. MOVE_TIMEOUT .. " s)",
+      [paused] = "it is paused: a paused session stays on its node until it is resumed or deleted" }, reasons)
     assert.are.equal("draining", last.state)
     -- served where it was, as before
     assert.are.equal("node2", node_of(s))
     local r = http.read(node2, KEY, s, "stays.txt")
     assert.are.equal(200, r.status, r.body)
     assert.are.equal("stays on node2", r.json.content)
+    assert.are.equal("node2", node_of(paused))
+    assert.are.equal("paused", http.request(node2, "GET", "/v1/sessions/" .. paused, { key = KEY }).json.state)
     hole:close()
     fleet.sql(f, "UPDATE nodes SET internal_url = '" .. moved_url .. "' WHERE id = 'node1'")
     moved_url = nil

@@ -377,6 +377,25 @@ describe("a 3-node fleet", function()
     assert.are.equal("65536\n0\n", proc.output(cmd))
   end)
 
+  it("keeps a paused session on its node: the fleet's list shows it paused, a call resumes it", function()
+    local id = http.create(f.router, KEY, '{"on_idle": "pause"}').json.session_id
+    assert.are.equal(200, http.write(f.router, KEY, id, "kept.txt", "in the fleet").status)
+    local p = http.request(f.router, "POST", "/v1/sessions/" .. id .. "/pause", { key = KEY })
+    assert.are.same({ 200, "paused" }, { p.status, p.json.state })
+    local function listed()
+      for _, s in ipairs(http.request(f.router, "GET", "/v1/sessions", { key = KEY }).json.sessions) do
+        if s.session_id == id then return s end
+      end
+    end
+    assert.are.same({ "paused", "pause" }, { listed().state, listed().on_idle }) -- from the database
+    local at = fleet.sql(f, "SELECT paused_at FROM sessions WHERE id = '" .. id .. "' AND paused_at IS NOT NULL")
+    assert.is_not_nil(at:match("%d"), at)
+    local r = http.exec(f.router, KEY, id, "cat kept.txt")
+    assert.are.same({ 200, "in the fleet", "1" }, { r.status, r.json.stdout, r.headers["x-airlock-resumed"] })
+    assert.are.equal("active", listed().state)
+    assert.are.equal(200, http.delete(f.router, KEY, id).status)
+  end)
+
   it("fails creates closed while the database is down, keeps commands running, then recovers", function()
     local s = http.create(f.router, KEY).json.session_id
     local eg = http.create(f.router, KEY, cjson.encode{ egress = { "pypi" } }).json.session_id

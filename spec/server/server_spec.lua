@@ -146,9 +146,10 @@ describe("airlockd HTTP API", function()
       assert.truthy(r.body:match('"created_at":%d+%.%d+,'))
       local order = {}
       for k in r.body:gmatch('"([%w_]+)":') do order[#order + 1] = k end
-      -- the contract's fields in its order, then ours (the session's template and size: sizing_spec)
+      -- the contract's fields in its order, then ours (the session's template and size: sizing_spec;
+      -- its state and on_idle: pause_spec)
       assert.are.same({ "session_id", "tenant_id", "egress", "disk_quota_mb", "created_at", "status",
-                        "template", "memory_mb", "cpus", "disk_mb", "max_processes" }, order)
+                        "template", "memory_mb", "cpus", "disk_mb", "max_processes", "state", "on_idle" }, order)
       local st = sh("test -d " .. q(workspace(server, id)))
       assert.is_true(st)
       http(server, "DELETE", "/v1/sessions/" .. id, { key = acme })

@@ -38,9 +38,16 @@ function M.run(c)
       sbx.files:write("p.txt", "parity\n")
       local r = sbx:run("cat p.txt; echo err >&2; exit 3")
       local m = sbx:metrics()
+      -- pause and resume (airlockd): the handle's state follows; a command resumes it
+      local paused = sbx:pause()
+      local state_paused = sbx.state
+      local resumed = sbx:resume()
+      sbx:pause()
+      local again = sbx:run("cat p.txt")
       return { content = sbx.files:read("p.txt"), bytes = sbx.files:read("p.txt", { binary = true }),
                stdout = r.stdout, stderr = r.stderr, exit_code = r.exit_code, ok = r.ok,
-               metrics = { own = m.session_id == sbx.session_id, commands_run = m.commands_run } }
+               metrics = { own = m.session_id == sbx.session_id, commands_run = m.commands_run },
+               pause = { paused.state, state_paused, resumed.state, resumed.resumed, again.stdout, sbx.state } }
     end)
   end)
 
@@ -107,7 +114,8 @@ function M.expected(tag)
   return {
     calls = { ok = true, value = { content = "parity\n", bytes = "parity\n", stdout = "parity\n",
                                    stderr = "err\n", exit_code = 3, ok = false,
-                                   metrics = { own = true, commands_run = 1 } } },
+                                   metrics = { own = true, commands_run = 1 },
+                                   pause = { "paused", "paused", "active", true, "parity\n", "active" } } },
     fits = { ok = true, value = M.LOWERED - 1 - 10 },
     over = too_large(M.LOWERED),
     over_chunked = too_large(M.LOWERED),

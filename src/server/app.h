@@ -6,6 +6,7 @@
 #include "config/config.h"
 #include "domain/figures.h"
 #include "domain/limits.h"
+#include "domain/pause.h"
 #include "domain/sessions.h"
 #include "domain/slots.h"
 #include "domain/templates.h"
@@ -37,6 +38,7 @@ typedef struct app {
     figures *figures;      /* per-session commands and released sandboxes' usage (ours) */
     disk_pool *disk;       /* the workspace disks (for their figures; the registry uses them) */
     templates *templates;  /* ours: templates built from Debian packages (domain/templates.h) */
+    pause_deps pause;      /* what pausing and resuming sessions use (domain/pause.h) */
 } app;
 
 #endif

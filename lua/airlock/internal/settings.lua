@@ -103,8 +103,14 @@ local OPTIONS = {
   api_key = true, base_url = true, egress = true, template = true, verify = true,
   timeout = true, connect_timeout = true, max_retries = true, start = true,
   transport = true, max_concurrent_exec = true,
-  memory_mb = true, cpus = true, disk_mb = true, max_processes = true,
+  memory_mb = true, cpus = true, disk_mb = true, max_processes = true, on_idle = true,
 }
+
+-- What the session's idle TTL does to it (airlockd): "delete" (the server's default) or "pause".
+local function on_idle(v)
+  if v ~= nil and v ~= "delete" and v ~= "pause" then check.bad_argument("on_idle", "\"delete\" or \"pause\"", v) end
+  return v
+end
 
 local function known_options(opts)
   if opts == nil then return {} end
@@ -136,6 +142,7 @@ function M.resolve(opts, getenv)
   s.max_concurrent_exec = max_concurrent_exec(opts.max_concurrent_exec)
   s.egress = egress(opts.egress)
   s.sizes = sizes(opts)
+  s.on_idle = on_idle(opts.on_idle)
   s.transport = check.check_transport(opts.transport)
   -- worked out once here, not at every request
   s.key_header = "X-API-Key: " .. s.api_key

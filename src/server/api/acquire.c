@@ -5,6 +5,23 @@
 #include "api/api.h"
 #include "api/handlers.h"
 
+/* A paused session is resumed before the call uses it, and the answer says so (docs/api.md
+ * "Pause and resume"): false when an error was sent. */
+static bool resume_for_call(app *a, http_request *r, session *s)
+{
+    bool resumed = false;
+    double ms = 0;
+    session_result rc = resume_session(&a->pause, s, &resumed, &ms);
+    if (rc == SESSION_NOT_FOUND)
+        http_send_detail(r, 404, "Session not found or expired");
+    else if (rc != SESSION_OK)
+        http_send_retry(r, 503, "The paused session could not be resumed (its disk could not be mounted); its "
+                                "files are kept. Retry shortly.", 2);
+    else if (resumed)
+        http_note(r, "x-airlock-resumed", "1", "resumed");
+    return rc == SESSION_OK;
+}
+
 session *acquire_session(app *a, http_request *r, const api_call *c)
 {
     session *s = NULL;
@@ -19,6 +36,10 @@ session *acquire_session(app *a, http_request *r, const api_call *c)
         send_moving(r, c->param);
     else if (rc != SESSION_OK)
         http_send_detail(r, 403, "Forbidden: Access denied to this session");
+    if (rc == SESSION_OK && !resume_for_call(a, r, s)) {
+        registry_release(a->reg, s);
+        return NULL;
+    }
     return rc == SESSION_OK ? s : NULL;
 }
 

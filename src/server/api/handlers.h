@@ -11,6 +11,9 @@ void api_sessions_create(app *a, http_request *r, const api_call *c);
 void api_sessions_list(app *a, http_request *r, const api_call *c);
 void api_sessions_get(app *a, http_request *r, const api_call *c); /* ours: one session's template and size */
 void api_sessions_delete(app *a, http_request *r, const api_call *c);
+/* ours: pause a session (nothing of it runs, its files kept) and resume it (api/pause.c) */
+void api_sessions_pause(app *a, http_request *r, const api_call *c);
+void api_sessions_resume(app *a, http_request *r, const api_call *c);
 /* files.c */
 void api_files_write(app *a, http_request *r, const api_call *c);
 void api_files_read(app *a, http_request *r, const api_call *c);

@@ -38,6 +38,8 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/sessions/{}/exec",        API_TENANT, true,  FIELDS,    LONG,  api_exec},
     {"POST",   "/v1/sessions/{}/import",      API_TENANT, true,  FIELDS,    LONG,  api_import},
     {"GET",    "/v1/sessions/{}/egress",      API_TENANT, false, NO_BODY,   QUICK, api_egress_log},
+    {"POST",   "/v1/sessions/{}/pause",       API_TENANT, false, NO_BODY,   LONG,  api_sessions_pause},
+    {"POST",   "/v1/sessions/{}/resume",      API_TENANT, false, NO_BODY,   LONG,  api_sessions_resume},
     {"GET",    "/v1/sessions/{}/metrics",     API_TENANT, false, NO_BODY,   QUICK, api_session_metrics},
     {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
     {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},

@@ -31,8 +31,9 @@ static void read_figures(app *a, const session *s, const sandbox_usage *live, se
     else
         (void)sandbox_usage_of(a->sb, tenants_get(a->tenants, s->tenant)->name, prefix, &out->live);
     figures_get(a->figures, s->id, &out->fig);
-    out->disk_used = quota_usage(s->workspace);
-    out->state = s->moving ? "moving" : out->fig.running > 0 ? "running" : "idle";
+    bool paused = registry_state(a->reg, s, NULL) != SESSION_ACTIVE; /* its disk is not mounted */
+    out->disk_used = paused ? -1 : quota_usage(s->workspace);
+    out->state = s->moving ? "moving" : paused ? "paused" : out->fig.running > 0 ? "running" : "idle";
 }
 
 static double to_ms(double seconds)

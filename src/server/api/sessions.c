@@ -105,6 +105,22 @@ static bool validate_metadata(json_t *errs, json_t *body)
     return ok;
 }
 
+/* Ours: {"on_idle": "delete" (the default) | "pause"}: what the idle TTL does to it. */
+static void validate_on_idle(json_t *errs, json_t *body, bool *pause)
+{
+    const json_t *v = json_object_get(body, "on_idle");
+    *pause = false;
+    if (!v || json_is_null(v) || (json_is_string(v) && strcmp(json_string_value(v), "delete") == 0 &&
+                                  json_string_length(v) == 6))
+        return;
+    if (json_is_string(v) && strcmp(json_string_value(v), "pause") == 0 && json_string_length(v) == 5) {
+        *pause = true;
+        return;
+    }
+    json_array_append_new(errs, verr("literal_error", loc_of("body", "on_idle"), "Input should be 'delete' or 'pause'",
+                                     (json_t *)v, json_pack("{s:s}", "expected", "'delete' or 'pause'")));
+}
+
 void api_sessions_create(app *a, http_request *r, const api_call *c)
 {
     const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
@@ -118,6 +134,7 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
         validate_metadata(errs, body);
         validate_egress(errs, body, &egress_in);
         session_size_from_body(errs, body, t, a->cfg->quota_bytes, &spec);
+        validate_on_idle(errs, body, &spec.on_idle_pause);
     }
     if (send_if_invalid(r, errs))
         return;
@@ -219,6 +236,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                                 "created_at", s->created_at, "status", "ready");
     if (created)
         session_shape_json(created, s->template_name, &s->size, s->quota_bytes);
+    if (created) {
+        json_object_set_new(created, "state", json_string("active"));
+        json_object_set_new(created, "on_idle", json_string(s->on_idle_pause ? "pause" : "delete"));
+    }
     http_send_json(r, 201, created);
     /* the tenant's next new session finds its disk made and its first sandbox booted */
     char *root = tpl_id[0] ? templates_root(a->templates, tpl_id) : NULL; /* spares per template in use */
@@ -235,8 +256,13 @@ static json_t *info_json(const session_info *v, const char *tenant)
     json_t *o = json_pack("{s:s,s:s,s:O,s:f,s:f,s:f,s:I}", "session_id", v->id, "tenant_id", tenant, "egress",
                           v->egress, "created_at", v->created_at, "last_accessed_at", v->last_accessed_at,
                           "expires_at", v->expires_at, "disk_quota_mb", (json_int_t)(v->quota_bytes >> 20));
-    if (o)
+    if (o) {
         session_shape_json(o, v->template_name, &v->size, v->quota_bytes);
+        json_object_set_new(o, "state", json_string(v->paused ? "paused" : "active"));
+        json_object_set_new(o, "on_idle", json_string(v->on_idle_pause ? "pause" : "delete"));
+        if (v->paused)
+            json_object_set_new(o, "paused_at", json_real(v->paused_at));
+    }
     return o;
 }
 
@@ -244,7 +270,7 @@ void api_sessions_list(app *a, http_request *r, const api_call *c)
 {
     const char *tname = tenants_get(a->tenants, c->tenant)->name;
     if (a->fleet) { /* every node's sessions, from the fleet's registry */
-        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl);
+        json_t *all = fleet_session_list(a->fleet, tname, a->cfg->session_ttl, a->cfg->paused_ttl);
         if (all)
             http_send_json(r, 200, json_pack("{s:s,s:o}", "tenant_id", tname, "sessions", all));
         else

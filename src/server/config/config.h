@@ -53,6 +53,7 @@ typedef struct config {
     key_cfg *keys;
     size_t nkeys;
     double session_ttl;      /* seconds of idle time */
+    double paused_ttl;       /* SANDBOX_PAUSED_TTL: seconds a paused session is kept (604800) */
     long long quota_bytes;   /* per-workspace disk quota (SANDBOX_WORKSPACE_QUOTA_MB) */
     sandbox_size session_size; /* SANDBOX_SESSION_MEMORY_MB, _CPUS, _MAX_PROCESSES: a session's size
                                 * unless it asks for another (docs/server.md "Session sizes") */

@@ -31,6 +31,7 @@ void config_usage(FILE *f)
           "\n"
           "Environment: SANDBOX_API_KEYS=tenant:key[,tenant:key] and/or SANDBOX_API_KEY (tenant\n"
           "'default'; at least one key is required), SANDBOX_SESSION_TTL (1800 s),\n"
+          "SANDBOX_PAUSED_TTL (604800 s: a paused session is deleted this long after its pause),\n"
           "SANDBOX_WORKSPACE_QUOTA_MB (512), SANDBOX_TENANT_LIMITS[_FILE], SANDBOX_EGRESS_POLICY[_FILE],\n"
           "SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR=1|0 (gvisor|auto), SANDBOX_KEYSTORE=sqlite:PATH (self-service keys),\n"
           "SANDBOX_ADMIN_KEY (>= 32 chars; the admin API, needs SANDBOX_KEYSTORE),\n"

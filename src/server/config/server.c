@@ -49,6 +49,7 @@ static int load_sessions(config *c, const config_src *src)
 {
     double mb;
     if (config_var_positive(src, "SANDBOX_SESSION_TTL", 1800, &c->session_ttl) ||
+        config_var_positive(src, "SANDBOX_PAUSED_TTL", 604800, &c->paused_ttl) ||
         config_var_positive(src, "SANDBOX_WORKSPACE_QUOTA_MB", 512, &mb) || load_session_size(c, src))
         return -1;
     if (mb > 1e9)

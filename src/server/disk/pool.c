@@ -359,6 +359,68 @@ void disk_close(disk_pool *p, const char *id)
     free(mnt);
 }
 
+char *disk_workspace_path(disk_pool *p, const char *id)
+{
+    char *mnt = path_of(p->workspaces, id, "");
+    char *ws = mnt ? path_of(mnt, IMAGE_WORKSPACE, "") : NULL;
+    free(mnt);
+    return ws;
+}
+
+int disk_pause(disk_pool *p, const char *id)
+{
+    char *mnt = path_of(p->workspaces, id, "");
+    int rc = -1;
+    if (mnt) {
+        unmount_session(mnt);
+        rc = mounts_is_mount_point(mnt) ? -1 : 0;
+    }
+    free(mnt);
+    return rc;
+}
+
+disk_result disk_resume(disk_pool *p, const char *id, char **workspace)
+{
+    *workspace = NULL;
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    char err[512] = "out of memory";
+    disk_result rc = DISK_ERROR;
+    struct stat st;
+    if (!img || !mnt) {
+        /* err says it */
+    } else if (lstat(img, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, sizeof err, "its image %s is missing", img);
+    } else if (mkdir(mnt, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, sizeof err, "cannot create %s: %s", mnt, strerror(errno));
+    } else if ((mounts_is_mount_point(mnt) || image_mount(&p->tools, img, mnt, false, err, sizeof err) == IMAGE_OK) &&
+               image_workspace_dir(mnt, err, sizeof err) == 0 && (*workspace = path_of(mnt, IMAGE_WORKSPACE, ""))) {
+        rc = DISK_OK;
+    }
+    if (rc != DISK_OK)
+        log_session(LV_ERROR, id, NULL, "cannot mount the disk of paused session %s again (its image is kept): %s", id,
+                    err);
+    free(img);
+    free(mnt);
+    return rc;
+}
+
+disk_result disk_keep(disk_pool *p, const char *id)
+{
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    struct stat st;
+    disk_result rc = DISK_ERROR;
+    if (img && mnt && lstat(img, &st) == 0 && S_ISREG(st.st_mode)) {
+        account(p, (long long)st.st_size);
+        unmount_session(mnt); /* a predecessor killed while pausing it */
+        rc = DISK_OK;
+    } else {
+        log_session(LV_WARN, id, NULL, "paused session %s not restored: its image is missing", id);
+    }
+    free(img);
+    free(mnt);
+    return rc;
+}
+
 void disk_destroy(disk_pool *p, const char *id)
 {
     char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");

@@ -70,6 +70,24 @@ typedef int (*disk_fill_fn)(void *ctx, int fd);
 disk_result disk_receive(disk_pool *p, const char *id, long long bytes, disk_fill_fn fill, void *ctx,
                          char **workspace, char *why, size_t whylen);
 
+/* ---- pause and resume (domain/pause.c): a paused session keeps its image, unmounted and
+ * counted against the cap, with no loop device attached ---- */
+
+/* Unmounts the session's disk (its loop detaches with it) and keeps its image; 0, or -1 when
+ * it is still mounted (logged). */
+int disk_pause(disk_pool *p, const char *id);
+
+/* Mounts a paused session's kept image again; *workspace is the malloc'd workspace path.
+ * DISK_ERROR (logged, the image kept) when it cannot. */
+disk_result disk_resume(disk_pool *p, const char *id, char **workspace);
+
+/* A persisted paused session's image at start: counted against the cap and left unmounted
+ * (a mount a killed predecessor left is undone). DISK_ERROR when the image is gone. */
+disk_result disk_keep(disk_pool *p, const char *id);
+
+/* The session's workspace path (malloc'd) whether or not its disk is mounted, or NULL. */
+char *disk_workspace_path(disk_pool *p, const char *id);
+
 /* Unmounts the session's disk and keeps its image (shutdown with persistence). */
 void disk_close(disk_pool *p, const char *id);
 

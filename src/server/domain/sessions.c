@@ -20,6 +20,7 @@
 struct registry {
     pthread_mutex_t mu;
     pthread_cond_t cond;      /* wakes the reaper for shutdown */
+    pthread_cond_t turned;    /* a session's pause or resume ended */
     session *head;
     session_record *parked;   /* restored sessions whose disks could not be mounted: kept */
     size_t nparked;
@@ -28,6 +29,7 @@ struct registry {
     tenants *tenants;
     disk_pool *disk;
     double ttl;
+    double paused_ttl;        /* a paused session is deleted this long after its pause */
     long long quota_bytes;
     sandbox_size size;        /* new sessions' size unless they ask for another */
     bool stopping;
@@ -42,6 +44,8 @@ struct registry {
     registry_destroy_hook on_destroy; /* set before serving, then only read */
     void *on_destroy_ctx;
     registry_spares spares;           /* set before serving, then only read */
+    registry_pause_hook on_idle_pause; /* set before serving, then only read */
+    void *on_idle_pause_ctx;
     registry_shared shared;           /* a fleet's, or all NULL */
     int id_slot;
 };
@@ -116,6 +120,10 @@ static bool save(registry *r)
         e->cpu_percent = s->size.cpu_percent;
         e->max_processes = s->size.max_processes;
         memcpy(e->template_id, s->template_id, sizeof e->template_id);
+        e->on_idle_pause = s->on_idle_pause;
+        /* paused, resuming, or pausing with its disk unmounted: a restart finds it paused */
+        if (s->pause.paused)
+            e->pause = s->pause;
         ok = e->tenant != NULL;
     }
     for (size_t i = 0; ok && i < r->nparked; i++) {
@@ -199,6 +207,7 @@ void session_spec_apply(session *s, const session_spec *spec, const sandbox_size
     s->size.cpu_percent = or_default(size->cpu_percent, d->cpu_percent, SANDBOX_CPU_PERCENT);
     s->size.max_processes = or_default(size->max_processes, d->max_processes, SANDBOX_MAX_PROCESSES);
     s->quota_bytes = spec && spec->quota_bytes > 0 ? spec->quota_bytes : default_quota;
+    s->on_idle_pause = spec && spec->on_idle_pause;
 }
 
 /* The reference's two template names: both run on the default root; a built template (ours)
@@ -233,7 +242,13 @@ void session_shape_json(json_t *o, const char *template_name, const sandbox_size
 static void restore_one(registry *r, session_record *rec, double now, int *adopted, int *mounted, int *kept,
                         int *expired)
 {
-    if (now - rec->last_accessed_at > r->ttl) {
+    /* one of {"on_idle": "pause"} whose idle TTL ended while the server was down is paused */
+    if (!rec->pause.paused && rec->on_idle_pause && now - rec->last_accessed_at > r->ttl) {
+        memset(&rec->pause, 0, sizeof rec->pause);
+        rec->pause.paused = true;
+        rec->pause.paused_at = rec->last_accessed_at + r->ttl;
+    }
+    if (rec->pause.paused ? now - rec->pause.paused_at > r->paused_ttl : now - rec->last_accessed_at > r->ttl) {
         log_session(LV_INFO, rec->id, rec->tenant, "session %s expired while the server was down", rec->id);
         (*expired)++;
         if (r->shared.release)
@@ -244,7 +259,12 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
     session *s = tenant >= 0 ? calloc(1, sizeof *s) : NULL;
     char *ws = NULL;
     bool was_mounted = false;
-    disk_result dr = s ? disk_open(r->disk, rec->id, &ws, &was_mounted) : DISK_HELD;
+    /* a paused session stays paused: its image is kept, nothing is mounted */
+    disk_result dr = !s                ? DISK_HELD
+                     : rec->pause.paused ? disk_keep(r->disk, rec->id)
+                                       : disk_open(r->disk, rec->id, &ws, &was_mounted);
+    if (dr == DISK_OK && rec->pause.paused && !(ws = disk_workspace_path(r->disk, rec->id)))
+        dr = DISK_HELD;
     if (dr == DISK_OK) {
         memcpy(s->id, rec->id, sizeof s->id);
         s->tenant = (size_t)tenant;
@@ -255,12 +275,16 @@ static void restore_one(registry *r, session_record *rec, double now, int *adopt
                              .size = {rec->memory_mb, rec->cpu_percent, rec->max_processes}};
         session_spec_apply(s, &spec, NULL, rec->quota_bytes); /* a file from before sizes: today's */
         memcpy(s->template_id, rec->template_id, sizeof s->template_id);
+        s->on_idle_pause = rec->on_idle_pause;
+        s->pause = rec->pause;
+        s->state = rec->pause.paused ? SESSION_PAUSED : SESSION_ACTIVE;
         s->workspace = ws;
         s->refs = 1;
         s->ready = true;
         s->next = r->head;
         r->head = s;
-        (*(was_mounted ? adopted : mounted))++;
+        if (!rec->pause.paused)
+            (*(was_mounted ? adopted : mounted))++;
         return;
     }
     free(s);
@@ -317,6 +341,7 @@ registry *registry_new(const registry_opts *o, char *err, size_t errlen)
         return NULL;
     }
     r->ttl = o->ttl;
+    r->paused_ttl = o->paused_ttl > 0 ? o->paused_ttl : 604800;
     r->quota_bytes = o->quota_bytes;
     r->size = o->size;
     r->tenants = o->tenants;
@@ -327,6 +352,7 @@ registry *registry_new(const registry_opts *o, char *err, size_t errlen)
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->save_mu, NULL);
     pthread_cond_init(&r->cond, NULL);
+    pthread_cond_init(&r->turned, NULL);
     if (restore(r, err, errlen) != 0) {
         r->shut_down = true; /* nothing of the state file's sessions is touched */
         registry_free(r);
@@ -369,9 +395,16 @@ static double monotonic_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Sessions of {"on_idle": "pause"} one sweep pauses at most (pausing takes a little while). */
+#define PAUSES_PER_SWEEP 64
+
 static void *reaper_main(void *arg)
 {
     registry *r = arg;
+    struct {
+        char id[17];
+        size_t tenant;
+    } to_pause[PAUSES_PER_SWEEP];
     double interval = r->ttl / 4.0;
     interval = interval < 1.0 ? 1.0 : interval > 60.0 ? 60.0 : interval;
     double tick = interval < SAVE_INTERVAL ? interval : SAVE_INTERVAL;
@@ -392,15 +425,28 @@ static void *reaper_main(void *arg)
             break;
         session *doomed = NULL;
         bool swept = false;
+        size_t npause = 0;
         if (monotonic_now() >= next_sweep) {
             next_sweep = monotonic_now() + interval;
             double now = epoch_now();
             for (session *s = r->head, *nx; s; s = nx) {
                 nx = s->next;
                 /* a session with a request in flight (e.g. a long command) is not idle */
-                if (!s->ready || s->refs > 1 || now - s->last_accessed_at <= r->ttl)
+                if (!s->ready || s->refs > 1)
                     continue;
-                log_session(LV_INFO, s->id, NULL, "session %s expired after %.0f s idle", s->id, r->ttl);
+                if (s->state == SESSION_PAUSED && now - s->pause.paused_at > r->paused_ttl) {
+                    log_session(LV_INFO, s->id, NULL, "session %s deleted after %.0f s paused", s->id, r->paused_ttl);
+                } else if (s->state != SESSION_ACTIVE || now - s->last_accessed_at <= r->ttl) {
+                    continue;
+                } else if (s->on_idle_pause && r->on_idle_pause) {
+                    if (npause < PAUSES_PER_SWEEP) { /* the rest at the next sweep */
+                        memcpy(to_pause[npause].id, s->id, sizeof s->id);
+                        to_pause[npause++].tenant = s->tenant;
+                    }
+                    continue;
+                } else {
+                    log_session(LV_INFO, s->id, NULL, "session %s expired after %.0f s idle", s->id, r->ttl);
+                }
                 retire_locked(r, s, &doomed);
                 swept = true;
             }
@@ -410,6 +456,10 @@ static void *reaper_main(void *arg)
         if (dirty)
             save(r);
         destroy_all(r, doomed);
+        for (size_t i = 0; i < npause; i++) {
+            log_session(LV_INFO, to_pause[i].id, NULL, "session %s pauses after %.0f s idle", to_pause[i].id, r->ttl);
+            r->on_idle_pause(r->on_idle_pause_ctx, to_pause[i].id, to_pause[i].tenant);
+        }
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -492,6 +542,7 @@ void registry_free(registry *r)
     }
     session_records_free(r->parked, r->nparked);
     pthread_cond_destroy(&r->cond);
+    pthread_cond_destroy(&r->turned);
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->save_mu);
     free(r->state_dir);
@@ -706,7 +757,8 @@ bool registry_move_out_begin(registry *r, const char *id, session **out)
 {
     pthread_mutex_lock(&r->mu);
     session *s = find_locked(r, id);
-    bool ok = s && s->ready && !s->moving && s->refs == 1; /* only the registry's: idle */
+    /* only the registry's: idle; a paused session stays on its node (not moved) */
+    bool ok = s && s->ready && !s->moving && s->refs == 1 && s->state == SESSION_ACTIVE;
     if (ok) {
         s->moving = true;
         s->refs++;
@@ -839,7 +891,11 @@ static void info_of(const registry *r, const session *s, session_info *e)
     e->egress = json_incref(s->egress);
     e->created_at = s->created_at;
     e->last_accessed_at = s->last_accessed_at;
-    e->expires_at = s->last_accessed_at + r->ttl;
+    e->paused = s->state == SESSION_PAUSED || s->state == SESSION_PAUSING;
+    e->paused_at = s->pause.paused_at;
+    e->on_idle_pause = s->on_idle_pause;
+    /* a paused session is deleted paused_ttl after its pause */
+    e->expires_at = s->state == SESSION_PAUSED ? s->pause.paused_at + r->paused_ttl : s->last_accessed_at + r->ttl;
     e->quota_bytes = s->quota_bytes;
     memcpy(e->template_name, s->template_name, sizeof e->template_name);
     e->size = s->size;
@@ -958,4 +1014,135 @@ size_t registry_count_tenant(registry *r, size_t tenant)
         n += s->ready && s->tenant == tenant;
     pthread_mutex_unlock(&r->mu);
     return n;
+}
+
+/* ---- pause and resume ---- */
+
+/* Waits while s is pausing or resuming (r->mu held). */
+static void wait_turn_locked(registry *r, const session *s)
+{
+    while (s->state == SESSION_PAUSING || s->state == SESSION_RESUMING)
+        pthread_cond_wait(&r->turned, &r->mu);
+}
+
+session_result registry_pause_begin(registry *r, session *s, bool only_if_idle, bool *already)
+{
+    *already = false;
+    pthread_mutex_lock(&r->mu);
+    wait_turn_locked(r, s);
+    session_result rc = SESSION_OK;
+    if (s->removed || r->shut_down)
+        rc = SESSION_NOT_FOUND;
+    else if (s->state == SESSION_PAUSED)
+        *already = true;
+    else if (s->refs > 2 || s->moving) /* the registry's and the caller's: any other is a request using it */
+        rc = SESSION_BUSY;
+    else if (only_if_idle && epoch_now() - s->last_accessed_at <= r->ttl)
+        rc = SESSION_BUSY; /* used since the reaper looked */
+    else
+        s->state = SESSION_PAUSING;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+/* Ends a turn of s at state (r->mu held). */
+static void turn_end_locked(registry *r, session *s, session_state state)
+{
+    s->state = state;
+    pthread_cond_broadcast(&r->turned);
+}
+
+session_result registry_pause_end(registry *r, session *s, const session_pause_state *state)
+{
+    if (!state || disk_pause(r->disk, s->id) != 0) {
+        pthread_mutex_lock(&r->mu);
+        turn_end_locked(r, s, SESSION_ACTIVE);
+        pthread_mutex_unlock(&r->mu);
+        return SESSION_ERROR;
+    }
+    pthread_mutex_lock(&r->mu);
+    s->pause = *state;
+    s->pause.paused = true;
+    s->pause.paused_at = epoch_now();
+    pthread_mutex_unlock(&r->mu);
+    if (save(r)) {
+        pthread_mutex_lock(&r->mu);
+        double at = s->pause.paused_at;
+        turn_end_locked(r, s, SESSION_PAUSED);
+        pthread_mutex_unlock(&r->mu);
+        if (r->shared.paused)
+            r->shared.paused(r->shared.ctx, s->id, at);
+        return SESSION_OK;
+    }
+    /* not saved: a restart would mount it as active, so it stays active now */
+    char *ws = NULL;
+    disk_result dr = disk_resume(r->disk, s->id, &ws);
+    free(ws); /* the same path as s->workspace */
+    pthread_mutex_lock(&r->mu);
+    memset(&s->pause, 0, sizeof s->pause);
+    turn_end_locked(r, s, dr == DISK_OK ? SESSION_ACTIVE : SESSION_PAUSED);
+    pthread_mutex_unlock(&r->mu);
+    return SESSION_STORAGE;
+}
+
+session_result registry_resume(registry *r, session *s, bool *resumed)
+{
+    *resumed = false;
+    pthread_mutex_lock(&r->mu);
+    wait_turn_locked(r, s);
+    if (s->removed) {
+        pthread_mutex_unlock(&r->mu);
+        return SESSION_NOT_FOUND;
+    }
+    if (s->state != SESSION_PAUSED) {
+        pthread_mutex_unlock(&r->mu);
+        return SESSION_OK;
+    }
+    s->state = SESSION_RESUMING;
+    pthread_mutex_unlock(&r->mu);
+    char *ws = NULL;
+    disk_result dr = disk_resume(r->disk, s->id, &ws);
+    free(ws); /* the same path as s->workspace */
+    pthread_mutex_lock(&r->mu);
+    if (dr == DISK_OK) {
+        memset(&s->pause, 0, sizeof s->pause);
+        s->last_accessed_at = epoch_now(); /* resuming resets its idle clock */
+    }
+    turn_end_locked(r, s, dr == DISK_OK ? SESSION_ACTIVE : SESSION_PAUSED);
+    pthread_mutex_unlock(&r->mu);
+    if (dr != DISK_OK)
+        return SESSION_ERROR;
+    /* not saved: a restart finds it paused, its files in its image, and resumes it then */
+    save(r);
+    if (r->shared.paused)
+        r->shared.paused(r->shared.ctx, s->id, 0);
+    *resumed = true;
+    return SESSION_OK;
+}
+
+bool registry_paused(registry *r, const char *id)
+{
+    pthread_mutex_lock(&r->mu);
+    const session *s = find_locked(r, id);
+    bool paused = s && s->state != SESSION_ACTIVE;
+    pthread_mutex_unlock(&r->mu);
+    return paused;
+}
+
+session_state registry_state(registry *r, const session *s, session_pause_state *pause)
+{
+    pthread_mutex_lock(&r->mu);
+    session_state st = s->state;
+    if (pause)
+        *pause = s->pause;
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+void registry_set_pause_hook(registry *r, registry_pause_hook hook, void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_idle_pause = hook;
+    r->on_idle_pause_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
 }

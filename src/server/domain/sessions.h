@@ -17,6 +17,14 @@
 /* Room for a template's id (domain/templates.h) and its NUL. */
 #define SESSION_TEMPLATE_ID_MAX 24
 
+/* Whether a session runs (pause and resume: domain/pause.h). */
+typedef enum {
+    SESSION_ACTIVE = 0,
+    SESSION_PAUSING,  /* its sandbox is stopping, its disk being unmounted */
+    SESSION_PAUSED,   /* nothing of it runs; its image is kept, unmounted */
+    SESSION_RESUMING, /* its disk is being mounted again */
+} session_state;
+
 typedef struct session {
     char id[17];            /* "sbx_" + 12 lowercase hex */
     size_t tenant;
@@ -35,6 +43,9 @@ typedef struct session {
     bool moved_away;        /* another node owns it now: its last release keeps the fleet's row */
     bool touched_in_flight; /* a touching request holds it: idle time starts when the last one ends */
     char template_id[SESSION_TEMPLATE_ID_MAX]; /* ours: the template it runs on ("": the default root) */
+    bool on_idle_pause;     /* {"on_idle": "pause"}: its idle TTL pauses it instead of deleting it */
+    session_state state;    /* under the registry's lock */
+    session_pause_state pause; /* while paused: when, and its memory image if any */
     struct session *next;
 } session;
 
@@ -49,6 +60,7 @@ typedef struct {
     const char *template_id;   /* ours: a built template's id (domain/templates.h); NULL: the host's root */
     sandbox_size size;         /* a 0 field: its default (sandbox/sandbox.h) */
     long long quota_bytes;     /* its disk; 0: the server's (SANDBOX_WORKSPACE_QUOTA_MB) */
+    bool on_idle_pause;        /* {"on_idle": "pause"} */
 } session_spec;
 
 /* s takes spec's (NULL: the defaults) template and size, each default filled in from defaults
@@ -64,12 +76,15 @@ typedef struct {
                    int *open_now);
     void (*ready)(void *ctx, const char *reserved_id, const char *id, double created_at, const session *s);
     void (*release)(void *ctx, const char *id);
+    /* s was paused (paused_at) or resumed (0); NULL: not recorded */
+    void (*paused)(void *ctx, const char *id, double paused_at);
     void *ctx;
 } registry_shared;
 
 typedef struct {
     const char *state_dir;   /* absolute, symlink-free */
     double ttl;              /* idle seconds */
+    double paused_ttl;       /* SANDBOX_PAUSED_TTL: a paused session is deleted this long after its pause */
     long long quota_bytes;   /* the disk quota of new sessions */
     sandbox_size size;       /* their size unless they ask for another (0 fields: sandbox.h's) */
     const char *state_file;  /* where sessions are saved; NULL: not persisted (wiped at shutdown) */
@@ -144,6 +159,7 @@ typedef enum {
     SESSION_UNAVAILABLE, /* the fleet's shared registry cannot be reached: no new session */
     SESSION_STORAGE,   /* made, but the state file could not be saved: undone (fail closed) */
     SESSION_MOVING,    /* a drain is moving it to another node right now: retry shortly */
+    SESSION_BUSY,      /* pause: a request (a command) is using it */
 } session_result;
 
 /* Creates a session of spec (NULL: the defaults; checked against max_sessions atomically)
@@ -201,6 +217,38 @@ session_result registry_move_in(registry *r, const char *id, size_t tenant, cons
  * (its disk deleted, the fleet's row kept for the node it came from). Drops the reference. */
 bool registry_move_in_end(registry *r, session *s, bool ok);
 
+/* ---- pause and resume (domain/pause.c drives them; the registry keeps the state and the
+ * disk) ---- */
+
+/* Begins pausing s (the caller holds a reference): waits for a pause or resume under way,
+ * then SESSION_OK with s PAUSING (or, *already, PAUSED as it was: nothing to do);
+ * SESSION_BUSY when another request holds it (a command runs) or, with only_if_idle, it was
+ * used within its idle TTL; SESSION_NOT_FOUND when it was deleted meanwhile. */
+session_result registry_pause_begin(registry *r, session *s, bool only_if_idle, bool *already);
+
+/* Ends pausing s (its sandbox stopped): its disk is unmounted (the image kept), it is PAUSED
+ * since now with state's image (files only: zeros) and saved before this returns. On failure
+ * it is ACTIVE again: SESSION_ERROR (the disk stayed mounted) or SESSION_STORAGE (not saved). */
+session_result registry_pause_end(registry *r, session *s, const session_pause_state *state);
+/* (state NULL: the pause is given up, s is ACTIVE again: SESSION_ERROR.) */
+
+/* Makes s (the caller holds a reference) ACTIVE: waits for a pause or resume under way; when
+ * it is PAUSED, mounts its disk again, resets its idle clock and saves it (*resumed true).
+ * SESSION_OK; SESSION_ERROR when its disk cannot be mounted (it stays PAUSED, image kept);
+ * SESSION_NOT_FOUND when it was deleted meanwhile. */
+session_result registry_resume(registry *r, session *s, bool *resumed);
+
+/* Whether session id is here and paused (or pausing, or resuming). */
+bool registry_paused(registry *r, const char *id);
+
+/* What s's state is now (and, paused, its pause) under the lock. */
+session_state registry_state(registry *r, const session *s, session_pause_state *pause);
+
+/* Called by the reaper, outside the lock, with each session of {"on_idle": "pause"} whose idle
+ * TTL ended: pauses it (domain/pause.c) unless a request came meanwhile. */
+typedef void (*registry_pause_hook)(void *ctx, const char *session_id, size_t tenant);
+void registry_set_pause_hook(registry *r, registry_pause_hook hook, void *ctx);
+
 /* What a session list shows of one session. */
 typedef struct {
     char id[17];
@@ -209,6 +257,9 @@ typedef struct {
     long long quota_bytes;
     char template_name[SESSION_TEMPLATE_MAX];
     sandbox_size size;
+    bool paused;       /* PAUSED or PAUSING (else active) */
+    double paused_at;
+    bool on_idle_pause;
 } session_info;
 
 /* The tenant's sessions, newest first: a malloc'd array of *n entries (NULL when there are

@@ -88,6 +88,11 @@ static void move_one(mover *m, const char *id)
 {
     app *a = m->a;
     session *s = NULL;
+    if (registry_paused(a->reg, id)) { /* listed with its reason, so the drain can end */
+        fleet_move_refused(a->fleet, id, "it is paused: a paused session stays on its node until it is resumed "
+                                         "or deleted");
+        return;
+    }
     if (!registry_move_out_begin(a->reg, id, &s))
         return;
     char node[200], url[400], why[600] = "";

@@ -125,8 +125,10 @@ typedef enum {
 /* Where a session that this node does not hold lives; node (its id) filled for WAIT/LOST. */
 fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, char *node, size_t nodelen);
 /* The tenant's live sessions on every node, newest first, as the list route shows them
- * (tenant_id, expires_at = last use + ttl); NULL when the database cannot be read. */
-json_t *fleet_session_list(fleet *f, const char *tenant, double ttl);
+ * (tenant_id, state, expires_at = last use + ttl, or a paused one's pause + paused_ttl); NULL when the database cannot be read. */
+json_t *fleet_session_list(fleet *f, const char *tenant, double ttl, double paused_ttl);
+/* Session id of this node was paused at paused_at (0: resumed): the list shows its state. */
+void fleet_session_paused(fleet *f, const char *id, double paused_at);
 /* Every tenant's sessions in the fleet's registry (the admin's listing), newest first, at most
  * limit: [{"id","tenant","node","state","created_at","last_accessed_at", its template and size
  * (session_shape_json), "memory_limit_bytes","disk_quota_bytes"}]; NULL when the database

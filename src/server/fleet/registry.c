@@ -49,6 +49,15 @@ void fleet_session_release(fleet *f, const char *id)
     PQclear(pg_query(f->db, "DELETE FROM sessions WHERE id = $1 AND node = $2 AND state = 'active'", 2, p));
 }
 
+void fleet_session_paused(fleet *f, const char *id, double paused_at)
+{
+    char t[40];
+    snprintf(t, sizeof t, "%.6f", paused_at);
+    const char *p[] = {id, f->id, t};
+    PQclear(pg_query(f->db, "UPDATE sessions SET paused_at = nullif($3::double precision, 0)"
+                            " WHERE id = $1 AND node = $2", 3, p));
+}
+
 void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx)
 {
     const char *p[] = {f->id};
@@ -131,10 +140,11 @@ fleet_where fleet_session_where(fleet *f, const char *id, const char *tenant, ch
     return w;
 }
 
-json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
+json_t *fleet_session_list(fleet *f, const char *tenant, double ttl, double paused_ttl)
 {
     const char *p[] = {tenant};
-    PGresult *res = pg_query(f->db, "SELECT id, egress::text, created_at, last_used, quota_mb, shape::text FROM sessions"
+    PGresult *res = pg_query(f->db, "SELECT id, egress::text, created_at, last_used, quota_mb, shape::text,"
+                                    " paused_at FROM sessions"
                                     " WHERE tenant = $1 AND state = 'active' ORDER BY created_at DESC, id", 1, p);
     if (!res)
         return NULL;
@@ -153,6 +163,18 @@ json_t *fleet_session_list(fleet *f, const char *tenant, double ttl)
         session_spec_apply(&filled, &spec, NULL, quota_mb << 20);
         if (item)
             session_shape_json(item, filled.template_name, &filled.size, filled.quota_bytes);
+        bool paused = !PQgetisnull(res, i, 6);
+        if (item) { /* as a node's own list shows it (api/sessions.c) */
+            json_object_set_new(item, "state", json_string(paused ? "paused" : "active"));
+            const char *on_idle = json_string_value(json_object_get(shape, "on_idle"));
+            json_object_set_new(item, "on_idle", json_string(on_idle && strcmp(on_idle, "pause") == 0 ? "pause"
+                                                                                                      : "delete"));
+        }
+        if (item && paused) {
+            double at = atof(PQgetvalue(res, i, 6));
+            json_object_set_new(item, "paused_at", json_real(at));
+            json_object_set_new(item, "expires_at", json_real(at + paused_ttl));
+        }
         json_decref(shape);
         json_array_append_new(arr, item);
     }

@@ -15,6 +15,8 @@ static void ready(void *ctx, const char *reserved_id, const char *id, double cre
     json_t *shape = json_pack("{s:s,s:I,s:I,s:I}", "template", s->template_name, "memory_mb",
                               (json_int_t)s->size.memory_mb, "cpu_percent", (json_int_t)s->size.cpu_percent,
                               "max_processes", (json_int_t)s->size.max_processes);
+    if (shape && s->on_idle_pause)
+        json_object_set_new(shape, "on_idle", json_string("pause"));
     fleet_session_ready(ctx, reserved_id, id, created_at, shape);
     json_decref(shape);
 }
@@ -22,6 +24,11 @@ static void ready(void *ctx, const char *reserved_id, const char *id, double cre
 static void release(void *ctx, const char *id)
 {
     fleet_session_release(ctx, id);
+}
+
+static void paused(void *ctx, const char *id, double paused_at)
+{
+    fleet_session_paused(ctx, id, paused_at);
 }
 
 static int lease(void *ctx, const char *tenant, int per_minute, int want, double give_back, int *granted,
@@ -47,7 +54,7 @@ static int nodes(void *ctx)
 
 void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls)
 {
-    *rs = (registry_shared){.reserve = reserve, .ready = ready, .release = release, .ctx = f};
+    *rs = (registry_shared){.reserve = reserve, .ready = ready, .release = release, .paused = paused, .ctx = f};
     *ls = (limits_shared){.lease = lease, .exec_begin = exec_begin, .exec_end = exec_end, .nodes = nodes,
                           .ctx = f};
 }

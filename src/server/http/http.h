@@ -143,6 +143,10 @@ void *http_app_data(http_request *r);
 /* The server-wide memory budget of request bodies: bytes held now and the total. */
 void http_body_budget(const http_request *r, size_t *used, size_t *total);
 
+/* Marks r's answer, whatever it is: the header (name, value) on it and, when it is a JSON
+ * object of a 2xx status, json_key: true in it (static strings; set before answering). */
+void http_note(http_request *r, const char *header, const char *value, const char *json_key);
+
 /* Serialises like Starlette's JSONResponse; takes ownership of body. */
 void http_send_json(http_request *r, unsigned status, json_t *body);
 void http_send_json_header(http_request *r, unsigned status, json_t *body,

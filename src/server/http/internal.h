@@ -73,8 +73,12 @@ struct http_request {
     atomic_int holders;
     unsigned respond_s;            /* extra seconds the response may take (a stream's) */
     struct timespec t0;
+    const char *note_header, *note_value, *note_key; /* http_note's (static strings) */
     alignas(max_align_t) unsigned char app[HTTP_APP_DATA];
 };
+
+/* Adds r's note (http_note) to resp. */
+void http_note_apply(const http_request *r, struct MHD_Response *resp);
 
 /* Frees r (logs it, gives back its budget); its connection is done with it. */
 void http_request_free(http_server *s, http_request *r);

@@ -22,13 +22,29 @@ void http_queue(http_request *r, unsigned status, const char *data, size_t len,
         MHD_add_response_header(resp, "content-type", ctype);
     for (size_t i = 0; headers && headers[i] && headers[i + 1]; i += 2)
         MHD_add_response_header(resp, headers[i], headers[i + 1]);
+    http_note_apply(r, resp);
     r->response = resp;
     r->response_len = len;
     r->status = status;
 }
 
+void http_note(http_request *r, const char *header, const char *value, const char *json_key)
+{
+    r->note_header = header;
+    r->note_value = value;
+    r->note_key = json_key;
+}
+
+void http_note_apply(const http_request *r, struct MHD_Response *resp)
+{
+    if (r->note_header)
+        MHD_add_response_header(resp, r->note_header, r->note_value);
+}
+
 static void send_json_headers(http_request *r, unsigned status, json_t *body, const char *const *headers)
 {
+    if (r->note_key && status >= 200 && status < 300 && json_is_object(body))
+        json_object_set_new(body, r->note_key, json_true());
     char *text = body ? pyjson_dumps(body) : NULL;
     json_decref(body);
     if (!text) {
@@ -79,6 +95,7 @@ void http_send_file(http_request *r, unsigned status, int fd, unsigned long long
     }
     if (ctype)
         MHD_add_response_header(resp, "content-type", ctype);
+    http_note_apply(r, resp);
     r->response = resp;
     r->response_len = (size_t)size; /* its deadline scales with it */
     r->status = status;

@@ -129,6 +129,7 @@ http_stream *http_stream_begin(http_request *r, const char *ctype, size_t cap, u
     }
     MHD_add_response_header(resp, "content-type", ctype);
     MHD_add_response_header(resp, "cache-control", "no-store");
+    http_note_apply(r, resp);
     r->response = resp;
     r->response_len = 0;
     r->status = 200;

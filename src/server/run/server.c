@@ -176,6 +176,7 @@ static int open_templates(server *s)
     if (!(a->templates = templates_open(&to, s->err, sizeof s->err)))
         return -1;
     templates_set_delete_hook(a->templates, template_deleted, a->warm);
+    a->pause.templates = a->templates; /* a resumed session boots on its template's root */
     return 0;
 }
 
@@ -228,7 +229,8 @@ static int open_sessions(server *s)
         s->state_file = NULL;
         return fail(s, "out of memory");
     }
-    registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .quota_bytes = c->quota_bytes,
+    registry_opts ro = {.state_dir = s->state, .ttl = c->session_ttl, .paused_ttl = c->paused_ttl,
+                        .quota_bytes = c->quota_bytes,
                         .size = c->session_size,
                         .state_file = c->session_state_off ? NULL : c->session_state ? c->session_state : s->state_file,
                         .tenants = a->tenants, .disk = s->disk, .id_slot = a->fleet ? fleet_slot(a->fleet) : 0,
@@ -239,6 +241,9 @@ static int open_sessions(server *s)
     registry_set_remove_hook(a->reg, session_removed, a);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
     registry_set_destroy_hook(a->reg, forget_warm, a->warm);
+    /* {"on_idle": "pause"}: the idle reaper pauses instead of deleting (domain/pause.h) */
+    a->pause = (pause_deps){.reg = a->reg, .warm = a->warm, .tenants = a->tenants};
+    registry_set_pause_hook(a->reg, pause_idle_session, &a->pause);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
     if (a->warm)
         registry_set_spares(a->reg, &s->spares);

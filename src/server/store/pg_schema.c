@@ -327,6 +327,9 @@ static const char *const MIGRATIONS[] = {
     " recipe jsonb NOT NULL,"
     " created_at double precision NOT NULL DEFAULT airlock_now(),"
     " PRIMARY KEY (owner, name));",
+    /* 11 (ours, pause): a paused session stays on its node, its row kept; paused_at is when it
+     * was paused (NULL: active), for the list (docs/api.md "Pause and resume") */
+    "ALTER TABLE sessions ADD COLUMN paused_at double precision;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])

@@ -51,6 +51,48 @@ static bool optional_count(const json_t *o, const char *field, unsigned max, uns
     return true;
 }
 
+/* Copies a string field of o into out (size bytes with its NUL); false when present but not a
+ * string that fits. */
+static bool optional_string(const json_t *o, const char *field, char *out, size_t size)
+{
+    const json_t *v = json_object_get(o, field);
+    if (!v)
+        return true;
+    if (!json_is_string(v) || json_string_length(v) >= size || strlen(json_string_value(v)) != json_string_length(v))
+        return false;
+    memcpy(out, json_string_value(v), json_string_length(v) + 1);
+    return true;
+}
+
+/* A paused session's {"paused_at", "image_dir", "image_bytes", "runsc_version"} (absent: active,
+ * a file from before pause); false when malformed. */
+static bool pause_from(const json_t *p, session_pause_state *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!p)
+        return true;
+    const json_t *at = json_object_get(p, "paused_at"), *bytes = json_object_get(p, "image_bytes");
+    if (!json_is_object(p) || !json_is_number(at) || !isfinite(json_number_value(at)) ||
+        (bytes && (!json_is_integer(bytes) || json_integer_value(bytes) < 0)))
+        return false;
+    out->paused = true;
+    out->paused_at = json_number_value(at);
+    out->image_bytes = bytes ? (long long)json_integer_value(bytes) : 0;
+    return optional_string(p, "image_dir", out->image_dir, sizeof out->image_dir) &&
+           optional_string(p, "runsc_version", out->runsc_version, sizeof out->runsc_version);
+}
+
+static json_t *pause_json(const session_pause_state *p)
+{
+    json_t *o = json_pack("{s:f}", "paused_at", p->paused_at);
+    if (o && p->image_dir[0]) {
+        json_object_set_new(o, "image_dir", json_string(p->image_dir));
+        json_object_set_new(o, "image_bytes", json_integer((json_int_t)p->image_bytes));
+        json_object_set_new(o, "runsc_version", json_string(p->runsc_version));
+    }
+    return o;
+}
+
 /* One record from its JSON object; false when a field is missing or wrong. */
 static bool record_from(const json_t *o, session_record *r)
 {
@@ -85,6 +127,9 @@ static bool record_from(const json_t *o, session_record *r)
     const char *tpl_id = json_string_value(json_object_get(o, "template_id")); /* ours; absent: the default */
     if (tpl_id && strlen(tpl_id) < sizeof r->template_id)
         memcpy(r->template_id, tpl_id, strlen(tpl_id) + 1);
+    r->on_idle_pause = json_is_true(json_object_get(o, "on_idle_pause"));
+    if (!pause_from(json_object_get(o, "pause"), &r->pause))
+        return false;
     return r->tenant != NULL;
 }
 
@@ -157,6 +202,10 @@ static json_t *record_json(const session_record *r)
             json_object_set_new(o, names[i], json_integer((json_int_t)values[i]));
     if (o && r->template_id[0]) /* ours: a built template's id */
         json_object_set_new(o, "template_id", json_string(r->template_id));
+    if (o && r->on_idle_pause)
+        json_object_set_new(o, "on_idle_pause", json_true());
+    if (o && r->pause.paused)
+        json_object_set_new(o, "pause", pause_json(&r->pause));
     return o;
 }
 

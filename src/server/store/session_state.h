@@ -16,6 +16,19 @@
 /* Bytes a session's template name may take, its NUL included. */
 #define SESSION_TEMPLATE_MAX 128
 
+/* What a paused session keeps beyond its workspace image: a memory image (a runsc checkpoint
+ * directory, its size and the runsc version that made it) when it had one; a files-only pause
+ * keeps none (dir ""). */
+#define SESSION_PAUSE_DIR_MAX 256
+#define SESSION_RUNSC_VERSION_MAX 64
+typedef struct {
+    bool paused;
+    double paused_at;        /* when it was paused (its SANDBOX_PAUSED_TTL counts from it) */
+    char image_dir[SESSION_PAUSE_DIR_MAX];             /* "": files only */
+    long long image_bytes;                             /* 0: files only */
+    char runsc_version[SESSION_RUNSC_VERSION_MAX];     /* the image's maker ("" files only) */
+} session_pause_state;
+
 typedef struct {
     char id[17];            /* "sbx_" + 12 lowercase hex */
     char *tenant;           /* the tenant's name */
@@ -26,6 +39,8 @@ typedef struct {
     char template_name[SESSION_TEMPLATE_MAX]; /* "" in a file from before templates: the default */
     unsigned memory_mb, cpu_percent, max_processes; /* 0 in a file from before sizes: the defaults */
     char template_id[24];   /* ours: the template it runs on ("": the default root) */
+    bool on_idle_pause;     /* {"on_idle": "pause"}: its idle TTL pauses it (absent: deleted) */
+    session_pause_state pause; /* absent in a file from before pause: active */
 } session_record;
 
 /* Reads path: *out (malloc'd, *n records; NULL and 0 when the file does not exist). Malformed

@@ -1,0 +1,246 @@
+-- luacheck: max line length 160
+-- Pause and resume (issue #26 item 2, files only): POST /v1/sessions/{id}/pause stops the
+-- session's sandbox and unmounts its disk (image kept), leaving nothing of it on the host (no
+-- runsc process, no cgroup, no mount, no loop device); any call on a paused session resumes it
+-- and says so (X-Airlock-Resumed: 1, "resumed": true); egress works again after a resume;
+-- {"on_idle": "pause"} pauses instead of deleting and SANDBOX_PAUSED_TTL deletes a paused
+-- session; a paused session survives SIGTERM and kill -9 and stays paused; DELETE of a paused
+-- session leaves nothing. Real airlockd, real runsc, loopback egress stand-ins. Lua 5.1-compatible.
+local airlockd = require "support.airlockd"
+local egress = require "support.egress"
+require "support.eventually"
+local host_state = require "support.host_state"
+local http_client = require "support.http_client"
+local proc = require "support.proc"
+
+local http = http_client.request
+
+local function post(server, key, sid, what)
+  return http(server, "POST", "/v1/sessions/" .. sid .. "/" .. what, { key = key })
+end
+
+local function info(server, key, sid)
+  local r = http(server, "GET", "/v1/sessions/" .. sid, { key = key })
+  assert.are.equal(200, r.status, r.body)
+  return r.json
+end
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- What of session sid is on the host: processes naming it (its runsc sandbox), cgroups naming
+-- it, its mount and the loop devices backed by its image.
+local function host_of(server, sid)
+  local found = {}
+  for _, pid in ipairs(host_state.pids_naming(sid)) do found[#found + 1] = "process " .. pid end
+  for _, g in ipairs(host_state.cgroups_under(host_state.cgroup_root(server.dir .. "/state"))) do
+    if g:find(sid, 1, true) then found[#found + 1] = "cgroup " .. g end
+  end
+  local objects = airlockd.host_objects(server.dir)
+  for _, m in ipairs(objects.mounts) do
+    if m:find(sid, 1, true) then found[#found + 1] = "mount " .. m end
+  end
+  for _, dev in ipairs(objects.loops) do
+    local back = proc.read_file("/sys/block/" .. dev:match("loop%d+") .. "/loop/backing_file") or ""
+    if back:find(sid, 1, true) then found[#found + 1] = "loop " .. dev end
+  end
+  return found
+end
+
+local function own_sandbox_runs(server, sid)
+  return #host_state.sandbox_ids(server, sid .. "-s-") == 1
+end
+
+describe("pause and resume", function()
+  local ctx, server, key
+
+  lazy_setup(function()
+    ctx = egress.start({ env = { SANDBOX_EXEC_MODE = "session", SANDBOX_WARM_NEW = "0" } })
+    server, key = ctx.server, ctx.key
+  end)
+
+  lazy_teardown(function()
+    if ctx then egress.stop(ctx) end
+  end)
+
+  it("pauses to nothing on the host, keeps the files, and resumes on the next call, saying so", function()
+    local sid = http_client.create(server, key).json.session_id
+    assert.are.equal(200, http_client.write(server, key, sid, "kept.txt", "written before the pause").status)
+    assert.are.equal("one\n", http_client.exec(server, key, sid, "echo one | tee made.txt").json.stdout)
+    assert.eventually(function() return own_sandbox_runs(server, sid) end, { timeout = 60, what = "its sandbox" })
+    assert.are.equal("active", info(server, key, sid).state)
+    -- what the check below must find gone: its sandbox's processes and cgroups, its mount and loop
+    local kinds = {}
+    for _, what in ipairs(host_of(server, sid)) do kinds[what:match("^%a+")] = true end
+    assert.are.same({ process = true, cgroup = true, mount = true, loop = true }, kinds)
+
+    local p = post(server, key, sid, "pause")
+    assert.are.equal(200, p.status, p.body)
+    assert.are.equal("paused", p.json.state)
+    assert.are.equal(0, p.json.image_bytes)
+    assert.is_number(p.json.pause_ms)
+    local seen = info(server, key, sid)
+    assert.are.equal("paused", seen.state)
+    assert.is_number(seen.paused_at)
+    local listed = http(server, "GET", "/v1/sessions", { key = key }).json.sessions
+    local state
+    for _, s in ipairs(listed) do
+      if s.session_id == sid then state = s.state end
+    end
+    assert.are.equal("paused", state)
+    assert.eventually(function() local left = host_of(server, sid); return #left == 0, left end,
+      { what = "nothing of the paused session on the host" })
+    assert.is_true(exists(server.dir .. "/state/images/" .. sid .. ".img"), "its image is kept")
+    local m = http(server, "GET", "/v1/sessions/" .. sid .. "/metrics", { key = key })
+    assert.are.same({ 200, "paused" }, { m.status, m.json.state }) -- the figures resume nothing
+    assert.is_nil(m.headers["x-airlock-resumed"])
+
+    -- pausing a paused session answers the same state (idempotent)
+    local again = post(server, key, sid, "pause")
+    assert.are.equal(200, again.status, again.body)
+    assert.are.equal("paused", again.json.state)
+
+    -- any call resumes it first and says so
+    local r = http_client.exec(server, key, sid, "cat kept.txt made.txt")
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal("written before the pause" .. "one\n", r.json.stdout)
+    assert.is_true(r.json.resumed)
+    assert.are.equal("1", r.headers["x-airlock-resumed"])
+    assert.are.equal("active", info(server, key, sid).state)
+    local after = http_client.exec(server, key, sid, "true")
+    assert.is_nil(after.json.resumed)
+    assert.is_nil(after.headers["x-airlock-resumed"])
+
+    -- a file read on a paused session resumes it too; POST /resume says whether it did
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+    local read = http_client.read(server, key, sid, "kept.txt")
+    assert.are.equal(200, read.status, read.body)
+    assert.are.equal("written before the pause", read.json.content)
+    assert.are.equal("1", read.headers["x-airlock-resumed"])
+    -- and a streamed exec: the header on its chunked answer
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+    local streamed = http(server, "POST", "/v1/sessions/" .. sid .. "/exec",
+      { key = key, body = '{"command": "cat kept.txt", "stream": true}' })
+    assert.are.equal(200, streamed.status, streamed.body)
+    assert.are.equal("1", streamed.headers["x-airlock-resumed"])
+    assert.truthy(streamed.body:find("written before the pause", 1, true), streamed.body)
+    local resume = post(server, key, sid, "resume")
+    assert.are.equal(200, resume.status, resume.body)
+    assert.are.same({ "active", false }, { resume.json.state, resume.json.resumed })
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+    resume = post(server, key, sid, "resume")
+    assert.are.same({ "active", true }, { resume.json.state, resume.json.resumed })
+    assert.is_number(resume.json.resume_ms)
+    assert.eventually(function() return own_sandbox_runs(server, sid) end, { timeout = 60, what = "its sandbox again" })
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("refuses to pause while a command runs (409 saying why), and answers bad input clearly", function()
+    local sid = http_client.create(server, key).json.session_id
+    local job = http_client.exec_async(server, key, sid, "touch started; sleep 4; echo done", 60)
+    assert.eventually(function() return http_client.read(server, key, sid, "started").status == 200 end,
+      { timeout = 30, what = "the command started" })
+    local busy = post(server, key, sid, "pause")
+    assert.are.equal(409, busy.status, busy.body)
+    assert.truthy(busy.json.detail:find("a command is running", 1, true), busy.body)
+    assert.are.equal("done\n", assert(job.wait(60)).stdout)
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+
+    assert.are.equal(404, post(server, key, "sbx_000000000000", "pause").status)
+    assert.are.equal(403, post(server, ctx.other, sid, "resume").status)
+    assert.are.equal("paused", info(server, key, sid).state) -- another tenant's call resumed nothing
+    local bad = http_client.create(server, key, '{"on_idle": "sleep"}')
+    assert.are.equal(422, bad.status, bad.body)
+    assert.are.same({ "body", "on_idle" }, bad.json.detail[1].loc)
+    local good = http_client.create(server, key, '{"on_idle": "pause"}')
+    assert.are.equal(201, good.status, good.body)
+    assert.are.equal("pause", good.json.on_idle)
+    assert.are.equal(200, http_client.delete(server, key, good.json.session_id).status)
+
+    -- DELETE of a paused session removes it, image and all, without resuming it
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+    assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".img"))
+    assert.are.same({}, host_of(server, sid))
+    assert.are.equal(404, http(server, "GET", "/v1/sessions/" .. sid, { key = key }).status)
+  end)
+
+  it("resumes a session with egress with its network: the proxy lets it out again", function()
+    local sid = egress.session(server, key, { "sink.test" })
+    local before = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" } })
+    assert.are.equal(200, before[1].status)
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+    assert.eventually(function() local left = host_of(server, sid); return #left == 0, left end,
+      { what = "nothing of the paused session on the host" })
+    local after = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" } })
+    assert.are.equal(200, after[1].status)
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+end)
+
+describe("paused sessions over time and restarts", function()
+  local server
+
+  lazy_teardown(function()
+    if server then airlockd.stop(server) end
+  end)
+
+  local function restart(env)
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = env, wait = 60 })
+  end
+
+  it("pauses on idle with on_idle pause, deletes after SANDBOX_PAUSED_TTL; keeps a paused session across SIGTERM and kill -9", function()
+    local env = { SANDBOX_SESSION_TTL = "2", SANDBOX_PAUSED_TTL = "3", SANDBOX_WARM_NEW = "0" }
+    server = airlockd.start({ env = env })
+    local key = server.tenants.acme
+    local plain = http_client.create(server, key).json.session_id
+    local sid = http_client.create(server, key, '{"on_idle": "pause"}').json.session_id
+    assert.eventually(function() return info(server, key, sid).state == "paused" end, { timeout = 20, what = "paused on idle" })
+    assert.eventually(function() return http(server, "GET", "/v1/sessions/" .. plain, { key = key }).status == 404 end,
+      { what = "the plain session deleted on idle" })
+    -- a resume resets its idle clock (it was last used a TTL before its pause), and it pauses again
+    local paused_at = info(server, key, sid).paused_at
+    assert.are.equal(true, post(server, key, sid, "resume").json.resumed)
+    -- (it may be paused again already on a slow machine: its last use is what tells)
+    assert.is_true(info(server, key, sid).last_accessed_at >= paused_at, "idle clock not reset")
+    assert.eventually(function() return info(server, key, sid).state == "paused" end, { timeout = 20, what = "paused again" })
+    assert.eventually(function() return http(server, "GET", "/v1/sessions/" .. sid, { key = key }).status == 404 end,
+      { timeout = 20, what = "deleted after SANDBOX_PAUSED_TTL" })
+    assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".img"))
+    assert.are.same({}, host_of(server, sid))
+
+    -- a paused session outlives SIGTERM and kill -9, stays paused, then resumes with its files
+    local long = { SANDBOX_SESSION_TTL = "600", SANDBOX_WARM_NEW = "0" }
+    os.execute("kill -TERM " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    restart(long)
+    key = server.tenants.acme
+    local kept = http_client.create(server, key).json.session_id
+    assert.are.equal(200, http_client.write(server, key, kept, "notes.txt", "before the restarts").status)
+    assert.are.equal(200, post(server, key, kept, "pause").status)
+    -- a paused session whose image is gone when the server starts is dropped, as an active one is
+    local orphan = http_client.create(server, key).json.session_id
+    assert.are.equal(200, post(server, key, orphan, "pause").status)
+    os.execute("kill -TERM " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    assert.is_true(os.remove(server.dir .. "/state/images/" .. orphan .. ".img"))
+    restart(long)
+    assert.are.equal(404, http(server, "GET", "/v1/sessions/" .. orphan, { key = key }).status)
+    assert.truthy(airlockd.log(server):find("paused session " .. orphan .. " not restored: its image is missing", 1, true))
+    assert.are.equal("paused", info(server, key, kept).state)
+    assert.are.same({}, host_of(server, kept))
+    os.execute("kill -9 " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    restart(long)
+    assert.are.equal("paused", info(server, key, kept).state)
+    assert.are.same({}, host_of(server, kept))
+    local r = http_client.exec(server, key, kept, "cat notes.txt")
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal("before the restarts", r.json.stdout)
+    assert.are.equal("1", r.headers["x-airlock-resumed"])
+    assert.are.equal(200, http_client.delete(server, key, kept).status)
+    assert.are.same({}, host_of(server, kept))
+  end)
+end)

@@ -1,0 +1,68 @@
+/* POST /v1/sessions/{id}/pause and /resume (domain/pause.h; docs/api.md "Pause and resume"). */
+#include "api/api.h"
+#include "api/handlers.h"
+
+/* The caller's session, not resumed (pause and resume decide themselves); NULL when a 404,
+ * 403 or 503 (moving) was sent. */
+static session *acquire_as_is(app *a, http_request *r, const api_call *c)
+{
+    session *s = NULL;
+    session_result rc = registry_acquire(a->reg, c->param, c->tenant, false, &s);
+    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
+        return NULL;
+    if (rc == SESSION_NOT_FOUND)
+        http_send_detail(r, 404, "Session not found or expired");
+    else if (rc == SESSION_MOVING)
+        send_moving(r, c->param);
+    else if (rc != SESSION_OK)
+        http_send_detail(r, 403, "Forbidden: Access denied to this session");
+    return rc == SESSION_OK ? s : NULL;
+}
+
+void api_sessions_pause(app *a, http_request *r, const api_call *c)
+{
+    session *s = acquire_as_is(a, r, c);
+    if (!s)
+        return;
+    pause_outcome out;
+    session_result rc = pause_session(&a->pause, s, false, &out);
+    if (rc == SESSION_OK) {
+        session_pause_state p;
+        registry_state(a->reg, s, &p);
+        http_send_json(r, 200, json_pack("{s:s,s:s,s:I,s:f,s:f}", "session_id", s->id, "state", "paused",
+                                         "image_bytes", (json_int_t)out.image_bytes, "pause_ms", out.pause_ms,
+                                         "paused_at", p.paused_at));
+    } else if (rc == SESSION_BUSY) {
+        http_send_detail(r, 409, "Cannot pause: a command is running in this session (or another request is "
+                                 "using it). Pause it when it is done.");
+    } else if (rc == SESSION_NOT_FOUND) {
+        http_send_detail(r, 404, "Session not found or expired");
+    } else if (rc == SESSION_STORAGE) {
+        send_not_saved(r, 507, "The paused state");
+    } else {
+        http_send_detail(r, 500, "The session could not be paused (logged); it is still active.");
+    }
+    registry_release(a->reg, s);
+}
+
+void api_sessions_resume(app *a, http_request *r, const api_call *c)
+{
+    session *s = acquire_as_is(a, r, c);
+    if (!s)
+        return;
+    bool resumed = false;
+    double ms = 0;
+    session_result rc = resume_session(&a->pause, s, &resumed, &ms);
+    if (rc == SESSION_OK) {
+        if (resumed)
+            http_note(r, "x-airlock-resumed", "1", NULL);
+        http_send_json(r, 200, json_pack("{s:s,s:s,s:b,s:f}", "session_id", s->id, "state", "active", "resumed",
+                                         resumed, "resume_ms", ms));
+    } else if (rc == SESSION_NOT_FOUND) {
+        http_send_detail(r, 404, "Session not found or expired");
+    } else {
+        http_send_retry(r, 503, "The paused session could not be resumed (its disk could not be mounted); its "
+                                "files are kept. Retry shortly.", 2);
+    }
+    registry_release(a->reg, s);
+}

@@ -1,0 +1,100 @@
+/* Pause and resume: the registry keeps the state and the disk (domain/sessions.c), this file
+ * orders the steps and holds the sandbox's part of them. */
+#include "domain/pause.h"
+
+#include "log/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* The sandbox's part of a pause: s's sandbox (and its network namespace and egress listener,
+ * which live as long as it) is gone when this returns. A memory pause would checkpoint it into
+ * an image here and describe it in *image; files only, *image stays zero. */
+static int sandbox_stop(const pause_deps *d, const session *s, session_pause_state *image)
+{
+    memset(image, 0, sizeof *image);
+    if (d->warm)
+        warm_forget(d->warm, s->id);
+    return 0;
+}
+
+/* The sandbox's part of a resume: s's sandbox boots again over its workspace, on its template,
+ * with its size and (through the warm pool's network hook) its egress namespace and proxy. A
+ * memory pause would restore its image here (refusing one another runsc version made). */
+static void sandbox_start(const pause_deps *d, const session *s)
+{
+    if (!d->warm)
+        return; /* every command boots its own sandbox */
+    char *root = s->template_id[0] && d->templates ? templates_root(d->templates, s->template_id) : NULL;
+    if (s->template_id[0] && !root)
+        return; /* its template is gone: its commands say so */
+    warm_want_session(d->warm, s, tenants_get(d->tenants, s->tenant)->name, root);
+    free(root);
+}
+
+session_result pause_session(const pause_deps *d, session *s, bool only_if_idle, pause_outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    session_result rc = registry_pause_begin(d->reg, s, only_if_idle, &out->was_paused);
+    if (rc != SESSION_OK || out->was_paused) {
+        if (out->was_paused) {
+            session_pause_state p;
+            registry_state(d->reg, s, &p);
+            out->image_bytes = p.image_bytes;
+        }
+        return rc;
+    }
+    session_pause_state image;
+    if (sandbox_stop(d, s, &image) != 0) {
+        (void)registry_pause_end(d->reg, s, NULL); /* never left half paused */
+        sandbox_start(d, s);
+        return SESSION_ERROR;
+    }
+    rc = registry_pause_end(d->reg, s, &image);
+    if (rc != SESSION_OK) {
+        sandbox_start(d, s); /* active again: its sandbox comes back */
+        return rc;
+    }
+    out->image_bytes = image.image_bytes;
+    out->pause_ms = ms_since(&t0);
+    log_session(LV_INFO, s->id, NULL, "session %s paused in %.0f ms (files only)", s->id, out->pause_ms);
+    return SESSION_OK;
+}
+
+session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *resume_ms = 0;
+    session_result rc = registry_resume(d->reg, s, resumed);
+    if (rc != SESSION_OK || !*resumed)
+        return rc;
+    sandbox_start(d, s);
+    *resume_ms = ms_since(&t0);
+    log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms", s->id, *resume_ms);
+    return SESSION_OK;
+}
+
+void pause_idle_session(void *ctx, const char *session_id, size_t tenant)
+{
+    const pause_deps *d = ctx;
+    session *s = NULL;
+    if (registry_acquire(d->reg, session_id, tenant, false, &s) != SESSION_OK)
+        return;
+    pause_outcome out;
+    session_result rc = pause_session(d, s, true, &out);
+    if (rc != SESSION_OK && rc != SESSION_BUSY && rc != SESSION_NOT_FOUND)
+        log_session(LV_WARN, session_id, NULL, "session %s could not be paused after its idle TTL; it stays active",
+                    session_id);
+    registry_release(d->reg, s);
+}

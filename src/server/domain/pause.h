@@ -1,0 +1,46 @@
+/* Pausing and resuming a session (docs/api.md "Pause and resume"). A paused session keeps its
+ * workspace image, unmounted, and nothing of it runs on the host: no sandbox (so no runsc
+ * process, cgroup, network namespace or egress listener), no loop device. Today every pause is
+ * files only (image_bytes 0: nothing in a plain session's memory is worth keeping); a memory
+ * image (a runsc checkpoint) slots in behind sandbox_stop / sandbox_start below, its directory,
+ * size and runsc version recorded in the session's pause state (store/session_state.h). */
+#ifndef AIRLOCKD_PAUSE_H
+#define AIRLOCKD_PAUSE_H
+
+#include "domain/sessions.h"
+#include "domain/templates.h"
+#include "domain/tenants.h"
+#include "domain/warm.h"
+
+#include <stdbool.h>
+
+/* What pausing and resuming use. */
+typedef struct {
+    registry *reg;
+    warm_pool *warm;        /* the sessions' own sandboxes (NULL: commands run cold) */
+    templates *templates;   /* a built template's root, to boot a resumed session on it */
+    tenants *tenants;
+} pause_deps;
+
+typedef struct {
+    bool was_paused;        /* it was paused already: nothing was done */
+    long long image_bytes;  /* its memory image (0: files only) */
+    double pause_ms;        /* how long the pause took */
+} pause_outcome;
+
+/* Pauses s (the caller holds a reference): its sandbox stops, its disk is unmounted, and it is
+ * saved as paused before this returns. only_if_idle (the idle reaper): only if no request
+ * used it within its idle TTL. SESSION_OK (*out filled), SESSION_BUSY (a request, such as a
+ * command, is using it), SESSION_NOT_FOUND (deleted meanwhile), SESSION_ERROR / SESSION_STORAGE
+ * (logged; it is active as before). */
+session_result pause_session(const pause_deps *d, session *s, bool only_if_idle, pause_outcome *out);
+
+/* Resumes s when it is paused (*resumed then, and *resume_ms): its disk mounted again and its
+ * sandbox booting on it with its template, size and egress. SESSION_OK; SESSION_ERROR when its
+ * disk could not be mounted (it stays paused, its image kept); SESSION_NOT_FOUND. */
+session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms);
+
+/* The idle reaper's hook (registry_pause_hook; ctx: a pause_deps that outlives the registry). */
+void pause_idle_session(void *ctx, const char *session_id, size_t tenant);
+
+#endif
