@@ -57,6 +57,9 @@ AGENT      := $(BUILD)/airlock-agent
 # preloaded into the bash each of the agent's containers execs ahead of its command (not static:
 # it is loaded into the root's bash); found beside the agent
 BOOTSTRAP  := $(BUILD)/airlock-bootstrap.so
+# the Python kernel program, beside the agent (airlockd puts it in sandboxes as /airlock/kernel.py)
+KERNEL_PY_SRC := src/kernel/python/airlock_kernel.py
+KERNEL_PY  := $(if $(wildcard $(KERNEL_PY_SRC)),$(BUILD)/airlock-kernel.py)
 # the raw libcurl keep-alive loop bench/openresty.lua compares the transports with
 RAW_CURL_RATE := $(BUILD)/bench/raw_curl_rate
 LUA_SRC    := $(shell find lua/airlock -name '*.lua' | sort)
@@ -77,7 +80,7 @@ export AIRLOCK_RUNSC := $(RUNSC)
 
 all: build
 
-build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(BOOTSTRAP) $(RAW_CURL_RATE)
+build: $(CORE_SO) $(AIRLOCKD) $(WAITER) $(AGENT) $(BOOTSTRAP) $(KERNEL_PY) $(RAW_CURL_RATE)
 
 # Every build variant has its own folder (build/, build/asan, build/luajit, build/lua51, ...)
 # with its objects under $(BUILD)/obj, so variants never share an object and `make -j` builds
@@ -140,6 +143,10 @@ $(AGENT): $(AGENT_SRC) src/agent/agent.h src/agent/protocol.h
 $(BOOTSTRAP): src/agent/bootstrap.c src/agent/protocol.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -shared -fPIC -o $@ src/agent/bootstrap.c
+
+$(BUILD)/airlock-kernel.py: $(KERNEL_PY_SRC)
+	@mkdir -p $(@D)
+	install -m 644 $< $@
 
 -include $(CORE_OBJ:.o=.d) $(SERVER_OBJ:.o=.d)
 
@@ -250,6 +257,8 @@ ci-builds: build luajit-core compat-builds sanitize $(ASAN_HOST)
 #   SDK peak RSS vs payload); first-piece latency of `echo a; sleep 2; echo b` (command's clock).
 # pause: files-only pause, and a paused session's first answer (its resume), vs create + first
 #   exec (with and without a spare) and a bare `runsc run true`.
+# kernels: a trivial kernel cell vs `python3 -c pass` as a command; a cell using a 1M-entry dict
+#   the kernel holds vs a fresh run reloading it; an idle kernel's CPU and memory.
 bench: build luajit-core
 	$(LUA) bench/airlockd_latency.lua
 	$(LUA) bench/warm.lua
@@ -264,6 +273,7 @@ bench: build luajit-core
 	$(LUA) bench/slow_connections.lua
 	$(LUA) bench/output_memory.lua
 	$(LUA) bench/stream_exec.lua
+	$(LUA) bench/kernels.lua
 	$(LUA) bench/fairness.lua
 	$(LUA) bench/egress.lua
 	$(LUA) bench/files_binary.lua
@@ -284,6 +294,7 @@ install: build
 	install -m 755 $(WAITER) $(DESTDIR)$(INST_BINDIR)/airlock-waiter
 	install -m 755 $(AGENT) $(DESTDIR)$(INST_BINDIR)/airlock-agent
 	install -m 644 $(BOOTSTRAP) $(DESTDIR)$(INST_BINDIR)/airlock-bootstrap.so
+	$(if $(KERNEL_PY),install -m 644 $(KERNEL_PY) $(DESTDIR)$(INST_BINDIR)/airlock-kernel.py)
 	install -m 755 bin/airlock-mcp $(DESTDIR)$(INST_BINDIR)/airlock-mcp
 
 # make dist: the release tarball of the SDK (reproducible: sorted, fixed owner and time) and

@@ -32,6 +32,8 @@ packages=(
   # the status page: embedded into airlockd with xxd; driven in headless Chromium by Selenium
   # (spec/server/status_page_spec.lua), with a font for its screenshot
   xxd chromium chromium-driver python3-selenium fonts-dejavu-core
+  # the Python kernel's charts (spec/python): sandboxes built from the host's /usr get it too
+  python3-matplotlib
 )
 
 # The egress specs run npm inside sandboxes, whose root is built from the host's /usr. A

@@ -15,6 +15,7 @@ local exchange = require "airlock.internal.exchange"
 local exec_gate = require "airlock.internal.exec_gate"
 local exec_stream = require "airlock.internal.exec_stream"
 local file_sink = require "airlock.internal.file_sink"
+local kernel = require "airlock.kernel"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
 local templates = require "airlock.templates"
@@ -31,6 +32,7 @@ local M = {
   engine = engine,
   templates = templates, -- airlock.templates.build{...}, .list(), .get(name), .delete(name)
   Result = result.Result,
+  Kernel = kernel.Kernel,
 }
 
 local function raise(err) error(err, 0) end
@@ -224,6 +226,17 @@ function Sandbox:run(command, opts)
       stream = streamed and exec_stream.new(o.on_stdout, o.on_stderr) or nil })
   now_active(self) -- a paused session resumes for its command
   return result.from_response(data)
+end
+
+-- sbx:kernel([{language = "python"}]) → Kernel: a long-lived interpreter in the session's
+-- sandbox whose state lasts from one k:run(code) to the next (airlock/kernel.lua).
+function Sandbox:kernel(opts)
+  return kernel.start(self, started(self, "kernel"), opts)
+end
+
+-- sbx:kernels() → the session's kernels ({kernel_id, language, state, ...} each).
+function Sandbox:kernels()
+  return kernel.list(self, started(self, "kernels"))
 end
 
 -- sbx:run_command(command [, timeout_seconds]) → the output text (agent-loop compat)

@@ -37,6 +37,8 @@ M.INSTRUCTIONS = table.concat({
   "",
   "- run_command runs every command in a fresh container; only files under /workspace persist "
     .. "between calls (processes and environment variables do not).",
+  "- run_python keeps one Python interpreter for the whole conversation: load data once, then "
+    .. "reuse its variables; charts shown with plt.show() come back as images.",
   "- Limits: 256 MB RAM, 1 CPU, 64 processes, a per-workspace disk quota and a 1-60 s timeout "
     .. "per command.",
   "- No internet access unless the server was configured with egress hosts (call sandbox_info "
@@ -109,8 +111,8 @@ function M.usage()
     "usage: airlock-mcp [--egress RULES] [--template NAME] [--help] [--version]",
     "",
     "A local MCP server (stdio) that gives an AI client one isolated Airlock sandbox:",
-    "run_command, write_file, read_file, list_files, import_repo, egress_log, activity,",
-    "sandbox_info, reset_sandbox. The sandbox is created on the first tool call and deleted",
+    "run_command, run_python, write_file, read_file, list_files, import_repo, egress_log,",
+    "activity, sandbox_info, reset_sandbox. The sandbox is created on the first tool call and deleted",
     "when the client disconnects.",
     "",
     "Environment:",
@@ -327,15 +329,17 @@ end
 
 --- Runs fn(sbx); on NotFoundError (the session expired) starts a new sandbox and runs fn
 -- once more, prefixing its text with a note.
+-- fn's second result (run_python's images) is passed on.
 function Holder:call(fn)
   local sbx = self:get()
-  local ok, res = tasks.pcall(fn, sbx)
-  if ok then return res end
+  local ok, res, extra = tasks.pcall(fn, sbx)
+  if ok then return res, extra end
   if not is_a(res, "NotFoundError") then error(res, 0) end
   self.sbx = nil
   self:forget()
-  local text = fn(self:get())
-  return M.EXPIRED_NOTE .. text
+  local text
+  text, extra = fn(self:get())
+  return M.EXPIRED_NOTE .. text, extra
 end
 
 function Holder:reset()
@@ -409,19 +413,24 @@ local function rpc_error(id, code, message)
   return encode_response(id, "error", { code = code, message = message })
 end
 
-local function tool_result(answer, is_error)
-  return { content = { { type = "text", text = agent_text.truncate(answer) } }, isError = is_error }
+-- images: {mime =, base64 =} each (run_python's charts), as MCP image content after the text.
+local function tool_result(answer, is_error, images)
+  local content = { { type = "text", text = agent_text.truncate(answer) } }
+  for _, image in ipairs(images or {}) do
+    content[#content + 1] = { type = "image", data = image.base64, mimeType = image.mime }
+  end
+  return { content = content, isError = is_error }
 end
 
 function Server:call_tool(tool, args)
-  local ok, res = tasks.pcall(function()
+  local ok, res, images = tasks.pcall(function()
     if tool.reset then
       local sbx = self.holder:reset()
       return string.format(TEXTS.reset, tostring(sbx.session_id))
     end
     return self.holder:call(function(sbx) return catalogue.run(tool, SURFACE, sbx, args, self) end)
   end)
-  if ok then return tool_result(type(res) == "string" and res or tostring(res), false) end
+  if ok then return tool_result(type(res) == "string" and res or tostring(res), false, images) end
   local err = res
   if is_a(err, "FileNotFoundError") then
     return tool_result(string.format(TEXTS.not_found, tostring(args.path)), true)

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-static const frame_type ALL[] = {FRAME_RUN,  FRAME_KILL,   FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT,
-                                 FRAME_FAIL, FRAME_CREDIT, FRAME_BOOTED, FRAME_IDLE};
+static const frame_type ALL[] = {FRAME_RUN,   FRAME_KILL,  FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT,  FRAME_FAIL,
+                                 FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT, FRAME_BOOTED, FRAME_IDLE};
 #define NTYPES (sizeof ALL / sizeof ALL[0])
 
 /* A payload of n bytes of a pattern that depends on seed. */
@@ -184,6 +184,21 @@ static void run_payloads(void)
     free(buf);
 }
 
+/* FRAME_SIGNAL: every signal number round-trips; 0, one past FRAME_SIGNAL_MAX and a wrong
+ * length are refused. */
+static void signal_payloads(void)
+{
+    for (int sig = 1; sig <= FRAME_SIGNAL_MAX; sig++) {
+        unsigned char p = (unsigned char)sig;
+        CHECK(frame_signal_get(&p, 1) == sig);
+    }
+    unsigned char zero = 0, over = FRAME_SIGNAL_MAX + 1, two[2] = {2, 0};
+    CHECK(frame_signal_get(&zero, 1) == -1);
+    CHECK(frame_signal_get(&over, 1) == -1);
+    CHECK(frame_signal_get(two, 2) == -1);
+    CHECK(frame_signal_get(two, 0) == -1);
+}
+
 /* FRAME_EXIT: every ending and the extremes of the code round-trip; a bad ending or length is
  * refused. */
 static void exit_payloads(void)
@@ -210,7 +225,7 @@ static void exit_payloads(void)
 static void directions(void)
 {
     static const frame_type from_agent[] = {FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, FRAME_BOOTED, FRAME_IDLE};
-    static const frame_type to_agent[] = {FRAME_RUN, FRAME_KILL, FRAME_CREDIT};
+    static const frame_type to_agent[] = {FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT};
     CHECK(sizeof from_agent / sizeof from_agent[0] + sizeof to_agent / sizeof to_agent[0] == NTYPES);
     for (size_t i = 0; i < sizeof from_agent / sizeof from_agent[0]; i++)
         CHECK(frame_from_agent(from_agent[i]));
@@ -251,6 +266,7 @@ int main(void)
     header_bounds();
     run_payloads();
     exit_payloads();
+    signal_payloads();
     directions();
     random_headers();
     return CHECK_SUMMARY();

@@ -23,3 +23,21 @@ describe("bench/openresty.lua (smoke sizes)", function()
     end
   end)
 end)
+
+-- bench/kernels.lua at smoke sizes (BENCH_SMOKE=1: 3 rounds, a 100k-entry dict, 1 s idle): it
+-- runs to its end and prints every measure (the figures are not checked).
+describe("bench/kernels.lua (smoke sizes)", function()
+  it("runs and prints every measure", function()
+    local rc, out = proc.run_capture("BENCH_SMOKE=1 timeout 300 lua5.4 bench/kernels.lua")
+    assert.are.equal(0, rc, out)
+    for _, pattern in ipairs({
+      "idle    kernel CPU over [%d.]+ s without cells: [%d.]+ ms",
+      "memory  idle kernel VmRSS %d+ kB, bare python3 VmRSS %d+ kB: %+%-?[%d.]+ MB",
+      "trivial cell `1 %+ 1` p50 +[%d.]+ ms   sbx:run%(\"python3 %-c pass\"%) p50 +[%d.]+ ms   ratio [%d.]+x",
+      "a fresh run reloading it %(pickle%) +p50 +[%d.]+ ms   ratio [%d.]+x",
+      "a fresh run reloading it %(csv%) +p50 +[%d.]+ ms   ratio [%d.]+x",
+    }) do
+      assert.is_truthy(out:find(pattern), "no line like " .. pattern .. " in:\n" .. out)
+    end
+  end)
+end)

@@ -1,6 +1,7 @@
--- The agent examples, run for real as subprocesses: examples/agent_openai.lua and
--- examples/agent_anthropic.lua against a real airlockd and the scripted provider endpoint
--- spec/support/fake_llm.py (which stands in for OpenAI/Anthropic only). Checks the
+-- The agent examples, run for real as subprocesses: examples/agent_openai.lua,
+-- examples/agent_anthropic.lua and examples/agent_kernel.lua against a real airlockd and the
+-- scripted provider endpoint spec/support/fake_llm.py (which stands in for OpenAI/Anthropic
+-- only; --script csv for the kernel example's data analyst). Checks the
 -- transcript, what the sandbox ended up with, and the exact messages sent back to the model.
 local airlockd = require "support.airlockd"
 local fake_llm = require "support.fake_llm"
@@ -194,6 +195,32 @@ describe("agent examples against airlockd and a scripted model", function()
     check_result_file(results[1].content)
     assert.same({ type = "tool_result", tool_use_id = "toolu_2_1", content = "Error: file not found: notes.txt" },
       results[2])
+  end)
+
+  it("kernel example: loads the CSV once and answers three questions from it, the last with a chart", function()
+    fake_llm.stop(llm)
+    llm = fake_llm.start({ script = "csv" })
+    local out, stderr, status = run_example("examples/agent_kernel.lua", sandbox_env({
+      OPENAI_API_KEY = fake_llm.OPENAI_KEY, OPENAI_BASE_URL = llm.url .. "/v1", OPENAI_MODEL = "gpt-test",
+    }))
+    assert.equal("", stderr)
+    assert.equal(0, status, out)
+    assert.truthy(contains(out, "-- kernels: 1; sales.csv read by 1 cell(s); charts: 1\n"
+      .. "RESULT: answered from data loaded once, with a chart\n"), out)
+    assert.equal(0, open_sessions())
+    -- what the model was sent back: each cell ran in the same kernel, on the rows of the first
+    local reqs = fake_llm.requests(llm)
+    assert.equal(4, #reqs)
+    for _, r in ipairs(reqs) do assert.same(tools.openai_tools(), r.body.tools) end
+    local function tool_result(n)
+      local m = reqs[n].body.messages
+      assert.equal("tool", m[#m].role)
+      return m[#m].content
+    end
+    assert.equal("[RESULT]:\n(144, 49997.0)\n[EXECUTION COUNT]: 1", tool_result(2))
+    assert.equal("[RESULT]:\n('west', 15250.0)\n[EXECUTION COUNT]: 2", tool_result(3))
+    assert.matches("^%[RESULT%]:\n%[image/png: %d+ bytes%]\n%[RESULT%]:\n%('2025%-01', '2025%-12', 1750%.0%)\n"
+      .. "%[EXECUTION COUNT%]: 3$", tool_result(4))
   end)
 
   it("retries a 429 from the model API and carries on", function()

@@ -161,7 +161,7 @@ describe("bin/airlock-mcp against airlockd", function()
     local answers = p:wait(2)
     assert.equal("2025-06-18", answers[1].result.protocolVersion)
     assert.equal("airlock-sandbox", answers[1].result.serverInfo.name)
-    assert.equal(9, #answers[2].result.tools)
+    assert.equal(10, #answers[2].result.tools)
     assert.equal("run_command", answers[2].result.tools[1].name)
     assert.same({}, sessions()) -- listing tools creates nothing
     assert.is_nil(state())
@@ -228,6 +228,30 @@ describe("bin/airlock-mcp against airlockd", function()
     assert.same({}, sessions()) -- deleted on disconnect
     assert.is_nil(read_file(state_path()))
     for _, line in ipairs(p:lines()) do assert.falsy(line:find(key, 1, true)) end
+  end)
+
+  it("runs Python in one kernel for the connection and returns charts as image content", function()
+    local p = spawn()
+    p:send(call(1, "run_python", { code = "data = {'a': 3, 'b': 5}" }))
+    p:send(call(2, "run_python", { code = "import matplotlib.pyplot as plt\n"
+      .. "plt.bar(list(data), list(data.values())); plt.show()\nsum(data.values())" }))
+    p:send(call(3, "run_python", { code = "1 / 0" }))
+    local a = p:wait(3)
+    assert.same({ "[EXECUTION COUNT]: 1", false }, { text_of(a[1]) })
+    local chart = a[2].result
+    assert.is_false(chart.isError)
+    assert.equal(2, #chart.content)
+    assert.equal("text", chart.content[1].type)
+    assert.matches("^%[RESULT%]:\n%[image/png: %d+ bytes%]\n%[RESULT%]:\n8\n%[EXECUTION COUNT%]: 2$",
+      chart.content[1].text)
+    assert.equal("image", chart.content[2].type)
+    assert.equal("image/png", chart.content[2].mimeType)
+    assert.matches("^iVBORw0KGgo", chart.content[2].data)   -- "\x89PNG\r\n\x1a\n", base64
+    local t = text_of(a[3])
+    assert.truthy(t:find("ZeroDivisionError: division by zero", 1, true), t)
+    assert.equal(1, #airlock.attach(sessions()[1], { base_url = server.url, api_key = key }):kernels())
+    assert.equal("", (p:close()))
+    assert.same({}, sessions())
   end)
 
   it("answers malformed and unknown requests with JSON-RPC errors and keeps serving", function()

@@ -53,6 +53,36 @@ describe("airlock.tools against airlockd", function()
     assert.matches("xxx\nEND\n%[EXIT CODE%]: 0$", out)
   end)
 
+  it("runs Python in one kernel per sandbox, made on first use, and never raises", function()
+    assert.same({}, sbx:kernels())
+    assert.equal("[EXECUTION COUNT]: 1", tools.handle_tool_call(sbx, "run_python", { code = "rows = list(range(10))" }))
+    assert.equal(1, #sbx:kernels())
+    assert.equal("[STDOUT]:\nloaded\n[RESULT]:\n45\n[EXECUTION COUNT]: 2",
+      tools.handle_tool_call(sbx, "run_python", '{"code": "print(\\"loaded\\")\\nsum(rows)"}'))
+    local failed = tools.handle_tool_call(sbx, "run_python", { code = "rows[99]" })
+    assert.matches("^%[ERROR%]:\nTraceback %(most recent call last%):\n", failed)
+    assert.truthy(failed:find("IndexError: list index out of range\n[EXECUTION COUNT]: 3", 1, true), failed)
+    local chart = tools.handle_tool_call(sbx, "run_python",
+      { code = "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 5]); plt.show()", timeout_seconds = 60 })
+    assert.matches("^%[RESULT%]:\n%[image/png: %d+ bytes%]\n%[EXECUTION COUNT%]: 4$", chart)
+    assert.equal("Error: missing required argument 'code' for run_python.",
+      tools.handle_tool_call(sbx, "run_python", {}))
+    assert.matches("^Error from sandbox %(ValidationError%): .*timeout",
+      tools.handle_tool_call(sbx, "run_python", { code = "1", timeout_seconds = 99 }))
+    assert.equal(1, #sbx:kernels())
+    -- the kernel deleted behind the tool's back: a new one, and the text says so
+    local id = sbx:kernels()[1].kernel_id
+    local k = setmetatable({ kernel_id = id, session_id = sbx.session_id, language = "python",
+      _settings = sbx._settings }, airlock.Kernel)
+    assert.is_true(k:close())
+    assert.equal("[note] The Python kernel was gone; this ran in a new one: earlier variables are lost.\n"
+      .. "[RESULT]:\nFalse\n[EXECUTION COUNT]: 1",
+      tools.handle_tool_call(sbx, "run_python", { code = "'rows' in globals()" }))
+    local kernels = sbx:kernels()
+    assert.equal(1, #kernels)
+    assert.not_equal(id, kernels[1].kernel_id)
+  end)
+
   it("reports a closed session as a NotFoundError", function()
     local other = airlock.sandbox({ base_url = server.url, api_key = server.tenants.acme })
     local id = other.session_id

@@ -1,4 +1,4 @@
--- Lua 5.4 only: to-be-closed sandboxes (the only file using <close>).
+-- Lua 5.4 only: to-be-closed sandboxes and kernels (the only file using <close>).
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 
@@ -34,6 +34,25 @@ describe("local sbx <close>", function()
       assert.is_true(session_ids(opts)[id])
     end
     assert.is_nil(session_ids(opts)[id])
+  end)
+
+  it("deletes a kernel at the end of its block, and the session with the kernels it holds", function()
+    local sbx <close> = airlock.sandbox(opts)
+    do
+      local k <close> = sbx:kernel{ language = "python" }
+      assert.are.equal("42", k:run("x = 41\nx + 1").text)
+      assert.are.equal(1, #sbx:kernels())
+    end
+    assert.are.same({}, sbx:kernels())
+    local kept
+    do
+      local inner <close> = airlock.sandbox(opts)
+      kept = inner:kernel()
+      kept:run("1")
+    end
+    local ok, err = pcall(kept.run, kept, "1")
+    assert.is_false(ok)
+    assert.is_true(airlock.is(err, "NotFoundError"), tostring(err))
   end)
 
   it("deletes the session when the body raises, and the error propagates", function()

@@ -71,7 +71,7 @@ describe("a session sandbox's agent on stdin and stdout (SANDBOX_EXEC_MODE=sessi
     if server then airlockd.stop(server) end
   end)
 
-  it("runs a command on every slot at once, each one's megabytes of output intact and in order", function()
+  it("runs four commands at once (the tenant's max_concurrent_exec), each one's megabytes of output intact and in order", function()
     local box = host_state.sandbox_ids(server, sid)
     assert.are.equal(1, #box)
     -- each says it started, waits for the other three, then writes its lines (and some stderr)

@@ -208,7 +208,9 @@ describe("paused sessions over time and restarts", function()
     assert.eventually(function() return info(server, key, sid).state == "paused" end, { timeout = 20, what = "paused again" })
     assert.eventually(function() return http(server, "GET", "/v1/sessions/" .. sid, { key = key }).status == 404 end,
       { timeout = 20, what = "deleted after SANDBOX_PAUSED_TTL" })
-    assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".img"))
+    -- (the reaper unlists it, then removes its image: wait for the image too)
+    assert.eventually(function() return not exists(server.dir .. "/state/images/" .. sid .. ".img") end,
+      { what = "the expired paused session's image removed" })
     assert.are.same({}, host_of(server, sid))
 
     -- a paused session outlives SIGTERM and kill -9, stays paused, then resumes with its files

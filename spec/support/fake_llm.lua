@@ -17,7 +17,8 @@ local function here()
   return src:match("^(.*)/[^/]*$") or "."
 end
 
--- opts.fail_first: answer the first N requests with 429 + Retry-After: 0
+-- opts.fail_first: answer the first N requests with 429 + Retry-After: 0; opts.script: "fix"
+-- (the default: the failing test) or "csv" (the data analyst of examples/agent_kernel.lua)
 function M.start(opts)
   opts = opts or {}
   local dir = proc.make_temp_dir()
@@ -25,9 +26,9 @@ function M.start(opts)
   local server = proc.start_server({
     name = "fake_llm.py", dir = dir, log = dir .. "/stderr",
     command = string.format(
-      "python3 %s --port-file %s --log %s --openai-key %s --anthropic-key %s --fail-first %d",
+      "python3 %s --port-file %s --log %s --openai-key %s --anthropic-key %s --fail-first %d --script %s",
       q(here() .. "/fake_llm.py"), q(dir .. "/port"), q(log_path), q(M.OPENAI_KEY),
-      q(M.ANTHROPIC_KEY), opts.fail_first or 0),
+      q(M.ANTHROPIC_KEY), opts.fail_first or 0, q(opts.script or "fix")),
   })
   server.log_path = log_path
   return server

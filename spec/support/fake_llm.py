@@ -10,6 +10,10 @@ conversation already has:
   turn 2: read_file    result.txt, and read_file notes.txt (missing: an error text back)
   turn 3: a final text answer (finish_reason "stop" / stop_reason "end_turn")
 
+--script csv plays a data analyst instead (examples/agent_kernel.lua): run_python loads
+sales.csv into `rows` (turn 0), answers from `rows` without reading the file again (turn 1),
+draws a chart with plt.show() (turn 2), then the final answer.
+
 It checks what a real provider checks (the key header, the tool results answering the tool
 calls it made, in order) and answers 400/401 with the provider's error shape otherwise.
 --fail-first N answers the first N requests with 429 and `Retry-After: 0` (the client must
@@ -26,8 +30,29 @@ TEST_COMMAND = "python3 -m unittest -q test_calc > result.txt 2>&1; echo exit=$?
 FINAL_TEXT = "Fixed calc.add: it subtracted instead of adding. The test passes now."
 
 
+CSV_LOAD = ("import csv\nwith open('sales.csv') as f:\n    rows = list(csv.DictReader(f))\n"
+            "len(rows), round(sum(float(r['revenue']) for r in rows), 2)")
+CSV_TOP_REGION = ("from collections import defaultdict\nby_region = defaultdict(float)\n"
+                  "for r in rows:\n    by_region[r['region']] += float(r['revenue'])\n"
+                  "max(by_region.items(), key=lambda kv: kv[1])")
+CSV_CHART = ("import matplotlib.pyplot as plt\nby_month = defaultdict(float)\n"
+             "for r in rows:\n    by_month[r['month']] += float(r['revenue'])\n"
+             "months = sorted(by_month)\nplt.bar(months, [by_month[m] for m in months])\n"
+             "plt.title('Revenue by month'); plt.xticks(rotation=45)\nplt.show()\n"
+             "months[0], months[-1], round(by_month[months[-1]] - by_month[months[0]], 2)")
+CSV_FINAL = ("From the data loaded once: the sales count and total, the top region, and the "
+             "monthly revenue in the chart.")
+
+
+def csv_script(turn):
+    code = {0: CSV_LOAD, 1: CSV_TOP_REGION, 2: CSV_CHART}.get(turn)
+    return None if code is None else [("run_python", {"code": code, "timeout_seconds": 60})]
+
+
 def script(turn):
     """The tool calls (name, arguments) of a turn, or None for the final answer."""
+    if State.script == "csv":
+        return csv_script(turn)
     if turn == 0:
         return [("run_command", {"command": "python3 -m unittest -q", "timeout_seconds": 30})]
     if turn == 1:
@@ -39,11 +64,16 @@ def script(turn):
 
 
 class State:
+    script = "fix"
     requests = 0
     fail_first = 0
     openai_key = ""
     anthropic_key = ""
     log_path = ""
+
+
+def final_text():
+    return CSV_FINAL if State.script == "csv" else FINAL_TEXT
 
 
 def openai_ids(turn, n):
@@ -124,7 +154,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(400, {"error": {"message": "tool calls not answered: %s" % pending}})
         calls = script(turn)
         if calls is None:
-            message = {"role": "assistant", "content": FINAL_TEXT, "refusal": None, "annotations": []}
+            message = {"role": "assistant", "content": final_text(), "refusal": None, "annotations": []}
             finish = "stop"
         else:
             ids = openai_ids(turn, len(calls))
@@ -173,7 +203,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.bad("tool_use ids without tool_result blocks: %s" % pending)
         calls = script(turn)
         if calls is None:
-            content = [{"type": "text", "text": FINAL_TEXT}]
+            content = [{"type": "text", "text": final_text()}]
             stop = "end_turn"
         else:
             ids = anthropic_ids(turn, len(calls))
@@ -199,7 +229,9 @@ def main():
     p.add_argument("--openai-key", default="sk-test-openai")
     p.add_argument("--anthropic-key", default="sk-ant-test")
     p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--script", choices=("fix", "csv"), default="fix")
     a = p.parse_args()
+    State.script = a.script
     State.log_path = a.log
     State.fail_first = a.fail_first
     State.openai_key = a.openai_key

@@ -124,6 +124,8 @@ describe("docs/api.md", function()
     { "Sandbox", airlock.Sandbox, "sbx:" },
     { "Files", files_class, "sbx.files:" },
     { "Result", airlock.Result, "result:" },
+    { "Kernel", airlock.Kernel, "k:" },
+    { "CellResult", require("airlock.cell_result").CellResult, "r:" },
     { "airlock.keys", keys, "keys." },
     { "keys client", keys.Client, "client:" },
     { "airlock.templates", require("airlock.templates"), "templates." },

@@ -256,18 +256,20 @@ describe("airlock.mcp JSON-RPC", function()
     assert.equal("2025-06-18", r.result.protocolVersion)
   end)
 
-  it("lists the nine tools in order, with schemas and annotations, creating nothing", function()
+  it("lists the ten tools in order, with schemas and annotations, creating nothing", function()
     local r = rpc(server, "list", "tools/list", {})
     assert.equal("list", r.id)
     local names = {}
     for i, t in ipairs(r.result.tools) do names[i] = t.name end
-    assert.same({ "run_command", "write_file", "read_file", "list_files", "import_repo", "egress_log",
+    assert.same({ "run_command", "run_python", "write_file", "read_file", "list_files", "import_repo", "egress_log",
       "activity", "sandbox_info", "reset_sandbox" }, names)
     local by = {}
     for _, t in ipairs(r.result.tools) do by[t.name] = t end
     assert.same({ "command" }, by.run_command.inputSchema.required)
     assert.equal(30, by.run_command.inputSchema.properties.timeout_seconds.default)
     assert.equal("integer", by.run_command.inputSchema.properties.timeout_seconds.type)
+    assert.same({ "code" }, by.run_python.inputSchema.required)
+    assert.equal(30, by.run_python.inputSchema.properties.timeout_seconds.default)
     assert.same({ "path", "content" }, by.write_file.inputSchema.required)
     assert.same({ "repo" }, by.import_repo.inputSchema.required)
     assert.is_nil(by.sandbox_info.inputSchema.required)

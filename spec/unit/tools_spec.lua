@@ -71,9 +71,9 @@ local function utf8_len(s)
 end
 
 describe("airlock.tools definitions", function()
-  it("openai_tools returns write_file, read_file, run_command as functions, in that order", function()
+  it("openai_tools returns write_file, read_file, run_command, run_python as functions, in that order", function()
     local defs = tools.openai_tools()
-    assert.equal(3, #defs)
+    assert.equal(4, #defs)
     local names = {}
     for i, d in ipairs(defs) do
       assert.equal("function", d.type)
@@ -81,7 +81,7 @@ describe("airlock.tools definitions", function()
       assert.is_string(d["function"].description)
       assert.equal("object", d["function"].parameters.type)
     end
-    assert.same({ "write_file", "read_file", "run_command" }, names)
+    assert.same({ "write_file", "read_file", "run_command", "run_python" }, names)
   end)
 
   it("has the reference's parameters and schemas", function()
@@ -106,12 +106,17 @@ describe("airlock.tools definitions", function()
       .. "workspace persist between commands; processes do not. Returns stdout, stderr and the exit code.",
       c.description)
     assert.is_nil(w.parameters.additionalProperties)
+    local py = defs[4]["function"]
+    assert.same({ "code" }, py.parameters.required)
+    assert.same({ type = "integer", description = "1-60, default 30", minimum = 1, maximum = 60 },
+      py.parameters.properties.timeout_seconds)
+    assert.truthy(py.description:find("persistent Python session", 1, true))
   end)
 
   it("anthropic_tools carries the same schemas as input_schema", function()
     local a, o = tools.anthropic_tools(), tools.openai_tools()
-    assert.equal(3, #a)
-    for i = 1, 3 do
+    assert.equal(4, #a)
+    for i = 1, 4 do
       assert.equal(o[i]["function"].name, a[i].name)
       assert.equal(o[i]["function"].description, a[i].description)
       assert.same(o[i]["function"].parameters, a[i].input_schema)
@@ -125,7 +130,7 @@ describe("airlock.tools definitions", function()
     first[1]["function"].parameters.required[1] = "changed"
     first[4] = "extra"
     local again = tools.openai_tools()
-    assert.equal(3, #again)
+    assert.equal(4, #again)
     assert.equal("path", again[1]["function"].parameters.required[1])
   end)
 
@@ -248,7 +253,7 @@ describe("airlock.tools.handle_tool_call", function()
   before_each(function() sbx = fake_sandbox() end)
 
   it("rejects an unknown tool with the list of tools", function()
-    assert.equal("Error: unknown tool 'nope'. Available: ['write_file', 'read_file', 'run_command']",
+    assert.equal("Error: unknown tool 'nope'. Available: ['write_file', 'read_file', 'run_command', 'run_python']",
       tools.handle_tool_call(sbx, "nope", {}))
     assert.equal(0, #sbx.calls)
   end)

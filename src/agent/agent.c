@@ -18,6 +18,11 @@
  * one worker. Commands of a session may run at once (AGENT_SLOTS, each in its own container):
  * a command that finds no free worker gets a new one at once; when they end, one worker stays.
  *
+ * A long-lived process (a session's kernel: FRAME_SPAWN) runs the same way on a slot of its own,
+ * in a container made for it with its stdin on a pipe of its worker's (FRAME_STDIN feeds it),
+ * without a timeout; FRAME_SIGNAL's signals go to it (SIGINT: interrupt its cell). It holds its
+ * slot and worker until it ends.
+ *
  * The protocol and its channels (the agent's stdin and stdout) are protocol.h's; the container
  * child is container.c, the worker worker.c, the output they share out.c (agent.h says what
  * they share).
@@ -68,10 +73,10 @@ static void let_worker_go(worker *w)
     w->pid = -1;
 }
 
-/* Hands the FRAME_RUN whose payload is request[0..len) for slot to w. */
-static void hand_over(worker *w, unsigned slot, size_t len)
+/* Hands the FRAME_RUN (or FRAME_SPAWN: t) whose payload is request[0..len) for slot to w. */
+static void hand_over(worker *w, frame_type t, unsigned slot, size_t len)
 {
-    if (frame_send(w->msg_w, FRAME_RUN, slot, request, len) != 0) {
+    if (frame_send(w->msg_w, t, slot, request, len) != 0) {
         /* it died: its slot stays silent, and airlockd kills the sandbox after the timeout */
     }
     w->slot = slot == FRAME_SLOT_WARMUP ? -1 : (int)slot;
@@ -136,21 +141,22 @@ static void usage_exit(void)
     _exit(2);
 }
 
-/* A FRAME_RUN from airlockd (its payload in request[0..len)): to the free worker (its container
- * made ahead, or being made), else to a new one; FRAME_FAIL when none can be had. */
-static void command(unsigned slot, size_t len)
+/* A FRAME_RUN or FRAME_SPAWN (t) from airlockd (its payload in request[0..len)): to the free
+ * worker (its container made ahead, or being made), else to a new one; FRAME_FAIL when none
+ * can be had. */
+static void command(frame_type t, unsigned slot, size_t len)
 {
     worker *w = free_worker(NULL);
     if (!w && !(w = new_worker())) {
         (void)out_send(FRAME_FAIL, slot, UNPREPARED, sizeof UNPREPARED - 1);
         return;
     }
-    hand_over(w, slot, len);
+    hand_over(w, t, slot, len);
 }
 
-/* A FRAME_KILL or FRAME_CREDIT from airlockd (its payload in request[0..len)): to the worker
- * running that slot's command (none: its command ended, nothing to do). */
-static void to_slot_worker(frame_type t, unsigned slot, size_t len)
+/* A FRAME_KILL, FRAME_STDIN, FRAME_SIGNAL or FRAME_CREDIT (t) from airlockd, its payload in
+ * request[0..len): to the worker running that slot's process (none: it ended, nothing to do). */
+static void pass_on(frame_type t, unsigned slot, size_t len)
 {
     for (int i = 0; i < WORKERS; i++)
         if (workers[i].pid > 0 && workers[i].slot == (int)slot)
@@ -168,7 +174,7 @@ static int warm_up(void)
     const char *const no_env[] = {NULL};
     size_t len = frame_run_len("true", no_env);
     frame_run_put((unsigned char *)request, 15000, "true", no_env);
-    hand_over(w, FRAME_SLOT_WARMUP, len);
+    hand_over(w, FRAME_RUN, FRAME_SLOT_WARMUP, len);
     char b;
     while (w->state_r >= 0 && frame_read_all(w->state_r, &b, 1) == 0 && b != WORKER_DONE) {
     }
@@ -244,10 +250,10 @@ int main(int argc, char **argv)
             break; /* airlockd is gone: every worker and container dies with the agent */
         if (rc == -2 || h.slot >= AGENT_SLOTS)
             return 1; /* airlockd never sends one: the stream cannot be trusted past it */
-        if (h.type == FRAME_RUN)
-            command(h.slot, h.len);
-        else if (h.type == FRAME_KILL || h.type == FRAME_CREDIT)
-            to_slot_worker(h.type, h.slot, h.len);
+        if (h.type == FRAME_RUN || h.type == FRAME_SPAWN)
+            command(h.type, h.slot, h.len);
+        else if (h.type == FRAME_KILL || h.type == FRAME_STDIN || h.type == FRAME_SIGNAL || h.type == FRAME_CREDIT)
+            pass_on(h.type, h.slot, h.len);
     }
     return 0;
 }

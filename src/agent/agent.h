@@ -46,9 +46,10 @@ typedef struct {
     int ready_r; /* a byte (or end of file) once its mounts are made */
 } prepared;
 
-/* Makes the next container child, which reads its request from cmd_r (taken: closed here);
- * 0, or -1 (errno). (container.c) */
-int container_prepare(prepared *p, int cmd_r);
+/* Makes the next container child, which reads its request from cmd_r (taken: closed here)
+ * and has in_r as its stdin (a long-lived process's, FRAME_SPAWN; the caller's to close; -1:
+ * /dev/null); 0, or -1 (errno). (container.c) */
+int container_prepare(prepared *p, int cmd_r, int in_r);
 
 /* Kills and reaps p's child if any, and closes its descriptors. (container.c) */
 void container_discard(prepared *p);
@@ -56,7 +57,7 @@ void container_discard(prepared *p);
 /* A worker as the agent's loop sees it. */
 typedef struct {
     pid_t pid;
-    int msg_w;   /* FRAME_RUN / FRAME_KILL frames to it */
+    int msg_w;   /* FRAME_RUN / FRAME_SPAWN / FRAME_KILL / FRAME_STDIN / FRAME_SIGNAL frames to it */
     int state_r; /* WORKER_READY / WORKER_DONE bytes from it */
     int slot;    /* the slot of the command it runs; -1 when it has none */
 } worker;

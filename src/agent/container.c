@@ -120,7 +120,7 @@ static int place_fds(const int *from, const int *to, int n)
 /* PID 1 of a new container: mounts, drops, and execs /bin/bash ahead of its command, with the
  * bootstrap preloaded: bash, loaded, waits in it for the request on fd 3, says ready on fd 4
  * and failures on fd 5 (see bootstrap.c). Never returns. */
-static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
+static void child_main(int in_r, int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
 {
     /* an ignored signal stays ignored across exec: the command gets SIGPIPE's default back */
     signal(SIGPIPE, SIG_DFL);
@@ -134,7 +134,7 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
     if (access(AGENT_BOOTSTRAP_PATH, R_OK) != 0)
         child_fail(fail_w, AGENT_BOOTSTRAP_PATH);
     /* Every other descriptor of the agent's is close-on-exec (fds 3 to 5 of the agent's too) */
-    int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int nul = in_r >= 0 ? in_r : open("/dev/null", O_RDONLY | O_CLOEXEC);
     int from[] = {nul, out_w, err_w, cmd_r, ready_w, fail_w}, to[] = {0, 1, 2, 3, 4, 5};
     if (nul < 0 || place_fds(from, to, 6) != 0)
         child_fail(fail_w, "placing the container's descriptors");
@@ -150,7 +150,7 @@ static void child_main(int cmd_r, int out_w, int err_w, int fail_w, int ready_w)
 
 /* The container child's descriptors: its ends, and the worker's ends it closes. */
 typedef struct {
-    int cmd_r, out_w, err_w, fail_w, ready_w;
+    int in_r, cmd_r, out_w, err_w, fail_w, ready_w;
     int out_r, err_r, fail_r, ready_r;
 } child_fds;
 
@@ -162,7 +162,7 @@ static int child_entry(void *arg)
     close(f->fail_r);
     close(f->ready_r);
     /* out/err survive exec by their dup2 onto 1 and 2; the rest is close-on-exec */
-    child_main(f->cmd_r, f->out_w, f->err_w, f->fail_w, f->ready_w);
+    child_main(f->in_r, f->cmd_r, f->out_w, f->err_w, f->fail_w, f->ready_w);
     return 126;
 }
 
@@ -172,7 +172,7 @@ static char child_stack[64 * 1024] __attribute__((aligned(16)));
 /* container_prepare (agent.h). The child shares the worker's memory until it execs bash (CLONE_VM |
  * CLONE_VFORK, as posix_spawn does): under gVisor, copying an address space for a fork costs
  * milliseconds the exec would throw away. */
-int container_prepare(prepared *p, int cmd_r)
+int container_prepare(prepared *p, int cmd_r, int in_r)
 {
     int out[2], err[2], fail[2], ready[2];
     if (pipe2(ready, O_CLOEXEC) != 0) {
@@ -185,7 +185,7 @@ int container_prepare(prepared *p, int cmd_r)
         close(ready[1]);
         return -1;
     }
-    child_fds f = {cmd_r, out[1], err[1], fail[1], ready[1], out[0], err[0], fail[0], ready[0]};
+    child_fds f = {in_r, cmd_r, out[1], err[1], fail[1], ready[1], out[0], err[0], fail[0], ready[0]};
     pid_t pid = clone(child_entry, child_stack + sizeof child_stack,
                       CLONE_VM | CLONE_VFORK | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD, &f);
     int e = errno;

@@ -13,6 +13,15 @@
  *                                   FRAME_ENV_MAX)
  *   FRAME_KILL   airlockd -> agent  none: kill the command running in the slot     0
  *                                   (one that ended already: nothing)
+ *   FRAME_SPAWN  airlockd -> agent  as FRAME_RUN (its timeout must be 0): a long-   5 .. AGENT_REQUEST_MAX
+ *                                   lived process (a kernel) with no timeout and
+ *                                   its stdin on a pipe fed by FRAME_STDIN; it
+ *                                   holds the slot until it ends (FRAME_EXIT)
+ *   FRAME_STDIN  airlockd -> agent  bytes for the slot's process's stdin; an empty 0 .. FRAME_OUTPUT_MAX
+ *                                   one closes it
+ *   FRAME_SIGNAL airlockd -> agent  u8 signal number (1 .. 64) for the slot's      1
+ *                                   process (PID 1 of its container: SIGINT
+ *                                   interrupts a kernel's cell, SIGKILL ends it)
  *   FRAME_STDOUT agent -> airlockd  the command's stdout bytes, as read            1 .. FRAME_OUTPUT_MAX
  *   FRAME_STDERR agent -> airlockd  its stderr bytes                               1 .. FRAME_OUTPUT_MAX
  *   FRAME_EXIT   agent -> airlockd  i32 exit code (shell conventions; -1 killed),  5
@@ -26,19 +35,20 @@
  *
  * The channels (SANDBOX_EXEC_MODE=session): the agent's stdin and stdout, which `runsc restore`
  * maps again (descriptors passed with --pass-fd it cannot restore):
- *   fd 0         airlockd -> agent  FRAME_RUN, FRAME_KILL, FRAME_CREDIT
+ *   fd 0         airlockd -> agent  FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL,
+ *                                   FRAME_CREDIT
  *   fd 1         agent -> airlockd  FRAME_BOOTED once booted, then every slot's FRAME_STDOUT,
  *                                   FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, and FRAME_IDLE,
  *                                   interleaved frame by frame; each frame is one write under
  *                                   the agent's output lock (src/agent/out.c)
- * Flow control: a slot's command sends at most AGENT_WINDOW output payload bytes beyond what
- * airlockd has granted back with FRAME_CREDIT (each command starts with AGENT_WINDOW), so
+ * Flow control: a slot's process sends at most AGENT_WINDOW output payload bytes beyond what
+ * airlockd has granted back with FRAME_CREDIT (each process starts with AGENT_WINDOW), so
  * airlockd holds at most that much per slot for a slow reader and never stops reading fd 1:
  * one slot's slow client cannot stall the other slots or the agent.
  * Inside the sandbox:
- *   agent -> worker   its message pipe: the FRAME_RUN, FRAME_KILL and FRAME_CREDIT frames as
- *                     airlockd sent them (slot FRAME_SLOT_WARMUP: the warm-up command, whose
- *                     frames go nowhere)
+ *   agent -> worker   its message pipe: the FRAME_RUN, FRAME_SPAWN, FRAME_KILL, FRAME_STDIN,
+ *                     FRAME_SIGNAL and FRAME_CREDIT frames as airlockd sent them (slot
+ *                     FRAME_SLOT_WARMUP: the warm-up command, whose frames go nowhere)
  *   worker -> agent   its state pipe, single bytes: WORKER_READY (its container is made, or
  *                     cannot be), WORKER_DONE (its command ended and its exit went out)
  *   worker -> container  the request pipe: u32 length, then a FRAME_RUN payload (bootstrap.c) */
@@ -53,9 +63,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Commands one agent runs at once, each on a slot of its own: a session's parallel commands,
- * up to its tenant's max_concurrent_exec. */
-#define AGENT_SLOTS 4
+/* Processes one agent runs at once, each on a slot of its own: a session's parallel commands
+ * (up to its tenant's max_concurrent_exec, at most 4) and its kernels (up to max_kernels, at
+ * most 2). */
+#define AGENT_SLOTS 6
 #define FRAME_HEADER 6
 /* The largest output payload the agent sends (one read of a command's pipe). */
 #define FRAME_OUTPUT_MAX (64u * 1024u)
@@ -77,10 +88,16 @@ typedef enum {
     FRAME_STDERR = '2',
     FRAME_EXIT = 'X',
     FRAME_FAIL = 'F',
+    FRAME_SPAWN = 'P',
+    FRAME_STDIN = '0', /* fd 0, as FRAME_STDOUT is '1' */
+    FRAME_SIGNAL = 'S',
     FRAME_CREDIT = 'W',
     FRAME_BOOTED = 'B',
     FRAME_IDLE = 'I',
 } frame_type;
+
+/* The highest signal number a FRAME_SIGNAL carries. */
+#define FRAME_SIGNAL_MAX 64
 
 /* How a command ended (FRAME_EXIT's last byte). */
 typedef enum { FRAME_ENDED_EXITED = 0, FRAME_ENDED_TIMED_OUT = 1, FRAME_ENDED_KILLED = 2 } frame_ending;
@@ -127,10 +144,17 @@ static inline bool frame_bounds(int t, uint32_t *min, uint32_t *max)
 {
     switch (t) {
     case FRAME_RUN:
+    case FRAME_SPAWN:
         *min = 5, *max = AGENT_REQUEST_MAX;
         return true;
     case FRAME_KILL:
         *min = 0, *max = 0;
+        return true;
+    case FRAME_STDIN:
+        *min = 0, *max = FRAME_OUTPUT_MAX;
+        return true;
+    case FRAME_SIGNAL:
+        *min = 1, *max = 1;
         return true;
     case FRAME_STDOUT:
     case FRAME_STDERR:
@@ -241,6 +265,13 @@ static inline int frame_exit_get(const unsigned char *p, size_t len, frame_exit 
     out->code = (int32_t)frame_get_u32(p);
     out->ending = (frame_ending)p[4];
     return 0;
+}
+
+/* The signal of a FRAME_SIGNAL payload p[0..len): 1 .. FRAME_SIGNAL_MAX, or -1 when it is not
+ * one. */
+static inline int frame_signal_get(const unsigned char *p, size_t len)
+{
+    return len == 1 && p[0] >= 1 && p[0] <= FRAME_SIGNAL_MAX ? p[0] : -1;
 }
 
 /* The whole of p[0..n) to fd (EINTR retried): 0, or -1 (the other side is gone). */

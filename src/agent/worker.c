@@ -82,40 +82,96 @@ typedef struct {
     size_t len;
 } ending;
 
-/* Whether a FRAME_KILL for the running command came on *msg_r; a FRAME_CREDIT widens the
- * window (anything else is dropped: the agent sends a worker with a command nothing but these).
- * Closes *msg_r when the agent is gone. */
-static bool kill_asked(int *msg_r)
+/* A long-lived process's stdin (FRAME_SPAWN): its pipe (non-blocking, -1 for a command or
+ * once closed) and the bytes airlockd sent that it has not taken yet (airlockd sends one
+ * request at a time: bounded by one request). */
+typedef struct {
+    int w;
+    char *pending;
+    size_t len;
+    bool close_after; /* an empty FRAME_STDIN came: closed once pending is written */
+} stdin_feed;
+
+/* Writes what the pipe takes of f's pending bytes; closes it when asked and all is written, or
+ * when its reader is gone. */
+static void feed(stdin_feed *f)
+{
+    while (f->w >= 0 && f->len > 0) {
+        ssize_t n = write(f->w, f->pending, f->len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            f->len = 0;
+            close_fd(&f->w);
+            break;
+        }
+        memmove(f->pending, f->pending + n, f->len - (size_t)n);
+        f->len -= (size_t)n;
+    }
+    if (f->len == 0 && f->close_after)
+        close_fd(&f->w);
+}
+
+/* Takes a FRAME_STDIN payload request[0..len) for f (bytes past the bound are dropped: airlockd
+ * never sends them). */
+static void take_stdin(stdin_feed *f, size_t len)
+{
+    if (len == 0) {
+        f->close_after = true;
+    } else if (f->w >= 0 && f->pending && f->len + len <= AGENT_REQUEST_MAX + FRAME_OUTPUT_MAX) {
+        memcpy(f->pending + f->len, request, len);
+        f->len += len;
+    }
+    feed(f);
+}
+
+/* What came on *msg_r for the running process: a FRAME_KILL's or FRAME_SIGNAL's signal (0 for
+ * none: a FRAME_CREDIT widens its window, a FRAME_STDIN is stdin for it, anything else is
+ * dropped). Closes *msg_r when the agent is gone. */
+static int signal_asked(int *msg_r, stdin_feed *in)
 {
     frame_head h;
     int rc = frame_recv(*msg_r, &h, request, sizeof request);
     if (rc != 0) {
         close_fd(msg_r); /* the agent is gone: so is this worker, at its death signal */
-        return false;
+        return 0;
     }
     if (h.type == FRAME_CREDIT) {
         uint32_t more = frame_get_u32((unsigned char *)request);
         credit = more > AGENT_WINDOW * 4u - credit ? AGENT_WINDOW * 4u : credit + more;
     }
-    return h.type == FRAME_KILL;
+    if (h.type == FRAME_KILL)
+        return SIGKILL;
+    if (h.type == FRAME_SIGNAL) {
+        int sig = frame_signal_get((unsigned char *)request, h.len);
+        return sig > 0 ? sig : 0;
+    }
+    if (h.type == FRAME_STDIN)
+        take_stdin(in, h.len);
+    return 0;
 }
 
-/* Relays the output of p, whose request the worker wrote to it, until it ends, the timeout or
- * a FRAME_KILL on *msg_r (airlockd's cancel); then says how it ended in *end. */
-static void run(prepared *p, uint32_t timeout_ms, int sigfd, int *msg_r, ending *end)
+/* Relays the output of p, whose request the worker wrote to it, until it ends, the timeout
+ * (none for a long-lived process: spawned) or a FRAME_KILL on *msg_r (airlockd's cancel);
+ * FRAME_SIGNAL's signals go to its PID 1, FRAME_STDIN's bytes to in; then says how it ended in
+ * *end. */
+static void run(prepared *p, uint32_t timeout_ms, bool spawned, stdin_feed *in, int sigfd, int *msg_r, ending *end)
 {
-    int64_t deadline = now_ms() + (timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS);
+    int64_t deadline = spawned ? INT64_MAX : now_ms() + (timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS);
     frame_ending killed = FRAME_ENDED_EXITED;
     int status = 0, exited = 0;
     int64_t drain_until = 0;
     size_t fail_len = 0;
     while (p->out_r >= 0 || p->err_r >= 0 || !exited || p->fail_r >= 0) {
-        /* a shut window holds the pipes (the command's writes wait), and the drain for it */
+        /* a shut window holds the pipes (the process's writes wait), and the drain for it */
         bool open = credit > 0;
-        struct pollfd pf[5] = {
+        struct pollfd pf[6] = {
             {.fd = open ? p->out_r : -1, .events = POLLIN}, {.fd = open ? p->err_r : -1, .events = POLLIN},
             {.fd = sigfd, .events = POLLIN},    {.fd = p->fail_r, .events = POLLIN},
             {.fd = *msg_r, .events = POLLIN},
+            {.fd = in->len > 0 ? in->w : -1, .events = POLLOUT},
         };
         int64_t now = now_ms();
         if (exited && !open && *msg_r >= 0)
@@ -129,8 +185,11 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd, int *msg_r, ending 
             deadline = now + 60000;
             continue;
         }
-        if (poll(pf, 5, (int)(until - now)) < 0 && errno != EINTR)
+        int64_t wait = until - now;
+        if (poll(pf, 6, wait > 60000 ? 60000 : (int)wait) < 0 && errno != EINTR)
             _exit(1);
+        if (pf[5].revents)
+            feed(in);
         if (pf[0].revents)
             relay(&p->out_r, FRAME_STDOUT);
         if (pf[1].revents)
@@ -142,10 +201,11 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd, int *msg_r, ending 
             else if (r == 0 || errno != EINTR)
                 close_fd(&p->fail_r);
         }
-        if (pf[4].revents && kill_asked(msg_r) && !killed && !exited) {
-            kill(p->pid, SIGKILL);
+        int sig = pf[4].revents ? signal_asked(msg_r, in) : 0;
+        if (sig > 0 && !killed && !exited)
+            kill(p->pid, sig);
+        if (sig == SIGKILL && !killed && !exited)
             killed = FRAME_ENDED_KILLED;
-        }
         if (pf[2].revents) {
             struct signalfd_siginfo si;
             while (read(sigfd, &si, sizeof si) > 0) {
@@ -159,6 +219,8 @@ static void run(prepared *p, uint32_t timeout_ms, int sigfd, int *msg_r, ending 
         }
     }
     p->pid = -1;
+    close_fd(&in->w);
+    in->len = 0;
     close_fd(&p->out_r);
     close_fd(&p->err_r);
     close_fd(&p->fail_r);
@@ -182,8 +244,9 @@ static void give_request(int cmd_w, size_t len)
         (void)frame_write_all(cmd_w, request, len);
 }
 
-/* Waits for the next FRAME_RUN on msg_r (a FRAME_KILL for a command that ended already is
- * nothing); its head, or ends the worker when the agent is gone or needs it no more. */
+/* Waits for the next FRAME_RUN or FRAME_SPAWN on msg_r (a FRAME_KILL, FRAME_STDIN or
+ * FRAME_SIGNAL for a process that ended already is nothing); its head, or ends the worker when
+ * the agent is gone or needs it no more. */
 static frame_head next_run(int msg_r, prepared *p)
 {
     frame_head h;
@@ -195,8 +258,34 @@ static frame_head next_run(int msg_r, prepared *p)
             container_discard(p);
             _exit(0);
         }
-    } while (h.type != FRAME_RUN);
+    } while (h.type != FRAME_RUN && h.type != FRAME_SPAWN);
     return h;
+}
+
+/* For a FRAME_SPAWN: the container made ahead (stdin /dev/null) is replaced by one whose stdin
+ * is a pipe of the worker's (in), on a new request pipe cmd. 0, or -1. */
+static int respawn(prepared *p, int cmd[2], stdin_feed *in)
+{
+    container_discard(p);
+    close_fd(&cmd[1]);
+    int pin[2];
+    if (!(in->pending = malloc(AGENT_REQUEST_MAX + FRAME_OUTPUT_MAX)))
+        return -1;
+    if (pipe2(pin, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(cmd, O_CLOEXEC) != 0 || container_prepare(p, cmd[0], pin[0]) != 0 ||
+        fcntl(pin[1], F_SETFL, O_NONBLOCK) != 0) {
+        close(pin[0]);
+        close(pin[1]);
+        return -1;
+    }
+    close(pin[0]);
+    in->w = pin[1];
+    char b;
+    if (read(p->ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
+    }
+    close_fd(&p->ready_r);
+    return 0;
 }
 
 static void worker_main(int msg_r, int state_w)
@@ -211,7 +300,7 @@ static void worker_main(int msg_r, int state_w)
         prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
         int cmd[2] = {-1, -1};
         /* a container that cannot be made is said to its command's slot, once that comes */
-        bool unprepared = sigfd < 0 || pipe2(cmd, O_CLOEXEC) != 0 || container_prepare(&p, cmd[0]) != 0;
+        bool unprepared = sigfd < 0 || pipe2(cmd, O_CLOEXEC) != 0 || container_prepare(&p, cmd[0], -1) != 0;
         char b;
         if (!unprepared && read(p.ready_r, &b, 1) < 0) { /* (end of file: the fail pipe says why) */
         }
@@ -222,6 +311,9 @@ static void worker_main(int msg_r, int state_w)
         frame_head h = next_run(msg_r, &p);
         out_slot = h.slot;
         credit = AGENT_WINDOW;
+        stdin_feed in = {.w = -1, .pending = NULL};
+        if (h.type == FRAME_SPAWN && !unprepared)
+            unprepared = respawn(&p, cmd, &in) != 0;
         frame_run req;
         const char *refusal = unprepared ? UNPREPARED
                               : frame_run_get(request, h.len, &req) != 0 ? MALFORMED : NULL;
@@ -234,8 +326,10 @@ static void worker_main(int msg_r, int state_w)
         } else {
             give_request(cmd[1], h.len);
             close_fd(&cmd[1]);
-            run(&p, req.timeout_ms, sigfd, &msg_r, &end);
+            run(&p, req.timeout_ms, h.type == FRAME_SPAWN, &in, sigfd, &msg_r, &end);
         }
+        close_fd(&in.w);
+        free(in.pending);
         /* free again before airlockd hears of the exit: the next command, sent when it does,
          * finds this worker free */
         if (msg_r < 0 || frame_write_all(state_w, &done, 1) != 0)

@@ -5,6 +5,7 @@
 
 #include "config/config.h"
 #include "domain/figures.h"
+#include "domain/kernels.h"
 #include "domain/limits.h"
 #include "domain/pause.h"
 #include "domain/sessions.h"
@@ -39,6 +40,7 @@ typedef struct app {
     disk_pool *disk;       /* the workspace disks (for their figures; the registry uses them) */
     templates *templates;  /* ours: templates built from Debian packages (domain/templates.h) */
     pause_deps pause;      /* what pausing and resuming sessions use (domain/pause.h) */
+    kernels *kernels;      /* ours: sessions' kernels (domain/kernels.h) */
 } app;
 
 #endif

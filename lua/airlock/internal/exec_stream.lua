@@ -1,6 +1,8 @@
 -- The SDK side of the streaming exec (an airlock extension, docs/api.md "Streaming exec"):
 -- decodes the NDJSON events of POST .../exec with "stream": true as their bytes arrive,
--- calls on_stdout / on_stderr with each piece, and keeps the final event. A response that is
+-- calls on_stdout / on_stderr with each piece, and keeps the final event. A kernel's
+-- streamed execute (docs/api.md "Kernels") has the same framing, plus `display` events
+-- (a result's mime data, to on_result). A response that is
 -- not a stream (an error status, or a server without the extension answering the plain
 -- JSON) is kept whole, as the plain route's body. Lua 5.1-compatible.
 local json = require "airlock.internal.json"
@@ -10,9 +12,9 @@ local M = {}
 local Decoder = {}
 Decoder.__index = Decoder
 
--- A decoder for one call: on_stdout(text) and on_stderr(text) (either may be nil).
-function M.new(on_stdout, on_stderr)
-  return setmetatable({ on_stdout = on_stdout, on_stderr = on_stderr }, Decoder):reset()
+-- A decoder for one call: on_stdout(text), on_stderr(text) and on_result(data) (any may be nil).
+function M.new(on_stdout, on_stderr, on_result)
+  return setmetatable({ on_stdout = on_stdout, on_stderr = on_stderr, on_result = on_result }, Decoder):reset()
 end
 
 -- Forgets what an earlier attempt of the same call received (a retried 503, say).
@@ -36,6 +38,8 @@ function Decoder:event(line)
     self.on_stdout(ev.data)
   elseif kind == "stderr" and self.on_stderr and type(ev.data) == "string" then
     self.on_stderr(ev.data)
+  elseif kind == "display" and self.on_result and type(ev.data) == "table" then
+    self.on_result(ev.data)
   elseif kind == "result" or kind == "error" then
     self.final = ev
   end

@@ -26,6 +26,12 @@ void api_files_write_raw(app *a, http_request *r, void *upload);
 void api_files_list(app *a, http_request *r, const api_call *c);
 /* exec.c */
 void api_exec(app *a, http_request *r, const api_call *c);
+/* Ours: kernels (api/kernels.c). */
+void api_kernels_create(app *a, http_request *r, const api_call *c);
+void api_kernels_list(app *a, http_request *r, const api_call *c);
+void api_kernels_delete(app *a, http_request *r, const api_call *c);
+void api_kernels_execute(app *a, http_request *r, const api_call *c);
+void api_kernels_interrupt(app *a, http_request *r, const api_call *c);
 /* import.c */
 void api_import(app *a, http_request *r, const api_call *c);
 /* egress.c */

@@ -24,6 +24,17 @@ void api_sessions_pause(app *a, http_request *r, const api_call *c)
     session *s = acquire_as_is(a, r, c);
     if (!s)
         return;
+    size_t nk = pause_kernels_in_the_way(&a->pause, s);
+    if (nk > 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "Cannot pause: the session has %zu kernel(s), whose memory a pause would lose (pauses keep "
+                 "files only). Delete its kernels first, or keep it active.",
+                 nk);
+        http_send_detail(r, 409, msg);
+        registry_release(a->reg, s);
+        return;
+    }
     pause_outcome out;
     session_result rc = pause_session(&a->pause, s, false, &out);
     if (rc == SESSION_OK) {

@@ -41,6 +41,12 @@ static const api_route ROUTES[] = {
     {"POST",   "/v1/sessions/{}/pause",       API_TENANT, false, NO_BODY,   LONG,  api_sessions_pause},
     {"POST",   "/v1/sessions/{}/resume",      API_TENANT, false, NO_BODY,   LONG,  api_sessions_resume},
     {"GET",    "/v1/sessions/{}/metrics",     API_TENANT, false, NO_BODY,   QUICK, api_session_metrics},
+    /* ours: kernels (api/kernels.c) */
+    {"POST",   "/v1/sessions/{}/kernels",     API_TENANT, true,  FIELDS,    LONG,  api_kernels_create},
+    {"GET",    "/v1/sessions/{}/kernels",     API_TENANT, false, NO_BODY,   QUICK, api_kernels_list},
+    {"DELETE", "/v1/sessions/{}/kernels/{}",  API_TENANT, false, NO_BODY,   LONG,  api_kernels_delete},
+    {"POST",   "/v1/sessions/{}/kernels/{}/execute",   API_TENANT, true, FIELDS, LONG, api_kernels_execute},
+    {"POST",   "/v1/sessions/{}/kernels/{}/interrupt", API_TENANT, false, NO_BODY, QUICK, api_kernels_interrupt},
     {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
     {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},
     {"GET",    "/v1/audit",                   API_TENANT, false, NO_BODY,   QUICK, api_audit},
@@ -83,19 +89,24 @@ static const api_route INTERNAL_ROUTES[] = {
 #define N_INTERNAL_ROUTES (sizeof INTERNAL_ROUTES / sizeof INTERNAL_ROUTES[0])
 #define PARAM_MAX 256
 
-/* Matches path against pattern; the "{}" segment is copied to param (≤ 255 bytes). */
+/* Matches path against pattern; the "{}" segment is copied to param (≤ 255 bytes); a second
+ * one (the kernel routes: /v1/sessions/{}/kernels/{}) follows it after a '/'. */
 static bool path_matches(const char *pattern, const char *path, char *param, size_t plen)
 {
+    size_t used = 0;
     while (*pattern && *path) {
         if (pattern[0] == '{' && pattern[1] == '}') {
             const char *end = strchrnul(path, '/');
             size_t n = (size_t)(end - path);
             if (n == 0)
                 return false;
-            if (param) {
-                size_t c = n < plen - 1 ? n : plen - 1;
-                memcpy(param, path, c);
-                param[c] = '\0';
+            if (param && used + 1 < plen) {
+                if (used > 0)
+                    param[used++] = '/';
+                size_t c = n < plen - 1 - used ? n : plen - 1 - used;
+                memcpy(param + used, path, c);
+                used += c;
+                param[used] = '\0';
             }
             path = end;
             pattern += 2;

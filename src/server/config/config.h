@@ -22,6 +22,7 @@ typedef struct {
     int max_sessions;
     int requests_per_minute;
     int max_concurrent_exec;
+    int max_kernels;         /* ours: live kernels per session (POST .../kernels) */
     /* the largest session a create may ask for (ours; docs/server.md "Session sizes") */
     int max_memory_mb;
     int max_cpu_percent;    /* max_cpus × 100 */

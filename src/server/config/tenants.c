@@ -13,6 +13,8 @@
 #define DEFAULT_MAX_SESSIONS 10
 #define DEFAULT_RPM 120
 #define DEFAULT_MAX_EXEC 4
+/* Kernels a session may have at once (each holds an agent slot beside its commands'). */
+#define DEFAULT_MAX_KERNELS 2
 /* The largest session a tenant may ask for unless its limits say otherwise. */
 #define DEFAULT_MAX_MEMORY_MB 2048
 #define DEFAULT_MAX_CPU_PERCENT 200
@@ -28,6 +30,7 @@ static void default_limits(tenant_cfg *t)
     t->max_sessions = DEFAULT_MAX_SESSIONS;
     t->requests_per_minute = DEFAULT_RPM;
     t->max_concurrent_exec = DEFAULT_MAX_EXEC;
+    t->max_kernels = DEFAULT_MAX_KERNELS;
     t->max_memory_mb = DEFAULT_MAX_MEMORY_MB;
     t->max_cpu_percent = DEFAULT_MAX_CPU_PERCENT;
     t->max_disk_mb = 0;
@@ -197,6 +200,7 @@ static int apply_limits(tenant_cfg *t, const json_t *entry, const char *name, co
         int *slot = strcmp(k, "max_sessions") == 0          ? &t->max_sessions
                     : strcmp(k, "requests_per_minute") == 0 ? &t->requests_per_minute
                     : strcmp(k, "max_concurrent_exec") == 0 ? &t->max_concurrent_exec
+                    : strcmp(k, "max_kernels") == 0         ? &t->max_kernels
                     : strcmp(k, "max_memory_mb") == 0       ? &t->max_memory_mb
                     : strcmp(k, "max_disk_mb") == 0         ? &t->max_disk_mb
                     : strcmp(k, "max_processes") == 0       ? &t->max_processes

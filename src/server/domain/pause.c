@@ -85,12 +85,22 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
     return SESSION_OK;
 }
 
+size_t pause_kernels_in_the_way(const pause_deps *d, const session *s)
+{
+    return d->kernels ? kernels_count(d->kernels, s->id) : 0;
+}
+
 void pause_idle_session(void *ctx, const char *session_id, size_t tenant)
 {
     const pause_deps *d = ctx;
     session *s = NULL;
     if (registry_acquire(d->reg, session_id, tenant, false, &s) != SESSION_OK)
         return;
+    if (pause_kernels_in_the_way(d, s) > 0) {
+        log_session(LV_INFO, session_id, NULL, "session %s: its kernels end at its idle TTL; its files are paused",
+                    session_id);
+        kernels_forget_session(d->kernels, session_id);
+    }
     pause_outcome out;
     session_result rc = pause_session(d, s, true, &out);
     if (rc != SESSION_OK && rc != SESSION_BUSY && rc != SESSION_NOT_FOUND)

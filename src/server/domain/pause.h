@@ -7,6 +7,7 @@
 #ifndef AIRLOCKD_PAUSE_H
 #define AIRLOCKD_PAUSE_H
 
+#include "domain/kernels.h"
 #include "domain/sessions.h"
 #include "domain/templates.h"
 #include "domain/tenants.h"
@@ -20,6 +21,7 @@ typedef struct {
     warm_pool *warm;        /* the sessions' own sandboxes (NULL: commands run cold) */
     templates *templates;   /* a built template's root, to boot a resumed session on it */
     tenants *tenants;
+    kernels *kernels;       /* a session's kernels: a pause keeps no memory yet (below) */
 } pause_deps;
 
 typedef struct {
@@ -34,6 +36,11 @@ typedef struct {
  * command, is using it), SESSION_NOT_FOUND (deleted meanwhile), SESSION_ERROR / SESSION_STORAGE
  * (logged; it is active as before). */
 session_result pause_session(const pause_deps *d, session *s, bool only_if_idle, pause_outcome *out);
+
+/* Kernels s has: a pause asked for refuses them (409: their memory would be lost, and no memory
+ * image is kept yet); the idle reaper ends them and pauses the files, better than the deletion
+ * an idle TTL means otherwise. */
+size_t pause_kernels_in_the_way(const pause_deps *d, const session *s);
 
 /* Resumes s when it is paused (*resumed then, and *resume_ms): its disk mounted again and its
  * sandbox booting on it with its template, size and egress. SESSION_OK; SESSION_ERROR when its

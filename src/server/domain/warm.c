@@ -197,7 +197,8 @@ static nfds_t settle_fd(entry *e, struct pollfd *pf, int *wait_ms)
 {
     int64_t until = 0;
     int fd = sandbox_session_settle(e->sb, &until);
-    if (fd < 0 && !sandbox_session_usable(e->sb)) { /* its freeze failed: killed */
+    /* (a lent one, borrowed by a kernel between its cells, is given back by its borrower) */
+    if (fd < 0 && e->state == E_READY && !sandbox_session_usable(e->sb)) { /* its freeze failed: killed */
         e->reboot = true;
         e->state = E_DOOMED;
         *wait_ms = 0; /* released at once, as a command would have found it */
@@ -228,7 +229,7 @@ static void *warm_main(void *arg)
             for (int i = 0; i < w->n; i++)
                 if (w->e[i].state == E_BOOTING && sandbox_boot_fd(w->e[i].sb) >= 0)
                     pf[n++] = (struct pollfd){.fd = sandbox_boot_fd(w->e[i].sb), .events = POLLIN};
-                else if (w->e[i].state == E_READY && w->e[i].session)
+                else if ((w->e[i].state == E_READY || w->e[i].state == E_LENT) && w->e[i].session)
                     n += settle_fd(&w->e[i], &pf[n], &wait);
         }
         pthread_mutex_unlock(&w->mu);

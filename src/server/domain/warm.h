@@ -115,6 +115,14 @@ void warm_want_session(warm_pool *w, const session *s, const char *tenant, const
 int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
                      int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen);
 
+/* Borrows session s's own sandbox for a long-lived process (a kernel: sandbox/session_sandbox.h
+ * sandbox_session_spawn), as a command does but for as long as it wants: booting it first when
+ * it has none, waiting for a boot under way. NULL when none can be had (not session mode, the
+ * table full, its boot failed, cancel_fd hung up). The sandbox is neither frozen-released when
+ * idle nor evicted while borrowed; give it back (warm_session_give_back) before warm_forget. */
+sandbox *warm_session_borrow(warm_pool *w, const session *s, const char *tenant, const char *root, int cancel_fd);
+void warm_session_give_back(warm_pool *w, const session *s, sandbox *sb);
+
 /* The sandboxes held, by state (for GET /metrics): booting (wanted, starting or booting),
  * ready (booted, waiting frozen), in use (a session's own sandbox lent to commands), and how
  * many of all of them are spares for tenants' next sessions. */

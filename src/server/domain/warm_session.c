@@ -90,20 +90,10 @@ static entry *lend(warm_pool *w, const session *s, const sandbox_opts *o, bool w
     return e;
 }
 
-int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
-                     int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen)
+/* Gives e back after a borrow: the last borrower out decides whether it waits for the next
+ * one, or is released (dead: its session's next one boots). */
+static void give_back(warm_pool *w, entry *e)
 {
-    if (!warm_sessions(w) || o->network || strlen(s->id) >= KEY_MAX || !s->id[0])
-        return 1;
-    if (json_array_size(s->egress) > 0 && !w->ws.net.open)
-        return 1; /* no way to give its sandbox the session's network */
-    pthread_mutex_lock(&w->mu);
-    entry *e = w->stopping ? NULL : lend(w, s, o, wait);
-    pthread_mutex_unlock(&w->mu);
-    if (!e)
-        return 1;
-    /* a lent entry is never released nor reused: e stays this sandbox's */
-    int rc = sandbox_session_run(e->sb, o, command, timeout_seconds, out, errbuf, errlen);
     pthread_mutex_lock(&w->mu);
     e->used_ms = warm_now_ms();
     if (--e->borrowers > 0) {
@@ -118,5 +108,45 @@ int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, cons
     }
     pthread_cond_broadcast(&w->changed);
     pthread_mutex_unlock(&w->mu);
+}
+
+int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, const char *command,
+                     int timeout_seconds, bool wait, sandbox_result *out, char *errbuf, size_t errlen)
+{
+    if (!warm_sessions(w) || o->network || strlen(s->id) >= KEY_MAX || !s->id[0])
+        return 1;
+    if (json_array_size(s->egress) > 0 && !w->ws.net.open)
+        return 1; /* no way to give its sandbox the session's network */
+    pthread_mutex_lock(&w->mu);
+    entry *e = w->stopping ? NULL : lend(w, s, o, wait);
+    pthread_mutex_unlock(&w->mu);
+    if (!e)
+        return 1;
+    /* a lent entry is never released nor reused: e stays this sandbox's */
+    int rc = sandbox_session_run(e->sb, o, command, timeout_seconds, out, errbuf, errlen);
+    give_back(w, e);
     return rc;
+}
+
+sandbox *warm_session_borrow(warm_pool *w, const session *s, const char *tenant, const char *root, int cancel_fd)
+{
+    if (!warm_sessions(w) || strlen(s->id) >= KEY_MAX || !s->id[0])
+        return NULL;
+    if (json_array_size(s->egress) > 0 && !w->ws.net.open)
+        return NULL;
+    sandbox_opts o = {.tenant = tenant, .root_dir = root, .cancel_fd = cancel_fd};
+    pthread_mutex_lock(&w->mu);
+    entry *e = w->stopping ? NULL : lend(w, s, &o, true);
+    pthread_mutex_unlock(&w->mu);
+    return e ? e->sb : NULL;
+}
+
+void warm_session_give_back(warm_pool *w, const session *s, sandbox *sb)
+{
+    pthread_mutex_lock(&w->mu);
+    entry *e = warm_find_kind(w, s->id, true);
+    bool ours = e && e->sb == sb && e->state == E_LENT && e->borrowers > 0;
+    pthread_mutex_unlock(&w->mu);
+    if (ours) /* (a lent entry stays this sandbox's until given back) */
+        give_back(w, e);
 }

@@ -185,9 +185,12 @@ static void spares_drop_all(void *ctx)
     warm_drop_spares(((app *)ctx)->warm);
 }
 
+/* A session's kernels end, then its sandbox goes (they borrowed it). */
 static void forget_warm(void *ctx, const char *session_id)
 {
-    warm_forget(ctx, session_id);
+    app *a = ctx;
+    kernels_forget_session(a->kernels, session_id);
+    warm_forget(a->warm, session_id);
 }
 
 /* Sandboxes booted ahead; none (NULL without an error) when the backend cannot. */
@@ -203,6 +206,10 @@ static int open_warm_pool(server *s)
     s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
     if (!s->a.warm && s->err[0])
         return -1;
+    if (!(s->a.kernels = kernels_new(s->a.warm))) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
     if (c->sandbox.session_mode)
         log_info("commands run %s",
                  warm_sessions(s->a.warm) ? "in their session's sandbox (SANDBOX_EXEC_MODE=session)"
@@ -240,9 +247,9 @@ static int open_sessions(server *s)
     /* a deleted or expired session's proxy pass, listeners and tunnels end with it */
     registry_set_remove_hook(a->reg, session_removed, a);
     /* a session's sandbox booted ahead goes before its disk is unmounted */
-    registry_set_destroy_hook(a->reg, forget_warm, a->warm);
+    registry_set_destroy_hook(a->reg, forget_warm, a);
     /* {"on_idle": "pause"}: the idle reaper pauses instead of deleting (domain/pause.h) */
-    a->pause = (pause_deps){.reg = a->reg, .warm = a->warm, .tenants = a->tenants};
+    a->pause = (pause_deps){.reg = a->reg, .warm = a->warm, .tenants = a->tenants, .kernels = a->kernels};
     registry_set_pause_hook(a->reg, pause_idle_session, &a->pause);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
     if (a->warm)
@@ -373,6 +380,8 @@ void server_close(server *s, int status)
     server_stop_fleet(s);
     registry_free(a->reg);     /* before egress: removing sessions tells egress */
     a->reg = NULL;
+    kernels_free(a->kernels);  /* after the sessions (which end theirs), before their sandboxes */
+    a->kernels = NULL;
     warm_free(a->warm);        /* after the sessions, whose removal forgets their sandboxes */
     disk_pool_close(s->disk);
     egress_close(a->egress);

@@ -71,12 +71,13 @@ static int add_program(sandbox_backend *b, char *path, const char *in_root, char
     return rc;
 }
 
-/* The agent's bootstrap (airlock-bootstrap.so), beside the agent at agent_path. */
-static char *bootstrap_path(const char *agent_path)
+/* A file beside the agent at agent_path: its bootstrap (airlock-bootstrap.so), the kernel
+ * program (airlock-kernel.py). */
+static char *beside_agent(const char *agent_path, const char *name)
 {
     const char *slash = agent_path ? strrchr(agent_path, '/') : NULL;
     char *dir = slash ? strndup(agent_path, (size_t)(slash - agent_path) + 1) : strdup("./");
-    char *path = dir ? sbx_path_join(dir, "airlock-bootstrap.so") : NULL;
+    char *path = dir ? sbx_path_join(dir, name) : NULL;
     free(dir);
     return path;
 }
@@ -92,7 +93,11 @@ static void add_programs(sandbox_backend *b, const sandbox_settings *set)
     else
         note(b, "sandboxes boot with their command (no warm sandboxes): %s", why);
     char *agent = program_path(set->agent, "airlock-agent");
-    char *bootstrap = bootstrap_path(agent);
+    char *bootstrap = beside_agent(agent, "airlock-bootstrap.so");
+    /* without it sessions run no kernels (their start fails, saying so) */
+    if (add_program(b, beside_agent(agent, "airlock-kernel.py"), SBX_KERNEL_PYTHON_PATH, why, sizeof why) != 0 &&
+        set->session_mode)
+        note(b, "sessions have no Python kernels: %s", why);
     int rc = add_program(b, agent, SBX_AGENT_PATH, why, sizeof why);
     if (rc == 0)
         rc = add_program(b, bootstrap, AGENT_BOOTSTRAP_PATH, why, sizeof why);

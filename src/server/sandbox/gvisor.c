@@ -137,7 +137,7 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
     return sbx_spec_write(s->bundle, &spec, errbuf, errlen);
 }
 
-#define RUNSC_ARGV_MAX 28
+#define RUNSC_ARGV_MAX 32
 
 /* --overlay2=none: the root stays the read-only host directory and /workspace writes go
  * straight to the host; --network=none leaves only loopback, --network=sandbox is gVisor's

@@ -92,6 +92,7 @@ struct sandbox {
     int64_t idle_since;   /* when the last command ended */
     pthread_mutex_t agent_mu;
     pthread_mutex_t cmd_mu;
+    uint32_t proc_taken[AGENT_SLOTS]; /* a long-lived process's output since its last FRAME_CREDIT */
 };
 
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until

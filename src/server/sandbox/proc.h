@@ -49,7 +49,7 @@ typedef struct {
     int stdin_fd;             /* > 0: the launcher's stdin (a session agent's requests); else /dev/null */
 } sbx_proc_opts;
 
-#define SBX_PASS_FDS_MAX 6
+#define SBX_PASS_FDS_MAX 8
 
 /* A launcher started (sbx_proc_start) and not yet collected. */
 typedef struct {

@@ -33,6 +33,8 @@ int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf
 
 /* Where the agent (airlock-agent, the first process of a session's long-lived sandbox) lies. */
 #define SBX_AGENT_PATH "/airlock/agent"
+/* Where the Python kernel program (airlock-kernel.py, beside the agent) lies (domain/kernels.h). */
+#define SBX_KERNEL_PYTHON_PATH "/airlock/kernel.py"
 
 /* Copies the host's program host_path into the root at in_root ("/airlock/NAME"), read-only
  * and owned by root. */

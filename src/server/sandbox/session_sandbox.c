@@ -332,18 +332,16 @@ static int take_slot(sandbox *s, char *errbuf, size_t errlen)
     return slot;
 }
 
-/* The command of slot ended: the memory's verdict (oom, limit_hit); the last one out freezes s
- * (or kills it when the agent is gone or the memory limit took the sentry down). */
-static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
+/* A command (or a process's turn) ended: the memory's verdict (oom, limit_hit); the last one
+ * out freezes s (or kills it when the agent is gone or the memory limit took the sentry down).
+ * Under agent_mu. */
+static bool end_turn_locked(sandbox *s, bool gone, bool *limit_hit)
 {
-    pthread_mutex_lock(&s->agent_mu);
     bool oom = false;
     *limit_hit = false;
     sbx_cg_oom_status(&s->cg, &oom, limit_hit);
     if (gone || oom) /* a host OOM kill takes the whole sentry down */
         kill_sandbox(s);
-    s->slots_busy &= ~(1u << slot);
-    agent_stdio_clear(s->io, (unsigned)slot);
     if (--s->running == 0) {
         sbx_cg_end_command(&s->cg);
         /* frozen a second later once the agent's next container is ready (sandbox_session_settle) */
@@ -353,6 +351,16 @@ static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
         if (!s->ran && !s->settling && sbx_cg_freeze(&s->cg, true) != 0)
             kill_sandbox(s); /* never leave it running idle */
     }
+    return oom;
+}
+
+/* The command of slot ended: end_turn_locked's verdict, and the slot is free. */
+static bool give_slot(sandbox *s, int slot, bool gone, bool *limit_hit)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    s->slots_busy &= ~(1u << slot);
+    agent_stdio_clear(s->io, (unsigned)slot);
+    bool oom = end_turn_locked(s, gone, limit_hit);
     pthread_mutex_unlock(&s->agent_mu);
     return oom;
 }
@@ -461,4 +469,170 @@ bool sandbox_session_usable(sandbox *s)
     bool ok = s->agent && s->booted && !s->ran && s->cmd_w >= 0 && s->io && !agent_stdio_broken(s->io);
     pthread_mutex_unlock(&s->agent_mu);
     return ok;
+}
+
+int sandbox_session_spawn(sandbox *s, const char *command, char *errbuf, size_t errlen)
+{
+    if (errlen)
+        errbuf[0] = '\0';
+    if (!sandbox_session_usable(s)) {
+        snprintf(errbuf, errlen, "sandbox %s cannot take a process", s->id);
+        return -1;
+    }
+    int slot = take_slot(s, errbuf, errlen);
+    if (slot == -1)
+        snprintf(errbuf, errlen, "every slot of sandbox %s is busy", s->id);
+    if (slot < 0)
+        return -1;
+    size_t len;
+    unsigned char *frame = request_frame(s, (unsigned)slot, command, 1, &len);
+    bool sent = false;
+    if (frame) {
+        frame[0] = FRAME_SPAWN;
+        frame_put_u32(frame + FRAME_HEADER, 0); /* no timeout: airlockd keeps the process's time */
+        s->proc_taken[slot] = 0;
+        pthread_mutex_lock(&s->cmd_mu);
+        sent = frame_write_all(s->cmd_w, frame, len) == 0;
+        pthread_mutex_unlock(&s->cmd_mu);
+        free(frame);
+    }
+    if (!sent) {
+        bool hit;
+        (void)give_slot(s, slot, frame != NULL, &hit);
+        snprintf(errbuf, errlen, "cannot start a process in sandbox %s", s->id);
+        return -1;
+    }
+    return slot;
+}
+
+/* Gives slot's process back the window its output took (FRAME_CREDIT), half a window at a time,
+ * unless another thread is writing to the agent (then at the next read). */
+static void proc_grant(sandbox *s, int slot)
+{
+    if (s->proc_taken[slot] < AGENT_WINDOW / 2 || pthread_mutex_trylock(&s->cmd_mu) != 0)
+        return;
+    unsigned char p[4];
+    frame_put_u32(p, s->proc_taken[slot]);
+    if (frame_send(s->cmd_w, FRAME_CREDIT, (unsigned)slot, p, sizeof p) == 0)
+        s->proc_taken[slot] = 0;
+    pthread_mutex_unlock(&s->cmd_mu);
+}
+
+int sandbox_session_proc_read(sandbox *s, int slot, int wait_ms, int cancel_fd, bool *cancelled, frame_head *h,
+                              void *payload, size_t cap)
+{
+    if (slot < 0 || slot >= AGENT_SLOTS || !s->io)
+        return -1;
+    agent_stdio *io = s->io;
+    int64_t until = now_ms() + (wait_ms < 0 ? 0 : wait_ms);
+    bool reader = false;
+    int rc = 0;
+    for (;;) {
+        proc_grant(s, slot);
+        pthread_mutex_lock(&s->agent_mu);
+        agent_frame *f = agent_stdio_pop(io, (unsigned)slot);
+        bool broken = agent_stdio_broken(io);
+        if (!f && !broken && !reader)
+            reader = agent_stdio_claim(io);
+        pthread_mutex_unlock(&s->agent_mu);
+        if (f) {
+            /* a frame over the caller's buffer breaks the protocol: the sandbox cannot be trusted */
+            rc = f->len <= cap ? 1 : -1;
+            if (rc == 1) {
+                *h = (frame_head){.type = f->type, .slot = (unsigned)slot, .len = f->len};
+                memcpy(payload, f->payload, f->len);
+                if (f->type == FRAME_STDOUT || f->type == FRAME_STDERR)
+                    s->proc_taken[slot] += f->len;
+            }
+            free(f);
+            break;
+        }
+        if (broken) {
+            rc = -1;
+            break;
+        }
+        int64_t left = until - now_ms();
+        struct pollfd pf[2] = {
+            {.fd = reader ? agent_stdio_fd(io) : agent_stdio_wake_fd(io, (unsigned)slot), .events = POLLIN},
+            {.fd = cancel_fd > 0 && !*cancelled ? cancel_fd : -1, .events = POLLRDHUP}};
+        if (poll(pf, 2, left > 0 ? (int)left : 0) < 0 && errno != EINTR) {
+            rc = -1;
+            break;
+        }
+        if (pf[1].revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL))
+            *cancelled = true;
+        if (pf[0].revents && !reader)
+            agent_stdio_woken(io, (unsigned)slot);
+        else if (pf[0].revents && agent_stdio_read(io, (unsigned)slot, NULL, NULL, false) < 0)
+            rc = -1;
+        if (rc < 0 || *cancelled || (!pf[0].revents && now_ms() >= until))
+            break;
+    }
+    if (reader) { /* the others' threads take the role on */
+        pthread_mutex_lock(&s->agent_mu);
+        agent_stdio_release(io, s->slots_busy & ~(1u << slot));
+        pthread_mutex_unlock(&s->agent_mu);
+    }
+    return rc;
+}
+
+int sandbox_session_proc_send(sandbox *s, int slot, int type, const void *data, size_t len)
+{
+    const char *p = data;
+    int rc = 0;
+    pthread_mutex_lock(&s->cmd_mu);
+    if (s->cmd_w < 0 || s->ran || slot < 0 || slot >= AGENT_SLOTS) {
+        rc = -1;
+    } else if (type != FRAME_STDIN) {
+        rc = frame_send(s->cmd_w, (frame_type)type, (unsigned)slot, data, len);
+    } else {
+        do { /* in frames the agent takes */
+            size_t n = len > FRAME_OUTPUT_MAX ? FRAME_OUTPUT_MAX : len;
+            if (n > 0 || len == 0)
+                rc = frame_send(s->cmd_w, FRAME_STDIN, (unsigned)slot, p, n);
+            p += n;
+            len -= n;
+        } while (rc == 0 && len > 0);
+    }
+    pthread_mutex_unlock(&s->cmd_mu);
+    return rc;
+}
+
+int sandbox_session_proc_signal(sandbox *s, int slot, int sig)
+{
+    unsigned char b = (unsigned char)sig;
+    return sandbox_session_proc_send(s, slot, FRAME_SIGNAL, &b, 1);
+}
+
+int sandbox_session_proc_begin(sandbox *s, char *errbuf, size_t errlen)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    int rc = 0;
+    if (s->ran) {
+        snprintf(errbuf, errlen, "the session's sandbox %s died", s->id);
+        rc = -1;
+    } else if (s->running == 0 && begin(s, errbuf, errlen) != 0) {
+        kill_sandbox(s);
+        rc = -1;
+    }
+    if (rc == 0)
+        s->running++;
+    pthread_mutex_unlock(&s->agent_mu);
+    return rc;
+}
+
+bool sandbox_session_proc_end(sandbox *s, bool gone, bool *limit_hit)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    bool oom = end_turn_locked(s, gone, limit_hit);
+    pthread_mutex_unlock(&s->agent_mu);
+    return oom;
+}
+
+void sandbox_session_proc_release(sandbox *s, int slot)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    if (slot >= 0 && slot < AGENT_SLOTS)
+        s->slots_busy &= ~(1u << slot);
+    pthread_mutex_unlock(&s->agent_mu);
 }

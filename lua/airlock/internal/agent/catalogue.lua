@@ -2,8 +2,8 @@
 -- parameters, the argument checks, what it runs and the texts it answers with. Two surfaces
 -- read it and differ only where their references differ:
 --   "sdk"  airlock.tools: write_file, read_file, run_command with the reference Python SDK's
---          schemas and texts (airlock_sandbox.tools)
---   "mcp"  the local MCP server (airlock.mcp): those three plus six more, with the reference
+--          schemas and texts (airlock_sandbox.tools), and run_python (ours: a kernel)
+--   "mcp"  the local MCP server (airlock.mcp): those four plus six more, with the reference
 --          MCP server's titles, descriptions, defaults and texts (airlock-sandbox-mcp)
 local json = require "airlock.internal.json"
 local engine = require "airlock.internal.engine"
@@ -27,7 +27,7 @@ M.TEXTS = {
   sdk = {
     not_json = "Error: tool arguments were not valid JSON: %s",
     not_object = "Error: tool arguments must be a JSON object.",
-    unknown = "Error: unknown tool '%s'. Available: ['write_file', 'read_file', 'run_command']",
+    unknown = "Error: unknown tool '%s'. Available: ['write_file', 'read_file', 'run_command', 'run_python']",
     missing = "Error: missing required argument '%s' for %s.",
     not_string = "Error: argument '%s' for %s must be a string, not %s.",
     not_found = "Error: file not found: %s",
@@ -43,6 +43,7 @@ M.TEXTS = {
     reset = "Started a fresh sandbox (%s). All previous files are gone.",
   },
   wrote = "Wrote %d characters to %s",
+  kernel_gone = "[note] The Python kernel was gone; this ran in a new one: earlier variables are lost.\n",
 }
 
 ---------------------------------------------------------------- formatting
@@ -182,6 +183,40 @@ local function read_file(sbx, a)
   error(content, 0)
 end
 
+-- run_python's kernels: one per sandbox handle, made on first use; they end with their
+-- session (the handle's close), so nothing here deletes them.
+local python_kernels = setmetatable({}, { __mode = "k" })
+
+local function kernel_gone(err)
+  return type(err) == "table" and err.status == 404 and type(err.detail) == "string"
+    and err.detail:find("Kernel", 1, true) ~= nil
+end
+
+-- The cell's text form and its images ({mime =, base64 =} each: the MCP server sends them as
+-- image content). A kernel deleted behind the tool's back is replaced once, with a note.
+local function run_python(sbx, a)
+  local note = ""
+  local k = python_kernels[sbx]
+  if not k or k.session_id ~= sbx.session_id then
+    k = sbx:kernel({ language = "python" })
+    python_kernels[sbx] = k
+  end
+  local ok, r = tasks.pcall(k.run, k, a.code, { timeout = a.timeout_seconds })
+  if not ok then
+    if not kernel_gone(r) then error(r, 0) end
+    k = sbx:kernel({ language = "python" })
+    python_kernels[sbx] = k
+    r, note = k:run(a.code, { timeout = a.timeout_seconds }), M.TEXTS.kernel_gone
+  end
+  return note .. tostring(r), r:images("*")
+end
+
+local RUN_PYTHON_DESCRIPTION = "Run Python code in a persistent Python session (a notebook "
+  .. "kernel) in the sandbox: variables, imports and loaded data stay from one call to the "
+  .. "next, so load data once and reuse it. Returns printed output, the value of the last "
+  .. "expression, errors with their traceback, and matplotlib charts (plt.show()) as images. "
+  .. "Files in the workspace are shared with run_command."
+
 -- In the order the SDK's models see them (the MCP server's order is mcp.order). Each: name,
 -- its surfaces (sdk, mcp: description, params; mcp also title, read_only, destructive,
 -- order) and run(sbx, args, server).
@@ -228,6 +263,22 @@ M.TOOLS = {
         .. "Each call uses a fresh container; files in /workspace persist between calls. "
         .. "timeout_seconds must be 1-60.",
       params = { P("command", "string", "Shell command to run, e.g. 'python3 -m pytest -q'"),
+        P("timeout_seconds", "integer", "1-60, default 30", { default = 30 }) },
+    },
+  },
+  {
+    name = "run_python", run = run_python,
+    sdk = {
+      description = RUN_PYTHON_DESCRIPTION,
+      params = { P("code", "string", "Python code; the last expression's value is shown, as in a notebook"),
+        P("timeout_seconds", "py_int", "1-60, default 30",
+          { optional = true, schema = { minimum = 1, maximum = 60 } }) },
+      defaults = { timeout_seconds = 30 },
+    },
+    mcp = {
+      title = "Run Python (stateful)", read_only = false, destructive = false, order = 1.5,
+      description = RUN_PYTHON_DESCRIPTION .. "\n\ntimeout_seconds must be 1-60.",
+      params = { P("code", "string", "Python code; the last expression's value is shown, as in a notebook"),
         P("timeout_seconds", "integer", "1-60, default 30", { default = 30 }) },
     },
   },
