@@ -525,7 +525,7 @@ int sandbox_session_proc_read(sandbox *s, int slot, int wait_ms, int cancel_fd, 
         return -1;
     agent_stdio *io = s->io;
     int64_t until = now_ms() + (wait_ms < 0 ? 0 : wait_ms);
-    bool reader = false;
+    bool reader = false, last = false;
     int rc = 0;
     for (;;) {
         proc_grant(s, slot);
@@ -551,6 +551,8 @@ int sandbox_session_proc_read(sandbox *s, int slot, int wait_ms, int cancel_fd, 
             rc = -1;
             break;
         }
+        if (last)
+            break;
         int64_t left = until - now_ms();
         struct pollfd pf[2] = {
             {.fd = reader ? agent_stdio_fd(io) : agent_stdio_wake_fd(io, (unsigned)slot), .events = POLLIN},
@@ -565,8 +567,11 @@ int sandbox_session_proc_read(sandbox *s, int slot, int wait_ms, int cancel_fd, 
             agent_stdio_woken(io, (unsigned)slot);
         else if (pf[0].revents && agent_stdio_read(io, (unsigned)slot, NULL, NULL, false) < 0)
             rc = -1;
-        if (rc < 0 || *cancelled || (!pf[0].revents && now_ms() >= until))
+        if (rc < 0 || *cancelled)
             break;
+        if (now_ms() >= until && !pf[0].revents)
+            break;
+        last = now_ms() >= until; /* (what was just read may be this slot's: looked at once more) */
     }
     if (reader) { /* the others' threads take the role on */
         pthread_mutex_lock(&s->agent_mu);
