@@ -135,7 +135,7 @@ $(WAITER): src/waiter/waiter.c
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ src/waiter/waiter.c
 
 # the agent's parts, one file per process (src/agent/agent.h), and the protocol (protocol.h)
-AGENT_SRC  := src/agent/agent.c src/agent/worker.c src/agent/container.c
+AGENT_SRC  := src/agent/agent.c src/agent/worker.c src/agent/container.c src/agent/out.c
 $(AGENT): $(AGENT_SRC) src/agent/agent.h src/agent/protocol.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) $(WERROR) -D_GNU_SOURCE -static -o $@ $(AGENT_SRC)

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-static const frame_type ALL[] = {FRAME_RUN,  FRAME_KILL,  FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT,
-                                 FRAME_FAIL, FRAME_SPAWN, FRAME_STDIN,  FRAME_SIGNAL};
+static const frame_type ALL[] = {FRAME_RUN,   FRAME_KILL,  FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT,  FRAME_FAIL,
+                                 FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT, FRAME_BOOTED, FRAME_IDLE};
 #define NTYPES (sizeof ALL / sizeof ALL[0])
 
 /* A payload of n bytes of a pattern that depends on seed. */
@@ -220,6 +220,25 @@ static void exit_payloads(void)
     CHECK(frame_exit_get(p, 6, &x) == -1);
 }
 
+/* Each type's direction: what the agent sends on its stdout, what airlockd sends on its stdin;
+ * FRAME_CREDIT's window round-trips. */
+static void directions(void)
+{
+    static const frame_type from_agent[] = {FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, FRAME_BOOTED, FRAME_IDLE};
+    static const frame_type to_agent[] = {FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT};
+    CHECK(sizeof from_agent / sizeof from_agent[0] + sizeof to_agent / sizeof to_agent[0] == NTYPES);
+    for (size_t i = 0; i < sizeof from_agent / sizeof from_agent[0]; i++)
+        CHECK(frame_from_agent(from_agent[i]));
+    for (size_t i = 0; i < sizeof to_agent / sizeof to_agent[0]; i++)
+        CHECK(!frame_from_agent(to_agent[i]));
+    uint32_t windows[] = {0, 1, AGENT_WINDOW / 2, AGENT_WINDOW, UINT32_MAX};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        unsigned char p[4];
+        frame_put_u32(p, windows[i]);
+        CHECK(frame_get_u32(p) == windows[i]);
+    }
+}
+
 /* Random headers never pass with a length outside their type's bounds. */
 static void random_headers(void)
 {
@@ -248,6 +267,7 @@ int main(void)
     run_payloads();
     exit_payloads();
     signal_payloads();
+    directions();
     random_headers();
     return CHECK_SUMMARY();
 }

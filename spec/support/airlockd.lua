@@ -31,6 +31,7 @@ end
 --   default a fresh one
 -- opts.launcher: a command line put before airlockd's (e.g. "prlimit --nofile=256 --")
 -- opts.wait: seconds to wait for it to listen (default 10)
+-- opts.binary: the airlockd to run (default M.binary(); an A/B bench runs two builds)
 function M.start(opts)
   opts = opts or {}
   local tenants = opts.tenants or { acme = "ak_" .. random_hex(16), other = "ok_" .. random_hex(16) }
@@ -55,8 +56,8 @@ function M.start(opts)
   local server = proc.start_server({
     name = "airlockd", dir = dir, log = dir .. "/log", stop = M.stop, give_up_on_exit = true, wait = opts.wait,
     command = string.format("%s env %s %s --listen 127.0.0.1:0 --state-dir %s --port-file %s %s",
-      opts.launcher or "", table.concat(env_words, " "), shell_quote(M.binary()), shell_quote(dir .. "/state"),
-      shell_quote(dir .. "/port"), table.concat(opts.args or {}, " ")),
+      opts.launcher or "", table.concat(env_words, " "), shell_quote(opts.binary or M.binary()),
+      shell_quote(dir .. "/state"), shell_quote(dir .. "/port"), table.concat(opts.args or {}, " ")),
   })
   server.tenants = tenants
   server.log_path = dir .. "/log"

@@ -89,14 +89,14 @@ end
 
 -- How many `runsc ... run` processes use the runsc root of the server in dir (a child that
 -- runsc forked and has not yet exec'd shows the same command line: not counted). A session's
--- own sandbox (SANDBOX_EXEC_MODE=session: its agent's frames on --pass-fd 6:5) counts while it
+-- own sandbox (SANDBOX_EXEC_MODE=session: `runsc run --detach=false`, its agent on runsc's stdio) counts while it
 -- runs a command: neither frozen (idle) nor without a CPU quota (booting).
 function M.runsc_runs(server)
   local runs = {}
   for _, pid in ipairs(M.pids_naming(server.dir .. "/state/runsc")) do
     local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
     if cmd:find("\0run\0--bundle\0", 1, true)
-      or (cmd:find("\0run\0", 1, true) and cmd:find("\0--pass-fd\0006:5\0", 1, true) and not M.frozen(pid)
+      or (cmd:find("\0run\0--detach=false\0", 1, true) and not M.frozen(pid)
         and M.cpu_quota(pid) ~= "-1") then
       runs[pid] = true
     end
@@ -136,13 +136,14 @@ function M.frozen(pid)
   return path ~= nil and M.cgroup_value("/sys/fs/cgroup/freezer" .. path, "freezer.state") == "FROZEN"
 end
 
--- How many `runsc run --pass-fd ...` processes (sandboxes booted ahead, waiting or running a
--- command) use the runsc root of the server in dir.
+-- How many `runsc run --pass-fd ...` and `runsc run --detach=false ...` processes (sandboxes
+-- booted ahead, waiting or running a command; a session's own) use the runsc root of the server
+-- in dir.
 function M.ahead_runs(server)
   local n = 0
   for _, pid in ipairs(M.pids_naming(server.dir .. "/state/runsc")) do
     local cmd = proc.read_file("/proc/" .. pid .. "/cmdline") or ""
-    if cmd:find("\0run\0--pass-fd\0", 1, true) then n = n + 1 end
+    if cmd:find("\0run\0--pass-fd\0", 1, true) or cmd:find("\0run\0--detach=false\0", 1, true) then n = n + 1 end
   end
   return n
 end

@@ -13,7 +13,7 @@
  * (not while the command runs: they would share the sandbox's CPU).
  *
  * Each command runs in a worker process of the agent's, which made its container child ahead
- * of it, relays its pipes and reports its exit on the command's own channel, then makes the
+ * of it, relays its pipes and reports its exit on the command's slot, then makes the
  * next container and waits for the next command: a session's commands one after another reuse
  * one worker. Commands of a session may run at once (AGENT_SLOTS, each in its own container):
  * a command that finds no free worker gets a new one at once; when they end, one worker stays.
@@ -23,8 +23,9 @@
  * without a timeout; FRAME_SIGNAL's signals go to it (SIGINT: interrupt its cell). It holds its
  * slot and worker until it ends.
  *
- * The protocol and its channels are protocol.h's; the container child is container.c, the
- * worker worker.c (agent.h says what they share).
+ * The protocol and its channels (the agent's stdin and stdout) are protocol.h's; the container
+ * child is container.c, the worker worker.c, the output they share out.c (agent.h says what
+ * they share).
  *
  * Commands cannot reach the agent: it lives in the sandbox's first PID namespace (theirs are
  * children), as root (they are uid 1000 without capabilities), and every descriptor of the
@@ -48,16 +49,15 @@ long agent_nproc = AGENT_NPROC_DEFAULT;
 /* The frame from airlockd being handed on: its payload. */
 static char request[AGENT_REQUEST_MAX + 1];
 
-/* After READY_BOOTED, fd 4 says to airlockd, a byte each time, that the container for the next
+/* After FRAME_BOOTED, FRAME_IDLE says to airlockd each time that the container for the next
  * command is ready (or cannot be made): airlockd freezes an idle sandbox only then (or after a
  * second), never with that container half made, and never holds a command's result for it. */
-static int idle_fd = -1;
+static bool booted;
 
 static void say_idle(void)
 {
-    const char idle = READY_IDLE;
-    if (idle_fd >= 0)
-        (void)write(idle_fd, &idle, 1); /* non-blocking: a full pipe has said it already */
+    if (booted)
+        (void)out_send(FRAME_IDLE, 0, NULL, 0);
 }
 
 /* The workers: one per command running, and one free (its container made, or being made) for
@@ -148,14 +148,14 @@ static void command(frame_type t, unsigned slot, size_t len)
 {
     worker *w = free_worker(NULL);
     if (!w && !(w = new_worker())) {
-        (void)frame_send(FD_OUT + (int)slot, FRAME_FAIL, slot, UNPREPARED, sizeof UNPREPARED - 1);
+        (void)out_send(FRAME_FAIL, slot, UNPREPARED, sizeof UNPREPARED - 1);
         return;
     }
     hand_over(w, t, slot, len);
 }
 
-/* A FRAME_KILL, FRAME_STDIN or FRAME_SIGNAL (t) from airlockd, its payload in
- * request[0..len): to the worker running that slot's process. */
+/* A FRAME_KILL, FRAME_STDIN, FRAME_SIGNAL or FRAME_CREDIT (t) from airlockd, its payload in
+ * request[0..len): to the worker running that slot's process (none: it ended, nothing to do). */
 static void pass_on(frame_type t, unsigned slot, size_t len)
 {
     for (int i = 0; i < WORKERS; i++)
@@ -215,21 +215,15 @@ int main(int argc, char **argv)
     if (sigprocmask(SIG_BLOCK, &chld, NULL) != 0)
         return 1;
     int sigfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_READY, F_SETFD, FD_CLOEXEC) != 0)
+    if (sigfd < 0 || fcntl(FD_IN, F_SETFD, FD_CLOEXEC) != 0 || fcntl(FD_OUT, F_SETFD, FD_CLOEXEC) != 0 ||
+        out_init() != 0)
         return 1;
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        if (fcntl(FD_OUT + i, F_SETFD, FD_CLOEXEC) != 0)
-            return 1;
     for (int i = 0; i < WORKERS; i++)
         workers[i] = (worker){.pid = -1, .msg_w = -1, .state_r = -1, .slot = -1};
-    /* airlockd expects READY_BOOTED first: the warm-up comes before it */
-    if (warm_up() != 0)
+    /* airlockd expects FRAME_BOOTED first: the warm-up comes before it */
+    if (warm_up() != 0 || out_send(FRAME_BOOTED, 0, NULL, 0) != 0)
         return 1;
-    /* kept (a worker closes its copy): the idle channel from now on */
-    const char booted = READY_BOOTED;
-    if (frame_write_all(FD_READY, &booted, 1) != 0 || fcntl(FD_READY, F_SETFL, O_NONBLOCK) != 0)
-        return 1;
-    idle_fd = FD_READY;
+    booted = true;
     say_idle();
     for (;;) {
         struct pollfd pf[2 + WORKERS] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
@@ -258,7 +252,7 @@ int main(int argc, char **argv)
             return 1; /* airlockd never sends one: the stream cannot be trusted past it */
         if (h.type == FRAME_RUN || h.type == FRAME_SPAWN)
             command(h.type, h.slot, h.len);
-        else if (h.type == FRAME_KILL || h.type == FRAME_STDIN || h.type == FRAME_SIGNAL)
+        else if (h.type == FRAME_KILL || h.type == FRAME_STDIN || h.type == FRAME_SIGNAL || h.type == FRAME_CREDIT)
             pass_on(h.type, h.slot, h.len);
     }
     return 0;

@@ -1,6 +1,7 @@
 /* What the agent's parts share (bubblewrap-style: one file per process of the agent): the
  * container child (container.c), the worker that runs commands in such children one after
- * another (worker.c), and the agent's loop that hands airlockd's frames to workers (agent.c).
+ * another (worker.c), the agent's loop that hands airlockd's frames to workers (agent.c), and
+ * the output all of them write airlockd's frames to (out.c).
  * The protocol itself is protocol.h. */
 #ifndef AIRLOCK_AGENT_AGENT_H
 #define AIRLOCK_AGENT_AGENT_H
@@ -9,8 +10,15 @@
 
 #include <sys/types.h>
 
-/* The descriptors airlockd passes (protocol.h: the channels). */
-enum { FD_IN = 3, FD_READY = 4, FD_OUT = 5 };
+/* The agent's channels with airlockd (protocol.h): its stdin and stdout. */
+enum { FD_IN = 0, FD_OUT = 1 };
+
+/* Sets up the output lock; before the first fork. 0, or -1. (out.c) */
+int out_init(void);
+
+/* One frame to airlockd on FD_OUT, whole, under the output lock: 0, or -1 (airlockd is gone).
+ * (out.c) */
+int out_send(frame_type t, unsigned slot, const void *p, size_t n);
 
 #define BINDS_MAX 32
 

@@ -27,16 +27,28 @@
  *   FRAME_EXIT   agent -> airlockd  i32 exit code (shell conventions; -1 killed),  5
  *                                   u8 ending (FRAME_ENDED_*)
  *   FRAME_FAIL   agent -> airlockd  text: the command could not be started         1 .. FRAME_FAIL_MAX
+ *   FRAME_CREDIT airlockd -> agent  u32 bytes: the slot's command may send that     4
+ *                                   many more output bytes (flow control, below)
+ *   FRAME_BOOTED agent -> airlockd  none: booted (slot 0), the first frame          0
+ *   FRAME_IDLE   agent -> airlockd  none: the next command's container is ready    0
+ *                                   (or cannot be made; slot 0)
  *
- * The channels today (SANDBOX_EXEC_MODE=session; descriptors passed by `runsc run --pass-fd`):
- *   fd 3         airlockd -> agent  FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL
- *   fd 4         agent -> airlockd  single bytes, not frames: READY_BOOTED once booted (as
- *                                   airlock-waiter says it), then READY_IDLE each time the next
- *                                   command's container is ready (or cannot be made)
- *   fd 5 + slot  agent -> airlockd  FRAME_STDOUT, FRAME_STDERR, then FRAME_EXIT or FRAME_FAIL
+ * The channels (SANDBOX_EXEC_MODE=session): the agent's stdin and stdout, which `runsc restore`
+ * maps again (descriptors passed with --pass-fd it cannot restore):
+ *   fd 0         airlockd -> agent  FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL,
+ *                                   FRAME_CREDIT
+ *   fd 1         agent -> airlockd  FRAME_BOOTED once booted, then every slot's FRAME_STDOUT,
+ *                                   FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, and FRAME_IDLE,
+ *                                   interleaved frame by frame; each frame is one write under
+ *                                   the agent's output lock (src/agent/out.c)
+ * Flow control: a slot's process sends at most AGENT_WINDOW output payload bytes beyond what
+ * airlockd has granted back with FRAME_CREDIT (each process starts with AGENT_WINDOW), so
+ * airlockd holds at most that much per slot for a slow reader and never stops reading fd 1:
+ * one slot's slow client cannot stall the other slots or the agent.
  * Inside the sandbox:
- *   agent -> worker   its message pipe: the FRAME_RUN, FRAME_SPAWN, FRAME_KILL, FRAME_STDIN
- *                     and FRAME_SIGNAL frames as airlockd sent them (slot FRAME_SLOT_WARMUP: the warm-up command, whose frames go nowhere)
+ *   agent -> worker   its message pipe: the FRAME_RUN, FRAME_SPAWN, FRAME_KILL, FRAME_STDIN,
+ *                     FRAME_SIGNAL and FRAME_CREDIT frames as airlockd sent them (slot
+ *                     FRAME_SLOT_WARMUP: the warm-up command, whose frames go nowhere)
  *   worker -> agent   its state pipe, single bytes: WORKER_READY (its container is made, or
  *                     cannot be), WORKER_DONE (its command ended and its exit went out)
  *   worker -> container  the request pipe: u32 length, then a FRAME_RUN payload (bootstrap.c) */
@@ -66,6 +78,8 @@
 #define FRAME_FAIL_MAX 256u
 /* The slot of the agent's warm-up command (inside the sandbox only). */
 #define FRAME_SLOT_WARMUP 255
+/* Output payload bytes a slot's command may send ahead of airlockd's FRAME_CREDIT. */
+#define AGENT_WINDOW (256u * 1024u)
 
 typedef enum {
     FRAME_RUN = 'C',
@@ -77,6 +91,9 @@ typedef enum {
     FRAME_SPAWN = 'P',
     FRAME_STDIN = '0', /* fd 0, as FRAME_STDOUT is '1' */
     FRAME_SIGNAL = 'S',
+    FRAME_CREDIT = 'W',
+    FRAME_BOOTED = 'B',
+    FRAME_IDLE = 'I',
 } frame_type;
 
 /* The highest signal number a FRAME_SIGNAL carries. */
@@ -85,8 +102,8 @@ typedef enum {
 /* How a command ended (FRAME_EXIT's last byte). */
 typedef enum { FRAME_ENDED_EXITED = 0, FRAME_ENDED_TIMED_OUT = 1, FRAME_ENDED_KILLED = 2 } frame_ending;
 
-/* The single bytes of the ready channel (fd 4) and of a worker's state pipe. */
-enum { READY_BOOTED = 'R', READY_IDLE = 'g', WORKER_READY = 'r', WORKER_DONE = 'd' };
+/* The single bytes of a worker's state pipe. */
+enum { WORKER_READY = 'r', WORKER_DONE = 'd' };
 
 /* Preloaded into the bash each prepared container has exec'd ahead of its command (see
  * src/agent/bootstrap.c); the placeholder for the command it waits for in bash's argv. */
@@ -149,9 +166,23 @@ static inline bool frame_bounds(int t, uint32_t *min, uint32_t *max)
     case FRAME_FAIL:
         *min = 1, *max = FRAME_FAIL_MAX;
         return true;
+    case FRAME_CREDIT:
+        *min = 4, *max = 4;
+        return true;
+    case FRAME_BOOTED:
+    case FRAME_IDLE:
+        *min = 0, *max = 0;
+        return true;
     default:
         return false;
     }
+}
+
+/* Whether t is a frame the agent sends (else one airlockd sends). */
+static inline bool frame_from_agent(frame_type t)
+{
+    return t == FRAME_STDOUT || t == FRAME_STDERR || t == FRAME_EXIT || t == FRAME_FAIL || t == FRAME_BOOTED ||
+           t == FRAME_IDLE;
 }
 
 static inline void frame_head_put(unsigned char h[FRAME_HEADER], frame_type t, unsigned slot, uint32_t len)

@@ -1,8 +1,10 @@
 /* The agent's worker: runs a session's commands one after another, each in a container child
  * made ahead of it (container.c). It says WORKER_READY on its state pipe once the container is
  * made (or cannot be), takes a FRAME_RUN from its message pipe, hands the request to the
- * container, relays the command's pipes to the command's slot as FRAME_STDOUT/FRAME_STDERR,
- * kills it at its timeout or at a FRAME_KILL, says WORKER_DONE, sends FRAME_EXIT (or
+ * container, relays the command's pipes to the command's slot as FRAME_STDOUT/FRAME_STDERR
+ * (within the slot's window: FRAME_CREDIT from airlockd widens it, and while it is shut the
+ * command's pipes fill and its writes wait), kills it at its timeout or at a FRAME_KILL, says
+ * WORKER_DONE, sends FRAME_EXIT (or
  * FRAME_FAIL), and makes the next container: commands after the first do not pay for a fork
  * of the worker. It ends when the agent closes its message pipe, or with the agent (its death
  * signal). */
@@ -28,14 +30,15 @@
 static char request[AGENT_REQUEST_MAX + 1];
 static char chunk[FRAME_OUTPUT_MAX];
 
-/* Where this worker's frames for its current command go, and their slot. */
-static int out_fd = -1;
+/* The slot of this worker's current command (FRAME_SLOT_WARMUP: its frames go nowhere), and
+ * the output bytes it may still send (protocol.h: flow control). */
 static unsigned out_slot;
+static uint32_t credit;
 
 /* One frame to airlockd; a failure means airlockd is gone: the sandbox ends with the agent. */
 static void send_out(frame_type t, const void *p, size_t n)
 {
-    if (frame_send(out_fd, t, out_slot, p, n) != 0)
+    if (out_slot != FRAME_SLOT_WARMUP && out_send(t, out_slot, p, n) != 0)
         _exit(0);
 }
 
@@ -46,16 +49,18 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Relays what one pipe has to airlockd as frames of type t; -1 at end of file. */
+/* Relays what one pipe has to airlockd as frames of type t, within the credit; -1 at end of
+ * file. */
 static int relay(int *fd, frame_type t)
 {
-    ssize_t r = read(*fd, chunk, sizeof chunk);
+    ssize_t r = read(*fd, chunk, credit < sizeof chunk ? credit : sizeof chunk);
     if (r < 0 && (errno == EINTR || errno == EAGAIN))
         return 0;
     if (r <= 0) {
         close_fd(fd);
         return -1;
     }
+    credit -= (uint32_t)r;
     send_out(t, chunk, (size_t)r);
     return 0;
 }
@@ -123,8 +128,8 @@ static void take_stdin(stdin_feed *f, size_t len)
 }
 
 /* What came on *msg_r for the running process: a FRAME_KILL's or FRAME_SIGNAL's signal (0 for
- * none: anything else the agent sends a busy worker is stdin for it, or dropped). Closes *msg_r
- * when the agent is gone. */
+ * none: a FRAME_CREDIT widens its window, a FRAME_STDIN is stdin for it, anything else is
+ * dropped). Closes *msg_r when the agent is gone. */
 static int signal_asked(int *msg_r, stdin_feed *in)
 {
     frame_head h;
@@ -132,6 +137,10 @@ static int signal_asked(int *msg_r, stdin_feed *in)
     if (rc != 0) {
         close_fd(msg_r); /* the agent is gone: so is this worker, at its death signal */
         return 0;
+    }
+    if (h.type == FRAME_CREDIT) {
+        uint32_t more = frame_get_u32((unsigned char *)request);
+        credit = more > AGENT_WINDOW * 4u - credit ? AGENT_WINDOW * 4u : credit + more;
     }
     if (h.type == FRAME_KILL)
         return SIGKILL;
@@ -156,13 +165,17 @@ static void run(prepared *p, uint32_t timeout_ms, bool spawned, stdin_feed *in, 
     int64_t drain_until = 0;
     size_t fail_len = 0;
     while (p->out_r >= 0 || p->err_r >= 0 || !exited || p->fail_r >= 0) {
+        /* a shut window holds the pipes (the process's writes wait), and the drain for it */
+        bool open = credit > 0;
         struct pollfd pf[6] = {
-            {.fd = p->out_r, .events = POLLIN}, {.fd = p->err_r, .events = POLLIN},
+            {.fd = open ? p->out_r : -1, .events = POLLIN}, {.fd = open ? p->err_r : -1, .events = POLLIN},
             {.fd = sigfd, .events = POLLIN},    {.fd = p->fail_r, .events = POLLIN},
-            {.fd = killed || exited ? -1 : *msg_r, .events = POLLIN},
+            {.fd = *msg_r, .events = POLLIN},
             {.fd = in->len > 0 ? in->w : -1, .events = POLLOUT},
         };
         int64_t now = now_ms();
+        if (exited && !open && *msg_r >= 0)
+            drain_until = now + DRAIN_MS;
         int64_t until = exited ? drain_until : deadline;
         if (now >= until) {
             if (exited)
@@ -189,9 +202,9 @@ static void run(prepared *p, uint32_t timeout_ms, bool spawned, stdin_feed *in, 
                 close_fd(&p->fail_r);
         }
         int sig = pf[4].revents ? signal_asked(msg_r, in) : 0;
-        if (sig > 0)
+        if (sig > 0 && !killed && !exited)
             kill(p->pid, sig);
-        if (sig == SIGKILL)
+        if (sig == SIGKILL && !killed && !exited)
             killed = FRAME_ENDED_KILLED;
         if (pf[2].revents) {
             struct signalfd_siginfo si;
@@ -249,19 +262,6 @@ static frame_head next_run(int msg_r, prepared *p)
     return h;
 }
 
-/* Points the frames of the command at its slot's channel (the warm-up's go nowhere). */
-static void aim_output(unsigned slot)
-{
-    out_slot = slot;
-    if (slot == FRAME_SLOT_WARMUP) {
-        out_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-        if (out_fd < 0)
-            _exit(1);
-    } else {
-        out_fd = FD_OUT + (int)slot;
-    }
-}
-
 /* For a FRAME_SPAWN: the container made ahead (stdin /dev/null) is replaced by one whose stdin
  * is a pipe of the worker's (in), on a new request pipe cmd. 0, or -1. */
 static int respawn(prepared *p, int cmd[2], stdin_feed *in)
@@ -292,8 +292,6 @@ static void worker_main(int msg_r, int state_w)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
         _exit(1);
-    close(FD_IN);
-    close(FD_READY);
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -311,7 +309,8 @@ static void worker_main(int msg_r, int state_w)
         if (frame_write_all(state_w, &ready, 1) != 0)
             _exit(0);
         frame_head h = next_run(msg_r, &p);
-        aim_output(h.slot);
+        out_slot = h.slot;
+        credit = AGENT_WINDOW;
         stdin_feed in = {.w = -1, .pending = NULL};
         if (h.type == FRAME_SPAWN && !unprepared)
             unprepared = respawn(&p, cmd, &in) != 0;
@@ -336,9 +335,6 @@ static void worker_main(int msg_r, int state_w)
         if (msg_r < 0 || frame_write_all(state_w, &done, 1) != 0)
             _exit(0);
         send_out(end.type, end.payload, end.len);
-        if (h.slot == FRAME_SLOT_WARMUP)
-            close(out_fd);
-        out_fd = -1;
     }
 }
 

@@ -2,6 +2,8 @@
  * by a probe), and each sandbox's prepare / run / release through the backend's operations. */
 #include "sandbox/internal.h"
 
+#include "sandbox/agent_stdio.h"
+
 #include "fs/walk.h"
 #include "log/log.h"
 #include "obs/metrics.h"
@@ -189,10 +191,9 @@ sandbox *sandbox_prepare(sandbox_backend *b, const sandbox_opts *o, char *errbuf
     sbx_make_id(o->name, s->id, sizeof s->id);
     sbx_cg_group_name(o->tenant, s->group);
     sandbox_set_command(s, o);
-    s->cmd_w = s->ready_r = s->idle_r = -1;
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        s->slot_r[i] = -1;
+    s->cmd_w = s->ready_r = -1;
     pthread_mutex_init(&s->agent_mu, NULL);
+    pthread_mutex_init(&s->cmd_mu, NULL);
     s->child.pid = -1;
     s->child.out = s->child.err = -1;
     if (o->boot_ahead) {
@@ -258,13 +259,10 @@ void sandbox_release(sandbox *s)
 {
     if (!s)
         return;
-    for (int i = 0; i < AGENT_SLOTS; i++)
-        if (s->slot_r[i] >= 0)
-            close(s->slot_r[i]);
-    if (s->idle_r >= 0)
-        close(s->idle_r);
+    agent_stdio_free(s->io);
     s->b->ops->release(s);
     pthread_mutex_destroy(&s->agent_mu);
+    pthread_mutex_destroy(&s->cmd_mu);
     free(s->workspace_dir);
     free(s->root_dir);
     free(s);

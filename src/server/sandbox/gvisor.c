@@ -7,6 +7,7 @@
  * gVisor's sentry enforces on sandboxed tasks only; the host pids limit just stops runaway
  * gVisor stubs. */
 #include "sandbox/internal.h"
+#include "sandbox/agent_stdio.h"
 
 #include "log/log.h"
 #include "sandbox/netjoin.h"
@@ -151,19 +152,16 @@ static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
                           "--host-uds=none", "run"};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         argv[n++] = head[i];
-    if (s->ahead) {
+    if (s->agent) {
+        /* the agent speaks on runsc's stdin and stdout (which `runsc restore` maps again; a
+         * passed descriptor it cannot): attached, as runs are; said so, which names a session's
+         * sandbox among runsc's processes */
+        argv[n++] = "--detach=false";
+    } else if (s->ahead) {
         argv[n++] = "--pass-fd";
         argv[n++] = "4:3";
         argv[n++] = "--pass-fd";
         argv[n++] = "5:4";
-    }
-    if (s->agent) { /* its frames back, a channel per slot */
-        static const char *const slots[] = {"6:5", "7:6", "8:7", "9:8", "10:9", "11:10"};
-        _Static_assert(sizeof slots / sizeof slots[0] == AGENT_SLOTS, "a --pass-fd per agent slot");
-        for (int i = 0; i < AGENT_SLOTS; i++) {
-            argv[n++] = "--pass-fd";
-            argv[n++] = slots[i];
-        }
     }
     argv[n++] = "--bundle";
     argv[n++] = s->bundle;
@@ -224,14 +222,14 @@ static void close_fd(int *fd)
     }
 }
 
-/* Starts `runsc run` of the waiter in its cgroup (no CPU quota, low weight while booting);
- * the boot goes on after this returns: gvisor_boot_check tells when it is done. */
+/* Starts `runsc run` of the waiter (or the agent) in its cgroup (no CPU quota, low weight while
+ * booting); the boot goes on after this returns: gvisor_boot_check tells when it is done. */
 static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
 {
-    /* pipes[0]: commands; [1]: "R"; [2..]: the agent's frames, a pipe per slot */
-    enum { NPIPES = 2 + AGENT_SLOTS };
+    /* pipes[0]: commands; [1]: "R" (the agent: neither passed, its stdin and runsc's stdout) */
+    enum { NPIPES = 2 };
     int pipes[NPIPES][2];
-    int npipes = s->agent ? NPIPES : 2;
+    int npipes = s->agent ? 1 : 2;
     for (int i = 0; i < NPIPES; i++)
         pipes[i][0] = pipes[i][1] = -1;
     if (write_spec(s, NULL, errbuf, errlen) != 0)
@@ -252,7 +250,8 @@ static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
     for (int i = 1; i < npipes; i++)
         pass[i] = pipes[i][1];
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .pass_fds = pass,
-                       .npass_fds = npipes, .pre_exec = s->network ? hide_proc_sys_net : NULL};
+                       .npass_fds = s->agent ? 0 : npipes, .stdin_fd = s->agent ? pass[0] : -1,
+                       .pre_exec = s->network ? hide_proc_sys_net : NULL};
     int rc = sbx_proc_start(&o, &s->child, errbuf, errlen);
     for (int i = 0; i < npipes; i++)
         close_fd(&pipes[i][i == 0 ? 0 : 1]);
@@ -262,9 +261,12 @@ static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
         return -1;
     }
     s->cmd_w = pipes[0][1];
-    s->ready_r = pipes[1][0];
-    for (int i = 2; i < npipes; i++)
-        s->slot_r[i - 2] = pipes[i][0];
+    if (s->agent) { /* its frames come on runsc's stdout */
+        s->ready_r = s->child.out;
+        s->child.out = -1;
+    } else {
+        s->ready_r = pipes[1][0];
+    }
     return 0;
 }
 
@@ -281,12 +283,18 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen)
         return 0;
     char c = 0;
     ssize_t n;
-    do
-        n = read(s->ready_r, &c, 1);
-    while (n < 0 && errno == EINTR);
-    if (n == 1 && c == 'R' && s->agent && fcntl(s->ready_r, F_SETFL, O_NONBLOCK) == 0) {
-        s->idle_r = s->ready_r; /* the agent's idle channel from now on */
-        s->ready_r = -1;
+    if (s->agent) { /* FRAME_BOOTED (written whole), then its stdout is every slot's frames */
+        frame_head h;
+        bool booted = frame_recv(s->ready_r, &h, NULL, 0) == 0 && h.type == FRAME_BOOTED &&
+                      (s->io = agent_stdio_new(s->ready_r, &s->agent_mu)) != NULL;
+        if (booted)
+            s->ready_r = -1;
+        n = 1;
+        c = booted ? 'R' : 0;
+    } else {
+        do
+            n = read(s->ready_r, &c, 1);
+        while (n < 0 && errno == EINTR);
     }
     close_fd(&s->ready_r);
     if (n != 1 || c != 'R') {

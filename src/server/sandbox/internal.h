@@ -74,22 +74,25 @@ struct sandbox {
     bool ahead;
     sbx_proc_child child; /* `runsc run` of the waiter, started by sandbox_prepare */
     int cmd_w;            /* the waiter's command pipe; -1 once handed over (or none) */
-    int ready_r;          /* the waiter's "R" once booted; -1 when none */
+    int ready_r;          /* the waiter's "R" (the agent's FRAME_BOOTED) once booted; -1 when none */
     bool booted;          /* "R" arrived (and the sandbox was frozen) */
     bool sent;            /* the command was handed over: no cold retry any more */
-    /* A session's long-lived sandbox (sandbox_opts.agent): cmd_w carries requests to the
-     * agent, slot_r[i] the frames back of the command in slot i (sandbox/session_sandbox.c);
-     * commands run there at once up to AGENT_SLOTS. agent_mu guards cmd_w's frames, the
-     * slots, running and the thaw/freeze they decide. */
+    /* A session's long-lived sandbox (sandbox_opts.agent): cmd_w (the agent's stdin) carries
+     * requests to the agent; its stdout (ready_r until FRAME_BOOTED, then io's) every slot's
+     * frames back (sandbox/session_sandbox.c, agent_stdio.h); commands run there at once up to
+     * AGENT_SLOTS. agent_mu guards io, the slots, running and the thaw/freeze they decide;
+     * cmd_mu the frames on cmd_w (a thread that reads the agent's stdout never waits for it:
+     * the agent may be waiting for that stdout to be read before it reads its stdin). */
     bool agent;
-    int slot_r[AGENT_SLOTS];
+    struct agent_stdio *io;
     unsigned slots_busy;  /* bit i: slot i has a command */
     int running;          /* commands under way (the sandbox is thawed while > 0) */
-    int idle_r;           /* the agent's fd 4 after "R": a byte when its next container is ready */
-    bool settling;        /* no command runs, not frozen yet: waits for idle_r and THAWED_MS, or SETTLE_MS */
-    bool next_ready;      /* idle_r said so since the last command */
+    bool settling;        /* no command runs, not frozen yet: waits for FRAME_IDLE and THAWED_MS, or SETTLE_MS */
+    bool next_ready;      /* FRAME_IDLE said so since the last command */
     int64_t idle_since;   /* when the last command ended */
     pthread_mutex_t agent_mu;
+    pthread_mutex_t cmd_mu;
+    uint32_t proc_taken[AGENT_SLOTS]; /* a long-lived process's output since its last FRAME_CREDIT */
 };
 
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until

@@ -108,7 +108,7 @@ static void child_exec(const sbx_proc_opts *o, int devnull, int out_w, int err_w
      * another (e.g. a pipe that happens to be fd 1). */
     enum { PARK = 4 + SBX_PASS_FDS_MAX };
     int p_null, p_out, p_err, p_rep, p_pass[SBX_PASS_FDS_MAX];
-    if ((p_null = fcntl(devnull, F_DUPFD_CLOEXEC, PARK)) < 0 ||
+    if ((p_null = fcntl(o->stdin_fd > 0 ? o->stdin_fd : devnull, F_DUPFD_CLOEXEC, PARK)) < 0 ||
         (p_out = fcntl(out_w, F_DUPFD_CLOEXEC, PARK)) < 0 ||
         (p_err = fcntl(err_w, F_DUPFD_CLOEXEC, PARK)) < 0 ||
         (p_rep = fcntl(report, F_DUPFD_CLOEXEC, PARK)) < 0)

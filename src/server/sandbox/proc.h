@@ -1,8 +1,8 @@
-/* Runs one host program (runsc or bwrap) for the sandbox backend (private): stdin /dev/null,
- * stdout and stderr captured separately and concurrently within a byte budget each
- * (sandbox/capture.h), a wall-clock deadline, a client connection whose hang-up cancels the
- * run, and on expiry or cancel the whole process tree killed (through its cgroup, else its
- * process group). */
+/* Runs one host program (runsc or bwrap) for the sandbox backend (private): stdin /dev/null
+ * (or a pipe: sbx_proc_opts.stdin_fd), stdout and stderr captured separately and concurrently
+ * within a byte budget each (sandbox/capture.h), a wall-clock deadline, a client connection
+ * whose hang-up cancels the run, and on expiry or cancel the whole process tree killed
+ * (through its cgroup, else its process group). */
 #ifndef AIRLOCKD_SANDBOX_PROC_H
 #define AIRLOCKD_SANDBOX_PROC_H
 
@@ -46,6 +46,7 @@ typedef struct {
      * `runsc run --pass-fd 4:3` hands on to a sandbox booted ahead). At most SBX_PASS_FDS_MAX. */
     const int *pass_fds;
     int npass_fds;
+    int stdin_fd;             /* > 0: the launcher's stdin (a session agent's requests); else /dev/null */
 } sbx_proc_opts;
 
 #define SBX_PASS_FDS_MAX 8
