@@ -22,6 +22,8 @@ typedef struct {
     templates *templates;   /* a built template's root, to boot a resumed session on it */
     tenants *tenants;
     kernels *kernels;       /* a session's kernels: a pause keeps no memory yet (below) */
+    struct fleet *fleet;    /* in a fleet: a paused session goes to the shared store (NULL: stays) */
+    char *store_dir;        /* <SANDBOX_SNAPSHOT_DIR>/paused, in a fleet */
 } pause_deps;
 
 typedef struct {

@@ -162,6 +162,21 @@ json_t *fleet_move_incoming(fleet *f, const char *sid);
 /* The receiving node owns sid from now on: 0, or -1 (it was not moving here). */
 int fleet_move_commit(fleet *f, const char *sid);
 
+/* ---- paused sessions in the shared store (fleet/store.c) ---- */
+
+/* Session id (this node's, paused) has its image in the shared store now: parts names its
+ * files, relative to the store ({"workspace": "paused/<id>.img", "bytes": n}; a memory image
+ * joins as another part). 0, or -1 (not recorded: the caller keeps it). */
+int fleet_store_put(fleet *f, const char *id, const json_t *parts);
+/* Takes session id of tenant from the store for this node, in one statement (of nodes racing,
+ * one gets it): its row ({egress, quota_mb, created_at, last_used, shape, paused_at, stored:
+ * its parts}) when this node took it, else NULL (not in the store, or another node was first).
+ * An image this node then fails to take goes back with fleet_store_put. */
+json_t *fleet_store_take(fleet *f, const char *id, const char *tenant);
+/* A draining node hands its stored session id (NULL: every one) to the active node with the
+ * fewest sessions (the router sends their calls there): how many, or -1 (unreachable). */
+int fleet_store_hand_over(fleet *f, const char *id);
+
 /* ---- shared counters (fleet/counters.c) ---- */
 
 /* A lease of up to want request tokens of the tenant's fleet-wide bucket, giving back

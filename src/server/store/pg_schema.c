@@ -330,6 +330,19 @@ static const char *const MIGRATIONS[] = {
     /* 11 (ours, pause): a paused session stays on its node, its row kept; paused_at is when it
      * was paused (NULL: active), for the list (docs/api.md "Pause and resume") */
     "ALTER TABLE sessions ADD COLUMN paused_at double precision;",
+    /* 12 (ours, fleet store; MIGRATIONS[11]): a paused session's image in the shared store
+     * (docs/fleet.md "The shared store"): stored names its parts relative to the store
+     * ({"workspace": "paused/<id>.img", "bytes": n}; NULL: on its node). No node holds it then,
+     * so its node's death (a reap, a reconcile) does not lose it: it stays paused, taken by the
+     * first node a call reaches (fleet/store.c) */
+    "ALTER TABLE sessions ADD COLUMN stored jsonb;"
+    "CREATE FUNCTION airlock_stored_kept() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    "  NEW.state := 'active';"
+    "  NEW.lost_at := NULL;"
+    "  RETURN NEW;"
+    " END $$;"
+    "CREATE TRIGGER sessions_stored_kept BEFORE UPDATE OF state ON sessions FOR EACH ROW"
+    " WHEN (NEW.state = 'lost' AND OLD.stored IS NOT NULL) EXECUTE FUNCTION airlock_stored_kept();",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
