@@ -108,8 +108,11 @@ static void move_one(mover *m, const char *id)
 {
     app *a = m->a;
     session *s = NULL;
-    if (registry_paused(a->reg, id)) { /* one the shared store did not take when it paused */
-        if (!hand_over_paused(m, id))
+    if (registry_paused(a->reg, id)) { /* listed with its reason, so the drain can end */
+        if (!a->pause.store_dir)
+            fleet_move_refused(a->fleet, id, "it is paused: a paused session stays on its node until it is "
+                                             "resumed or deleted (no shared store: SANDBOX_SNAPSHOT_DIR)");
+        else if (!hand_over_paused(m, id)) /* one the shared store did not take when it paused */
             fleet_move_refused(a->fleet, id, "it is paused and the shared store did not take its image "
                                              "(SANDBOX_SNAPSHOT_DIR/paused): it stays on its node");
         return;

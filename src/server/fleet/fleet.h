@@ -7,6 +7,7 @@
 
 #include "store/audit.h"
 #include "store/pg.h"
+#include "store/snapshots.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -176,6 +177,22 @@ json_t *fleet_store_take(fleet *f, const char *id, const char *tenant);
 /* A draining node hands its stored session id (NULL: every one) to the active node with the
  * fewest sessions (the router sends their calls there): how many, or -1 (unreachable). */
 int fleet_store_hand_over(fleet *f, const char *id);
+
+/* ---- snapshots (fleet/snapshots.c) ---- */
+
+/* Records rec (taken by this node, not yet renamed into place) against its tenant's
+ * max_count and max_bytes, in one statement: 0 added, 1 refused (*n snapshots of *used bytes
+ * exist), -1 unreachable. */
+int fleet_snapshot_add(fleet *f, const snapshot_record *rec, int max_count, long long max_bytes, long *n,
+                       long long *used);
+/* The tenant's snapshots and their bytes: 0, or -1 unreachable. */
+int fleet_snapshot_usage(fleet *f, const char *tenant, long *n, long long *used);
+void fleet_snapshot_remove(fleet *f, const char *id);
+/* The tenant's snapshots, newest first (free with snapshot_records_free); *ok false when the
+ * database cannot be read. */
+snapshot_record *fleet_snapshot_list(fleet *f, const char *tenant, size_t *n, bool *ok);
+/* At start: the store's snapshots the table does not list yet are added (made before it). */
+void fleet_snapshot_backfill(fleet *f, const snapshot_record *v, size_t n);
 
 /* ---- shared counters (fleet/counters.c) ---- */
 

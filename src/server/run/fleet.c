@@ -129,6 +129,8 @@ int server_settle_fleet(server *s)
         return -1;
     }
     a->pause.fleet = a->fleet;
+    if (a->snapshots) /* listed and limited from the database, whichever node answers */
+        fleet_wire_snapshots(a->fleet, a->snapshots);
     return 0;
 }
 

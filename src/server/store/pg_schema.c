@@ -343,6 +343,33 @@ static const char *const MIGRATIONS[] = {
     " END $$;"
     "CREATE TRIGGER sessions_stored_kept BEFORE UPDATE OF state ON sessions FOR EACH ROW"
     " WHEN (NEW.state = 'lost' AND OLD.stored IS NOT NULL) EXECUTE FUNCTION airlock_stored_kept();",
+    /* 13 (ours, fleet snapshots; MIGRATIONS[12]): every snapshot in the shared store, written
+     * by the node that takes it in the step that renames its directory into place, so listing
+     * and the tenant's limits are exact across machines (the directory stays the data). A new
+     * one is counted against max_snapshots / max_snapshot_mb under the tenant's lock: added,
+     * else the count and bytes that refused it */
+    "CREATE TABLE snapshots ("
+    " id text PRIMARY KEY,"
+    " tenant text NOT NULL,"
+    " name text NOT NULL,"
+    " session_id text NOT NULL,"
+    " template text NOT NULL,"
+    " quota_bytes bigint NOT NULL,"
+    " image_bytes bigint NOT NULL,"
+    " bytes bigint NOT NULL,"
+    " memory boolean NOT NULL,"
+    " node text NOT NULL,"
+    " created_at double precision NOT NULL);"
+    "CREATE INDEX snapshots_tenant ON snapshots (tenant, created_at DESC);"
+    "CREATE FUNCTION airlock_snapshot_add(p_row jsonb, p_max_count integer, p_max_bytes bigint,"
+    "  OUT added boolean, OUT n integer, OUT used bigint) LANGUAGE plpgsql AS $$ BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.snapshots'), hashtext(p_row->>'tenant'));"
+    "  SELECT count(*), coalesce(sum(bytes), 0) INTO n, used FROM snapshots WHERE tenant = p_row->>'tenant';"
+    "  added := n < p_max_count AND used + (p_row->>'bytes')::bigint <= p_max_bytes;"
+    "  IF added THEN"
+    "   INSERT INTO snapshots SELECT * FROM jsonb_populate_record(NULL::snapshots, p_row);"
+    "  END IF;"
+    " END $$;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
