@@ -122,3 +122,32 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     assert.are.equal("", proc.output("ls -A " .. proc.shell_quote(store)))
   end)
 end)
+
+describe("a stored paused session past SANDBOX_PAUSED_TTL", function()
+  local f, shared
+
+  setup(function()
+    shared = proc.make_temp_dir()
+    f = fleet.up{ nodes = 1, env = { -- any node sweeps: one shows it
+      SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_SNAPSHOT_DIR = shared .. "/snapshots",
+      SANDBOX_SESSION_TTL = "4", SANDBOX_PAUSED_TTL = "2", -- the reaper sweeps every second
+    } }
+  end)
+
+  teardown(function()
+    fleet.down(f)
+    proc.remove_tree(shared)
+  end)
+
+  it("is deleted by a node's sweep, its image gone from the store", function()
+    local id = http.create(f.router, KEY).json.session_id
+    assert.are.equal(200, http.request(f.router, "POST", "/v1/sessions/" .. id .. "/pause", { key = KEY }).status)
+    local img = shared .. "/snapshots/paused/" .. id .. ".img"
+    assert.is_true(proc.run("test -f " .. proc.shell_quote(img)))
+    assert.is_true(proc.wait_until(15, function()
+      return fleet.sql(f, "SELECT count(*) FROM sessions WHERE id = '" .. id .. "'") == "0"
+    end))
+    assert.is_true(proc.wait_until(5, function() return not proc.run("test -e " .. proc.shell_quote(img)) end))
+    assert.are.equal(404, http.exec(f.router, KEY, id, "true").status)
+  end)
+end)

@@ -5,7 +5,9 @@
 #include "fleet/fleet.h"
 #include "log/log.h"
 
+#include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -149,4 +151,27 @@ void pause_idle_session(void *ctx, const char *session_id, size_t tenant)
         log_session(LV_WARN, session_id, NULL, "session %s could not be paused after its idle TTL; it stays active",
                     session_id);
     registry_release(d->reg, s);
+}
+
+/* the stored sessions expired per sweep at most (the rest at the next) */
+#define EXPIRED_PER_SWEEP 100
+
+void pause_store_sweep(void *ctx)
+{
+    const pause_deps *d = ctx;
+    if (!d->fleet || !d->store_dir)
+        return;
+    json_t *ids = fleet_store_expired(d->fleet, d->paused_ttl, EXPIRED_PER_SWEEP);
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+        const char *id = json_string_value(v);
+        char img[4200];
+        snprintf(img, sizeof img, "%s/%s.img", d->store_dir, id);
+        if (unlink(img) != 0 && errno != ENOENT)
+            log_warn("cannot remove %s: %s", img, strerror(errno));
+        log_session(LV_INFO, id, NULL, "session %s deleted after %.0f s paused (in the shared store)", id,
+                    d->paused_ttl);
+    }
+    json_decref(ids);
 }

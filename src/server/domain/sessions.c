@@ -47,6 +47,8 @@ struct registry {
     registry_spares spares;           /* set before serving, then only read */
     registry_pause_hook on_idle_pause; /* set before serving, then only read */
     void *on_idle_pause_ctx;
+    void (*on_sweep)(void *ctx); /* after each sweep (a fleet's stored sessions); set before serving */
+    void *on_sweep_ctx;
     registry_shared shared;           /* a fleet's, or all NULL */
     int id_slot;
 };
@@ -427,7 +429,8 @@ static void *reaper_main(void *arg)
         session *doomed = NULL;
         bool swept = false;
         size_t npause = 0;
-        if (monotonic_now() >= next_sweep) {
+        bool swept_now = monotonic_now() >= next_sweep;
+        if (swept_now) {
             next_sweep = monotonic_now() + interval;
             double now = epoch_now();
             for (session *s = r->head, *nx; s; s = nx) {
@@ -461,6 +464,8 @@ static void *reaper_main(void *arg)
             log_session(LV_INFO, to_pause[i].id, NULL, "session %s pauses after %.0f s idle", to_pause[i].id, r->ttl);
             r->on_idle_pause(r->on_idle_pause_ctx, to_pause[i].id, to_pause[i].tenant);
         }
+        if (swept_now && r->on_sweep)
+            r->on_sweep(r->on_sweep_ctx);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -1214,6 +1219,14 @@ session_state registry_state(registry *r, const session *s, session_pause_state 
         *pause = s->pause;
     pthread_mutex_unlock(&r->mu);
     return st;
+}
+
+void registry_set_sweep_hook(registry *r, void (*hook)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_sweep = hook;
+    r->on_sweep_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void registry_set_pause_hook(registry *r, registry_pause_hook hook, void *ctx)

@@ -253,6 +253,9 @@ session_state registry_state(registry *r, const session *s, session_pause_state 
  * TTL ended: pauses it (domain/pause.c) unless a request came meanwhile. */
 typedef void (*registry_pause_hook)(void *ctx, const char *session_id, size_t tenant);
 void registry_set_pause_hook(registry *r, registry_pause_hook hook, void *ctx);
+/* Called by the reaper, outside the lock, after each of its sweeps (a fleet's paused sessions
+ * in the shared store expire there: domain/pause.c). */
+void registry_set_sweep_hook(registry *r, void (*hook)(void *ctx), void *ctx);
 
 /* What a session list shows of one session. */
 typedef struct {

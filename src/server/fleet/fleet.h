@@ -174,6 +174,10 @@ int fleet_store_put(fleet *f, const char *id, const json_t *parts);
  * its parts}) when this node took it, else NULL (not in the store, or another node was first).
  * An image this node then fails to take goes back with fleet_store_put. */
 json_t *fleet_store_take(fleet *f, const char *id, const char *tenant);
+/* Stored sessions paused longer than paused_ttl (SANDBOX_PAUSED_TTL), at most limit, deleted
+ * from the registry by this call alone: their ids (their images are the caller's to remove),
+ * NULL when the database cannot be reached. */
+json_t *fleet_store_expired(fleet *f, double paused_ttl, int limit);
 /* A draining node hands its stored session id (NULL: every one) to the active node with the
  * fewest sessions (the router sends their calls there): how many, or -1 (unreachable). */
 int fleet_store_hand_over(fleet *f, const char *id);

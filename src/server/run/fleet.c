@@ -128,7 +128,9 @@ int server_settle_fleet(server *s)
         snprintf(s->err, sizeof s->err, "fleet: cannot create %s: %s", a->pause.store_dir, strerror(errno));
         return -1;
     }
+    a->pause.paused_ttl = s->cfg->paused_ttl;
     a->pause.fleet = a->fleet;
+    registry_set_sweep_hook(a->reg, pause_store_sweep, &a->pause);
     if (a->snapshots) /* listed and limited from the database, whichever node answers */
         fleet_wire_snapshots(a->fleet, a->snapshots);
     return 0;
