@@ -7,18 +7,21 @@
 
 #include <string.h>
 
-/* The template of the session's shape built on this node ("" the default root); false when it
- * is not built here yet. */
+/* The template of the session's shape built on this node ("" the default root, or a template
+ * deleted since: its commands say so, as after a restart); false while it is being built here
+ * (the caller is answered 503 and retries). */
 static bool template_here(app *a, const char *tenant, const char *name, char *id)
 {
     const char *status = "";
     id[0] = '\0';
     if (!name || !api_template_name_valid(name, strlen(name)))
         return true;
-    if (templates_resolve(a->templates, tenant, name, id, &status) != TPL_OK)
-        return false;
-    templates_unpin(a->templates, id); /* a restored session counts as the template's user */
-    return true;
+    templates_result tr = templates_resolve(a->templates, tenant, name, id, &status);
+    if (tr == TPL_OK)
+        templates_unpin(a->templates, id); /* a restored session counts as the template's user */
+    else
+        id[0] = '\0';
+    return tr != TPL_NOT_READY;
 }
 
 bool store_take_over(app *a, const char *id, size_t tenant)
