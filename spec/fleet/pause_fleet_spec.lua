@@ -86,7 +86,13 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     assert.are.equal("1", res.headers["x-airlock-resumed"])
     assert.matches("^node[12] active %-$", row(id))
     assert.is_false(in_store(id))
-    -- the router sends it to its new node from now on (the map follows the database)
+    -- the router sends it to its new node from now on (its map follows the database's notice)
+    local slot = fleet.sql(f, "SELECT lpad(to_hex(n.slot), 2, '0') FROM nodes n JOIN sessions s ON s.node = n.id"
+      .. " WHERE s.id = '" .. id .. "'")
+    assert.is_true(proc.wait_until(5, function()
+      return proc.read_file(f.dir .. "/haproxy/router.log"):find("session " .. id .. " routed to slot_" .. slot, 1,
+        true) ~= nil
+    end))
     assert.are.equal("survives\n", http.exec(f.router, KEY, id, "cat f.txt").json.stdout)
     assert.are.equal(200, http.delete(f.router, KEY, id).status)
   end)
