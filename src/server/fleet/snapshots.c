@@ -1,4 +1,4 @@
-/* The fleet's snapshots in PostgreSQL (schema migration 13): one row per snapshot in the shared
+/* The fleet's snapshots in PostgreSQL (schema migration 14): one row per snapshot in the shared
  * store, so a tenant's list and limits are exact whichever node answers. */
 #include "fleet/internal.h"
 

@@ -2,7 +2,7 @@
  * paused on a node of a fleet leaves its image in the store and its row says so
  * (sessions.stored: the image's parts, relative to SANDBOX_SNAPSHOT_DIR); no node holds it
  * then, and the first node a call for it reaches takes it, in one statement, so two nodes
- * racing never both do. A node's death does not lose it (schema migration 12). */
+ * racing never both do. A node's death does not lose it (schema migration 13). */
 #include "fleet/internal.h"
 
 #include <stdio.h>
