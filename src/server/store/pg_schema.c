@@ -408,6 +408,7 @@ static const char *const MIGRATIONS[] = {
     "  DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE state = 'lost'"
     "   AND lost_at < now() - interval '7 days' ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED);"
     "  RETURN cardinality(dead);"
+    " END $$;",
     /* 13 (ours, fleet store; MIGRATIONS[12]): a paused session's image in the shared store
      * (docs/fleet.md "The shared store"): stored names its parts relative to the store
      * ({"workspace": "paused/<id>.img", "bytes": n}; NULL: on its node). No node holds it then,
