@@ -22,6 +22,9 @@ typedef struct {
     templates *templates;   /* a built template's root, to boot a resumed session on it */
     tenants *tenants;
     kernels *kernels;       /* a session's kernels: a pause keeps no memory yet (below) */
+    struct fleet *fleet;    /* in a fleet: a paused session goes to the shared store (NULL: stays) */
+    char *store_dir;        /* <SANDBOX_SNAPSHOT_DIR>/paused, in a fleet */
+    double paused_ttl;      /* SANDBOX_PAUSED_TTL: stored sessions expire after it */
 } pause_deps;
 
 typedef struct {
@@ -49,5 +52,10 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
 
 /* The idle reaper's hook (registry_pause_hook; ctx: a pause_deps that outlives the registry). */
 void pause_idle_session(void *ctx, const char *session_id, size_t tenant);
+
+/* The registry's sweep hook (ctx: the pause_deps): in a fleet, the stored paused sessions past
+ * their paused TTL are deleted, their images removed from the store, by whichever node sweeps
+ * first. */
+void pause_store_sweep(void *ctx);
 
 #endif

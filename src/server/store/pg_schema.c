@@ -409,6 +409,46 @@ static const char *const MIGRATIONS[] = {
     "   AND lost_at < now() - interval '7 days' ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED);"
     "  RETURN cardinality(dead);"
     " END $$;",
+    /* 13 (ours, fleet store; MIGRATIONS[12]): a paused session's image in the shared store
+     * (docs/fleet.md "The shared store"): stored names its parts relative to the store
+     * ({"workspace": "paused/<id>.img", "bytes": n}; NULL: on its node). No node holds it then,
+     * so its node's death (a reap, a reconcile) does not lose it: it stays paused, taken by the
+     * first node a call reaches (fleet/store.c) */
+    "ALTER TABLE sessions ADD COLUMN stored jsonb;"
+    "CREATE FUNCTION airlock_stored_kept() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    "  NEW.state := 'active';"
+    "  NEW.lost_at := NULL;"
+    "  RETURN NEW;"
+    " END $$;"
+    "CREATE TRIGGER sessions_stored_kept BEFORE UPDATE OF state ON sessions FOR EACH ROW"
+    " WHEN (NEW.state = 'lost' AND OLD.stored IS NOT NULL) EXECUTE FUNCTION airlock_stored_kept();",
+    /* 14 (ours, fleet snapshots; MIGRATIONS[13]): every snapshot in the shared store, written
+     * by the node that takes it in the step that renames its directory into place, so listing
+     * and the tenant's limits are exact across machines (the directory stays the data). A new
+     * one is counted against max_snapshots / max_snapshot_mb under the tenant's lock: added,
+     * else the count and bytes that refused it */
+    "CREATE TABLE snapshots ("
+    " id text PRIMARY KEY,"
+    " tenant text NOT NULL,"
+    " name text NOT NULL,"
+    " session_id text NOT NULL,"
+    " template text NOT NULL,"
+    " quota_bytes bigint NOT NULL,"
+    " image_bytes bigint NOT NULL,"
+    " bytes bigint NOT NULL,"
+    " memory boolean NOT NULL,"
+    " node text NOT NULL,"
+    " created_at double precision NOT NULL);"
+    "CREATE INDEX snapshots_tenant ON snapshots (tenant, created_at DESC);"
+    "CREATE FUNCTION airlock_snapshot_add(p_row jsonb, p_max_count integer, p_max_bytes bigint,"
+    "  OUT added boolean, OUT n integer, OUT used bigint) LANGUAGE plpgsql AS $$ BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.snapshots'), hashtext(p_row->>'tenant'));"
+    "  SELECT count(*), coalesce(sum(bytes), 0) INTO n, used FROM snapshots WHERE tenant = p_row->>'tenant';"
+    "  added := n < p_max_count AND used + (p_row->>'bytes')::bigint <= p_max_bytes;"
+    "  IF added THEN"
+    "   INSERT INTO snapshots SELECT * FROM jsonb_populate_record(NULL::snapshots, p_row);"
+    "  END IF;"
+    " END $$;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
