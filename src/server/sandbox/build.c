@@ -17,9 +17,6 @@
 #include <unistd.h>
 
 #define BUILDS_GROUP "builds"
-/* ioprio_set(2): no libc wrapper; the idle class's value for the calling process */
-#define IOPRIO_WHO_PROCESS 1
-#define IOPRIO_IDLE (3 << 13)
 /* The setup's /tmp (its own tmpfs, thrown away with the sandbox). */
 #define SETUP_TMP "size=512m"
 
@@ -70,20 +67,9 @@ static int finish(sbx_cgroup *cg, sbx_proc_result *r, sandbox_result *out, char 
     return sbx_result_streams(out, errbuf, errlen);
 }
 
-/* In the step's child before exec, inherited by everything it starts: disk I/O in the idle
- * class (served when no one else's waits; ignored by a device scheduler without classes) and
- * the least CPU priority. Best effort; async-signal-safe. */
-static int lowest_priority(void *ctx)
-{
-    (void)ctx;
-    (void)syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE);
-    (void)setpriority(PRIO_PROCESS, 0, 19);
-    return 0;
-}
-
 static void proc_opts(sbx_proc_opts *o, const sandbox_build_step *st, const sbx_cgroup *cg)
 {
-    o->pre_exec = lowest_priority;
+    o->lowest_priority = true;
     o->cg = cg;
     o->tap = st->tap;
     o->timeout_ms = (st->timeout_seconds > 0 ? st->timeout_seconds : 600) * 1000;
