@@ -204,7 +204,7 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     assert.are.equal("kept", http_client.read(server, key, s2, "keep.txt").json.content)
   end)
 
-  it("ends a running cell at once when its kernel or its session is deleted", function()
+  it("counts a running cell as a command, and ends it at once when its kernel or its session is deleted", function()
     local s5 = http_client.create(server, key).json.session_id
     local function sleeping_cell(k)
       local h = http_client.post_async(server, key, "/v1/sessions/" .. s5 .. "/kernels/" .. k .. "/execute",
@@ -220,10 +220,13 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     end
     local k5 = new_kernel(s5)
     local h = sleeping_cell(k5)
+    -- a running cell counts as one of the tenant's running commands (max_concurrent_exec)
+    assert.are.equal(1, call("GET", "/v1/usage").json.commands_running)
     assert.are.equal(200, call("DELETE", "/v1/sessions/" .. s5 .. "/kernels/" .. k5).status)
     local answer, raw = h.wait(40)
     assert.is_table(answer, raw)
     assert.are.equal("KernelDeleted", answer.error and answer.error.name, raw)
+    assert.are.equal(0, call("GET", "/v1/usage").json.commands_running)
     k5 = new_kernel(s5)
     h = sleeping_cell(k5)
     assert.are.equal(200, http_client.delete(server, key, s5).status)
