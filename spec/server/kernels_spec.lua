@@ -40,7 +40,9 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
   lazy_setup(function()
     key = "ak_" .. airlockd.random_hex(16)
     audit_db = proc.temp_path() .. ".db"
-    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_AUDIT = "sqlite:" .. audit_db } })
+    -- (many requests in a minute: cells, and polls while a cell runs)
+    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_AUDIT = "sqlite:" .. audit_db,
+                                                                SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000}}' } })
     local r = http_client.create(server, key)
     assert.are.equal(201, r.status, r.body)
     sid = r.json.session_id
