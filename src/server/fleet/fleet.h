@@ -169,27 +169,29 @@ int fleet_move_commit(fleet *f, const char *sid);
  * when none was granted, the seconds until its next token; -1 unreachable. */
 int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, double give_back, int *granted,
                        double *left, double *wait_s);
-/* A running command against max: 1 admitted, 0 refused, -1 unreachable. */
+/* A running command against max: 1 admitted, 0 refused, -1 unreachable (one statement). */
 int fleet_command_begin(fleet *f, const char *tenant, int max);
-/* The command ended: its row is deleted with the next audit shipment (the one its audit row
- * makes at once; the heartbeat's at the latest). */
+/* The command ended: it is taken off its tenant's count with the next audit shipment (the one
+ * its audit row makes at once; the heartbeat's at the latest). */
 void fleet_command_end(fleet *f, const char *tenant);
-/* The rows of ended commands, as a Postgres array ("{1,2}"), taken from the queue (NULL:
- * none); fleet_commands_unended puts them back when they could not be deleted. */
+/* The tenants of the ended commands not yet taken off their counts, as a JSON array, taken
+ * from the queue (NULL: none; free it); fleet_commands_unended puts them back when they
+ * could not be taken off. */
 char *fleet_commands_ended(fleet *f);
-void fleet_commands_unended(fleet *f, const char *ids);
-/* Deletes the ended commands' rows that wait (the heartbeat). */
+void fleet_commands_unended(fleet *f, const char *ended);
+/* Takes the ended commands that wait off their counts (the heartbeat). */
 void fleet_commands_flush(fleet *f);
 /* The tenant's live sessions and running commands on every node, in one statement: 0 or -1. */
 int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *commands);
 
 /* ---- the audit log (fleet/audit.c) ---- */
 
-/* Ships what is new in this node's audit outbox to the database (each heartbeat). */
-void fleet_audit_ship(fleet *f, audit_store *store);
-/* The same right after a request recorded a row, unless the database is known to be down:
- * the next request, on any node, reads it. */
-void fleet_audit_ship_now(fleet *f, audit_store *store);
+/* Ships what is new in this node's audit outbox to the database (each heartbeat): 0 when all
+ * of it is there, -1 when some still waits. */
+int fleet_audit_ship(fleet *f, audit_store *store);
+/* The same right after a request recorded a row, unless the database is known to be down
+ * (-1): the next request, on any node, reads it. */
+int fleet_audit_ship_now(fleet *f, audit_store *store);
 /* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next);

@@ -83,6 +83,12 @@ int server_join_fleet(server *s)
                      .agent_host = c->listen_host, .agent_port = c->fleet_agent_port};
     if (!(a->fleet = fleet_open(a->db, &fo, s->err, sizeof s->err)))
         return -1;
+    /* the audit rows' durability is the database's once shipped (api/audit.c): no sync of
+     * the outbox per record */
+    if (a->audit && audit_defer_sync(a->audit) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot set up the audit outbox");
+        return -1;
+    }
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
