@@ -11,11 +11,11 @@ function M.check(cond, msg)
   if not cond then error(msg, 2) end
 end
 
--- Milliseconds fn takes.
+-- Milliseconds fn takes, then the first two values fn returned.
 function M.timed(fn)
   local t0 = socket.gettime()
-  fn()
-  return (socket.gettime() - t0) * 1000
+  local a, b = fn()
+  return (socket.gettime() - t0) * 1000, a, b
 end
 
 -- status and the decoded JSON body (the raw body when it is not JSON).

@@ -9,35 +9,15 @@
 --
 --   lua5.4 bench/snapshots.lua [runs]      (needs root, like airlockd)
 -- No assertion anywhere: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
+local stats = require "stats"
 local airlockd = require "support.airlockd"
-local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
-local socket = require "socket"
 local cjson = require "cjson"
 
 local RUNS = math.max(3, tonumber(arg and arg[1]) or 10)
 
-local function percentile(sorted, p)
-  return sorted[math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))]
-end
-
-local function summary(t)
-  table.sort(t)
-  return { p50 = percentile(t, 50), p95 = percentile(t, 95) }
-end
-
-local function call(server, method, path, key, body)
-  local status, raw, rbody = fuzz.request(server, method, path, key, body)
-  assert(status, "no answer: " .. tostring(raw))
-  local ok, decoded = pcall(cjson.decode, rbody or "")
-  return status, ok and decoded or rbody
-end
-
-local function timed(fn)
-  local t0 = socket.gettime()
-  local a, b = fn()
-  return (socket.gettime() - t0) * 1000, a, b
-end
+local call, timed, summary = harness.call, harness.timed, stats.p50_p95
 
 local s = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "256", SANDBOX_DISK_TOTAL_MB = "8192", SANDBOX_WARM_NEW = "0",
   SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000,"max_snapshots":1000,"max_snapshot_mb":100000}}' } })

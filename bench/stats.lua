@@ -29,4 +29,10 @@ function M.summary(list)
   return { n = #s, p50 = M.percentile(s, 50), p99 = M.percentile(s, 99), max = s[#s] }
 end
 
+-- { p50, p95 } of a list (not modified).
+function M.p50_p95(list)
+  local s = sorted_copy(list)
+  return { p50 = M.percentile(s, 50), p95 = M.percentile(s, 95) }
+end
+
 return M

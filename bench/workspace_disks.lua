@@ -10,37 +10,17 @@
 --    each): after SIGTERM (disks unmounted: e2fsck -p + mount each) and after kill -9 (disks
 --    still mounted: taken over), as airlockd logs it and as a client sees it (start to port).
 -- Needs root, like airlockd. No assertion anywhere: it prints a table.
-package.path = "spec/?.lua;" .. package.path
+package.path = "spec/?.lua;bench/?.lua;" .. package.path
+local harness = require "harness"
+local stats = require "stats"
 local airlockd = require "support.airlockd"
 local proc = require "support.proc"
-local fuzz = require "support.fuzz" -- its raw lua-socket client: no curl process per call
-local socket = require "socket"
 local cjson = require "cjson"
 
 local RUNS = 30
 local SESSIONS = math.max(1, tonumber(arg and arg[1]) or 50)
 
-local function percentile(sorted, p)
-  return sorted[math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))]
-end
-
-local function summary(t)
-  table.sort(t)
-  return { p50 = percentile(t, 50), p95 = percentile(t, 95) }
-end
-
-local function call(server, method, path, key, body)
-  local status, raw, rbody = fuzz.request(server, method, path, key, body)
-  assert(status, "no answer: " .. tostring(raw))
-  local ok, decoded = pcall(cjson.decode, rbody or "")
-  return status, ok and decoded or rbody
-end
-
-local function timed(fn)
-  local t0 = socket.gettime()
-  local a, b = fn()
-  return (socket.gettime() - t0) * 1000, a, b
-end
+local call, timed, summary = harness.call, harness.timed, stats.p50_p95
 
 -- create/delete/usage latencies on a server with the given quota
 local function costs(quota_mb)
