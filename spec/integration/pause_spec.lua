@@ -5,27 +5,14 @@
 -- it. The same calls on the uv and ngx transports are a case of spec/support/parity.lua.
 -- Runs on Lua 5.4 and LuaJIT.
 local airlock = require "airlock"
-local airlockd = require "support.airlockd"
+local sdk_server = require "support.sdk_server"
 local expect_error = require "support.expect_error"
 
 describe("pause and resume through the SDK", function()
-  local srv, opts
-
-  setup(function()
-    srv = airlockd.start({ env = { SANDBOX_WARM_NEW = "0" } })
-    opts = { api_key = srv.tenants.acme, base_url = srv.url }
-  end)
-
-  teardown(function()
-    if srv then airlockd.stop(srv) end
-  end)
-
-  local function with(extra)
-    local o = {}
-    for k, v in pairs(opts) do o[k] = v end
-    for k, v in pairs(extra) do o[k] = v end
-    return o
-  end
+  local sdk = sdk_server.new({ env = { SANDBOX_WARM_NEW = "0" } })
+  local with = sdk.with
+  setup(sdk.start)
+  teardown(sdk.stop)
 
   it("pauses, shows the state, and a handle attached by id resumes it with its files", function()
     local sbx = airlock.sandbox(with({ on_idle = "pause" }))
@@ -39,13 +26,13 @@ describe("pause and resume through the SDK", function()
     assert.are.equal("paused", sbx:info().state)
     assert.are.equal("paused", sbx:pause().state) -- again: the same answer
     local listed
-    for _, s in ipairs((airlock.list_sessions(opts))) do
+    for _, s in ipairs((airlock.list_sessions(sdk.opts))) do
       if s.session_id == sbx.session_id then listed = s end
     end
     assert.are.same({ "paused", "pause", "number" }, { listed.state, listed.on_idle, type(listed.paused_at) })
 
     -- another handle (as a new process would make) on the same session
-    local again = airlock.attach(sbx.session_id, opts)
+    local again = airlock.attach(sbx.session_id, sdk.opts)
     assert.are.equal("paused", again:info().state)
     assert.are.equal("paused", again.state)
     local r = again:resume()
@@ -68,7 +55,7 @@ describe("pause and resume through the SDK", function()
     local tasks = {}
     for i = 1, 2 do
       tasks[i] = airlock.spawn(function()
-        return airlock.with(opts, function(sbx)
+        return airlock.with(sdk.opts, function(sbx)
           sbx.files:write("n.txt", tostring(i))
           local paused = sbx:pause().state
           local resumed = sbx:resume().resumed
@@ -91,6 +78,6 @@ describe("pause and resume through the SDK", function()
     assert.is_nil(err.status)
     local unstarted = airlock.sandbox(with({ start = false }))
     expect_error("SandboxError", function() return unstarted:pause() end)
-    expect_error("NotFoundError", function() return airlock.attach("sbx_000000000000", opts):resume() end)
+    expect_error("NotFoundError", function() return airlock.attach("sbx_000000000000", sdk.opts):resume() end)
   end)
 end)

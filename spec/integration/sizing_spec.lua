@@ -5,28 +5,15 @@
 local airlock = require "airlock"
 local cjson = require "cjson"
 local expect_error = require "support.expect_error"
+local sdk_server = require "support.sdk_server"
 
 describe("airlock SDK: session sizes", function()
-  local airlockd = require "support.airlockd"
-  local srv, opts
-
-  setup(function()
-    srv = airlockd.start({ env = {
-      SANDBOX_TENANT_LIMITS = cjson.encode({ ["*"] = { max_memory_mb = 1024, max_cpus = 2, max_disk_mb = 256 } }),
-      SANDBOX_WORKSPACE_QUOTA_MB = "32" } })
-    opts = { api_key = srv.tenants.acme, base_url = srv.url }
-  end)
-
-  teardown(function()
-    if srv then airlockd.stop(srv) end
-  end)
-
-  local function with(extra)
-    local o = {}
-    for k, v in pairs(opts) do o[k] = v end
-    for k, v in pairs(extra) do o[k] = v end
-    return o
-  end
+  local sdk = sdk_server.new({ env = {
+    SANDBOX_TENANT_LIMITS = cjson.encode({ ["*"] = { max_memory_mb = 1024, max_cpus = 2, max_disk_mb = 256 } }),
+    SANDBOX_WORKSPACE_QUOTA_MB = "32" } })
+  local with = sdk.with
+  setup(sdk.start)
+  teardown(sdk.stop)
 
   it("creates a sized session, shows its sizes and runs within them", function()
     local sbx = airlock.sandbox(with({ memory_mb = 1024, cpus = 2, disk_mb = 64, max_processes = 100 }))
@@ -44,14 +31,14 @@ describe("airlock SDK: session sizes", function()
     assert.are.equal(0, r.exit_code, r.output)
     assert.are.equal(tostring(700 * 1024 * 1024) .. "\n", r.stdout)
     local listed
-    for _, s in ipairs((airlock.list_sessions(opts))) do
+    for _, s in ipairs((airlock.list_sessions(sdk.opts))) do
       if s.session_id == sbx.session_id then listed = s end
     end
     assert.are.same({ 1024, 2, 64, 100 }, { listed.memory_mb, listed.cpus, listed.disk_mb, listed.max_processes })
   end)
 
   it("a default session shows the defaults and is OOM-killed for the same array", function()
-    local sbx = airlock.sandbox(opts)
+    local sbx = airlock.sandbox(sdk.opts)
     finally(function() sbx:close() end)
     assert.are.same({ 256, 1, 32, 64 }, { sbx.memory_mb, sbx.cpus, sbx.disk_mb, sbx.max_processes })
     local r = sbx:run('python3 -c "b = bytearray(700*1024*1024); print(len(b))"', { timeout = 60 })
@@ -73,6 +60,6 @@ describe("airlock SDK: session sizes", function()
     assert.truthy(tostring(err):find("memory_mb is over this tenant's maximum of 1024 MB", 1, true), tostring(err))
     err = expect_error("ValidationError", airlock.sandbox, with({ disk_mb = 16.5 }))
     assert.truthy(tostring(err):find("disk_mb should be a whole number", 1, true), tostring(err))
-    assert.are.same({}, (airlock.list_sessions(opts)))
+    assert.are.same({}, (airlock.list_sessions(sdk.opts)))
   end)
 end)

@@ -4,30 +4,17 @@
 -- airlock.snapshots.list/get/delete, and bad input fails naming what was wrong.
 local airlock = require "airlock"
 local expect_error = require "support.expect_error"
+local sdk_server = require "support.sdk_server"
 
 describe("airlock SDK: snapshots", function()
-  local airlockd = require "support.airlockd"
-  local srv, opts
-
-  setup(function()
-    -- spares on (the default): a session from a snapshot never takes one (its disk would be empty)
-    srv = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "32" } })
-    opts = { api_key = srv.tenants.acme, base_url = srv.url }
-  end)
-
-  teardown(function()
-    if srv then airlockd.stop(srv) end
-  end)
-
-  local function with(extra)
-    local o = {}
-    for k, v in pairs(opts) do o[k] = v end
-    for k, v in pairs(extra) do o[k] = v end
-    return o
-  end
+  -- spares on (the default): a session from a snapshot never takes one (its disk would be empty)
+  local sdk = sdk_server.new({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "32" } })
+  local with = sdk.with
+  setup(sdk.start)
+  teardown(sdk.stop)
 
   it("snapshots a session, forks two independent ones in tasks, lists and deletes", function()
-    local sbx = airlock.sandbox(opts)
+    local sbx = airlock.sandbox(sdk.opts)
     finally(function() sbx:close() end)
     assert.are.equal(0, sbx:run("echo base > state.txt").exit_code)
     local id, rec = sbx:snapshot{ name = "before-refactor" }
@@ -58,13 +45,13 @@ describe("airlock SDK: snapshots", function()
     end
     assert.are.equal("changed\n", sbx:run("cat state.txt").stdout)
 
-    local list = airlock.snapshots.list(opts)
+    local list = airlock.snapshots.list(sdk.opts)
     assert.are.equal(1, #list)
     assert.are.same(rec, list[1])
-    assert.are.same(rec, airlock.snapshots.get(id, opts))
-    assert.is_true(airlock.snapshots.delete(id, opts))
-    assert.are.same({}, airlock.snapshots.list(opts))
-    expect_error("NotFoundError", airlock.snapshots.get, id, opts)
+    assert.are.same(rec, airlock.snapshots.get(id, sdk.opts))
+    assert.is_true(airlock.snapshots.delete(id, sdk.opts))
+    assert.are.same({}, airlock.snapshots.list(sdk.opts))
+    expect_error("NotFoundError", airlock.snapshots.get, id, sdk.opts)
     local err = expect_error("SandboxError", airlock.sandbox, with({ from_snapshot = id }))
     assert.are.equal(404, err.status)
   end)
@@ -72,8 +59,8 @@ describe("airlock SDK: snapshots", function()
   it("fails naming what was wrong", function()
     expect_error("ValidationError", airlock.sandbox, with({ from_snapshot = 5 }))
     expect_error("ValidationError", airlock.snapshots.list, { bogus = 1 })
-    expect_error("ValidationError", airlock.snapshots.get, "", opts)
-    airlock.with(opts, function(sbx)
+    expect_error("ValidationError", airlock.snapshots.get, "", sdk.opts)
+    airlock.with(sdk.opts, function(sbx)
       expect_error("ValidationError", sbx.snapshot, sbx, { label = "x" })
       local err = expect_error("ValidationError", sbx.snapshot, sbx, { name = "no/slash" })
       assert.are.equal(422, err.status)
@@ -82,7 +69,7 @@ describe("airlock SDK: snapshots", function()
       err = expect_error("ValidationError", airlock.sandbox,
         with({ from_snapshot = id, template = "python:3.11-slim" }))
       assert.truthy(tostring(err.message):find("template", 1, true), tostring(err.message))
-      airlock.snapshots.delete(id, opts)
+      airlock.snapshots.delete(id, sdk.opts)
     end)
   end)
 end)
