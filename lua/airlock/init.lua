@@ -163,12 +163,7 @@ end
 -- and no retries (quick shutdown).
 function Sandbox:close(opts)
   check_self(self, "close")
-  local timeout
-  if type(opts) == "table" then timeout = opts.timeout
-  elseif opts ~= nil then timeout = opts end
-  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
-    engine.bad_argument("timeout", "a number of seconds > 0", timeout)
-  end
+  local timeout = engine.close_timeout(opts)
   local id = self.session_id
   if not id then return true end
   -- queued (in flight) before the handle forgets it: a close cut short loses nothing

@@ -141,12 +141,7 @@ end
 -- deletion ends its kernels too.
 function Kernel:close(opts)
   check_self(self, "close")
-  local timeout
-  if type(opts) == "table" then timeout = opts.timeout
-  elseif opts ~= nil then timeout = opts end
-  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
-    engine.bad_argument("timeout", "a number of seconds > 0", timeout)
-  end
+  local timeout = engine.close_timeout(opts)
   if self.closed then return true end
   self.closed = true
   local ok, err = exchange.call(self._settings, "DELETE", path(self), nil,

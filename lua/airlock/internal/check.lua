@@ -87,6 +87,17 @@ function M.check_seconds(what, v, where)
   return v
 end
 
+-- The timeout of a close([{timeout = s}] or [s]): nil (none given) or seconds > 0.
+function M.close_timeout(opts)
+  local timeout
+  if type(opts) == "table" then timeout = opts.timeout
+  elseif opts ~= nil then timeout = opts end
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout ~= timeout or timeout <= 0) then
+    bad_argument("timeout", "a number of seconds > 0", timeout)
+  end
+  return timeout
+end
+
 -- A URL the SDK may send to.
 function M.check_url(what, v, where)
   if type(v) ~= "string" or not v:match("^[hH][tT][tT][pP][sS]?://[^%s]+$") then

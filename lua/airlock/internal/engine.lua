@@ -22,7 +22,7 @@ M.EXEC_GRACE = 30               -- exec HTTP timeout = max(timeout, command time
 -- name → the module that owns it
 local FROM = {
   [check] = { "bad_argument", "is_integer", "utf8_len", "check_string", "check_path", "check_integer",
-    "check_timeout", "check_transport" },
+    "check_timeout", "check_transport", "close_timeout" },
   [json] = { "array", "null" },
   [settings] = { "DEFAULT_TEMPLATE", "DEFAULT_TIMEOUT", "DEFAULT_CONNECT_TIMEOUT", "MISSING_SETTINGS", "SIZES",
     "env_flag", "timeouts_ms" },
