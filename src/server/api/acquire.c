@@ -22,13 +22,14 @@ static bool resume_for_call(app *a, http_request *r, session *s)
     return rc == SESSION_OK;
 }
 
-session *acquire_session(app *a, http_request *r, const api_call *c)
+/* The caller's session c->param, touched or not, referenced; NULL when a 404/403/503 was sent
+ * (or another node answered). */
+static session *acquire_found(app *a, http_request *r, const api_call *c, bool touch)
 {
     session *s = NULL;
-    /* every session route counts as activity, so the idle reaper spares it */
-    session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
+    session_result rc = registry_acquire(a->reg, c->param, c->tenant, touch, &s);
     if (rc == SESSION_NOT_FOUND && store_take_over(a, c->param, c->tenant))
-        rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
+        rc = registry_acquire(a->reg, c->param, c->tenant, touch, &s);
     /* the same strings on every session route */
     if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
         return NULL;
@@ -38,11 +39,23 @@ session *acquire_session(app *a, http_request *r, const api_call *c)
         send_moving(r, c->param);
     else if (rc != SESSION_OK)
         http_send_detail(r, 403, "Forbidden: Access denied to this session");
-    if (rc == SESSION_OK && !resume_for_call(a, r, s)) {
+    return rc == SESSION_OK ? s : NULL;
+}
+
+session *acquire_session(app *a, http_request *r, const api_call *c)
+{
+    /* every session route counts as activity, so the idle reaper spares it */
+    session *s = acquire_found(a, r, c, true);
+    if (s && !resume_for_call(a, r, s)) {
         registry_release(a->reg, s);
         return NULL;
     }
-    return rc == SESSION_OK ? s : NULL;
+    return s;
+}
+
+session *acquire_session_as_is(app *a, http_request *r, const api_call *c)
+{
+    return acquire_found(a, r, c, false);
 }
 
 session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what)

@@ -73,6 +73,8 @@ bool limit_query(http_request *r, long long *limit);
 /* The caller's session c->param, touched and referenced (registry_release it);
  * NULL when a 404/403 was sent. */
 session *acquire_session(app *a, http_request *r, const api_call *c);
+/* acquire_session without the touch and the resume (pause and resume decide themselves). */
+session *acquire_session_as_is(app *a, http_request *r, const api_call *c);
 /* 503 + Retry-After: 1 for a session a drain is moving to another node. */
 void send_moving(http_request *r, const char *id);
 /* The 429 of a tenant at its concurrent-command limit (exec, import): the reference's text

@@ -2,28 +2,9 @@
 #include "api/api.h"
 #include "api/handlers.h"
 
-/* The caller's session, not resumed (pause and resume decide themselves); NULL when a 404,
- * 403 or 503 (moving) was sent. */
-static session *acquire_as_is(app *a, http_request *r, const api_call *c)
-{
-    session *s = NULL;
-    session_result rc = registry_acquire(a->reg, c->param, c->tenant, false, &s);
-    if (rc == SESSION_NOT_FOUND && store_take_over(a, c->param, c->tenant))
-        rc = registry_acquire(a->reg, c->param, c->tenant, false, &s);
-    if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
-        return NULL;
-    if (rc == SESSION_NOT_FOUND)
-        http_send_detail(r, 404, "Session not found or expired");
-    else if (rc == SESSION_MOVING)
-        send_moving(r, c->param);
-    else if (rc != SESSION_OK)
-        http_send_detail(r, 403, "Forbidden: Access denied to this session");
-    return rc == SESSION_OK ? s : NULL;
-}
-
 void api_sessions_pause(app *a, http_request *r, const api_call *c)
 {
-    session *s = acquire_as_is(a, r, c);
+    session *s = acquire_session_as_is(a, r, c);
     if (!s)
         return;
     size_t nk = pause_kernels_in_the_way(&a->pause, s);
@@ -60,7 +41,7 @@ void api_sessions_pause(app *a, http_request *r, const api_call *c)
 
 void api_sessions_resume(app *a, http_request *r, const api_call *c)
 {
-    session *s = acquire_as_is(a, r, c);
+    session *s = acquire_session_as_is(a, r, c);
     if (!s)
         return;
     bool resumed = false;
