@@ -81,6 +81,9 @@ void send_moving(http_request *r, const char *id);
  * "Too many commands running at once: N allowed. Wait for one to finish." and, ours, the same
  * N in the header X-Airlock-Exec-Limit, so clients need not read it from the sentence. */
 void api_send_exec_limit(http_request *r, int allowed);
+/* The answer when slots_acquire gave no slot: 503 "All N command slots of this server are in use;
+ * try again shortly." when busy, 500 when cancelled (the client is gone). */
+void api_send_no_slot(http_request *r, int max_slots, slot_result sr);
 /* acquire_session for a route that records an audit entry: fails closed (507 "<what> could
  * not be saved: ...") while the audit log cannot be written, before anything runs. */
 session *acquire_audited_session(app *a, http_request *r, const api_call *c, const char *what);

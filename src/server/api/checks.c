@@ -83,6 +83,16 @@ void api_send_exec_limit(http_request *r, int allowed)
     http_send_json_header(r, 429, json_pack("{s:s}", "detail", text), "X-Airlock-Exec-Limit", n);
 }
 
+void api_send_no_slot(http_request *r, int max_slots, slot_result sr)
+{
+    char text[128];
+    snprintf(text, sizeof text, "All %d command slots of this server are in use; try again shortly.", max_slots);
+    if (sr == SLOT_BUSY)
+        http_send_detail(r, 503, text);
+    else
+        http_send_500(r); /* cancelled: the client is gone */
+}
+
 void send_not_saved(http_request *r, unsigned status, const char *what)
 {
     char msg[256];

@@ -178,13 +178,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         close(fd);
     limits_exec_end(a->lim, tenant);
     if (rc == IMPORT_OK && sr != SLOT_OK) {
-        char text[128];
-        snprintf(text, sizeof text, "All %d command slots of this server are in use; try again shortly.",
-                 slots_max(a->slots));
-        if (sr == SLOT_BUSY)
-            http_send_detail(r, 503, text);
-        else
-            http_send_500(r); /* cancelled: the client is gone */
+        api_send_no_slot(r, slots_max(a->slots), sr);
     } else if (rc == IMPORT_OK) {
         char *path = NULL, *detail = NULL;
         if (asprintf(&path, "/workspace/%s", spec->dest) < 0)

@@ -49,6 +49,14 @@ static session *kernel_session(app *a, http_request *r, const api_call *c, const
     return acquire_session(a, r, &sc);
 }
 
+/* split_ids, then kernel_session of the session id: NULL when an answer was sent. */
+static session *kernel_session_of_path(app *a, http_request *r, const api_call *c, char sid[64], char kid[64])
+{
+    if (!split_ids(r, c, sid, kid))
+        return NULL;
+    return kernel_session(a, r, c, sid);
+}
+
 static void send_unknown_kernel(http_request *r, const char *kid)
 {
     send_detail_with(r, 404, "Kernel '%s' not found in this session.", kid);
@@ -113,9 +121,7 @@ void api_kernels_list(app *a, http_request *r, const api_call *c)
 void api_kernels_delete(app *a, http_request *r, const api_call *c)
 {
     char sid[64], kid[64];
-    if (!split_ids(r, c, sid, kid))
-        return;
-    session *s = kernel_session(a, r, c, sid);
+    session *s = kernel_session_of_path(a, r, c, sid, kid);
     if (!s)
         return;
     bool found = kernels_delete(a->kernels, s->id, kid);
@@ -129,9 +135,7 @@ void api_kernels_delete(app *a, http_request *r, const api_call *c)
 void api_kernels_interrupt(app *a, http_request *r, const api_call *c)
 {
     char sid[64], kid[64];
-    if (!split_ids(r, c, sid, kid))
-        return;
-    session *s = kernel_session(a, r, c, sid);
+    session *s = kernel_session_of_path(a, r, c, sid, kid);
     if (!s)
         return;
     kernel *k = kernels_get(a->kernels, s->id, kid);
@@ -218,13 +222,7 @@ static bool take_turn(app *a, http_request *r, size_t tenant)
     if (sr == SLOT_OK)
         return true;
     limits_exec_end(a->lim, tenant);
-    char text[128];
-    snprintf(text, sizeof text, "All %d command slots of this server are in use; try again shortly.",
-             slots_max(a->slots));
-    if (sr == SLOT_BUSY)
-        http_send_detail(r, 503, text);
-    else
-        http_send_500(r); /* cancelled: the client is gone */
+    api_send_no_slot(r, slots_max(a->slots), sr);
     return false;
 }
 
