@@ -9,6 +9,7 @@
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local luv = require "luv"
+local tasks = require "support.tasks"
 
 local PNG_BASE64 = "^iVBORw0KGgo"   -- "\x89PNG\r\n\x1a\n" in base64
 
@@ -108,11 +109,7 @@ describe("sbx:kernel", function()
       while not started do transport:sleep(0.02) end   -- yields to the runner until its cell runs
       return k:interrupt()
     end)
-    while airlock.poll(100) > 0 do end
-    local ok, r = runner:result()
-    assert.is_true(ok, tostring(r))
-    local iok, interrupted = interrupter:result()
-    assert.is_true(iok, tostring(interrupted))
+    local r, interrupted = tasks.results(airlock, runner, interrupter)
     assert.is_true(interrupted)
     assert.are.equal("KeyboardInterrupt", r.error.name)
     assert.is_false(r.timed_out)
@@ -141,19 +138,10 @@ describe("sbx:kernel", function()
       end)
     end
     local a, b = task(k, "a"), task(k2, "b")
-    while airlock.poll(100) > 0 do end
-    local oka, ra = a:result()
-    local okb, rb = b:result()
-    assert.is_true(oka, tostring(ra))
-    assert.is_true(okb, tostring(rb))
+    local ra, rb = tasks.results(airlock, a, b)
     assert.are.equal("a0\na1\na2\n", ra.stdout)
     assert.are.equal("b0\nb1\nb2\n", rb.stdout)
-    local first_b, last_a
-    for i, s in ipairs(log) do
-      if s:find("b0", 1, true) and not first_b then first_b = i end
-      if s:find("a2", 1, true) then last_a = i end
-    end
-    assert.truthy(first_b and last_a and first_b < last_a, table.concat(log, ","))
+    tasks.assert_interleaved(log, "b0", "a2")
     assert.is_true(k2:close())
   end)
 

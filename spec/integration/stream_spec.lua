@@ -10,6 +10,7 @@ local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
 local luv = require "luv"
+local tasks = require "support.tasks"
 
 -- Collects the callbacks' pieces in arrival order as "out:<text>" / "err:<text>".
 local function recorder()
@@ -96,20 +97,10 @@ describe("sbx:run with on_stdout / on_stderr", function()
       end)
     end
     local a, b = task("a"), task("b")
-    while airlock.poll(100) > 0 do end
-    local oka, ra = a:result()
-    local okb, rb = b:result()
-    assert.is_true(oka, tostring(ra))
-    assert.is_true(okb, tostring(rb))
+    local ra, rb = tasks.results(airlock, a, b)
     assert.are.equal("a1\na2\na3\n", ra.stdout)
     assert.are.equal("b1\nb2\nb3\n", rb.stdout)
-    -- interleaved: b's first line came before a's last
-    local first_b, last_a
-    for i, s in ipairs(log) do
-      if s:find("b1", 1, true) and not first_b then first_b = i end
-      if s:find("a3", 1, true) then last_a = i end
-    end
-    assert.truthy(first_b < last_a, table.concat(log, ","))
+    tasks.assert_interleaved(log, "b1", "a3") -- b's first line came before a's last
   end)
 
   it("spills the whole output to a workspace file and keeps output_limit_bytes", function()
