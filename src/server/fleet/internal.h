@@ -51,6 +51,10 @@ struct fleet {
     " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"                          \
     " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING"
 
+/* fleet/registry.c: runs a statement whose rows are session ids (column 0): a JSON array of
+ * them, NULL when it failed. */
+json_t *fleet_session_ids(fleet *f, const char *sql, int nparams, const char *const *params);
+
 /* fleet/view.c: keeps a copy of nodes (a successful read of the nodes table) as the view. */
 void fleet_view_keep(fleet *f, const json_t *nodes);
 void fleet_view_free(fleet *f);

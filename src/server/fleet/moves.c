@@ -18,15 +18,8 @@ json_t *fleet_move_candidates(fleet *f)
 {
     const char *p[] = {f->id};
     /* a moving_to left by a move this node never finished (it was killed) is overwritten */
-    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'"
-                                    " AND move_error IS NULL AND stored IS NULL ORDER BY last_used", 1, p);
-    if (!res)
-        return NULL;
-    json_t *ids = json_array();
-    for (int i = 0; ids && i < PQntuples(res); i++)
-        json_array_append_new(ids, json_string(PQgetvalue(res, i, 0)));
-    PQclear(res);
-    return ids;
+    return fleet_session_ids(f, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'"
+                                " AND move_error IS NULL AND stored IS NULL ORDER BY last_used", 1, p);
 }
 
 /* The URLs a move uses are the nodes' internal listeners (internal_url), never the address

@@ -214,3 +214,15 @@ json_t *fleet_session_list_all(fleet *f, int limit)
     PQclear(res);
     return arr;
 }
+
+json_t *fleet_session_ids(fleet *f, const char *sql, int nparams, const char *const *params)
+{
+    PGresult *res = pg_query(f->db, sql, nparams, params);
+    if (!res)
+        return NULL;
+    json_t *ids = json_array();
+    for (int i = 0; ids && i < PQntuples(res); i++)
+        json_array_append_new(ids, json_string(PQgetvalue(res, i, 0)));
+    PQclear(res);
+    return ids;
+}

@@ -67,15 +67,8 @@ json_t *fleet_store_expired(fleet *f, double paused_ttl, int limit)
     snprintf(l, sizeof l, "%d", limit);
     const char *p[] = {t, l};
     /* deleted by the one statement that finds it: of nodes sweeping at once, one removes each */
-    PGresult *res = pg_query(f->db, "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions"
-                                    " WHERE stored IS NOT NULL AND state = 'active'"
-                                    " AND paused_at < airlock_now() - $1::double precision"
-                                    " ORDER BY id LIMIT $2::integer FOR UPDATE SKIP LOCKED) RETURNING id", 2, p);
-    if (!res)
-        return NULL;
-    json_t *ids = json_array();
-    for (int i = 0; ids && i < PQntuples(res); i++)
-        json_array_append_new(ids, json_string(PQgetvalue(res, i, 0)));
-    PQclear(res);
-    return ids;
+    return fleet_session_ids(f, "DELETE FROM sessions WHERE id IN (SELECT id FROM sessions"
+                                " WHERE stored IS NOT NULL AND state = 'active'"
+                                " AND paused_at < airlock_now() - $1::double precision"
+                                " ORDER BY id LIMIT $2::integer FOR UPDATE SKIP LOCKED) RETURNING id", 2, p);
 }
