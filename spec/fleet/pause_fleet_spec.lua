@@ -14,22 +14,19 @@ local ADMIN = "pause-admin-" .. string.rep("d", 30)
 local LOST_AFTER = 6
 
 describe("paused sessions in a 3-node fleet's shared store", function()
-  local f, shared, store
+  local f, store
 
   setup(function()
-    shared = proc.make_temp_dir()
-    store = shared .. "/snapshots/paused/"
-    f = fleet.up{ nodes = 3, env = {
+    f = fleet.up{ nodes = 3, shared_snapshots = true, env = {
       SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_ADMIN_KEY = ADMIN,
-      SANDBOX_SNAPSHOT_DIR = shared .. "/snapshots",
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
       SANDBOX_TENANT_LIMITS = cjson.encode{ main = { max_sessions = 20, requests_per_minute = 100000 } },
     } }
+    store = f.snapshot_dir .. "/paused/"
   end)
 
   teardown(function()
     fleet.down(f)
-    proc.remove_tree(shared)
   end)
 
   local function row(id)
@@ -130,25 +127,23 @@ describe("paused sessions in a 3-node fleet's shared store", function()
 end)
 
 describe("a stored paused session past SANDBOX_PAUSED_TTL", function()
-  local f, shared
+  local f
 
   setup(function()
-    shared = proc.make_temp_dir()
-    f = fleet.up{ nodes = 1, env = { -- any node sweeps: one shows it
-      SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_SNAPSHOT_DIR = shared .. "/snapshots",
+    f = fleet.up{ nodes = 1, shared_snapshots = true, env = { -- any node sweeps: one shows it
+      SANDBOX_API_KEYS = "main:" .. KEY,
       SANDBOX_SESSION_TTL = "4", SANDBOX_PAUSED_TTL = "2", -- the reaper sweeps every second
     } }
   end)
 
   teardown(function()
     fleet.down(f)
-    proc.remove_tree(shared)
   end)
 
   it("is deleted by a node's sweep, its image gone from the store", function()
     local id = http.create(f.router, KEY).json.session_id
     assert.are.equal(200, http.request(f.router, "POST", "/v1/sessions/" .. id .. "/pause", { key = KEY }).status)
-    local img = shared .. "/snapshots/paused/" .. id .. ".img"
+    local img = f.snapshot_dir .. "/paused/" .. id .. ".img"
     assert.is_true(proc.run("test -f " .. proc.shell_quote(img)))
     assert.is_true(proc.wait_until(15, function()
       return fleet.sql(f, "SELECT count(*) FROM sessions WHERE id = '" .. id .. "'") == "0"

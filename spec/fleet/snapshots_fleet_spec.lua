@@ -11,19 +11,17 @@ local proc = require "support.proc"
 local KEY = "fleet-key-" .. string.rep("b", 24)
 
 describe("snapshots in a 2-node fleet sharing SANDBOX_SNAPSHOT_DIR", function()
-  local f, shared
+  local f
 
   setup(function()
-    shared = proc.make_temp_dir()
-    f = fleet.up{ nodes = 2, env = {
-      SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_SNAPSHOT_DIR = shared .. "/snapshots",
+    f = fleet.up{ nodes = 2, shared_snapshots = true, env = {
+      SANDBOX_API_KEYS = "main:" .. KEY,
       SANDBOX_TENANT_LIMITS = cjson.encode{ main = { max_sessions = 20, requests_per_minute = 100000 } },
     } }
   end)
 
   teardown(function()
     fleet.down(f)
-    proc.remove_tree(shared)
   end)
 
   it("takes a snapshot on the session's node and serves it from every node", function()
@@ -65,9 +63,9 @@ describe("snapshots in a 2-node fleet sharing SANDBOX_SNAPSHOT_DIR", function()
     for _, n in pairs(f.nodes) do
       assert.are.equal(404, http.request(n, "GET", "/v1/snapshots/" .. snap, { key = KEY }).status)
     end
-    local left = proc.output("ls -A " .. proc.shell_quote(shared .. "/snapshots"))
+    local left = proc.output("ls -A " .. proc.shell_quote(f.snapshot_dir))
     assert.are.equal(".lock\npaused\n", left) -- the store's lock file and its (empty) paused sessions
-    assert.are.equal("", proc.output("ls -A " .. proc.shell_quote(shared .. "/snapshots/paused")))
+    assert.are.equal("", proc.output("ls -A " .. proc.shell_quote(f.snapshot_dir .. "/paused")))
     assert.are.equal("0", fleet.sql(f, "SELECT count(*) FROM snapshots"))
   end)
 end)

@@ -42,16 +42,19 @@ function M.reload(f)
 end
 
 -- Brings up a fleet of opts.nodes (3) nodes with opts.env; errors (after taking down what
--- started) when it did not come up.
+-- started) when it did not come up. With opts.shared_snapshots, the nodes share one
+-- SANDBOX_SNAPSHOT_DIR, f.snapshot_dir, in a temporary folder of its own that down removes.
 function M.up(opts)
   local dir = proc.make_temp_dir()
   -- small workspace disks (each is a fully allocated image) under a cap per node, no spares,
   -- and never this machine's resolver for egress: the machine is shared (as support.airlockd)
   local env = { SANDBOX_WARM_NEW = "0", SANDBOX_WORKSPACE_QUOTA_MB = "16", SANDBOX_DISK_TOTAL_MB = "2048",
                 SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
+  local shared = opts.shared_snapshots and proc.make_temp_dir() or nil
+  if shared then env.SANDBOX_SNAPSHOT_DIR = shared .. "/snapshots" end
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local ok, out = fleet_sh(env, { "up", dir, "--nodes", tostring(opts.nodes or 3) })
-  local f = { dir = dir, env = env, up_output = out }
+  local f = { dir = dir, env = env, up_output = out, shared = shared, snapshot_dir = env.SANDBOX_SNAPSHOT_DIR }
   if not ok then
     M.down(f)
     error("fleet.sh up failed:\n" .. out, 2)
@@ -117,12 +120,16 @@ local function fleet_secrets(f)
   return log_secrets.from_env(env)
 end
 
--- Takes the fleet down and removes its folder; then errors if a node's log held one of the
--- secrets it was started with (support.log_secrets).
+-- Takes the fleet down and removes its folder (and its shared snapshots' folder); then errors
+-- if a node's log held one of the secrets it was started with (support.log_secrets).
 function M.down(f)
   if not f or not f.dir then return end
   local ok, out = fleet_sh(f.env, { "down", f.dir })
   if not ok then io.stderr:write("fleet.sh down: ", out, "\n") end
+  if f.shared then
+    proc.remove_tree(f.shared)
+    f.shared = nil
+  end
   keep_logs(f)
   local secrets, leaks = fleet_secrets(f), {}
   for path in proc.output("ls " .. q(f.dir) .. "/nodes/*/log 2>/dev/null"):gmatch("[^\n]+") do
