@@ -6,6 +6,7 @@
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local http_client = require "support.http_client"
+local ngx_eval = require "support.hosts.nginx_eval"
 local proc = require "support.proc"
 
 local function all_bytes()
@@ -220,11 +221,7 @@ describe("binary files through the SDK", function()
   end)
 
   it("round-trips on the cosocket transport in nginx", function()
-    local nginx = require "support.hosts.nginx"
-    local ngx_eval = require "support.hosts.nginx_eval"
-    local srv = nginx.start({ env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = server.tenants.acme },
-      server = ngx_eval.LOCATION })
-    local ok, value = pcall(ngx_eval.eval, srv, [[
+    local value = ngx_eval.sdk_eval(server, [[
       local airlock = require "airlock"
       local t = {}
       for i = 0, 255 do t[#t + 1] = string.char(i) end
@@ -252,9 +249,6 @@ describe("binary files through the SDK", function()
       return { same = back == data, big_same = big_back == big, n = #entries, kind = entries[1].kind,
         transport = airlock.stats().transport, up = up, down = down, up_same = up_same, down_same = down_same }
     ]], 300)
-    local log = nginx.stop(srv)
-    nginx.assert_no_crashes(log)
-    assert(ok, value)
     assert.is_true(value.same)
     assert.is_true(value.big_same)
     assert.are.equal(2, value.n)

@@ -9,6 +9,7 @@
 local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local luv = require "luv"
+local ngx_eval = require "support.hosts.nginx_eval"
 local tasks = require "support.tasks"
 
 local PNG_BASE64 = "^iVBORw0KGgo"   -- "\x89PNG\r\n\x1a\n" in base64
@@ -167,11 +168,7 @@ describe("sbx:kernel", function()
   end)
 
   it("runs a cell on the cosocket transport in nginx", function()
-    local nginx = require "support.hosts.nginx"
-    local ngx_eval = require "support.hosts.nginx_eval"
-    local host = nginx.start({ env = { SANDBOX_API_URL = srv.url, SANDBOX_API_KEY = srv.tenants.acme },
-      server = ngx_eval.LOCATION })
-    local ok, value = pcall(ngx_eval.eval, host, [[
+    local value = ngx_eval.sdk_eval(srv, [[
       local airlock = require "airlock"
       return airlock.with({}, function(s)
         local nk = s:kernel()
@@ -181,8 +178,6 @@ describe("sbx:kernel", function()
         return { text = r.text, seen = seen, transport = airlock.stats().transport }
       end)
     ]], 120)
-    nginx.assert_no_crashes(nginx.stop(host))
-    assert(ok, value)
     assert.are.equal("ngx", value.transport)
     assert.are.equal("21", value.text)
     assert.are.same({ "hi\n" }, value.seen)

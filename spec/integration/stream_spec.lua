@@ -10,6 +10,7 @@ local airlock = require "airlock"
 local airlockd = require "support.airlockd"
 local badserver = require "support.badserver"
 local luv = require "luv"
+local ngx_eval = require "support.hosts.nginx_eval"
 local tasks = require "support.tasks"
 
 -- Collects the callbacks' pieces in arrival order as "out:<text>" / "err:<text>".
@@ -53,11 +54,7 @@ describe("sbx:run with on_stdout / on_stderr", function()
   end)
 
   it("calls back on the cosocket transport in nginx, in order, with the plain run's Result", function()
-    local nginx = require "support.hosts.nginx"
-    local ngx_eval = require "support.hosts.nginx_eval"
-    local host = nginx.start({ env = { SANDBOX_API_URL = srv.url, SANDBOX_API_KEY = srv.tenants.acme },
-      server = ngx_eval.LOCATION })
-    local ok, value = pcall(ngx_eval.eval, host, [[
+    local value = ngx_eval.sdk_eval(srv, [[
       local airlock = require "airlock"
       local seen = {}
       local command = "echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three; exit 2"
@@ -71,8 +68,6 @@ describe("sbx:run with on_stdout / on_stderr", function()
       return { seen = seen, output = r.output, plain_output = plain.output, exit_code = r.exit_code,
         transport = airlock.stats().transport }
     ]], 120)
-    nginx.assert_no_crashes(nginx.stop(host))
-    assert(ok, value)
     assert.are.equal("ngx", value.transport)
     assert.are.same({ "out:one\n", "err:two\n", "out:three\n" }, value.seen)
     assert.are.equal(value.plain_output, value.output)

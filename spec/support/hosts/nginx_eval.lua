@@ -40,4 +40,17 @@ function M.eval(srv, code, max_time)
   return value
 end
 
+-- sdk_eval(server, code [, max_time]) → value: code run in a fresh nginx whose SDK talks to
+-- airlockd `server` as tenant acme (SANDBOX_API_URL/KEY); nginx is stopped after, asserting it
+-- did not crash; raises with the error raised in nginx.
+function M.sdk_eval(server, code, max_time)
+  local nginx = require "support.hosts.nginx"
+  local host = nginx.start({ env = { SANDBOX_API_URL = server.url, SANDBOX_API_KEY = server.tenants.acme },
+    server = M.LOCATION })
+  local ok, value = pcall(M.eval, host, code, max_time)
+  nginx.assert_no_crashes(nginx.stop(host))
+  if not ok then error(value, 2) end
+  return value
+end
+
 return M
