@@ -4,7 +4,7 @@
  *   <mount>/airlockd-<16 hex of SHA-256(realpath(state dir))>/   this server's root
  *           t-<tenant>/                                           one per tenant: its CPU weight
  *               <sandbox id>/                                     one per sandbox run: its limits
- *   <mount>/airlockd-<16 hex>-builds/                             template builds (idle, beside
+ *   <mount>/airlockd-<16 hex>-builds/                             template builds (low weight, beside
  *           builds/<step id>/                                     the root: see SBX_CG_BUILD_SHARES)
  *
  * The whole runsc process tree (runsc, gofer, sentry, systrap stubs) or bubblewrap tree of a
