@@ -280,6 +280,7 @@ bench: build luajit-core
 	$(LUA) bench/fleet.lua
 	$(LUA) bench/templates.lua
 	$(LUA) bench/pause.lua
+	$(LUA) bench/snapshots.lua
 
 $(RAW_CURL_RATE): bench/raw_curl_rate.c
 	@mkdir -p $(dir $@)

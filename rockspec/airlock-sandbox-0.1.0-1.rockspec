@@ -72,6 +72,7 @@ build = {
       ["airlock.result"] = "lua/airlock/result.lua",
       ["airlock.tasks"] = "lua/airlock/tasks.lua",
       ["airlock.templates"] = "lua/airlock/templates.lua",
+      ["airlock.snapshots"] = "lua/airlock/snapshots.lua",
       ["airlock.tools"] = "lua/airlock/tools.lua",
       ["airlock.transport"] = "lua/airlock/transport/init.lua",
       ["airlock.transport.curl"] = "lua/airlock/transport/curl.lua",

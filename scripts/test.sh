@@ -15,7 +15,8 @@
 #   spec/unit         Lua 5.4, LuaJIT, Lua 5.1, Lua 5.3 (one job each: they take seconds)
 #   spec/integration  Lua 5.4, LuaJIT; Lua 5.1 for LUA51_SPECS (what differs there: tasks and
 #                     pcall, the host-loop hooks, the libuv transport, ...; not the HTTP failure
-#                     paths LuaJIT already runs on the same 5.1 API)
+#                     paths LuaJIT already runs on the same 5.1 API); a test tagged #build (a
+#                     real template build: its time is airlockd's) on Lua 5.4 alone
 #   spec/lua54        Lua 5.4 only (<close>)
 #   spec/server       once (airlockd itself): Lua 5.4; under --asan against the ASan airlockd,
 #                     and COMMAND_MODE_SPECS again with SANDBOX_EXEC_MODE=command (CI)
@@ -43,7 +44,7 @@ for a in "$@"; do
 done
 
 # the integration specs that differ under Lua 5.1 (PUC) from what LuaJIT already runs
-LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary"}
+LUA51_SPECS=${LUA51_SPECS:-"sdk leaks close_queue tools agents mcp exec_queue driver_hooks uv_transport examples keys http stream files_binary snapshots"}
 # the files and folders whose Lua 5.4 run is the ASan one under --asan: the unit specs, every
 # airlockd spec (spec/server, but a file tagged #noasan: a plain lua5.4 child, or memory
 # figures) and the integration specs that start no plain lua5.4 child loading the core
@@ -56,6 +57,11 @@ COMMAND_MODE_SPECS=${COMMAND_MODE_SPECS:-"warm redteam fairness egress_cleanup"}
 # the host-loop hooks and the libuv transport on them
 VALGRIND_SPECS="spec/unit/core_spec.lua spec/integration/badserver_spec.lua spec/integration/driver_hooks_spec.lua spec/integration/uv_transport_spec.lua"
 TEST_JOBS=${TEST_JOBS:-$(( $(nproc) + 1 ))}
+# the spec files whose jobs take a minute or more (the closing "slowest" list of a run), longest
+# first: each of their jobs (every interpreter, ASan or not) starts before all others, so none of
+# them starts late and runs on alone at the end (a job's order does not change what it checks)
+LONG_SPECS=${LONG_SPECS:-"spec/server/templates_spec.lua spec/server/persistence_spec.lua spec/fleet/fleet_spec.lua
+  spec/integration/templates_spec.lua spec/fleet/templates_fleet_spec.lua spec/fleet/drain_spec.lua"}
 
 export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
 export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
@@ -108,7 +114,8 @@ fi
 # the Lua SDK's suite again, through the router of a 3-node fleet (docs/fleet.md)
 job plain --helper=spec/support/fleet_as_airlockd.lua spec/integration/sdk_spec.lua
 if has_core build/luajit && command -v luajit >/dev/null; then
-  for f in spec/integration/*_spec.lua; do job luajit "$f"; done
+  # (a test tagged #build: a real template build in airlockd, run from Lua 5.4 alone)
+  for f in spec/integration/*_spec.lua; do job luajit --exclude-tags=build "$f"; done
   job luajit spec/unit
 fi
 if has_core build/lua51 && command -v lua5.1 >/dev/null; then
@@ -116,6 +123,16 @@ if has_core build/lua51 && command -v lua5.1 >/dev/null; then
   job lua51 spec/unit
 fi
 if has_core build/lua53 && command -v lua5.3 >/dev/null; then job lua53 spec/unit; fi
+# the jobs of LONG_SPECS first (in its order), then the others in the order above (valgrind's
+# first: 50 s at load average 8)
+long=() rest=()
+for s in $LONG_SPECS; do
+  for j in "${jobs[@]}"; do [ "${j##* }" = "$s" ] && long+=("$j"); done
+done
+for j in "${jobs[@]}"; do
+  case " ${LONG_SPECS//$'\n'/ } " in *" ${j##* } "*) ;; *) rest+=("$j") ;; esac
+done
+jobs=("${long[@]}" "${rest[@]}")
 
 # Runs job number $1 ("KIND ARGS..."), output to its log, counts to its summary file.
 run_job() {

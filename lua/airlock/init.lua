@@ -18,6 +18,7 @@ local file_sink = require "airlock.internal.file_sink"
 local kernel = require "airlock.kernel"
 local result = require "airlock.result"
 local tasks = require "airlock.tasks"
+local snapshots = require "airlock.snapshots"
 local templates = require "airlock.templates"
 local transports = require "airlock.transport"
 
@@ -31,6 +32,7 @@ local M = {
   errors = errors,
   engine = engine,
   templates = templates, -- airlock.templates.build{...}, .list(), .get(name), .delete(name)
+  snapshots = snapshots, -- airlock.snapshots.list(), .get(id), .delete(id)
   Result = result.Result,
   Kernel = kernel.Kernel,
 }
@@ -125,6 +127,10 @@ function Sandbox:start()
   local s = self._settings
   local created = dropped.creating(s)
   local body = { { "template", s.template }, { "egress", engine.array(self.requested_egress) } }
+  if s.from_snapshot then -- its template is the snapshot's unless one was asked for
+    body = { { "from_snapshot", s.from_snapshot }, { "egress", engine.array(self.requested_egress) } }
+    if s.template_given then body[3] = { "template", s.template } end
+  end
   for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
     if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end
   end
@@ -262,6 +268,45 @@ function Sandbox:info()
   local data = call(self._settings, "GET", engine.session_path(id, ""))
   if type(data) == "table" then take_shape(self, data) end
   return data
+end
+
+-- sbx:snapshot{ name = "before-refactor" } → id, record. Keeps the session's workspace as it is
+-- now (airlockd: POST /v1/sessions/{id}/snapshots; files only) while the session goes on;
+-- airlock.sandbox{ from_snapshot = id } starts a new session from it. record: snapshot_id,
+-- name, bytes, memory, created_at, session_id, template, disk_mb.
+function Sandbox:snapshot(opts)
+  local id = started(self, "snapshot")
+  if opts == nil then opts = {} end
+  if type(opts) ~= "table" then engine.bad_argument("options", "a table", opts) end
+  local body = {}
+  for k, v in pairs(opts) do
+    if k == "name" then
+      body[#body + 1] = { "name", engine.check_string("name", v, { non_empty = true, utf8 = true }) }
+    else
+      errors.raise("ValidationError", "unknown option '" .. tostring(k) .. "'")
+    end
+  end
+  local data = call(self._settings, "POST", engine.session_path(id, "/snapshots"), body)
+  if type(data) ~= "table" or type(data.snapshot_id) ~= "string" then
+    errors.raise("SandboxError", "The server's snapshot answer has no snapshot_id")
+  end
+  return data.snapshot_id, data
+end
+
+-- sbx:from_snapshot(snapshot_id) → a new, started Sandbox with this one's settings (server, key,
+-- egress, sizes) whose workspace is the snapshot's; this one is left as it is. Agents that
+-- branch use it to go back to a state they kept (airlock.tools.branching).
+function Sandbox:from_snapshot(snapshot_id)
+  check_self(self, "from_snapshot")
+  engine.check_string("snapshot_id", snapshot_id, { non_empty = true, utf8 = true })
+  local s = {}
+  for k, v in pairs(self._settings) do s[k] = v end
+  s.from_snapshot, s.template_given = snapshot_id, false
+  local new = setmetatable({ base_url = s.base_url, template = s.template, requested_egress = {}, egress = {},
+    _settings = s }, Sandbox)
+  for i, rule in ipairs(self.requested_egress) do new.requested_egress[i] = rule end
+  new.files = setmetatable({ _sandbox = new }, Files)
+  return new:start()
 end
 
 -- sbx:pause() → {state = "paused", image_bytes, pause_ms, paused_at} (airlockd): the session's

@@ -1,5 +1,7 @@
 --- A local MCP server over stdio (used by bin/airlock-mcp): JSON-RPC 2.0, one message per
--- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp), one
+-- line, the nine sandbox tools of the reference local MCP server (airlock-sandbox-mcp),
+-- run_python (ours: a stateful kernel, its charts as image content) and, ours, snapshot and
+-- restore (airlockd) for agents that branch, one
 -- sandbox per process created on the first tool call and deleted when the client
 -- disconnects. The tools, their checks and texts come from the agent catalogue
 -- (airlock.internal.agent.catalogue), shared with airlock.tools. Runs on Lua 5.1/LuaJIT through 5.4.
@@ -44,6 +46,8 @@ M.INSTRUCTIONS = table.concat({
   "- No internet access unless the server was configured with egress hosts (call sandbox_info "
     .. "to see them); then only HTTPS to those hosts works.",
   "- reset_sandbox wipes the workspace and starts over with an empty one.",
+  "- snapshot keeps the workspace's files as they are (before a risky change); restore goes back "
+    .. "to one in a new sandbox (airlockd servers).",
 }, "\n")
 
 ---------------------------------------------------------------------------------------------
@@ -112,8 +116,8 @@ function M.usage()
     "",
     "A local MCP server (stdio) that gives an AI client one isolated Airlock sandbox:",
     "run_command, run_python, write_file, read_file, list_files, import_repo, egress_log,",
-    "activity, sandbox_info, reset_sandbox. The sandbox is created on the first tool call and deleted",
-    "when the client disconnects.",
+    "activity, sandbox_info, reset_sandbox, snapshot, restore. The sandbox is created on the",
+    "first tool call and deleted when the client disconnects.",
     "",
     "Environment:",
     "  SANDBOX_API_URL       the Airlock server, e.g. http://127.0.0.1:8080 (required)",
@@ -259,6 +263,11 @@ function Sdk:create(settings)
   return self.airlock.sandbox(self:options(settings))
 end
 
+-- A new sandbox whose workspace is snapshot `id`'s (airlockd).
+function Sdk:create_from(settings, id)
+  return self.airlock.sandbox(self:options(settings, { from_snapshot = id }))
+end
+
 -- Deletes session `id` with a short timeout and no retries; errors are the caller's.
 function Sdk:delete(settings, id, timeout)
   local sbx = self.airlock.attach(id, self:options(settings, { max_retries = 0 }))
@@ -354,6 +363,18 @@ function Holder:reset()
   return self:get()
 end
 
+-- The restore tool: a new sandbox from snapshot id replaces the one held (deleted once the new
+-- one is there; a failed restore keeps it).
+function Holder:restore(id)
+  local new = self.sdk:create_from(self.settings, id)
+  local old = self.sbx
+  self.sbx = new
+  self.swept = true
+  self:save(self.sdk:session_id(new))
+  if old then tasks.pcall(self.sdk.close, self.sdk, old, nil) end
+  return new
+end
+
 --- On disconnect: delete the session (1.5 s, no retries, errors ignored) and the state file.
 function Holder:shutdown()
   local sbx = self.sbx
@@ -413,11 +434,20 @@ local function rpc_error(id, code, message)
   return encode_response(id, "error", { code = code, message = message })
 end
 
+-- The most images one tool result carries (a cell may draw many charts; each is a whole PNG in
+-- the client's context): the text says how many more there were.
+M.MAX_TOOL_IMAGES = 8
+
 -- images: {mime =, base64 =} each (run_python's charts), as MCP image content after the text.
 local function tool_result(answer, is_error, images)
+  images = images or {}
+  if #images > M.MAX_TOOL_IMAGES then
+    answer = answer .. string.format("\n[note] %d more images were drawn but not sent (at most %d per call).",
+      #images - M.MAX_TOOL_IMAGES, M.MAX_TOOL_IMAGES)
+  end
   local content = { { type = "text", text = agent_text.truncate(answer) } }
-  for _, image in ipairs(images or {}) do
-    content[#content + 1] = { type = "image", data = image.base64, mimeType = image.mime }
+  for i = 1, math.min(#images, M.MAX_TOOL_IMAGES) do
+    content[#content + 1] = { type = "image", data = images[i].base64, mimeType = images[i].mime }
   end
   return { content = content, isError = is_error }
 end
@@ -428,6 +458,9 @@ function Server:call_tool(tool, args)
       local sbx = self.holder:reset()
       return string.format(TEXTS.reset, tostring(sbx.session_id))
     end
+    if tool.switches then -- restore: makes the sandbox it runs in (Server:restore)
+      return catalogue.run(tool, SURFACE, nil, args, self)
+    end
     return self.holder:call(function(sbx) return catalogue.run(tool, SURFACE, sbx, args, self) end)
   end)
   if ok then return tool_result(type(res) == "string" and res or tostring(res), false, images) end
@@ -436,6 +469,10 @@ function Server:call_tool(tool, args)
     return tool_result(string.format(TEXTS.not_found, tostring(args.path)), true)
   end
   return tool_result(string.format(TEXTS.error, class_name(err) or "Error", message_of(err)), true)
+end
+
+function Server:restore(snapshot_id)
+  return self.holder:restore(snapshot_id)
 end
 
 local function negotiate(requested)

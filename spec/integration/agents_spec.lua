@@ -89,6 +89,33 @@ describe("agent examples against airlockd and a scripted model", function()
     assert.matches("\nOK\n$", text)
   end
 
+  it("branching (snapshots): three attempts from one snapshot at once, the best kept, nothing left", function()
+    local out, stderr, status = run_example("examples/agent_branching.lua", sandbox_env({
+      OPENAI_API_KEY = fake_llm.OPENAI_KEY, OPENAI_BASE_URL = llm.url .. "/v1", OPENAI_MODEL = "gpt-test",
+    }))
+    assert.equal("", stderr)
+    assert.equal(0, status, out)
+    assert.matches("^seeded 2 files and took snapshot snap_%x+; 3 attempts from it\n", out)
+    for n = 1, 3 do
+      assert.truthy(contains(out, "\nattempt " .. n .. ": tests pass in 4 model steps\n"), out)
+    end
+    assert.truthy(contains(out, "best: attempt 1; its calc.py:\n" .. FIXED_CALC .. "RESULT: kept attempt 1\n"), out)
+    -- each attempt started from the seeded workspace: its first test run failed there
+    local reqs = fake_llm.requests(llm)
+    assert.equal(12, #reqs)
+    local first_runs = 0
+    for _, r in ipairs(reqs) do
+      local m = r.body.messages
+      if #m == 4 then
+        first_runs = first_runs + 1
+        check_failing_run(m[4].content)
+      end
+    end
+    assert.equal(3, first_runs)
+    assert.equal(0, open_sessions())
+    assert.same({}, airlock.snapshots.list({ base_url = server.url, api_key = key }))
+  end)
+
   it("OpenAI: runs the tool calls in the sandbox and sends back each result", function()
     local out, stderr, status = run_example("examples/agent_openai.lua", sandbox_env({
       OPENAI_API_KEY = fake_llm.OPENAI_KEY, OPENAI_BASE_URL = llm.url .. "/v1", OPENAI_MODEL = "gpt-test",

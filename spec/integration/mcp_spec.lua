@@ -161,7 +161,7 @@ describe("bin/airlock-mcp against airlockd", function()
     local answers = p:wait(2)
     assert.equal("2025-06-18", answers[1].result.protocolVersion)
     assert.equal("airlock-sandbox", answers[1].result.serverInfo.name)
-    assert.equal(10, #answers[2].result.tools)
+    assert.equal(12, #answers[2].result.tools) -- the reference's nine, run_python, snapshot and restore
     assert.equal("run_command", answers[2].result.tools[1].name)
     assert.same({}, sessions()) -- listing tools creates nothing
     assert.is_nil(state())
@@ -249,6 +249,12 @@ describe("bin/airlock-mcp against airlockd", function()
     assert.matches("^iVBORw0KGgo", chart.content[2].data)   -- "\x89PNG\r\n\x1a\n", base64
     local t = text_of(a[3])
     assert.truthy(t:find("ZeroDivisionError: division by zero", 1, true), t)
+    p:send(call(4, "run_python", { code = "for i in range(10):\n    plt.figure(); plt.plot([0, i])\nplt.show()" }))
+    local many = p:wait(4)[4].result
+    assert.equal(1 + mcp.MAX_TOOL_IMAGES, #many.content)
+    assert.equal("image", many.content[1 + mcp.MAX_TOOL_IMAGES].type)
+    assert.truthy(many.content[1].text:find("\n[note] 2 more images were drawn but not sent (at most "
+      .. mcp.MAX_TOOL_IMAGES .. " per call).", 1, true), many.content[1].text)
     assert.equal(1, #airlock.attach(sessions()[1], { base_url = server.url, api_key = key }):kernels())
     assert.equal("", (p:close()))
     assert.same({}, sessions())
@@ -304,6 +310,37 @@ describe("bin/airlock-mcp against airlockd", function()
     assert.same({ second }, sessions())
     assert.equal("", (p:close()))
     assert.same({}, sessions())
+  end)
+
+  it("snapshot keeps the workspace and restore goes back to it in a new session (ours)", function()
+    local p = spawn()
+    p:send(call(1, "write_file", { path = "a.txt", content = "before" }))
+    p:send(call(2, "snapshot", { name = "before-change" }))
+    local a = p:wait(2)
+    local text = text_of(a[2])
+    local snap = text:match("^Snapshot (snap_%x+) taken %(")
+    assert.truthy(snap, text)
+    local first = state().session_id
+    p:send(call(3, "write_file", { path = "a.txt", content = "after" }))
+    p:send(call(4, "restore", { snapshot_id = snap }))
+    p:send(call(5, "read_file", { path = "a.txt" }))
+    p:send(call(6, "restore", { snapshot_id = "snap_0000000000000000" }))
+    p:send(call(7, "restore", {}))
+    a = p:wait(7)
+    local restored = state().session_id
+    assert.not_equal(first, restored)
+    assert.same({ string.format(
+      "Restored snapshot %s into a new sandbox (%s): its files are as they were when the snapshot was taken, "
+      .. "and the next tools run there.", snap, restored), false }, { text_of(a[4]) })
+    assert.same({ "before", false }, { text_of(a[5]) })
+    local unknown, is_error = text_of(a[6])
+    assert.is_true(is_error)
+    assert.matches("^NotFoundError: ", unknown)
+    assert.equal("Invalid params: missing required argument 'snapshot_id' for restore", a[7].error.message)
+    assert.same({ restored }, sessions()) -- the first session went with the restore
+    assert.equal("", (p:close()))
+    assert.same({}, sessions())
+    assert.is_true(airlock.snapshots.delete(snap, { base_url = server.url, api_key = key }))
   end)
 
   it("deletes the session a killed process left behind when the next one starts working", function()

@@ -94,8 +94,8 @@ local function install_and_load(rock, tree)
   assert.are.equal(rock_version, version and version .. "-1", out)
   assert.are.equal(version, core_version)
   assert.are.equal("curl", transport)
-  assert.are.equal("3", ntools)
-  assert.are.equal("9", nmcp)
+  assert.are.equal("4", ntools)
+  assert.are.equal("12", nmcp) -- the reference's nine, run_python, snapshot and restore
   -- The MCP server script is installed as a command.
   assert.truthy(io.open(tree .. "/bin/airlock-mcp", "r"), "bin/airlock-mcp not installed")
 end

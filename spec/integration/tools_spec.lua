@@ -53,6 +53,37 @@ describe("airlock.tools against airlockd", function()
     assert.matches("xxx\nEND\n%[EXIT CODE%]: 0$", out)
   end)
 
+  it("branching (ours): snapshot, then restore into a new sandbox the next tools use", function()
+    local opts = { base_url = server.url, api_key = server.tenants.acme }
+    local box = tools.branching(sbx)
+    local names = {}
+    for i, t in ipairs(box:openai_tools()) do names[i] = t["function"].name end
+    assert.same({ "write_file", "read_file", "run_command", "run_python", "snapshot", "restore" }, names)
+    assert.equal(6, #box:anthropic_tools())
+    assert.equal("Wrote 4 characters to state.txt",
+      box:handle_tool_call("write_file", { path = "state.txt", content = "base" }))
+    local taken = box:handle_tool_call("snapshot", '{"name": "base"}')
+    local snap = taken:match("^Snapshot (snap_%x+) taken %(")
+    assert.truthy(snap, taken)
+    box:handle_tool_call("write_file", { path = "state.txt", content = "broken" })
+    local restored = box:handle_tool_call("restore", { snapshot_id = snap })
+    assert.truthy(restored:find("Restored snapshot " .. snap, 1, true), restored)
+    assert.not_equal(sbx, box.sandbox)
+    assert.equal("base", box:handle_tool_call("read_file", { path = "state.txt" }))
+    assert.equal("broken", sbx.files:read("state.txt")) -- the original is left as it is
+    -- failures are texts, never raised
+    assert.matches("^Error from sandbox %(NotFoundError%)",
+      box:handle_tool_call("restore", { snapshot_id = "snap_0000000000000000" }))
+    assert.equal("Error: missing required argument 'snapshot_id' for restore.", box:handle_tool_call("restore", {}))
+    assert.matches("^Error: unknown tool 'fork'%. Available: %[.*'restore'%]$", box:handle_tool_call("fork", {}))
+    local made = box.sandbox.session_id
+    assert.is_true(box:close())
+    assert.equal(sbx, box.sandbox)
+    assert.is_nil(airlock.list_sessions(opts)[2])
+    assert.not_equal(made, airlock.list_sessions(opts)[1].session_id)
+    airlock.snapshots.delete(snap, opts)
+  end)
+
   it("runs Python in one kernel per sandbox, made on first use, and never raises", function()
     assert.same({}, sbx:kernels())
     assert.equal("[EXECUTION COUNT]: 1", tools.handle_tool_call(sbx, "run_python", { code = "rows = list(range(10))" }))

@@ -103,6 +103,24 @@ describe("the libuv transport on luv", function()
       assert.are.equal(0, stats().watched)
     end)
 
+    it("snapshots and forks in a task on the loop (airlockd snapshots)", function()
+      local task = airlock.spawn(function()
+        return airlock.with(opts, function(sbx)
+          sbx.files:write("f.txt", "kept")
+          local id = sbx:snapshot{ name = "on-uv" }
+          local listed = #airlock.snapshots.list(opts)
+          local fork = airlock.sandbox{ base_url = opts.base_url, api_key = opts.api_key, from_snapshot = id }
+          local text = fork.files:read("f.txt")
+          fork:close()
+          airlock.snapshots.delete(id, opts)
+          return listed, text
+        end)
+      end)
+      assert.is_true(run_loop(60), "the loop did not end by itself: " .. state())
+      assert.are.same({ true, 1, "kept" }, { task:result() })
+      assert.are.equal(0, #airlock.snapshots.list(opts))
+    end)
+
     it("finishes 100 transfers in flight at once over at most 64 connections", function()
       local list, before = {}, stats()
       for i = 1, 100 do

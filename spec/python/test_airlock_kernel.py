@@ -125,7 +125,8 @@ class StartAndStop(KernelTest):
     def test_start_imports_nothing_heavy(self):
         cell = self.k.execute("import sys\n"
                               "sorted(m for m in ('matplotlib', 'numpy', 'pandas', 'asyncio',"
-                              " 'email', 'http', 'platform', 'subprocess') if m in sys.modules)")
+                              " 'email', 'http', 'platform', 'subprocess', 'traceback', 'base64')"
+                              " if m in sys.modules)")
         self.assertEqual(cell.text, "[]")
 
     def test_eof_exits_0(self):
@@ -178,6 +179,16 @@ class Cells(KernelTest):
                               "(__name__, p.x, inspect.getsource(area).splitlines()[0])")
         self.assertIsNone(cell.error)
         self.assertEqual(cell.text, "('__main__', 3, 'def area(r):')")
+
+    def test_top_level_await_runs_on_one_loop_for_all_cells(self):
+        first = self.k.execute("import asyncio\nloop = asyncio.get_running_loop()\n"
+                               "await asyncio.sleep(0.01)\nawait asyncio.sleep(0, result=5)")
+        self.assertIsNone(first.error)
+        self.assertEqual(first.text, "5")
+        second = self.k.execute("async def current():\n    return asyncio.get_running_loop()\n"
+                                "(await current()) is loop")
+        self.assertEqual(second.text, "True")
+        self.assertEqual(self.k.execute("'asyncio' in __import__('sys').modules").text, "True")
 
     def test_input_gets_eof(self):
         cell = self.k.execute("input()")
@@ -319,6 +330,25 @@ class Interrupts(KernelTest):
         self.assertEqual(cell.error["name"], "KeyboardInterrupt")
         self.assertNoKernelFrames(cell.error["traceback"])
         self.assertEqual(self.k.execute("i > 0").text, "True")
+
+    def test_sigint_stops_an_awaiting_cell_says_where_it_waited_and_for_good(self):
+        # "waiting" is printed by the loop once the cell's task waits in its sleep
+        cell_id = self.k.submit("import asyncio\n"
+                                "asyncio.get_running_loop().call_later(0.1, print, 'waiting')\n"
+                                "await asyncio.sleep(1.5)\nprint('the rest of the cell ran')")
+        self.assertEqual(self.k.next_event().get("text"), "waiting\n")
+        self.k.proc.send_signal(signal.SIGINT)
+        cell = self.k.collect(cell_id)
+        self.assertEqual(cell.error["name"], "KeyboardInterrupt")
+        # where the cell waited, not the loop's frames
+        self.assertIn('File "<cell-1>", line 3, in <module>\n    await asyncio.sleep(1.5)\n',
+                      cell.error["traceback"])
+        self.assertNotIn("base_events.py", cell.error["traceback"])
+        self.assertEqual(cell.stdout, "")  # after "waiting", nothing more of it ran
+        # a later cell running the loop past the old sleep's end: the interrupted one stays dead
+        later = self.k.execute("await asyncio.sleep(2)\n'after'")
+        self.assertEqual(later.stdout, "")
+        self.assertEqual(later.text, "'after'")
 
     def test_sigint_while_idle_is_ignored(self):
         self.k.execute("x = 1")

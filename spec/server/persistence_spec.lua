@@ -149,9 +149,11 @@ describe("airlockd restarts on the same state directory", function()
   it("keeps counting the idle time: a session idle past the TTL while the server was down is gone", function()
     -- the idle times are moved back in the state file while the server is down, so the test
     -- needs no waiting for the TTL and no tight timing: stale was last used a TTL and more
-    -- ago, soon a TTL less 40 s ago (a count restarted at the restart would keep it 60 s);
-    -- 40 s is room for the restart on a loaded machine, where soon must still have time left
-    local TTL, LEFT = 60, 40
+    -- ago, soon a TTL less 20 s ago (a count restarted at the restart would keep it 40 s);
+    -- 20 s is room for the restart on a loaded machine (2-4 s under ASan at load average 10),
+    -- where soon must still have time left; then the wait for soon to expire is LEFT plus at
+    -- most one sweep (every TTL/4 s)
+    local TTL, LEFT = 40, 20
     local env = { SANDBOX_SESSION_TTL = tostring(TTL) }
     server = airlockd.start({ env = env })
     local key = server.tenants.acme

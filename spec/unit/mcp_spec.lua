@@ -256,13 +256,14 @@ describe("airlock.mcp JSON-RPC", function()
     assert.equal("2025-06-18", r.result.protocolVersion)
   end)
 
-  it("lists the ten tools in order, with schemas and annotations, creating nothing", function()
+  it("lists the ten tools in order, then ours, with schemas and annotations, creating nothing", function()
     local r = rpc(server, "list", "tools/list", {})
     assert.equal("list", r.id)
     local names = {}
     for i, t in ipairs(r.result.tools) do names[i] = t.name end
     assert.same({ "run_command", "run_python", "write_file", "read_file", "list_files", "import_repo", "egress_log",
-      "activity", "sandbox_info", "reset_sandbox" }, names)
+      "activity", "sandbox_info", "reset_sandbox", "snapshot", "restore" }, names)
+    assert.same({ "snapshot_id" }, r.result.tools[12].inputSchema.required)
     local by = {}
     for _, t in ipairs(r.result.tools) do by[t.name] = t end
     assert.same({ "command" }, by.run_command.inputSchema.required)

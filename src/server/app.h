@@ -10,6 +10,7 @@
 #include "domain/pause.h"
 #include "domain/sessions.h"
 #include "domain/slots.h"
+#include "domain/snapshots.h"
 #include "domain/templates.h"
 #include "domain/tenants.h"
 #include "domain/warm.h"
@@ -39,6 +40,7 @@ typedef struct app {
     figures *figures;      /* per-session commands and released sandboxes' usage (ours) */
     disk_pool *disk;       /* the workspace disks (for their figures; the registry uses them) */
     templates *templates;  /* ours: templates built from Debian packages (domain/templates.h) */
+    snapshots *snapshots;  /* ours: snapshots of sessions' workspaces (domain/snapshots.h) */
     pause_deps pause;      /* what pausing and resuming sessions use (domain/pause.h) */
     kernels *kernels;      /* ours: sessions' kernels (domain/kernels.h) */
 } app;

@@ -99,8 +99,14 @@ local function sizes(opts)
   return out
 end
 
+-- The snapshot a new session starts from (airlockd: POST /v1/sessions {"from_snapshot"}).
+local function from_snapshot(v)
+  if v == nil then return nil end
+  return check.check_string("from_snapshot", v, { non_empty = true, utf8 = true })
+end
+
 local OPTIONS = {
-  api_key = true, base_url = true, egress = true, template = true, verify = true,
+  api_key = true, base_url = true, egress = true, template = true, verify = true, from_snapshot = true,
   timeout = true, connect_timeout = true, max_retries = true, start = true,
   transport = true, max_concurrent_exec = true,
   memory_mb = true, cpus = true, disk_mb = true, max_processes = true, on_idle = true,
@@ -139,6 +145,8 @@ function M.resolve(opts, getenv)
   s.timeout, s.connect_timeout = timeouts(opts)
   s.max_retries = max_retries(opts.max_retries)
   s.template = template(opts.template)
+  s.template_given = opts.template ~= nil
+  s.from_snapshot = from_snapshot(opts.from_snapshot)
   s.max_concurrent_exec = max_concurrent_exec(opts.max_concurrent_exec)
   s.egress = egress(opts.egress)
   s.sizes = sizes(opts)

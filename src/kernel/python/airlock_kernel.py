@@ -13,7 +13,6 @@ time is a kernel's first cell's latency.
 """
 
 import ast
-import base64
 import builtins
 import codecs
 import io
@@ -24,8 +23,10 @@ import select
 import signal
 import sys
 import threading
-import traceback
 import types
+
+# traceback and base64 are imported when first needed (an error, an image): an idle kernel's
+# memory stays close to a bare interpreter's
 
 KERNEL_FILE = __file__
 STREAM_CHUNK = 64 * 1024  # at most this many bytes of output per stream event
@@ -39,6 +40,9 @@ MIME_METHODS = (
     ("_repr_json_", "application/json"),
 )
 BINARY_MIMES = ("image/png", "image/jpeg")
+# cells may `await` at top level, as in a notebook (Python 3.8+)
+TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
 DEBIAN_MATPLOTLIBRC = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
 
@@ -207,6 +211,7 @@ class Kernel:
         self.pump = pump
         self.execution_count = 0
         self.cell_id = None
+        self.loop = None  # the asyncio loop of cells that `await` at top level
         self.main = types.ModuleType("__main__")
         self.main.__dict__["__builtins__"] = builtins
         # pickle and friends find user classes through sys.modules["__main__"]
@@ -267,6 +272,7 @@ class Kernel:
             value = value[0]
         if isinstance(value, (bytes, bytearray)):
             if mime in BINARY_MIMES:
+                import base64
                 value = base64.b64encode(value).decode("ascii")
             else:
                 value = bytes(value).decode("utf-8", "replace")
@@ -317,18 +323,19 @@ class Kernel:
             tree = ast.parse(code, filename, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
-            body = compile(tree, filename, "exec")
+                last = compile(ast.Expression(tree.body.pop().value), filename, "eval", TOP_LEVEL_AWAIT)
+            body = compile(tree, filename, "exec", TOP_LEVEL_AWAIT)
         except (SyntaxError, ValueError) as e:  # reported as Python reports a script's
+            import traceback
             self.send_error(e, "".join(traceback.format_exception_only(type(e), e)))
             return
         ns = self.main.__dict__
         signals.pending = False
         signals.in_user_code = True
         try:
-            exec(body, ns)
+            self.run_code(body, ns)
             if last is not None:
-                value = eval(last, ns)
+                value = self.run_code(last, ns)
                 if value is not None:
                     ns["_"] = value
                     # the figures drawn by the cell first: the value is the cell's last result
@@ -337,6 +344,33 @@ class Kernel:
                     self.display(value)
         finally:
             signals.in_user_code = False
+
+    def run_code(self, code, ns):
+        """eval() of a compiled cell part; one using top-level `await` runs on the kernel's
+        event loop (asyncio imported only then), which lasts from cell to cell as a
+        notebook's does."""
+        value = eval(code, ns)
+        if code.co_flags & CO_COROUTINE:
+            if self.loop is None:
+                import asyncio
+                self.loop = asyncio.new_event_loop()
+            task = self.loop.create_task(value)
+            try:
+                value = self.loop.run_until_complete(task)
+            except BaseException as e:
+                if not task.done():  # interrupted in the loop: say where the cell waits
+                    tb = None
+                    for frame in reversed(task.get_stack()):
+                        tb = types.TracebackType(tb, frame, frame.f_lasti, frame.f_lineno)
+                    if tb is not None:
+                        e.with_traceback(tb)
+                # An interrupted cell must not go on in a later cell's run of the loop: cancelled,
+                # it only unwinds there. Not waited for here: a KeyboardInterrupt may have taken
+                # the task's wake-up with it, and then it never ends (nor complains when freed).
+                task.cancel()
+                task._log_destroy_pending = False
+                raise
+        return value
 
     def send_error(self, e, text=None):
         self.pump.drain(stay_active=True)
@@ -352,8 +386,19 @@ class Kernel:
                            "value": value, "traceback": text})
 
 
+def user_frames(stack):
+    """A traceback's frames from the first of a cell on (what runs it, the kernel and asyncio's
+    loop, is not the user's), without the kernel's own anywhere."""
+    for i, f in enumerate(stack):
+        if f.filename.startswith("<cell-"):
+            stack = stack[i:]
+            break
+    return [f for f in stack if f.filename != KERNEL_FILE]
+
+
 def format_traceback(e):
     """The traceback Python would print, without the kernel's own frames."""
+    import traceback
     tbe = traceback.TracebackException(type(e), e, e.__traceback__)
     seen = set()
     todo = [tbe]
@@ -362,8 +407,7 @@ def format_traceback(e):
         if id(t) in seen:
             continue
         seen.add(id(t))
-        t.stack = traceback.StackSummary.from_list(
-            [f for f in t.stack if f.filename != KERNEL_FILE])
+        t.stack = traceback.StackSummary.from_list(user_frames(t.stack))
         todo.extend(x for x in (t.__cause__, t.__context__) if x is not None)
     return "".join(tbe.format())
 
@@ -392,6 +436,7 @@ def give_fontconfig_a_configuration():
 def figure_png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
+    import base64
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -503,5 +548,6 @@ if __name__ == "__main__":
     try:
         main()
     except BaseException:  # fd 2 is a pipe of ours by now: say why where airlockd can see it
+        import traceback
         diag(traceback.format_exc().encode("utf-8", "replace"))
         os._exit(1)

@@ -63,6 +63,11 @@ void api_templates_log(app *a, http_request *r, const api_call *c);
 void api_admin_templates_create(app *a, http_request *r, const api_call *c);
 void api_admin_templates_list(app *a, http_request *r, const api_call *c);
 void api_admin_templates_delete(app *a, http_request *r, const api_call *c);
+/* snapshots.c (ours) */
+void api_snapshots_create(app *a, http_request *r, const api_call *c);
+void api_snapshots_list(app *a, http_request *r, const api_call *c);
+void api_snapshots_get(app *a, http_request *r, const api_call *c);
+void api_snapshots_delete(app *a, http_request *r, const api_call *c);
 /* nodes.c: the fleet */
 void api_admin_nodes(app *a, http_request *r, const api_call *c);
 void api_admin_node_drain(app *a, http_request *r, const api_call *c);

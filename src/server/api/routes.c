@@ -47,6 +47,11 @@ static const api_route ROUTES[] = {
     {"DELETE", "/v1/sessions/{}/kernels/{}",  API_TENANT, false, NO_BODY,   LONG,  api_kernels_delete},
     {"POST",   "/v1/sessions/{}/kernels/{}/execute",   API_TENANT, true, FIELDS, LONG, api_kernels_execute},
     {"POST",   "/v1/sessions/{}/kernels/{}/interrupt", API_TENANT, false, NO_BODY, QUICK, api_kernels_interrupt},
+    /* ours: snapshots (the copy of a workspace image takes up to seconds: the pool that may wait) */
+    {"POST",   "/v1/sessions/{}/snapshots",   API_TENANT, true,  FIELDS,    LONG,  api_snapshots_create},
+    {"GET",    "/v1/snapshots",               API_TENANT, false, NO_BODY,   QUICK, api_snapshots_list},
+    {"GET",    "/v1/snapshots/{}",            API_TENANT, false, NO_BODY,   QUICK, api_snapshots_get},
+    {"DELETE", "/v1/snapshots/{}",            API_TENANT, false, NO_BODY,   LONG,  api_snapshots_delete},
     {"GET",    "/v1/egress/policy",           API_TENANT, false, NO_BODY,   QUICK, api_egress_policy},
     {"GET",    "/v1/usage",                   API_TENANT, false, NO_BODY,   QUICK, api_usage},
     {"GET",    "/v1/audit",                   API_TENANT, false, NO_BODY,   QUICK, api_audit},

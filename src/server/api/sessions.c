@@ -2,6 +2,7 @@
 #include "api/handlers.h"
 
 #include "api/session_size.h"
+#include "api/snapshots.h"
 #include "egress/policy.h"
 #include "text/pyrepr.h"
 
@@ -121,7 +122,8 @@ static void validate_on_idle(json_t *errs, json_t *body, bool *pause)
                                      (json_t *)v, json_pack("{s:s}", "expected", "'delete' or 'pause'")));
 }
 
-void api_sessions_create(app *a, http_request *r, const api_call *c)
+/* The create, with from (ours) the snapshot its disk copies when the body names one. */
+static void create_session(app *a, http_request *r, const api_call *c, snapshot_source *from)
 {
     const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
     json_t *body = c->body;
@@ -138,6 +140,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     }
     if (send_if_invalid(r, errs))
         return;
+    if (!snapshot_source_from_body(a, r, body, t->name, from, &spec))
+        return;
+    if (!tpl && from->image) /* ours: the snapshot's template */
+        tpl = from->rec.template_name, tpl_len = strlen(tpl);
     if (!tpl)
         tpl = TEMPLATES[0], tpl_len = strlen(TEMPLATES[0]);
     bool allowed = false;
@@ -223,6 +229,10 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
                               "retry-after", "2");
         return;
     }
+    if (rc == SESSION_ERROR && from->gone) {
+        http_send_detail(r, 404, "Snapshot not found");
+        return;
+    }
     if (rc == SESSION_STORAGE) { /* nothing was created: 503 like the contract's capacity answer */
         send_not_saved(r, 503, "The new session");
         return;
@@ -248,6 +258,14 @@ void api_sessions_create(app *a, http_request *r, const api_call *c)
     warm_want_session(a->warm, s, t->name, root); /* SANDBOX_EXEC_MODE=session */
     free(root);
     registry_release(a->reg, s);
+}
+
+void api_sessions_create(app *a, http_request *r, const api_call *c)
+{
+    snapshot_source from;
+    memset(&from, 0, sizeof from);
+    create_session(a, r, c, &from);
+    snapshot_source_free(&from);
 }
 
 /* A session as the list and GET /v1/sessions/{id} show it. */

@@ -31,6 +31,8 @@ typedef struct {
     int max_templates;       /* ours: templates it may have */
     int max_template_builds; /* ours: its template builds at once */
     int max_template_mb;     /* ours: MB its templates may take in all */
+    int max_snapshots;       /* ours: snapshots it may keep */
+    int max_snapshot_mb;     /* ours: MB its snapshots may take in all */
     json_t *egress_allowed; /* expanded rules the tenant may request */
 } tenant_cfg;
 
@@ -62,6 +64,7 @@ typedef struct config {
     long long disk_reserve_bytes; /* SANDBOX_DISK_RESERVE_MB: host space new images must leave free */
     const char *session_state;    /* SANDBOX_SESSION_STATE: a file; NULL = <state dir>/sessions.json */
     bool session_state_off;       /* SANDBOX_SESSION_STATE=off: sessions end with the server */
+    const char *snapshot_dir;     /* SANDBOX_SNAPSHOT_DIR; NULL = <state dir>/snapshots */
     int import_max_mb;          /* SANDBOX_IMPORT_MAX_MB, default 100 */
     http_limits http;           /* connections, deadlines, body memory, worker pools (README "Limits") */
     double shutdown_grace;      /* SANDBOX_SHUTDOWN_GRACE: seconds running requests get after SIGTERM */

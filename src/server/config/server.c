@@ -58,6 +58,9 @@ static int load_sessions(config *c, const config_src *src)
     const char *state = config_var(src, "SANDBOX_SESSION_STATE");
     c->session_state_off = state && strcmp(state, "off") == 0;
     c->session_state = c->session_state_off ? NULL : state;
+    c->snapshot_dir = config_var(src, "SANDBOX_SNAPSHOT_DIR");
+    if (c->snapshot_dir && c->snapshot_dir[0] != '/')
+        return config_fail(src->err, "SANDBOX_SNAPSHOT_DIR", c->snapshot_dir, "must be an absolute path");
     return 0;
 }
 

@@ -22,6 +22,8 @@
 #define DEFAULT_MAX_TEMPLATES 10
 #define DEFAULT_MAX_TEMPLATE_BUILDS 1
 #define DEFAULT_MAX_TEMPLATE_MB 4096
+#define DEFAULT_MAX_SNAPSHOTS 10
+#define DEFAULT_MAX_SNAPSHOT_MB 4096
 #define LIMITS_VAR "SANDBOX_TENANT_LIMITS"
 #define POLICY_VAR "SANDBOX_EGRESS_POLICY"
 
@@ -38,6 +40,8 @@ static void default_limits(tenant_cfg *t)
     t->max_templates = DEFAULT_MAX_TEMPLATES;
     t->max_template_builds = DEFAULT_MAX_TEMPLATE_BUILDS;
     t->max_template_mb = DEFAULT_MAX_TEMPLATE_MB;
+    t->max_snapshots = DEFAULT_MAX_SNAPSHOTS;
+    t->max_snapshot_mb = DEFAULT_MAX_SNAPSHOT_MB;
 }
 
 static bool blank(char ch)
@@ -207,6 +211,8 @@ static int apply_limits(tenant_cfg *t, const json_t *entry, const char *name, co
                     : strcmp(k, "max_templates") == 0       ? &t->max_templates
                     : strcmp(k, "max_template_builds") == 0 ? &t->max_template_builds
                     : strcmp(k, "max_template_mb") == 0     ? &t->max_template_mb
+                    : strcmp(k, "max_snapshots") == 0       ? &t->max_snapshots
+                    : strcmp(k, "max_snapshot_mb") == 0     ? &t->max_snapshot_mb
                                                             : NULL;
         if (!slot)
             return config_fail(err, LIMITS_VAR, NULL, "unknown limit '%s' for '%s'", k, name);

@@ -165,6 +165,29 @@ static bool reserve_kept(disk_pool *p, long long more)
     return false;
 }
 
+bool disk_pool_take(disk_pool *p, long long bytes, char *why, size_t whylen)
+{
+    if (!reserve_bytes(p, bytes)) {
+        pthread_mutex_lock(&p->mu);
+        snprintf(why, whylen, "the server's disks use %.0f MB of %.0f MB and this needs %.0f MB", p->used / MB,
+                 p->cap / MB, bytes / MB);
+        pthread_mutex_unlock(&p->mu);
+        return false;
+    }
+    if (!reserve_kept(p, bytes)) {
+        snprintf(why, whylen, "the host has %.0f MB free, keeps %.0f MB for the server's own state and this "
+                              "needs %.0f MB", host_free(p) / MB, p->reserve / MB, bytes / MB);
+        account(p, -bytes);
+        return false;
+    }
+    return true;
+}
+
+void disk_pool_adjust(disk_pool *p, long long delta)
+{
+    account(p, delta);
+}
+
 /* The end of making a session's disk (image made, then mounted on mnt): *workspace, its
  * workspace folder, when it is mounted; otherwise undoes what was done (the mount, the image and
  * its mount point, the bytes reserved) and answers false. */

@@ -37,6 +37,13 @@ void disk_pool_start(disk_pool *p);
 /* The bytes the images take now (*used) under the cap (*cap), for the status page. */
 void disk_pool_usage(disk_pool *p, long long *used, long long *cap);
 
+/* Bytes kept beside the images that count against the same cap (snapshots,
+ * store/snapshots.h). take reserves bytes: false when they do not fit under the cap or would
+ * leave the host less than the reserve (*why says which, with the figures); adjust adds
+ * (bytes found at start, a reservation grown) or, negative, gives back. */
+bool disk_pool_take(disk_pool *p, long long bytes, char *why, size_t whylen);
+void disk_pool_adjust(disk_pool *p, long long delta);
+
 /* Unmounts the workspaces mount (every session must be closed or destroyed) and frees. */
 void disk_pool_close(disk_pool *p);
 

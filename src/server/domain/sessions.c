@@ -591,9 +591,21 @@ void registry_drop_spare_disk(registry *r, const char *id)
 /* The disk of s, being created (invisible): a spare's, whose id s takes, when it has no
  * egress (a spare has no network); else a new one, after dropping the spares when they hold
  * the room it needs. */
-static disk_result take_disk(registry *r, session *s, char **ws)
+static disk_result take_disk(registry *r, session *s, const session_spec *spec, char **ws)
 {
     char id[sizeof s->id];
+    if (spec && spec->fill) { /* a copy (ours: from a snapshot): never a spare's empty disk */
+        char why[256] = "";
+        disk_result dr = disk_receive(r->disk, s->id, spec->fill_image_bytes, spec->fill, spec->fill_ctx, ws, why,
+                                      sizeof why);
+        if (dr == DISK_FULL && r->spares.drop_all) {
+            r->spares.drop_all(r->spares.ctx);
+            dr = disk_receive(r->disk, s->id, spec->fill_image_bytes, spec->fill, spec->fill_ctx, ws, why, sizeof why);
+        }
+        if (dr == DISK_ERROR)
+            log_session(LV_ERROR, s->id, NULL, "cannot make the workspace disk of %s as a copy: %s", s->id, why);
+        return dr;
+    }
     /* a spare is made with the default size, on the default root or a built template's (ours) */
     if (r->spares.adopt && json_array_size(s->egress) == 0 && session_is_default(r, s) &&
         r->spares.adopt(r->spares.ctx, s->tenant, s->template_id, id, sizeof id, ws)) {
@@ -664,7 +676,7 @@ session_result registry_create(registry *r, size_t tenant, int max_sessions, con
                                                        max_sessions, s->egress, s->quota_bytes, open_now)
                                    : 0;
     char *ws = NULL;
-    disk_result dr = shared == 0 ? take_disk(r, s, &ws) : DISK_ERROR;
+    disk_result dr = shared == 0 ? take_disk(r, s, spec, &ws) : DISK_ERROR;
     pthread_mutex_lock(&r->mu);
     if (dr != DISK_OK) {
         unlink_locked(r, s);

@@ -61,6 +61,11 @@ typedef struct {
     sandbox_size size;         /* a 0 field: its default (sandbox/sandbox.h) */
     long long quota_bytes;     /* its disk; 0: the server's (SANDBOX_WORKSPACE_QUOTA_MB) */
     bool on_idle_pause;        /* {"on_idle": "pause"} */
+    /* ours: a disk that starts as a copy (a snapshot's): fill writes it into a fresh image of
+     * fill_image_bytes (disk_receive; quota_bytes must be the copy's); NULL: a new, empty one */
+    disk_fill_fn fill;
+    void *fill_ctx;
+    long long fill_image_bytes;
 } session_spec;
 
 /* s takes spec's (NULL: the defaults) template and size, each default filled in from defaults

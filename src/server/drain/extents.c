@@ -298,3 +298,29 @@ void extents_sink_free(extents_sink *k)
 {
     free(k);
 }
+
+static bool feed_sink(void *ctx, const void *data, size_t n)
+{
+    return extents_sink_feed(ctx, data, n) == 0;
+}
+
+int extents_copy(const char *src, int fd, long long image_bytes, long long *data_bytes, char *err, size_t errlen)
+{
+    extents_sink *k = extents_sink_new(fd, image_bytes);
+    if (!k) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    long long sent = 0;
+    int rc = extents_send(src, feed_sink, k, &sent, err, errlen);
+    if (rc == 0 && !extents_sink_whole(k)) {
+        snprintf(err, errlen, "the copy is not whole: %s", extents_sink_error(k));
+        rc = -1;
+    } else if (rc != 0 && k->failed) { /* the writing side's reason, not "stopped reading" */
+        snprintf(err, errlen, "%s", extents_sink_error(k));
+    }
+    if (rc == 0)
+        *data_bytes = extents_sink_data_bytes(k);
+    extents_sink_free(k);
+    return rc;
+}

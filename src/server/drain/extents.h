@@ -33,4 +33,10 @@ const char *extents_sink_error(const extents_sink *k);
 long long extents_sink_data_bytes(const extents_sink *k);
 void extents_sink_free(extents_sink *k);
 
+/* Both sides at once on one host (a snapshot, a session made from one): the image at src,
+ * which nothing writes meanwhile, into fd (an image of the same size that reads as zeros:
+ * a sparse file, or a fresh reserved one). 0 with the data bytes written in *data_bytes, or
+ * -1 with a message in err. */
+int extents_copy(const char *src, int fd, long long image_bytes, long long *data_bytes, char *err, size_t errlen);
+
 #endif

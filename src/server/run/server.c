@@ -81,12 +81,40 @@ static int open_stores(server *s)
     return 0;
 }
 
+/* The snapshot store (SANDBOX_SNAPSHOT_DIR, default <state>/snapshots), its bytes counted
+ * against the disks' cap before the cap is fixed. Its temporary directories carry this
+ * server's name ("local", or a fleet node's id made a safe name): nodes sharing the store
+ * each clean only their own. */
+static int open_snapshots(server *s)
+{
+    char owner[41] = "local", *dir = NULL;
+    const char *node = s->cfg->database_url ? s->cfg->node_id : NULL;
+    char host[256] = "";
+    if (s->cfg->database_url && !node && gethostname(host, sizeof host - 1) == 0)
+        node = host;
+    if (node && node[0]) {
+        size_t i = 0;
+        for (; i < sizeof owner - 1 && node[i]; i++) {
+            char ch = node[i];
+            bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-';
+            owner[i] = ok ? ch : '_';
+        }
+        owner[i] = '\0';
+    }
+    if (!s->cfg->snapshot_dir && asprintf(&dir, "%s/snapshots", s->state) < 0)
+        return fail(s, "out of memory");
+    s->a.snapshots = snapshots_open(s->cfg->snapshot_dir ? s->cfg->snapshot_dir : dir, owner, s->disk, s->err,
+                                    sizeof s->err);
+    free(dir);
+    return s->a.snapshots ? 0 : -1;
+}
+
 static int open_disks(server *s)
 {
     disk_limits dl = {.total_cap = s->cfg->disk_total_bytes, .reserve = s->cfg->disk_reserve_bytes};
     s->disk = disk_pool_open(s->state, &dl, s->err, sizeof s->err);
     s->a.disk = s->disk; /* the status page's budgets */
-    return s->disk ? 0 : -1;
+    return s->disk ? open_snapshots(s) : -1;
 }
 
 static int open_egress(server *s)
@@ -383,6 +411,8 @@ void server_close(server *s, int status)
     kernels_free(a->kernels);  /* after the sessions (which end theirs), before their sandboxes */
     a->kernels = NULL;
     warm_free(a->warm);        /* after the sessions, whose removal forgets their sandboxes */
+    snapshots_close(a->snapshots);
+    a->snapshots = NULL;
     disk_pool_close(s->disk);
     egress_close(a->egress);
     limits_free(a->lim);

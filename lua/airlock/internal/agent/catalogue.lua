@@ -44,7 +44,16 @@ M.TEXTS = {
   },
   wrote = "Wrote %d characters to %s",
   kernel_gone = "[note] The Python kernel was gone; this ran in a new one: earlier variables are lost.\n",
+  snapshot = "Snapshot %s taken (%s MB of files). To go back to this state later, call restore with "
+    .. "snapshot_id %s: it starts a new sandbox from it.",
+  restore = "Restored snapshot %s into a new sandbox (%s): its files are as they were when the snapshot "
+    .. "was taken, and the next tools run there.",
 }
+-- airlock.tools.branching: the SDK's texts, with its tools and snapshot / restore
+M.TEXTS.branch = {}
+for k, v in pairs(M.TEXTS.sdk) do M.TEXTS.branch[k] = v end
+M.TEXTS.branch.unknown = "Error: unknown tool '%s'. Available: ['write_file', 'read_file', 'run_command', "
+  .. "'run_python', 'snapshot', 'restore']"
 
 ---------------------------------------------------------------- formatting
 
@@ -370,7 +379,48 @@ M.TOOLS = {
       params = {},
     },
   },
+  -- ours (airlockd): agents that branch keep a state and go back to it
+  {
+    name = "snapshot",
+    branch = {
+      description = "Keep the sandbox workspace's files as they are now, to come back to them later "
+        .. "with restore (e.g. before a risky change). Returns the snapshot_id.",
+      params = { P("name", "string", "A short label, e.g. 'before-refactor'", { optional = true }) },
+    },
+    mcp = {
+      title = "Snapshot the workspace", read_only = false, destructive = false,
+      description = "Keep the sandbox workspace's files as they are now, to come back to them later "
+        .. "with restore. Returns the snapshot_id.",
+      params = { P("name", "string", "A short label, e.g. 'before-refactor'", { default = "" }) },
+    },
+    run = function(sbx, a)
+      local id, rec = sbx:snapshot{ name = (a.name ~= nil and a.name ~= "") and a.name or nil }
+      return string.format(M.TEXTS.snapshot, id, string.format("%.1f", (tonumber(rec.bytes) or 0) / 1048576), id)
+    end,
+  },
+  {
+    name = "restore", switches = true,
+    branch = {
+      description = "Go back to a snapshot: a new sandbox starts from the snapshot's files and the "
+        .. "next tools run there.",
+      params = { P("snapshot_id", "string", "The id snapshot returned") },
+    },
+    mcp = {
+      title = "Restore a snapshot", read_only = false, destructive = false,
+      description = "Go back to a snapshot: a new sandbox starts from the snapshot's files and the "
+        .. "next tools run there (the current one is deleted).",
+      params = { P("snapshot_id", "string", "The id snapshot returned") },
+    },
+    run = function(_, a, server)
+      local sbx = server:restore(a.snapshot_id)
+      return string.format(M.TEXTS.restore, a.snapshot_id, tostring(sbx.session_id))
+    end,
+  },
 }
+-- airlock.tools.branching offers the SDK's three tools as they are, and snapshot and restore
+for _, t in ipairs(M.TOOLS) do
+  if t.sdk then t.branch = t.sdk end
+end
 
 -- The tools of a surface, in its order (a surface's `order`, else the catalogue's); and one
 -- by name (nil when the surface has no such tool).

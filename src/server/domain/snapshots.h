@@ -1,0 +1,48 @@
+/* Snapshots of sessions' workspaces (files only for now; a memory image slots in beside the
+ * workspace image later, store/snapshots.h): taking one of a running session (its sandbox's
+ * writes flushed, its filesystem frozen while its image is copied sparse), the tenant's
+ * limits, and the server's disk budget, which snapshots share with the workspace images. */
+#ifndef AIRLOCKD_DOMAIN_SNAPSHOTS_H
+#define AIRLOCKD_DOMAIN_SNAPSHOTS_H
+
+#include "disk/pool.h"
+#include "domain/sessions.h"
+#include "store/snapshots.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct snapshots snapshots;
+
+/* The store at dir for owner (store/snapshots.h), its bytes counted against disk's cap. */
+snapshots *snapshots_open(const char *dir, const char *owner, disk_pool *disk, char *err, size_t errlen);
+void snapshots_close(snapshots *sn);
+snapshot_store *snapshots_store(snapshots *sn);
+
+typedef struct {
+    int max_count;       /* the tenant's max_snapshots */
+    long long max_bytes; /* the tenant's max_snapshot_mb, in bytes */
+} snapshot_limits;
+
+typedef enum {
+    SNAP_OK = 0,
+    SNAP_LIMIT, /* over the tenant's max_snapshots or max_snapshot_mb: why says which */
+    SNAP_FULL,  /* the server's disk budget or the host has no room: why says so */
+    SNAP_ERROR, /* logged; why says what failed */
+} snapshot_result;
+
+/* Makes the sandbox of the session write what it holds to the workspace (0; -1 when it could
+ * not: the snapshot is refused rather than made inconsistent). */
+typedef int (*snapshot_flush_fn)(void *ctx);
+
+/* Snapshots session s (the caller holds a reference) for tenant, named name ("" none): flush,
+ * then its filesystem frozen while its image is copied into the store, then thawed. One at a
+ * time per server. SNAP_OK with the record in *out (free out->tenant). */
+snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, const char *name,
+                               const snapshot_limits *lim, snapshot_flush_fn flush, void *flush_ctx,
+                               snapshot_record *out, char *why, size_t whylen);
+
+/* Deletes snapshot id of tenant, giving its bytes back to the budget: as snapshot_store_remove. */
+int snapshots_delete(snapshots *sn, const char *id, const char *tenant);
+
+#endif
