@@ -74,6 +74,7 @@ static int sandbox_stop(const pause_deps *d, const session *s, session_pause_sta
             snprintf(errbuf, errlen, "cannot create %s: %s", image->image_dir, strerror(errno));
             return -1;
         }
+        warm_forget_waiters(d->warm, s->id); /* they hold its workspace's mount */
         int rc = warm_session_checkpoint(d->warm, s, image->image_dir, errbuf, errlen);
         if (rc != 0) {
             (void)fs_rmtree(image->image_dir);

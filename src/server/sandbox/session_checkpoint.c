@@ -84,7 +84,9 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
             s->settling = true; /* still running: frozen again by the warm thread */
             s->next_ready = true;
         } else {
-            /* the sandbox ended: its runsc, stdio and cgroup go; the struct waits for restore */
+            /* the sandbox ended: its runsc (whose gofer would hold the workspace's mount), stdio
+             * and cgroup go; the struct waits for restore */
+            (void)sbx_cg_kill_all_except(&s->cg, s->child.pid);
             reap_runsc(s);
             close_fd(&s->cmd_w);
             agent_stdio_free(s->io);
