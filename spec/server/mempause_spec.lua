@@ -130,7 +130,8 @@ describe("pause with memory (kernels)", function()
       local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
       return p.status == 200 and p.json.image_bytes > 0, p.body
     end, { timeout = 30, what = "a pause once the cell ended" })
-    assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
+    local c = cell(sid, kid, "x + 1")
+    assert.are.equal("42", (c.results[1] or {})["text/plain"], cjson.encode(c) .. airlockd.log(server):sub(-2500))
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 

@@ -162,8 +162,7 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *resume_ms = 0;
     session_pause_state p;
-    registry_state(d->reg, s, &p);
-    session_result rc = registry_resume(d->reg, s, resumed);
+    session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
         return rc;
     char err[300] = "";
