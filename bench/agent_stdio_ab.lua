@@ -11,7 +11,7 @@
 -- Rows, per build: exec `true` after a pause of 0.3 s (5 a round, p50 and p95), 20 `true` back
 -- to back in one session (ms per command, p50 of the rounds), create session + first exec
 -- `true` (2 a round, p50); then B/A of each, and the median of the rounds' own B/A.
--- BENCH_VERBOSE=1 also prints every sample, in the order taken.
+-- BENCH_VERBOSE=1 also prints every sample, in the order taken; BENCH_FIRSTS=n: n creates a round.
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local harness = require "harness"
 local stats = require "stats"
@@ -23,7 +23,7 @@ local ROUNDS = math.max(2, tonumber(arg and arg[1]) or 10)
 local PAUSE = 0.3
 local SPACED = 5
 local BACK_TO_BACK = 20
-local FIRSTS = 2
+local FIRSTS = tonumber(os.getenv("BENCH_FIRSTS")) or 2
 local check, call, timed = harness.check, harness.call, harness.timed
 
 local LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000,"max_concurrent_exec":8}}'

@@ -6,13 +6,19 @@
 --      airlockd, straight to a node, through the router: the rate, each ratio to the single
 --      airlockd, the router's hop per read, and the server CPU per read (the node's and
 --      PostgreSQL's together against the single airlockd's; HAProxy's apart).
---   2. exec `true` (a new connection each): through the router against a single airlockd.
+--   2. exec `true` (a new connection each): straight to a node and through the router against a
+--      single airlockd.
 --   3. PostgreSQL's transactions per request type (pg_stat_database, the idle fleet's own rate
---      subtracted) and its CPU per request type.
+--      subtracted) and its CPU per request type; for an exec, the statements it ran and their
+--      time in the database (pg_stat_statements, which scripts/fleet.sh loads when
+--      FLEET_PG_STATEMENTS=1, as here).
 --   4. A projection: how many nodes one 2-core PostgreSQL carries, each node at its own
 --      saturation (its 2 cores busy: its CPU per mix, sandboxes included) with an agent-like
 --      mix (one exec and three small calls: a read, a write, a file listing),
---      from the node's and the database's measured CPU per call; and the ceiling of one
+--      from the node's and the database's measured CPU per call, once with one client at a
+--      time and once with the execs 4 at once (a node at saturation runs several: its
+--      database connections stay busy instead of being woken cold for each statement, which
+--      costs a 2-core VM's PostgreSQL several times the statement itself); and the ceiling of one
 --      tenant's requests, from the lease statements one bucket row takes a second (pgbench)
 --      and the tokens a lease carries.
 -- Prints the figures against their goals; no assertion.
@@ -77,7 +83,7 @@ local single = airlockd.start{ tenants = { bench = KEY }, env = {
 local f
 local ok, err = pcall(function()
   f = fleet.up{ nodes = 3, env = { SANDBOX_API_KEYS = "bench:" .. KEY, SANDBOX_TENANT_LIMITS = LIMITS,
-                                   SANDBOX_FLEET_LOST_AFTER = "30" } }
+                                   SANDBOX_FLEET_LOST_AFTER = "30", FLEET_PG_STATEMENTS = "1" } }
   local pg_port = (proc.read_file(f.dir .. "/pg/port"):gsub("%s+$", ""))
   local pm = f.info.postgres.pid
   local function xacts()
@@ -144,28 +150,37 @@ local ok, err = pcall(function()
     for _ = 1, EXECS do check(call(url, "POST", "/v1/sessions/" .. sid .. "/exec", exec) == 200, "exec") end
     return EXECS / (socket.gettime() - t0)
   end
-  local xr = { single = {}, router = {} }
+  local xr = { single = {}, router = {}, direct = {}, router_x = {}, direct_x = {} }
   execs(single.url, sid_single)
   execs(f.router.url, sid_node)
-  for _ = 1, 3 do
-    xr.single[#xr.single + 1] = execs(single.url, sid_single)
-    xr.router[#xr.router + 1] = execs(f.router.url, sid_node)
+  execs(node.url, sid_node)
+  for i = 1, 5 do
+    xr.single[i] = execs(single.url, sid_single)
+    xr.direct[i] = execs(node.url, sid_node)
+    xr.router[i] = execs(f.router.url, sid_node)
+    xr.direct_x[i], xr.router_x[i] = xr.direct[i] / xr.single[i], xr.router[i] / xr.single[i]
   end
-  local xs, xo = stats.summary(xr.single).p50, stats.summary(xr.router).p50
-  print(string.format("exec `true` (%d x 3, new connection each): single %.1f/s, through the router %.1f/s: %.2fx (goal >= 0.9x)",
-    EXECS, xs, xo, xo / xs))
+  local xm = {}
+  for k, v in pairs(xr) do xm[k] = stats.summary(v).p50 end
+  print(string.format("exec `true` (%d x 5, new connection each; medians, ratios within a round): single %.1f/s,"
+    .. " straight to a node %.1f/s (%.2fx), through the router %.1f/s: %.2fx (goal >= 0.9x)",
+    EXECS, xm.single, xm.direct, xm.direct_x, xm.router, xm.router_x))
 
   -- 3. transactions and database CPU per request type: each phase, then the time a backend
   -- may keep its counts before it reports them (10 s), against the idle fleet's own rate
   local FLUSH = 11
   -- n requests, their transactions (counted once every backend reported), the database's CPU
   -- while they ran and the seconds of each
+  -- (each psql that reads the counts is a backend of its own: the CPU is read once it has
+  -- ended, so that its start and end are not the phase's)
   local function phase(fn)
-    local x0, c0, t0 = xacts(), cpu_tree(pm), socket.gettime()
+    local x0, tx = xacts(), socket.gettime()
+    proc.sleep(0.5)
+    local c0, nd0, t0 = cpu_tree(pm), cpu_tree(node.pid), socket.gettime()
     local n = fn()
-    local c1, t1 = cpu_tree(pm), socket.gettime()
+    local c1, nd1, t1 = cpu_tree(pm), cpu_tree(node.pid), socket.gettime()
     proc.sleep(FLUSH)
-    return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - t0
+    return n, xacts() - x0, c1 - c0, t1 - t0, socket.gettime() - tx, nd1 - nd0
   end
   proc.sleep(FLUSH) -- what ran before is counted before the idle fleet is
   local _, idle_x, idle_c, idle_t, idle_all = phase(function() proc.sleep(20); return 0 end)
@@ -173,11 +188,38 @@ local ok, err = pcall(function()
   print(string.format("idle fleet (3 nodes and the router program): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
     idle_cpu * 100))
   local cost = {}
-  local function measure(name, fn)
-    local n, x, c, t, all_t = phase(fn)
-    cost[name] = { tx = (x - idle_rate * all_t) / n, cpu = math.max(0, (c - idle_cpu * t) / n) }
+  -- pg_stat_statements: calls and time of each statement the fleet's role ran
+  local STATEMENTS = "SELECT queryid, calls, total_exec_time + total_plan_time,"
+    .. " left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements WHERE toplevel"
+  local function statements()
+    local ok_s, out = pcall(fleet.sql, f, STATEMENTS)
+    local rows = {}
+    if not ok_s or not out:match("^%-?%d+|") then return nil end
+    for id, calls, ms, text in out:gmatch("(%-?%d+)|(%d+)|([%d.e+-]+)|([^\n]*)") do
+      rows[id] = { calls = tonumber(calls), ms = tonumber(ms), text = text }
+    end
+    return rows
+  end
+  local function measure(name, fn, show)
+    local s0 = show and statements()
+    local n, x, c, t, all_t, nd = phase(fn)
+    cost[name] = { tx = (x - idle_rate * all_t) / n, cpu = math.max(0, (c - idle_cpu * t) / n), node = nd / n }
     print(string.format("  %-28s %7.3f transactions, %.3f ms database CPU each (%d)", name, cost[name].tx,
       cost[name].cpu * 1e3, n))
+    local s1 = s0 and statements()
+    if not s1 then return end
+    -- the statements of this phase (heartbeats and other nodes' included), most calls first
+    local list = {}
+    for id, row in pairs(s1) do
+      local before = s0[id] or { calls = 0, ms = 0 }
+      if row.calls > before.calls then
+        list[#list + 1] = { calls = (row.calls - before.calls) / n, us = (row.ms - before.ms) * 1e3 / n, text = row.text }
+      end
+    end
+    table.sort(list, function(a, b) return a.calls > b.calls end)
+    for i = 1, math.min(#list, 6) do
+      print(string.format("      %6.3f calls %7.1f us  %s", list[i].calls, list[i].us, list[i].text))
+    end
   end
   print("PostgreSQL per request (idle rate subtracted):")
   measure("read (10 bytes)", function() reads(node.url, sid_node); return READS end)
@@ -194,9 +236,19 @@ local ok, err = pcall(function()
   measure("usage", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/usage") end return 1000 end)
   measure("list own sessions", function() for _ = 1, 1000 do call(node.url, "GET", "/v1/sessions") end return 1000 end)
   measure("exec `true`", function()
-    for _ = 1, 100 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
-    return 100
-  end)
+    for _ = 1, 300 do call(node.url, "POST", "/v1/sessions/" .. sid_node .. "/exec", exec) end
+    return 300
+  end, true)
+  -- as a node at saturation runs them: several at once (its database connections busy, not
+  -- woken cold for each statement; the ends of commands that finish together go together)
+  local PARALLEL = 4 -- a session's sandbox runs 4 commands at once
+  measure("exec `true`, " .. PARALLEL .. " at once", function()
+    local counts = fleet.parallel(node.url, 320, PARALLEL, "POST", "/v1/sessions/" .. sid_node .. "/exec", KEY, exec)
+    local seen = {}
+    for code, k in pairs(counts) do seen[#seen + 1] = code .. " x" .. k end
+    check(counts[200] == 320, "execs at once: " .. table.concat(seen, ", "))
+    return 320
+  end, true)
   measure("create + delete", function()
     for _ = 1, 40 do
       local st, s = call(node.url, "POST", "/v1/sessions", "{}")
@@ -228,8 +280,17 @@ local ok, err = pcall(function()
   local per_node_db = sat * db_mix + idle_cpu / 3
   print(string.format("agent-like mix (exec + read + write + list files): node CPU %.2f ms (%.0f ms wall, one client),"
     .. " database CPU %.3f ms, %.2f transactions", node_mix * 1e3, mix_wall * 1e3, db_mix * 1e3, tx_mix))
-  print(string.format("  a node at saturation: %.0f mixes/s; one 2-core PostgreSQL carries %.0f such nodes (goal >= 100)",
-    sat, 2 / per_node_db))
+  print(string.format("  one client at a time (each statement wakes a database connection cold): a node's 2 cores run"
+    .. " %.0f mixes/s; one 2-core PostgreSQL carries %.0f such nodes", sat, 2 / per_node_db))
+  -- the same with the exec measured at saturation (PARALLEL at once) and the small calls'
+  -- node CPU from their phases
+  local pmix = { "exec `true`, " .. PARALLEL .. " at once", "read (10 bytes)", "write (10 bytes)", "list files" }
+  local node_p, db_p, tx_p = 0, 0, 0
+  for _, k in ipairs(pmix) do node_p, db_p, tx_p = node_p + cost[k].node, db_p + cost[k].cpu, tx_p + cost[k].tx end
+  local sat_p = 2 / math.max(node_p, 1e-6)
+  print(string.format("  at saturation (execs %d at once): node CPU %.2f ms, database CPU %.3f ms, %.2f transactions a mix;"
+    .. " a node's 2 cores run %.0f mixes/s; one 2-core PostgreSQL carries %.0f such nodes (goal >= 100)",
+    PARALLEL, node_p * 1e3, db_p * 1e3, tx_p, sat_p, 2 / (sat_p * db_p + idle_cpu / 3)))
 
   -- 4b. one tenant's ceiling: lease statements one bucket row takes a second (pgbench, 4
   -- clients) times the tokens a lease carries

@@ -17,6 +17,7 @@
 -- the checks that the figures are real: it prints a table.
 package.path = "spec/?.lua;bench/?.lua;" .. package.path
 local harness = require "harness"
+local busy_sessions = require "busy_sessions"
 local airlockd = require "support.airlockd"
 local proc = require "support.proc"
 local cjson = require "cjson"
@@ -135,27 +136,7 @@ local ok, err = pcall(function()
   -- 8 busy sessions: commands/s alone, then beside a build
   local ids = {}
   for i = 1, PARALLEL do ids[i] = create(nil) end
-  local function busy(seconds)
-    local dir = proc.make_temp_dir()
-    for i, id in ipairs(ids) do
-      local cmd = string.format(
-        "end=$(( $(date +%%s) + %d )); n=0; while [ $(date +%%s) -lt $end ]; do " ..
-        "curl -s -o /dev/null -w '%%{http_code}' -H 'X-API-Key: %s' -H 'Content-Type: application/json' " ..
-        "--data '{\"command\":\"true\"}' %s/v1/sessions/%s/exec | grep -q 200 && n=$((n+1)); done; echo $n > %s/%d",
-        seconds, KEY, server.url, id, dir, i)
-      os.execute("(" .. cmd .. ") >/dev/null 2>&1 &")
-    end
-    proc.wait_until(seconds + 60, function()
-      for i = 1, PARALLEL do
-        if not proc.read_file(dir .. "/" .. i) then return false end
-      end
-      return true
-    end, 0.5)
-    local total = 0
-    for i = 1, PARALLEL do total = total + (tonumber(proc.read_file(dir .. "/" .. i)) or 0) end
-    proc.remove_tree(dir)
-    return total / seconds
-  end
+  local function busy(seconds) return busy_sessions.rate(server, KEY, ids, seconds) end
   -- pairs of windows, alone then beside a fresh build (its own recipe), each ratio taken within
   -- its pair (the machine's other load moves between pairs); the median ratio
   local ratios, shown = {}, {}

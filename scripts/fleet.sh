@@ -29,6 +29,8 @@
 #                                         SANDBOX_API_URL (the router) and SANDBOX_API_KEY set,
 #                                         then the fleet taken down (make fleet)
 #
+# FLEET_PG_STATEMENTS=1 at `up` loads pg_stat_statements into the fleet's PostgreSQL.
+#
 # `up` records SANDBOX_API_KEYS, SANDBOX_API_KEY, SANDBOX_ADMIN_KEY, SANDBOX_TENANT_LIMITS (and
 # every other SANDBOX_* and AIRLOCK_* setting) of this script's environment in DIR/fleet.env;
 # the nodes get those alone (env -i), and PostgreSQL, HAProxy and the router program get none
@@ -259,6 +261,10 @@ start_postgres() {
     -E UTF8 --locale=C.UTF-8 > "$dir/pg/initdb.log" 2>&1 || { cat "$dir/pg/initdb.log" >&2; die "initdb failed"; }
   mkdir -p "$dir/pg/sock"
   [ "$(id -u)" -eq 0 ] && chown "$PG_USER" "$dir/pg/sock"
+  # FLEET_PG_STATEMENTS=1: pg_stat_statements on (bench/fleet_db.lua's CPU per statement)
+  if [ "${FLEET_PG_STATEMENTS:-}" = 1 ]; then
+    echo "shared_preload_libraries = 'pg_stat_statements'" | as_pg tee -a "$dir/pg/data/postgresql.conf" > /dev/null
+  fi
   local tries
   for tries in 1 2 3; do
     port=$(free_port)
@@ -276,6 +282,10 @@ CREATE DATABASE airlock OWNER airlock;
 REVOKE ALL ON DATABASE airlock FROM PUBLIC;
 GRANT CONNECT ON DATABASE airlock TO airlock_router;
 SQL
+  if [ "${FLEET_PG_STATEMENTS:-}" = 1 ]; then
+    super_psql "$dir" -d airlock -c "CREATE EXTENSION pg_stat_statements" > /dev/null ||
+      die "cannot create pg_stat_statements"
+  fi
   printf 'postgresql://airlock:%s@127.0.0.1:%s/airlock\n' "$password" "$port" > "$dir/database.url"
   printf 'postgresql://airlock_router:%s@127.0.0.1:%s/airlock\n' "$router_password" "$port" > "$dir/router.url"
   umask 022

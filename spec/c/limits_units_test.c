@@ -28,6 +28,7 @@ typedef struct {
     double tokens;   /* the fleet's bucket */
     int statements;  /* lease statements it answered */
     int most_wanted; /* the largest want seen */
+    int last_want;
     double given_back;
     bool away;       /* the database does not answer */
     int nodes;
@@ -46,6 +47,7 @@ static int fake_lease(void *ctx, const char *tenant, int per_minute, int want, d
     db->tokens += give_back;
     if (want > db->most_wanted)
         db->most_wanted = want;
+    db->last_want = want;
     *granted = want < (int)db->tokens ? want : (int)db->tokens;
     db->tokens -= *granted;
     *left = db->tokens;
@@ -135,6 +137,26 @@ int main(void)
     CHECK((double)admitted + shared.tokens == 120); /* every token spent or back in the bucket */
     for (int i = 0; i < 3; i++)
         limits_free(n[i]);
+
+    /* a busy tenant takes few leases: the first of 8 tokens, each next twice what the last one
+     * spent; back from a pause (its lease given back) it asks at once for what it used */
+    tenant_cfg busy_tc = {.name = "b", .max_sessions = 10, .requests_per_minute = 1200000, .max_concurrent_exec = 2};
+    config bc;
+    memset(&bc, 0, sizeof bc);
+    bc.tenants = &busy_tc;
+    bc.ntenants = 1;
+    tenants *bt = tenants_new(&bc);
+    fake_db busy = {.tokens = 1200000, .nodes = 3};
+    l = node_of(bt, &busy);
+    for (int i = 0; i < 100; i++)
+        CHECK(limits_take_token(l, 0, &avail, &retry));
+    CHECK(busy.statements == 4); /* 8 + 16 + 32 + 64 */
+    limits_return_leases(l, true);
+    CHECK(limits_take_token(l, 0, &avail, &retry));
+    CHECK(busy.statements == 6);   /* the give-back, then one lease */
+    CHECK(busy.last_want == 2 * (100 - 8 - 16 - 32));
+    limits_free(l);
+    tenants_free(bt);
 
     /* the database away: the node holds the tenant to its share (120 / 3 nodes) */
     fake_db away = {.tokens = 120, .nodes = 3, .away = true};

@@ -291,7 +291,8 @@ describe("a drain on a 3-node fleet", function()
     for _, u in ipairs(last.unmoved) do reasons[u.session_id] = u.reason end
     assert.are.same({ [s] = "its move to node1 did not end within SANDBOX_FLEET_MOVE_TIMEOUT_S ("
       .. HUNG_MOVE_TIMEOUT .. " s)",
-      [paused] = "it is paused: a paused session stays on its node until it is resumed or deleted" }, reasons)
+      [paused] = "it is paused: a paused session stays on its node until it is resumed or deleted (no shared "
+        .. "store: SANDBOX_SNAPSHOT_DIR)" }, reasons)
     assert.are.equal("draining", last.state)
     -- served where it was, as before
     assert.are.equal("node2", node_of(s))

@@ -36,6 +36,16 @@ describe("snapshots in a 2-node fleet sharing SANDBOX_SNAPSHOT_DIR", function()
     assert.are.equal(201, s.status, s.body)
     local snap = s.json.snapshot_id
 
+    -- recorded in PostgreSQL by the node that took it; the list is read from there
+    local node_of = fleet.sql(f, "SELECT node FROM snapshots WHERE id = '" .. snap .. "'")
+    assert.is_truthy(f.nodes[node_of], node_of)
+    fleet.sql(f, "UPDATE snapshots SET name = 'from-db' WHERE id = '" .. snap .. "'")
+    for _, n in pairs(f.nodes) do
+      local list = http.request(n, "GET", "/v1/snapshots", { key = KEY })
+      assert.are.same({ snap, "from-db" }, { list.json.snapshots[1].snapshot_id, list.json.snapshots[1].name })
+    end
+    fleet.sql(f, "UPDATE snapshots SET name = 'x' WHERE id = '" .. snap .. "'")
+
     for _, n in pairs(f.nodes) do -- each node sees it, directly and through the router
       local one = http.request(n, "GET", "/v1/snapshots/" .. snap, { key = KEY })
       assert.are.equal(200, one.status, one.body)
@@ -56,6 +66,8 @@ describe("snapshots in a 2-node fleet sharing SANDBOX_SNAPSHOT_DIR", function()
       assert.are.equal(404, http.request(n, "GET", "/v1/snapshots/" .. snap, { key = KEY }).status)
     end
     local left = proc.output("ls -A " .. proc.shell_quote(shared .. "/snapshots"))
-    assert.are.equal(".lock\n", left) -- the store's lock file alone
+    assert.are.equal(".lock\npaused\n", left) -- the store's lock file and its (empty) paused sessions
+    assert.are.equal("", proc.output("ls -A " .. proc.shell_quote(shared .. "/snapshots/paused")))
+    assert.are.equal("0", fleet.sql(f, "SELECT count(*) FROM snapshots"))
   end)
 end)

@@ -110,13 +110,76 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
       for i = 1, 10 do
         calls[#calls + 1] = string.format("SELECT airlock_session_reserve('sbx_lim%d_%02d', 'lim-tenant', 'lim-node', 7,"
           .. " '[]', 16);", c, i)
-        calls[#calls + 1] = "SELECT airlock_command_start('lim-tenant', 'lim-node', 3);"
+        -- two connections start as this version's nodes do, two as an older node's
+        calls[#calls + 1] = c % 2 == 0 and "SELECT airlock_exec_start('lim-tenant', 'lim-node', 3);"
+          or "SELECT airlock_command_start('lim-tenant', 'lim-node', 3);"
       end
       jobs[c] = pg.start(table.concat(calls, "\n"))
     end
     wait_all(jobs, "a connection")
     assert.are.equal("7", pg.psql("SELECT count(*) FROM sessions WHERE tenant = 'lim-tenant' AND state = 'active'"))
-    assert.are.equal("3", pg.psql("SELECT count(*) FROM commands WHERE tenant = 'lim-tenant'"))
+    assert.are.equal("3", pg.psql("SELECT sum(running) FROM command_counts WHERE tenant = 'lim-tenant'"))
+    -- an older node's command rows are among them
+    assert.is_true(num(pg.psql("SELECT count(*) FROM commands WHERE tenant = 'lim-tenant'")) <= 3)
+    pg.psql("DELETE FROM commands; DELETE FROM command_counts")
+  end)
+
+  -- A node's command ends, as fleet/audit.c sends them with its audit rows ($3: one tenant a
+  -- command), and the audit row with them.
+  local function ends(node, tenants, sk)
+    return string.format("WITH ended AS (UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
+      .. " FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text('%s'::json)"
+      .. " GROUP BY value) e WHERE c.tenant = e.tenant AND c.node = '%s')"
+      .. " INSERT INTO audit (tenant_id, node, sk, ts_us, truncated, timed_out, oom_killed)"
+      .. " VALUES ('cnt-a', '%s', '%s', 0, false, false, false);", tenants, node, node, sk)
+  end
+
+  it("counts running commands on one row per tenant and node, changed in place, from many connections", function()
+    for n = 1, 3 do pg.psql("SELECT airlock_node_register('cnt-node" .. n .. "', 'http://127.0.0.9:1', 0)") end
+    -- 6 connections (2 per node) start 10 commands each of two tenants allowed 4 and 5, and
+    -- end every one they were granted, some alone, some together with others
+    local jobs = {}
+    for c = 1, 6 do
+      local node, calls = "cnt-node" .. (1 + c % 3), { "CREATE TEMP TABLE mine (tenant text);" }
+      for i = 1, 10 do
+        local tenant = i % 2 == 0 and "cnt-a" or "cnt-b"
+        calls[#calls + 1] = string.format("INSERT INTO mine SELECT '%s' WHERE airlock_exec_start('%s', '%s', %d);",
+          tenant, tenant, node, tenant == "cnt-a" and 4 or 5)
+        calls[#calls + 1] = string.format("SELECT CASE WHEN (SELECT sum(running) FROM command_counts WHERE tenant = '%s')"
+          .. " > %d THEN 'over the limit' END;", tenant, tenant == "cnt-a" and 4 or 5)
+        if i % 3 == 0 then
+          calls[#calls + 1] = "SELECT coalesce(json_agg(tenant), '[]') AS gone FROM mine \\gset"
+          calls[#calls + 1] = ends(node, ":gone", "sk-" .. c .. "-" .. i):gsub("'(:gone)'", ":'gone'")
+          calls[#calls + 1] = "DELETE FROM mine;"
+        end
+      end
+      calls[#calls + 1] = "SELECT coalesce(json_agg(tenant), '[]') AS gone FROM mine \\gset"
+      calls[#calls + 1] = ends(node, ":gone", "sk-" .. c .. "-end"):gsub("'(:gone)'", ":'gone'")
+      jobs[c] = pg.start(table.concat(calls, "\n"))
+    end
+    local out = wait_all(jobs, "a connection")
+    assert.is_nil(out:find("over the limit", 1, true), out)
+    assert.is_nil(out:find("deadlock", 1, true), out)
+    assert.are.equal("0", pg.psql("SELECT coalesce(sum(running), 0) FROM command_counts WHERE tenant LIKE 'cnt-%'"))
+    assert.are.equal("24", pg.psql("SELECT count(*) FROM audit WHERE tenant_id = 'cnt-a'"))
+    -- in place: a start and an end change no index (HOT), whatever the number of commands
+    local row = pg.psql("BEGIN; SELECT airlock_exec_start('cnt-a', 'cnt-node1', 4); " .. ends("cnt-node1", '["cnt-a"]', "sk-hot")
+      .. " SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'command_counts'; COMMIT")
+    local upd, hot = row:match("(%d+)|(%d+)")
+    assert.are.equal("2", upd, row)
+    assert.are.equal("2", hot, row)
+    -- an older node's row deleted takes its count off; a node that starts again or is declared
+    -- dead has no command left
+    pg.psql("SELECT airlock_command_start('cnt-a', 'cnt-node1', 4); SELECT airlock_command_start('cnt-a', 'cnt-node2', 4);"
+      .. " SELECT airlock_exec_start('cnt-a', 'cnt-node3', 4); SELECT airlock_exec_start('cnt-a', 'cnt-node3', 4)")
+    assert.are.equal("4", pg.psql("SELECT sum(running) FROM command_counts WHERE tenant = 'cnt-a'"))
+    assert.are.equal("f", pg.psql("SELECT airlock_exec_start('cnt-a', 'cnt-node1', 4)"))
+    pg.psql("DELETE FROM commands WHERE node = 'cnt-node1'")
+    assert.are.equal("0", pg.psql("SELECT running FROM command_counts WHERE tenant = 'cnt-a' AND node = 'cnt-node1'"))
+    pg.psql("SELECT airlock_node_register('cnt-node2', 'http://127.0.0.9:1', 0)")
+    pg.psql("UPDATE nodes SET heartbeat = now() - interval '1 hour' WHERE id = 'cnt-node3'; SELECT airlock_nodes_reap(60)")
+    assert.are.equal("0", pg.psql("SELECT coalesce(sum(running), 0) FROM command_counts WHERE tenant = 'cnt-a'"))
+    pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM audit; DELETE FROM nodes")
   end)
 
   it("gives each node a slot up to the documented bound of 255, then says they are taken", function()
@@ -129,7 +192,7 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
     -- a node that comes back keeps its slot
     local slot = pg.psql("SELECT slot FROM nodes WHERE id = 'slot-7'")
     assert.are.equal(slot, pg.psql("SELECT airlock_node_register('slot-7', 'http://127.0.0.9:2', 0)"))
-    pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
+    pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM nodes")
   end)
 
   it("beats without reading the sessions, however many there are, and records the last uses it carries", function()
@@ -196,7 +259,9 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
         .. " WHERE n.state = 'dead' AND s.state = 'active'"))
       assert.are.equal("0", pg.psql("SELECT count(*) FROM commands c JOIN nodes n ON n.id = c.node"
         .. " WHERE n.state = 'dead'"))
-      pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
+      assert.are.equal("0", pg.psql("SELECT count(*) FROM command_counts c JOIN nodes n ON n.id = c.node"
+        .. " WHERE n.state = 'dead'"))
+      pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM nodes")
     end
   end)
 
@@ -215,7 +280,8 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
       assert.are.equal("0", pg.psql("SELECT count(*) FROM sessions WHERE node LIKE 'dead-%' AND state = 'active'"))
       assert.are.equal("100", pg.psql("SELECT count(*) FROM sessions WHERE node LIKE 'dead-%' AND state = 'lost'"))
       assert.are.equal("0", pg.psql("SELECT count(*) FROM commands WHERE node LIKE 'dead-%'"))
-      pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM nodes")
+      assert.are.equal("0", pg.psql("SELECT count(*) FROM command_counts WHERE node LIKE 'dead-%'"))
+      pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM nodes")
     end
   end)
 end)

@@ -40,7 +40,9 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
   lazy_setup(function()
     key = "ak_" .. airlockd.random_hex(16)
     audit_db = proc.temp_path() .. ".db"
-    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_AUDIT = "sqlite:" .. audit_db } })
+    -- (many requests in a minute: cells, and polls while a cell runs)
+    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_AUDIT = "sqlite:" .. audit_db,
+                                                                SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000}}' } })
     local r = http_client.create(server, key)
     assert.are.equal(201, r.status, r.body)
     sid = r.json.session_id
@@ -179,13 +181,14 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     assert.are.equal("89 50 4e 47 0d 0a 1a 0a", raw:gsub("^%s+", ""):gsub("%s+$", ""))
   end)
 
-  it("restarts a kernel that runs out of memory, the session and its files intact", function()
+  it("restarts a kernel that runs out of memory, and the session's other kernel, the session and its files intact", function()
     local r = http_client.create(server, key, cjson.encode({ memory_mb = 256 }))
     assert.are.equal(201, r.status, r.body)
     local s2 = r.json.session_id
-    local k2 = new_kernel(s2)
+    local k2, other = new_kernel(s2), new_kernel(s2)
     assert.are.equal(200, http_client.write(server, key, s2, "keep.txt", "kept").status)
     cell("z = 1", nil, s2, k2)
+    cell("y = 2", nil, s2, other)
     local oom = cell("b = bytearray(600 * 1024 * 1024)", 30, s2, k2)
     assert.is_true(oom.oom_killed, cjson.encode(oom))
     assert.is_true(oom.kernel_restarted)
@@ -193,7 +196,45 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     assert.are.equal("kept\n", after.stdout)
     assert.are.equal("False", after.results[1]["text/plain"])
     assert.is_true(after.kernel_restarted)
+    -- the other kernel's process died with the sandbox: it restarts in the new one and says so once
+    local second = cell("'y' in globals(), open('keep.txt').read()", nil, s2, other)
+    assert.are.equal("(False, 'kept')", second.results[1]["text/plain"], cjson.encode(second))
+    assert.is_true(second.kernel_restarted)
+    local again = cell("y = 3\ny", nil, s2, other)
+    assert.are.equal("3", again.results[1]["text/plain"])
+    assert.is_false(again.kernel_restarted)
     assert.are.equal("kept", http_client.read(server, key, s2, "keep.txt").json.content)
+  end)
+
+  it("counts a running cell as a command, and ends it at once when its kernel or its session is deleted", function()
+    local s5 = http_client.create(server, key).json.session_id
+    local function sleeping_cell(k)
+      local h = http_client.post_async(server, key, "/v1/sessions/" .. s5 .. "/kernels/" .. k .. "/execute",
+        { code = "import time; time.sleep(50)", timeout = 55 }, 30) -- curl gives up (no answer) long before the sleep ends
+      assert.eventually(function()
+        local list = call("GET", "/v1/sessions/" .. s5 .. "/kernels").json.kernels
+        for _, e in ipairs(list) do
+          if e.kernel_id == k then return e.state == "busy", list end
+        end
+        return false, list
+      end, { timeout = 20, what = "the cell running" })
+      return h
+    end
+    local k5 = new_kernel(s5)
+    local h = sleeping_cell(k5)
+    -- a running cell counts as one of the tenant's running commands (max_concurrent_exec)
+    assert.are.equal(1, call("GET", "/v1/usage").json.commands_running)
+    assert.are.equal(200, call("DELETE", "/v1/sessions/" .. s5 .. "/kernels/" .. k5).status)
+    local answer, raw = h.wait(40)
+    assert.is_table(answer, raw)
+    assert.are.equal("KernelDeleted", answer.error and answer.error.name, raw)
+    assert.are.equal(0, call("GET", "/v1/usage").json.commands_running)
+    k5 = new_kernel(s5)
+    h = sleeping_cell(k5)
+    assert.are.equal(200, http_client.delete(server, key, s5).status)
+    answer, raw = h.wait(40)
+    assert.is_table(answer, raw)
+    assert.are.equal("KernelDeleted", answer.error and answer.error.name, raw)
   end)
 
   it("leaves no process, mount or cgroup of a deleted session's kernels", function()

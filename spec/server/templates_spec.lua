@@ -9,6 +9,7 @@
 -- no files; templates survive a restart. Builds are waited on with a bounded wait that says what
 -- it last saw; no timing assertions. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
+local host_state = require "support.host_state"
 local http_client = require "support.http_client"
 local proc = require "support.proc"
 local cjson = require "cjson"
@@ -35,6 +36,47 @@ end
 
 local function exists(path)
   return proc.run("test -e " .. proc.shell_quote(path))
+end
+
+-- The builds' top group of server s in the CPU hierarchy (v1 cpu, else v2's one tree).
+local function builds_cpu_group(server)
+  local top = exists("/sys/fs/cgroup/cpu/cpu.shares") and "/sys/fs/cgroup/cpu/" or "/sys/fs/cgroup/"
+  return top .. host_state.cgroup_root(server.dir .. "/state") .. "-builds"
+end
+
+-- Waits until processes run in the builds group; then every one of them, and every process they
+-- started, must be there at the least CPU and I/O priority. How many there were.
+local function check_build_processes(server)
+  local group, listed = builds_cpu_group(server), nil
+  assert(proc.wait_until(120, function()
+    listed = proc.output("cat " .. group .. "/builds/*/cgroup.procs 2>/dev/null")
+    return listed:match("%d") ~= nil
+  end, 0.1), "no process of the build in " .. group)
+  -- idle, at the least weight (v1 shares 2, which an idle group reads as 3; v2 weight 1)
+  local v1 = exists(group .. "/cpu.shares")
+  local weight = tonumber((proc.read_file(group .. (v1 and "/cpu.shares" or "/cpu.weight")) or ""):match("%d+"))
+  assert.truthy(weight and weight <= (v1 and 3 or 1), "weight " .. tostring(weight))
+  assert.are.equal("1", (proc.read_file(group .. "/cpu.idle") or ""):match("%d+"))
+  local children, seen = {}, 0
+  for pid, ppid in proc.output("ps -eo pid=,ppid="):gmatch("(%d+)%s+(%d+)") do
+    children[ppid] = children[ppid] or {}
+    table.insert(children[ppid], pid)
+  end
+  local todo = {}
+  for pid in listed:gmatch("%d+") do todo[#todo + 1] = pid end
+  while #todo > 0 do
+    local pid = table.remove(todo)
+    local cg, stat = proc.read_file("/proc/" .. pid .. "/cgroup"), proc.read_file("/proc/" .. pid .. "/stat")
+    if cg and stat then -- else gone meanwhile
+      seen = seen + 1
+      assert.truthy(cg:find("-builds/builds/", 1, true), pid .. " outside the builds group:\n" .. cg)
+      assert.are.equal("19", stat:match("%) %S+" .. string.rep(" %S+", 15) .. " (%S+)"), "nice of " .. pid)
+      local io = proc.output("ionice -p " .. pid .. " 2>/dev/null")
+      assert.truthy(io == "" or io:find("idle", 1, true), "I/O class of " .. pid .. ": " .. io)
+    end
+    for _, c in ipairs(children[pid] or {}) do todo[#todo + 1] = c end
+  end
+  return seen
 end
 
 describe("templates", function()
@@ -78,6 +120,7 @@ describe("templates", function()
     assert.are.equal("building", res.json.status)
     local id = res.json.id
     assert.truthy(id:match("^tpl_%x+$"))
+    assert.truthy(check_build_processes(s) > 0)
     -- the stream ends when the build does; its last event is the end
     local log = http_client.request(s, "GET", "/v1/templates/hello/log", { key = acme, max_time = 600 })
     assert.are.equal(200, log.status)
@@ -153,7 +196,10 @@ describe("templates", function()
 
   it("keeps templates across a restart, and deletes one no session uses", function()
     local id = get(s, acme, "/v1/templates/hello").json.id
+    local builds = builds_cpu_group(s)
+    assert.truthy(exists(builds))
     proc.stop_process(s.pid, 10)
+    assert.falsy(exists(builds)) -- a stopping server removes its builds' group too
     s = airlockd.start({ dir = s.dir, tenants = s.tenants })
     local t = get(s, acme, "/v1/templates/hello")
     assert.are.equal("ready", t.json.status, t.body)

@@ -27,6 +27,8 @@ session *acquire_session(app *a, http_request *r, const api_call *c)
     session *s = NULL;
     /* every session route counts as activity, so the idle reaper spares it */
     session_result rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
+    if (rc == SESSION_NOT_FOUND && store_take_over(a, c->param, c->tenant))
+        rc = registry_acquire(a->reg, c->param, c->tenant, true, &s);
     /* the same strings on every session route */
     if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
         return NULL;

@@ -9,8 +9,10 @@
 int api_audit_record(app *a, const audit_entry *e)
 {
     int rc = audit_record(a->audit, e);
-    if (rc == 0 && a->fleet)
-        fleet_audit_ship_now(a->fleet, a->audit);
+    /* a fleet node's record is durable once in the database; else it is synced here, before
+     * the answer (store/audit.h) */
+    if (rc == 0 && a->fleet && fleet_audit_ship_now(a->fleet, a->audit) != 0)
+        rc = audit_sync(a->audit);
     return rc;
 }
 

@@ -83,5 +83,8 @@ void api_admin_status(app *a, http_request *r, const api_call *c);
 /* A session route's answer when this fleet node does not hold session id: true when a
  * 403/410/503 was sent from the fleet's registry (false: the local 404 stands). */
 bool fleet_answer_elsewhere(app *a, http_request *r, const char *id, size_t tenant);
+/* In a fleet: a paused session of tenant in the shared store is taken by this node (api/store_take.c);
+ * true when it is held here now (the caller looks it up again). */
+bool store_take_over(app *a, const char *id, size_t tenant);
 
 #endif

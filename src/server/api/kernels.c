@@ -206,6 +206,28 @@ static bool wants_stream(http_request *r, bool body_stream)
     return on || body_stream || (accept && strstr(accept, NDJSON));
 }
 
+/* A cell is a unit of work like a command: one of the tenant's max_concurrent_exec, then one of
+ * the server's command slots (waiting for one as a command does). false when refused (sent). */
+static bool take_turn(app *a, http_request *r, size_t tenant)
+{
+    if (!limits_exec_begin(a->lim, tenant)) {
+        api_send_exec_limit(r, tenants_get(a->tenants, tenant)->max_concurrent_exec);
+        return false;
+    }
+    slot_result sr = slots_acquire(a->slots, tenant, http_client_fd(r));
+    if (sr == SLOT_OK)
+        return true;
+    limits_exec_end(a->lim, tenant);
+    char text[128];
+    snprintf(text, sizeof text, "All %d command slots of this server are in use; try again shortly.",
+             slots_max(a->slots));
+    if (sr == SLOT_BUSY)
+        http_send_detail(r, 503, text);
+    else
+        http_send_500(r); /* cancelled: the client is gone */
+    return false;
+}
+
 void api_kernels_execute(app *a, http_request *r, const api_call *c)
 {
     char sid[64], kid[64];
@@ -239,6 +261,11 @@ void api_kernels_execute(app *a, http_request *r, const api_call *c)
         send_unknown_kernel(r, kid);
         return;
     }
+    if (!take_turn(a, r, c->tenant)) {
+        kernels_put(a->kernels, k);
+        registry_release(a->reg, s);
+        return;
+    }
     exec_tap tap;
     exec_tap_init(&tap, NULL);
     if (wants_stream(r, body_stream))
@@ -249,6 +276,8 @@ void api_kernels_execute(app *a, http_request *r, const api_call *c)
     char errbuf[512] = "";
     json_t *answer = kernel_execute(a->kernels, k, s, code, code_len, (int)timeout, (size_t)output_limit, cancel_fd,
                                     tap.stream ? &ev : NULL, errbuf, sizeof errbuf);
+    slots_release(a->slots, c->tenant);
+    limits_exec_end(a->lim, c->tenant);
     kernels_put(a->kernels, k);
     bool audited = !answer || audit_cell(a, c, s, code, answer,
                                          (double)json_integer_value(json_object_get(answer, "duration_ms")) / 1000.0) == 0;

@@ -8,6 +8,8 @@ static session *acquire_as_is(app *a, http_request *r, const api_call *c)
 {
     session *s = NULL;
     session_result rc = registry_acquire(a->reg, c->param, c->tenant, false, &s);
+    if (rc == SESSION_NOT_FOUND && store_take_over(a, c->param, c->tenant))
+        rc = registry_acquire(a->reg, c->param, c->tenant, false, &s);
     if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
         return NULL;
     if (rc == SESSION_NOT_FOUND)

@@ -309,6 +309,8 @@ void api_sessions_get(app *a, http_request *r, const api_call *c)
 {
     session_info v;
     session_result rc = registry_info(a->reg, c->param, c->tenant, &v); /* not a touch, like the list */
+    if (rc == SESSION_NOT_FOUND && store_take_over(a, c->param, c->tenant))
+        rc = registry_info(a->reg, c->param, c->tenant, &v);
     if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, c->param, c->tenant))
         return;
     if (rc == SESSION_NOT_FOUND) {
@@ -330,6 +332,10 @@ void api_sessions_delete(app *a, http_request *r, const api_call *c)
 {
     const char *id = c->param;
     session_result rc = registry_delete(a->reg, id, c->tenant);
+    if (rc == SESSION_NOT_FOUND && store_take_over(a, id, c->tenant)) /* its image leaves the store */
+        rc = registry_delete(a->reg, id, c->tenant);
+    if (rc == SESSION_OK) /* a cell under way ends now, not when its request lets the session go */
+        kernels_forget_session(a->kernels, id);
     if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, id, c->tenant))
         return;
     if (rc == SESSION_NOT_FOUND)

@@ -155,7 +155,12 @@ void api_snapshots_list(app *a, http_request *r, const api_call *c)
 {
     const char *tname = tenants_get(a->tenants, c->tenant)->name;
     size_t n = 0;
-    snapshot_record *v = snapshot_store_list(snapshots_store(a->snapshots), tname, &n);
+    bool ok = true;
+    snapshot_record *v = snapshots_list(a->snapshots, tname, &n, &ok);
+    if (!ok) {
+        http_send_retry(r, 503, "The fleet's database cannot be reached to list the snapshots. Retry shortly.", 2);
+        return;
+    }
     json_t *items = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(items, snapshot_json(&v[i]));

@@ -1,6 +1,7 @@
 /* The server's workspace disks: paths, the total cap and reserve, create/open/close/destroy,
  * and the start-up takeover and cleanup. */
 #include "disk/pool.h"
+#include "util/move_file.h"
 
 #include "disk/image.h"
 #include "disk/loop.h"
@@ -441,6 +442,37 @@ disk_result disk_keep(disk_pool *p, const char *id)
     }
     free(img);
     free(mnt);
+    return rc;
+}
+
+int disk_hand_over(disk_pool *p, const char *id, const char *dst)
+{
+    char *img = path_of(p->images, id, IMAGE_SUFFIX), *mnt = path_of(p->workspaces, id, "");
+    struct stat st;
+    int rc = -1;
+    if (img && mnt && !mounts_is_mount_point(mnt) && lstat(img, &st) == 0 && S_ISREG(st.st_mode) &&
+        move_file(img, dst) == 0) {
+        account(p, -(long long)st.st_size);
+        if (rmdir(mnt) != 0 && errno != ENOENT)
+            log_warn("cannot remove %s: %s", mnt, strerror(errno));
+        rc = 0;
+    } else {
+        log_session(LV_WARN, id, NULL, "the image of %s could not be moved to %s: %s", id, dst, strerror(errno));
+    }
+    free(img);
+    free(mnt);
+    return rc;
+}
+
+int disk_take_over(disk_pool *p, const char *id, const char *src)
+{
+    char *img = path_of(p->images, id, IMAGE_SUFFIX);
+    int rc = -1;
+    if (img && access(img, F_OK) != 0 && move_file(src, img) == 0)
+        rc = 0;
+    else
+        log_session(LV_WARN, id, NULL, "the image of %s could not be taken from %s: %s", id, src, strerror(errno));
+    free(img);
     return rc;
 }
 

@@ -92,6 +92,16 @@ disk_result disk_resume(disk_pool *p, const char *id, char **workspace);
  * (a mount a killed predecessor left is undone). DISK_ERROR when the image is gone. */
 disk_result disk_keep(disk_pool *p, const char *id);
 
+/* ---- a fleet's shared store (fleet/store.c, docs/fleet.md "The shared store") ---- */
+
+/* A paused session's kept image leaves this node for dst (util/move_file.h: a rename on one
+ * filesystem), no longer counted against the cap; 0, or -1 (logged, the image kept). */
+int disk_hand_over(disk_pool *p, const char *id, const char *dst);
+
+/* A paused session's image comes from src into this node's images (then disk_keep counts it);
+ * 0, or -1 (logged, src kept). */
+int disk_take_over(disk_pool *p, const char *id, const char *src);
+
 /* The session's workspace path (malloc'd) whether or not its disk is mounted, or NULL. */
 char *disk_workspace_path(disk_pool *p, const char *id);
 

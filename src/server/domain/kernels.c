@@ -279,12 +279,49 @@ static int start_process(kernel *k, char *errbuf, size_t errlen)
     return c.ready ? 0 : -1;
 }
 
+/* The other kernels of k's session that hold dead (k's sandbox, which died) let go of it, so
+ * that the session's next sandbox can boot: their processes died with it, their next cell
+ * starts them anew there (and says kernel_restarted). One in a cell or a restart of its own
+ * (its run_mu taken) lets go itself when it finds the sandbox dead. Under k's run_mu. */
+static void others_let_go(kernels *t, kernel *k, const session *s, sandbox *dead)
+{
+    kernel *held[AGENT_SLOTS];
+    int n = 0;
+    pthread_mutex_lock(&t->mu);
+    for (kernel *o = t->head; o && n < AGENT_SLOTS; o = o->next)
+        if (o != k && !o->ended && o->sb == dead && strcmp(o->session_id, k->session_id) == 0) {
+            o->refs++;
+            held[n++] = o;
+        }
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < n; i++) {
+        kernel *o = held[i];
+        if (pthread_mutex_trylock(&o->run_mu) == 0) {
+            if (o->sb == dead) {
+                if (o->slot >= 0)
+                    sandbox_session_proc_release(dead, o->slot);
+                o->slot = -1;
+                buf_free(&o->line);
+                o->skipping = false;
+                warm_session_give_back(t->w, s, dead);
+                o->sb = NULL;
+                log_info("kernel %s of session %s lost its process with the sandbox", o->id, o->session_id);
+            }
+            pthread_mutex_unlock(&o->run_mu);
+        }
+        kernels_put(t, o);
+    }
+}
+
 /* Its session's sandbox, borrowed again after it died (a memory kill takes the sandbox down:
- * the session's next one boots; the workspace is untouched). */
+ * the session's next one boots once every kernel let go of the dead one; the workspace is
+ * untouched). */
 static int reborrow(kernels *t, kernel *k, const session *s, char *errbuf, size_t errlen)
 {
-    if (k->sb)
+    if (k->sb) {
+        others_let_go(t, k, s, k->sb);
         warm_session_give_back(t->w, s, k->sb);
+    }
     k->sb = NULL;
     int64_t until = now_ms() + REBORROW_MS;
     while (!k->sb && now_ms() < until) {
@@ -303,9 +340,9 @@ static int reborrow(kernels *t, kernel *k, const session *s, char *errbuf, size_
 
 /* A new process for k (after a kill or its death): in its sandbox, or in its session's next
  * one when that died. 0, or -1 with errbuf. */
-static int restart(kernels *t, kernel *k, const session *s, char *errbuf, size_t errlen)
+static int restart(kernels *t, kernel *k, const session *s, int says, char *errbuf, size_t errlen)
 {
-    k->restart_says = 2; /* this cell and the next */
+    k->restart_says = says;
     if ((!k->sb || !sandbox_session_usable(k->sb)) && reborrow(t, k, s, errbuf, errlen) != 0)
         return -1;
     return start_process(k, errbuf, errlen);
@@ -658,16 +695,18 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
         if (k->slot >= 0 && k->sb)
             sandbox_session_proc_release(k->sb, k->slot);
         k->slot = -1;
-        if (restart(t, k, s, errbuf, errlen) != 0)
+        if (restart(t, k, s, 1, errbuf, errlen) != 0) /* (this cell says so) */
             goto out;
     }
     if (sandbox_session_proc_begin(k->sb, errbuf, errlen) != 0)
         goto out;
     began = true;
     pthread_mutex_lock(&t->mu);
-    k->interrupt_slot = k->slot;
+    ended = k->ended; /* deleted since it began: the cell does not run */
+    k->interrupt_slot = ended ? -1 : k->slot;
     pthread_mutex_unlock(&t->mu);
-    run_cell(k, &c, line, len, timeout_seconds, cancel_fd, &e);
+    if (!ended)
+        run_cell(k, &c, line, len, timeout_seconds, cancel_fd, &e);
     pthread_mutex_lock(&t->mu);
     k->interrupt_slot = -1;
     ended = k->ended; /* deleted meanwhile: its process was killed, no restart */
@@ -688,7 +727,7 @@ json_t *kernel_execute(kernels *t, kernel *k, const session *s, const char *code
         if (!ended) {
             log_info("kernel %s of session %s restarts: its process %s", k->id, k->session_id,
                      e.oom ? "hit the memory limit" : e.killed ? "ignored its interrupt" : "ended");
-            if (restart(t, k, s, errbuf, errlen) != 0)
+            if (restart(t, k, s, 2, errbuf, errlen) != 0) /* this cell and the next say so */
                 log_warn("kernel %s could not restart: %s", k->id, errbuf);
         }
     }

@@ -10,6 +10,10 @@
 /* how long a request waits for another thread's lease of the same tenant before it decides
  * alone (the database is then slow or away) */
 #define LEASE_WAIT_S 5
+/* a tenant's first lease on this node (within the bound L, which caps every lease): most
+ * tenants that make one request make more, and a lease statement per doubling from 1 was most
+ * of a busy node's lease statements */
+#define LEASE_FIRST 8
 
 typedef struct {
     double tokens;
@@ -20,7 +24,9 @@ typedef struct {
     /* a fleet's lease */
     double leased;        /* tokens leased and not spent yet */
     double lease_until;   /* monotonic: then what is left goes back */
-    int lease_spent;      /* spent of the current lease: the next asks for twice that */
+    int lease_spent;      /* spent of the current (or, once it went back, the last) lease: the
+                           * next asks for twice that, so a tenant back from a pause asks for
+                           * what it used before in one statement */
     double refused_until; /* monotonic: the fleet's bucket had no token before then */
     double bucket_left;   /* the fleet's bucket after the last lease (requests_available) */
     bool leasing;         /* a thread is asking the database for this tenant now */
@@ -129,8 +135,8 @@ static int take_leased(limits *l, size_t tenant, long *available, long *retry_af
     double give_back = s->leased;
     s->leased = 0;
     int most = limits_lease_max(tc->requests_per_minute, l->sh.nodes ? l->sh.nodes(l->sh.ctx) : 1);
-    int want = 2 * s->lease_spent;
-    want = want < 1 ? 1 : want > most ? most : want;
+    int want = s->lease_spent > 0 ? 2 * s->lease_spent : LEASE_FIRST;
+    want = want > most ? most : want;
     pthread_mutex_unlock(&l->mu);
     int granted = 0;
     double left = 0, wait_s = 0;
@@ -205,7 +211,6 @@ void limits_return_leases(limits *l, bool all)
                 idx[k] = from;
                 give_back[k++] = s->leased;
                 s->leased = 0;
-                s->lease_spent = 0;
             }
         }
         pthread_mutex_unlock(&l->mu);

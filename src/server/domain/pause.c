@@ -2,6 +2,7 @@
  * orders the steps and holds the sandbox's part of them. */
 #include "domain/pause.h"
 
+#include "fleet/fleet.h"
 #include "fs/walk.h"
 #include "log/log.h"
 #include "sandbox/session_checkpoint.h"
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static double ms_since(const struct timespec *t0)
 {
@@ -117,6 +119,41 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
     return 0;
 }
 
+typedef struct {
+    const pause_deps *d;
+    const char *id;
+    long long bytes;
+} store_record;
+
+static bool record_in_store(void *ctx)
+{
+    const store_record *sr = ctx;
+    /* the parts of the paused image, relative to the store (a memory image joins as "memory") */
+    char rel[64];
+    snprintf(rel, sizeof rel, "paused/%s.img", sr->id);
+    json_t *parts = json_pack("{s:s,s:I}", "workspace", rel, "bytes", (json_int_t)sr->bytes);
+    bool ok = parts && fleet_store_put(sr->d->fleet, sr->id, parts) == 0;
+    json_decref(parts);
+    return ok;
+}
+
+/* In a fleet, paused s leaves this node for the shared store (docs/fleet.md "The shared
+ * store"): any node takes it from there on its next call. Logged when it stays here. */
+static void hand_to_store(const pause_deps *d, session *s)
+{
+    char dst[4200];
+    snprintf(dst, sizeof dst, "%s/%s.img", d->store_dir, s->id);
+    char *img = disk_image_path(registry_disk(d->reg), s->id);
+    struct stat st;
+    store_record sr = {.d = d, .id = s->id, .bytes = img && stat(img, &st) == 0 ? (long long)st.st_size : 0};
+    free(img);
+    if (registry_hand_over(d->reg, s, dst, record_in_store, &sr))
+        log_session(LV_INFO, s->id, NULL, "session %s: its paused image is in the shared store", s->id);
+    else
+        log_session(LV_WARN, s->id, NULL, "session %s stays paused on this node (the shared store did not take it)",
+                    s->id);
+}
+
 session_result pause_session(const pause_deps *d, session *s, bool only_if_idle, pause_outcome *out)
 {
     memset(out, 0, sizeof *out);
@@ -128,6 +165,8 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
             session_pause_state p;
             registry_state(d->reg, s, &p);
             out->image_bytes = p.image_bytes;
+            if (d->fleet && d->store_dir) /* one the store did not take before: again */
+                hand_to_store(d, s);
         }
         return rc;
     }
@@ -152,6 +191,9 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
     out->pause_ms = ms_since(&t0);
     log_session(LV_INFO, s->id, NULL, "session %s paused in %.0f ms (%s)", s->id, out->pause_ms,
                 image.image_dir[0] ? "with its memory" : "files only");
+    /* a memory image is restored into its sandbox struct on this node only: it stays here */
+    if (d->fleet && d->store_dir && !image.image_dir[0])
+        hand_to_store(d, s);
     return SESSION_OK;
 }
 
@@ -199,4 +241,27 @@ void pause_idle_session(void *ctx, const char *session_id, size_t tenant)
         log_session(LV_WARN, session_id, NULL, "session %s could not be paused after its idle TTL; it stays active",
                     session_id);
     registry_release(d->reg, s);
+}
+
+/* the stored sessions expired per sweep at most (the rest at the next) */
+#define EXPIRED_PER_SWEEP 100
+
+void pause_store_sweep(void *ctx)
+{
+    const pause_deps *d = ctx;
+    if (!d->fleet || !d->store_dir)
+        return;
+    json_t *ids = fleet_store_expired(d->fleet, d->paused_ttl, EXPIRED_PER_SWEEP);
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v) {
+        const char *id = json_string_value(v);
+        char img[4200];
+        snprintf(img, sizeof img, "%s/%s.img", d->store_dir, id);
+        if (unlink(img) != 0 && errno != ENOENT)
+            log_warn("cannot remove %s: %s", img, strerror(errno));
+        log_session(LV_INFO, id, NULL, "session %s deleted after %.0f s paused (in the shared store)", id,
+                    d->paused_ttl);
+    }
+    json_decref(ids);
 }

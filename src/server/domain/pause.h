@@ -24,6 +24,9 @@ typedef struct {
     kernels *kernels;       /* a session's kernels: a pause keeps their memory (an image) */
     sandbox_backend *sb;    /* runsc (its version names an image's maker) */
     const char *state_dir;  /* images/<id>.ckpt: a session's memory image */
+    struct fleet *fleet;    /* in a fleet: a paused session goes to the shared store (NULL: stays) */
+    char *store_dir;        /* <SANDBOX_SNAPSHOT_DIR>/paused, in a fleet */
+    double paused_ttl;      /* SANDBOX_PAUSED_TTL: stored sessions expire after it */
 } pause_deps;
 
 typedef struct {
@@ -56,5 +59,10 @@ void pause_forget_image(const pause_deps *d, const char *session_id);
 
 /* The idle reaper's hook (registry_pause_hook; ctx: a pause_deps that outlives the registry). */
 void pause_idle_session(void *ctx, const char *session_id, size_t tenant);
+
+/* The registry's sweep hook (ctx: the pause_deps): in a fleet, the stored paused sessions past
+ * their paused TTL are deleted, their images removed from the store, by whichever node sweeps
+ * first. */
+void pause_store_sweep(void *ctx);
 
 #endif

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Touches are saved at most this often (a restart after a kill -9 may see a session up to
  * this much less recently used than it was). Sessions coming and going are saved at once. */
@@ -46,6 +47,8 @@ struct registry {
     registry_spares spares;           /* set before serving, then only read */
     registry_pause_hook on_idle_pause; /* set before serving, then only read */
     void *on_idle_pause_ctx;
+    void (*on_sweep)(void *ctx); /* after each sweep (a fleet's stored sessions); set before serving */
+    void *on_sweep_ctx;
     registry_shared shared;           /* a fleet's, or all NULL */
     int id_slot;
 };
@@ -426,7 +429,8 @@ static void *reaper_main(void *arg)
         session *doomed = NULL;
         bool swept = false;
         size_t npause = 0;
-        if (monotonic_now() >= next_sweep) {
+        bool swept_now = monotonic_now() >= next_sweep;
+        if (swept_now) {
             next_sweep = monotonic_now() + interval;
             double now = epoch_now();
             for (session *s = r->head, *nx; s; s = nx) {
@@ -460,6 +464,8 @@ static void *reaper_main(void *arg)
             log_session(LV_INFO, to_pause[i].id, NULL, "session %s pauses after %.0f s idle", to_pause[i].id, r->ttl);
             r->on_idle_pause(r->on_idle_pause_ctx, to_pause[i].id, to_pause[i].tenant);
         }
+        if (swept_now && r->on_sweep)
+            r->on_sweep(r->on_sweep_ctx);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
@@ -1136,6 +1142,70 @@ session_result registry_resume(registry *r, session *s, bool *resumed, session_p
     return SESSION_OK;
 }
 
+bool registry_tenant_of(registry *r, const char *id, size_t *tenant)
+{
+    pthread_mutex_lock(&r->mu);
+    const session *s = find_locked(r, id);
+    if (s)
+        *tenant = s->tenant;
+    pthread_mutex_unlock(&r->mu);
+    return s != NULL;
+}
+
+disk_pool *registry_disk(registry *r)
+{
+    return r->disk;
+}
+
+bool registry_hand_over(registry *r, session *s, const char *dst, bool (*recorded)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    wait_turn_locked(r, s);
+    bool ok = !s->removed && s->state == SESSION_PAUSED && !s->moving;
+    if (ok)
+        s->state = SESSION_PAUSING; /* a resume waits for this turn, then finds it gone */
+    pthread_mutex_unlock(&r->mu);
+    if (!ok)
+        return false;
+    ok = disk_hand_over(r->disk, s->id, dst) == 0;
+    if (ok && !recorded(ctx)) { /* not recorded where it is: it comes back and stays here */
+        ok = false;
+        if (disk_take_over(r->disk, s->id, dst) != 0 || disk_keep(r->disk, s->id) != DISK_OK)
+            log_session(LV_ERROR, s->id, NULL, "paused session %s: its image stays in %s", s->id, dst);
+    }
+    pthread_mutex_lock(&r->mu);
+    bool destroy = false;
+    if (ok) {
+        s->moved_away = true; /* its fleet row stays: the store holds it now */
+        destroy = unlink_locked(r, s);
+    }
+    turn_end_locked(r, s, SESSION_PAUSED);
+    pthread_mutex_unlock(&r->mu);
+    if (ok)
+        save(r);
+    if (destroy)
+        session_destroy(r, s);
+    return ok;
+}
+
+session_result registry_adopt_paused(registry *r, session_record *rec, const char *src)
+{
+    if (!rec->pause.paused || registry_has(r, rec->id) || disk_take_over(r->disk, rec->id, src) != 0)
+        return SESSION_ERROR;
+    int adopted = 0, mounted = 0, kept = 0, expired = 0;
+    pthread_mutex_lock(&r->mu);
+    restore_one(r, rec, epoch_now(), &adopted, &mounted, &kept, &expired);
+    bool held = find_locked(r, rec->id) != NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (held)
+        save(r);
+    char *img = expired ? disk_image_path(r->disk, rec->id) : NULL;
+    if (img && unlink(img) != 0) /* its paused TTL had ended: nothing of it is kept */
+        log_warn("cannot remove %s: %s", img, strerror(errno));
+    free(img);
+    return held ? SESSION_OK : expired ? SESSION_NOT_FOUND : SESSION_ERROR;
+}
+
 bool registry_paused(registry *r, const char *id)
 {
     pthread_mutex_lock(&r->mu);
@@ -1153,6 +1223,14 @@ session_state registry_state(registry *r, const session *s, session_pause_state 
         *pause = s->pause;
     pthread_mutex_unlock(&r->mu);
     return st;
+}
+
+void registry_set_sweep_hook(registry *r, void (*hook)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->on_sweep = hook;
+    r->on_sweep_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void registry_set_pause_hook(registry *r, registry_pause_hook hook, void *ctx)

@@ -254,6 +254,9 @@ session_state registry_state(registry *r, const session *s, session_pause_state 
  * TTL ended: pauses it (domain/pause.c) unless a request came meanwhile. */
 typedef void (*registry_pause_hook)(void *ctx, const char *session_id, size_t tenant);
 void registry_set_pause_hook(registry *r, registry_pause_hook hook, void *ctx);
+/* Called by the reaper, outside the lock, after each of its sweeps (a fleet's paused sessions
+ * in the shared store expire there: domain/pause.c). */
+void registry_set_sweep_hook(registry *r, void (*hook)(void *ctx), void *ctx);
 
 /* What a session list shows of one session. */
 typedef struct {
@@ -294,5 +297,24 @@ size_t registry_count_tenant(registry *r, size_t tenant);
 
 /* Current wall-clock time as float seconds, rounded to microseconds like time.time(). */
 double epoch_now(void);
+
+/* ---- a fleet's shared store (fleet/store.c) ---- */
+
+/* The tenant of session id held here: false when it is not. */
+bool registry_tenant_of(registry *r, const char *id, size_t *tenant);
+
+/* The disks the registry's sessions live on. */
+disk_pool *registry_disk(registry *r);
+
+/* Paused s (the caller holds a reference) leaves this node: its image moves to dst, recorded(ctx)
+ * says where it is now (false: the image comes back), and it is forgotten here without
+ * releasing its fleet row (the store holds it). false (logged) when it is not paused, its
+ * image could not move or it was not recorded: it stays here, paused. */
+bool registry_hand_over(registry *r, session *s, const char *dst, bool (*recorded)(void *ctx), void *ctx);
+
+/* A paused session from the store: its image moved from src into this node's images and rec
+ * held here, paused, as a restart restores it. SESSION_OK, SESSION_NOT_FOUND (its paused TTL
+ * had ended: released), SESSION_ERROR (src kept when its image could not move). */
+session_result registry_adopt_paused(registry *r, session_record *rec, const char *src);
 
 #endif

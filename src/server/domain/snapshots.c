@@ -25,7 +25,21 @@ struct snapshots {
      * those it took; a delete gives back at most this much (servers sharing the store delete
      * each other's snapshots) */
     long long counted;
+    snapshot_index index; /* in a fleet: the database's list (index.ctx NULL: the directory) */
 };
+
+void snapshots_set_index(snapshots *sn, const snapshot_index *ix)
+{
+    sn->index = *ix;
+}
+
+snapshot_record *snapshots_list(snapshots *sn, const char *tenant, size_t *n, bool *ok)
+{
+    *ok = true;
+    if (sn->index.ctx)
+        return sn->index.list(sn->index.ctx, tenant, n, ok);
+    return snapshot_store_list(sn->store, tenant, n);
+}
 
 static void count_bytes(snapshots *sn, long long delta)
 {
@@ -70,18 +84,11 @@ snapshot_store *snapshots_store(snapshots *sn)
     return sn->store;
 }
 
-/* Over one of the tenant's limits with `more` bytes to come: why says which. */
-static bool over_limits(snapshots *sn, const char *tenant, const snapshot_limits *lim, long long more, char *why,
-                        size_t whylen)
+/* Whether n snapshots of bytes, with `more` bytes to come, pass the tenant's limits: why says which. */
+static bool past_limits(long n, long long bytes, const snapshot_limits *lim, long long more, char *why, size_t whylen)
 {
-    size_t n = 0;
-    snapshot_record *v = snapshot_store_list(sn->store, tenant, &n);
-    long long bytes = 0;
-    for (size_t i = 0; i < n; i++)
-        bytes += v[i].bytes;
-    snapshot_records_free(v, n);
-    if ((long long)n >= lim->max_count) {
-        snprintf(why, whylen, "Snapshot limit reached: %zu of %d snapshots exist (max_snapshots). Delete one first.",
+    if (n >= lim->max_count) {
+        snprintf(why, whylen, "Snapshot limit reached: %ld of %d snapshots exist (max_snapshots). Delete one first.",
                  n, lim->max_count);
         return true;
     }
@@ -92,6 +99,29 @@ static bool over_limits(snapshots *sn, const char *tenant, const snapshot_limits
         return true;
     }
     return false;
+}
+
+/* Over one of the tenant's limits with `more` bytes to come: 1 (why says which), 0, or -1 when
+ * the fleet's database cannot tell (why says so). */
+static int over_limits(snapshots *sn, const char *tenant, const snapshot_limits *lim, long long more, char *why,
+                       size_t whylen)
+{
+    long n = 0;
+    long long bytes = 0;
+    if (sn->index.ctx) {
+        if (sn->index.usage(sn->index.ctx, tenant, &n, &bytes) != 0) {
+            snprintf(why, whylen, "the fleet's database cannot be reached to count the tenant's snapshots");
+            return -1;
+        }
+    } else {
+        size_t k = 0;
+        snapshot_record *v = snapshot_store_list(sn->store, tenant, &k);
+        for (size_t i = 0; i < k; i++)
+            bytes += v[i].bytes;
+        snapshot_records_free(v, k);
+        n = (long)k;
+    }
+    return past_limits(n, bytes, lim, more, why, whylen) ? 1 : 0;
 }
 
 /* Copies the frozen image img into the store's new file path: its bytes on the host in *bytes. */
@@ -147,8 +177,9 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
     int lock = snapshot_store_lock(sn->store, why, whylen);
     if (lock < 0)
         goto done;
-    if (over_limits(sn, tenant, lim, 0, why, whylen)) {
-        rc = SNAP_LIMIT;
+    int over = over_limits(sn, tenant, lim, 0, why, whylen);
+    if (over != 0) {
+        rc = over > 0 ? SNAP_LIMIT : SNAP_ERROR;
         goto done;
     }
     if (!(taken = disk_pool_take(sn->disk, most, why, whylen))) {
@@ -177,9 +208,9 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
         snapshot_store_abort(sn->store, id);
         goto done;
     }
-    if (over_limits(sn, tenant, lim, bytes, why, whylen)) { /* its real size passes max_snapshot_mb */
+    if ((over = over_limits(sn, tenant, lim, bytes, why, whylen)) != 0) { /* its real size passes max_snapshot_mb */
         snapshot_store_abort(sn->store, id);
-        rc = SNAP_LIMIT;
+        rc = over > 0 ? SNAP_LIMIT : SNAP_ERROR;
         goto done;
     }
     memcpy(out->id, id, sizeof id);
@@ -195,7 +226,22 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
         snapshot_store_abort(sn->store, id);
         goto done;
     }
-    if (snapshot_store_commit(sn->store, out, why, whylen) != 0) {
+    /* in a fleet its row first, counted under the tenant's lock: exact across machines */
+    long have = 0;
+    long long used = 0;
+    int added = sn->index.ctx ? sn->index.add(sn->index.ctx, out, lim, &have, &used) : 0;
+    if (added != 0) {
+        if (added > 0)
+            past_limits(have, used, lim, bytes, why, whylen);
+        else
+            snprintf(why, whylen, "the fleet's database cannot be reached to record the snapshot");
+        rc = added > 0 ? SNAP_LIMIT : SNAP_ERROR;
+    }
+    if (added != 0 || snapshot_store_commit(sn->store, out, why, whylen) != 0) {
+        if (added == 0 && sn->index.ctx)
+            sn->index.remove(sn->index.ctx, id);
+        if (added != 0)
+            snapshot_store_abort(sn->store, id);
         free(out->tenant);
         out->tenant = NULL;
         goto done;
@@ -224,5 +270,7 @@ int snapshots_delete(snapshots *sn, const char *id, const char *tenant)
     int rc = snapshot_store_remove(sn->store, id, tenant, &freed);
     if (rc == 0)
         count_bytes(sn, -freed);
+    if (rc == 0 && sn->index.ctx)
+        sn->index.remove(sn->index.ctx, id);
     return rc;
 }

@@ -42,6 +42,22 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
                                const snapshot_limits *lim, snapshot_flush_fn flush, void *flush_ctx,
                                snapshot_record *out, char *why, size_t whylen);
 
+/* In a fleet, the snapshots' list in its database (fleet/snapshots.c), so listing and limits are
+ * exact across machines; the directory stays the data. */
+typedef struct {
+    int (*usage)(void *ctx, const char *tenant, long *n, long long *bytes); /* 0, -1 unreachable */
+    /* rec recorded against lim: 0 added, 1 refused (*n of *bytes exist), -1 unreachable */
+    int (*add)(void *ctx, const snapshot_record *rec, const snapshot_limits *lim, long *n, long long *bytes);
+    void (*remove)(void *ctx, const char *id);
+    snapshot_record *(*list)(void *ctx, const char *tenant, size_t *n, bool *ok);
+    void *ctx;
+} snapshot_index;
+void snapshots_set_index(snapshots *sn, const snapshot_index *ix);
+
+/* The tenant's snapshots, newest first (the index's, else the directory's); *ok false when the
+ * index cannot be read. Free with snapshot_records_free. */
+snapshot_record *snapshots_list(snapshots *sn, const char *tenant, size_t *n, bool *ok);
+
 /* Deletes snapshot id of tenant, giving its bytes back to the budget: as snapshot_store_remove. */
 int snapshots_delete(snapshots *sn, const char *id, const char *tenant);
 

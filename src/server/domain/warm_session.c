@@ -80,7 +80,8 @@ static entry *lend(warm_pool *w, const session *s, const sandbox_opts *o, bool w
         (void)pthread_cond_timedwait(&w->changed, &w->mu, &ts);
         e = warm_find_kind(w, key, true);
     }
-    if (e && e->state == E_LENT && e->borrowers < AGENT_SLOTS && !e->doomed) {
+    /* (a dead one still held by kernels is not lent: they let go of it, then the next boots) */
+    if (e && e->state == E_LENT && e->borrowers < AGENT_SLOTS && !e->doomed && sandbox_session_usable(e->sb)) {
         e->borrowers++;
         return e;
     }

@@ -83,18 +83,50 @@ static bool undo(mover *m, const char *id, const char *why)
     return rc == 1;
 }
 
+/* Session id, idle, is paused into the shared store (or was paused here) and handed to
+ * another node without copying (docs/fleet.md "The shared store"): true when it left. */
+static bool hand_over_paused(mover *m, const char *id)
+{
+    app *a = m->a;
+    session *s = NULL;
+    size_t tenant = 0;
+    if (!registry_tenant_of(a->reg, id, &tenant) || registry_acquire(a->reg, id, tenant, false, &s) != SESSION_OK)
+        return false;
+    pause_outcome out;
+    session_result rc = pause_session(&a->pause, s, false, &out); /* a request using it: BUSY */
+    registry_release(a->reg, s);
+    if (rc != SESSION_OK || registry_has(a->reg, id))
+        return false; /* in use, or still here */
+    if (fleet_store_hand_over(a->fleet, id) != 1)
+        return false; /* stored: the next pass hands it over */
+    log_session(LV_INFO, id, NULL, "drain: handed over paused, its image in the shared store (no copy)");
+    return true;
+}
+
 /* Moves session id to another node if it is idle (a request holds it: the next pass). */
 static void move_one(mover *m, const char *id)
 {
     app *a = m->a;
     session *s = NULL;
     if (registry_paused(a->reg, id)) { /* listed with its reason, so the drain can end */
-        fleet_move_refused(a->fleet, id, "it is paused: a paused session stays on its node until it is resumed "
-                                         "or deleted");
+        if (!a->pause.store_dir)
+            fleet_move_refused(a->fleet, id, "it is paused: a paused session stays on its node until it is "
+                                             "resumed or deleted (no shared store: SANDBOX_SNAPSHOT_DIR)");
+        else if (!hand_over_paused(m, id)) /* one the shared store did not take when it paused */
+            fleet_move_refused(a->fleet, id, "it is paused and the shared store did not take its image "
+                                             "(SANDBOX_SNAPSHOT_DIR/paused): it stays on its node");
         return;
     }
     if (!registry_move_out_begin(a->reg, id, &s))
         return;
+    /* it asked to be paused when idle: no copy (one with kernels, whose memory a pause would
+     * lose, moves whole) */
+    if (s->on_idle_pause && a->pause.store_dir && pause_kernels_in_the_way(&a->pause, s) == 0) {
+        registry_move_out_end(a->reg, s, false);
+        if (!hand_over_paused(m, id))
+            log_session(LV_WARN, id, NULL, "drain: could not pause it for another node; tried again");
+        return;
+    }
     char node[200], url[400], why[600] = "";
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -137,6 +169,9 @@ static void move_one(mover *m, const char *id)
 /* One pass over the sessions the drain may still move. */
 static void pass(mover *m)
 {
+    /* the stored paused sessions it still routes: to another node, no copy */
+    if (fleet_store_hand_over(m->a->fleet, NULL) > 0)
+        log_info("drain: paused sessions in the shared store handed to another node");
     json_t *ids = fleet_move_candidates(m->a->fleet);
     size_t i;
     json_t *v;

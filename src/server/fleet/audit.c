@@ -13,8 +13,8 @@
 
 #define SHIP_BATCH 500
 
-/* Ships the outbox in batches; the first batch's statement gets extra as its $3 when given
- * (*extra_sent then says it reached the database). */
+/* Ships the outbox in batches; when extra is given, insert takes a $3: extra with the first
+ * batch (*extra_sent then says it reached the database), "[]" with the next. */
 static int ship_locked(fleet *f, audit_store *store, fleet_outbox_read read, fleet_outbox_done done,
                        const char *insert, const char *extra, bool *extra_sent)
 {
@@ -32,9 +32,9 @@ static int ship_locked(fleet *f, audit_store *store, fleet_outbox_read read, fle
         char *last = strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk")));
         char *text = json_dumps(rows, JSON_COMPACT);
         json_decref(rows);
-        const char *p[] = {text, f->id, extra};
         bool with_extra = extra && !*extra_sent;
-        PGresult *res = text && last ? pg_query(f->db, insert, with_extra ? 3 : 2, p) : NULL;
+        const char *p[] = {text, f->id, with_extra ? extra : "[]"}; /* the ends go with the first */
+        PGresult *res = text && last ? pg_query(f->db, insert, extra ? 3 : 2, p) : NULL;
         if (res && with_extra)
             *extra_sent = true;
         free(text);
@@ -61,34 +61,29 @@ int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, flee
     return rc;
 }
 
-/* The audit rows go with the rows of the commands that ended meanwhile ($3): an exec's end
+/* The audit rows go with the ends of the commands that ended meanwhile ($3): an exec's end
  * and its audit row are one transaction, and the ends of commands that finish together are
- * one (group commit). */
-#define AUDIT_INSERT                                                                                       \
-    "INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"    \
-    " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"                          \
-    " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING"
-
-void fleet_audit_ship(fleet *f, audit_store *store)
+ * one (group commit). One statement text, prepared once per connection. */
+int fleet_audit_ship(fleet *f, audit_store *store)
 {
     pthread_mutex_lock(&f->ship_mu);
     char *ended = fleet_commands_ended(f);
     bool sent = false;
-    const char *insert = ended ? "WITH ended AS (DELETE FROM commands WHERE id = ANY ($3::bigint[])) " AUDIT_INSERT
-                               : AUDIT_INSERT;
-    ship_locked(f, store, audit_outbox_read, audit_outbox_mark, insert, ended, &sent);
+    int rc = ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, ended ? ended : "[]",
+                         &sent);
     pthread_mutex_unlock(&f->ship_mu);
     if (ended && !sent) /* no audit row went: the ends go alone */
         fleet_commands_unended(f, ended);
     free(ended);
     if (ended && !sent)
         fleet_commands_flush(f);
+    return rc;
 }
 
-void fleet_audit_ship_now(fleet *f, audit_store *store)
+int fleet_audit_ship_now(fleet *f, audit_store *store)
 {
-    if (pg_reachable(f->db)) /* else the heartbeat catches up once the database is back */
-        fleet_audit_ship(f, store);
+    /* else the heartbeat catches up once the database is back */
+    return pg_reachable(f->db) ? fleet_audit_ship(f, store) : -1;
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

@@ -7,6 +7,7 @@
 
 #include "store/audit.h"
 #include "store/pg.h"
+#include "store/snapshots.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -162,6 +163,41 @@ json_t *fleet_move_incoming(fleet *f, const char *sid);
 /* The receiving node owns sid from now on: 0, or -1 (it was not moving here). */
 int fleet_move_commit(fleet *f, const char *sid);
 
+/* ---- paused sessions in the shared store (fleet/store.c) ---- */
+
+/* Session id (this node's, paused) has its image in the shared store now: parts names its
+ * files, relative to the store ({"workspace": "paused/<id>.img", "bytes": n}; a memory image
+ * joins as another part). 0, or -1 (not recorded: the caller keeps it). */
+int fleet_store_put(fleet *f, const char *id, const json_t *parts);
+/* Takes session id of tenant from the store for this node, in one statement (of nodes racing,
+ * one gets it): its row ({egress, quota_mb, created_at, last_used, shape, paused_at, stored:
+ * its parts}) when this node took it, else NULL (not in the store, or another node was first).
+ * An image this node then fails to take goes back with fleet_store_put. */
+json_t *fleet_store_take(fleet *f, const char *id, const char *tenant);
+/* Stored sessions paused longer than paused_ttl (SANDBOX_PAUSED_TTL), at most limit, deleted
+ * from the registry by this call alone: their ids (their images are the caller's to remove),
+ * NULL when the database cannot be reached. */
+json_t *fleet_store_expired(fleet *f, double paused_ttl, int limit);
+/* A draining node hands its stored session id (NULL: every one) to the active node with the
+ * fewest sessions (the router sends their calls there): how many, or -1 (unreachable). */
+int fleet_store_hand_over(fleet *f, const char *id);
+
+/* ---- snapshots (fleet/snapshots.c) ---- */
+
+/* Records rec (taken by this node, not yet renamed into place) against its tenant's
+ * max_count and max_bytes, in one statement: 0 added, 1 refused (*n snapshots of *used bytes
+ * exist), -1 unreachable. */
+int fleet_snapshot_add(fleet *f, const snapshot_record *rec, int max_count, long long max_bytes, long *n,
+                       long long *used);
+/* The tenant's snapshots and their bytes: 0, or -1 unreachable. */
+int fleet_snapshot_usage(fleet *f, const char *tenant, long *n, long long *used);
+void fleet_snapshot_remove(fleet *f, const char *id);
+/* The tenant's snapshots, newest first (free with snapshot_records_free); *ok false when the
+ * database cannot be read. */
+snapshot_record *fleet_snapshot_list(fleet *f, const char *tenant, size_t *n, bool *ok);
+/* At start: the store's snapshots the table does not list yet are added (made before it). */
+void fleet_snapshot_backfill(fleet *f, const snapshot_record *v, size_t n);
+
 /* ---- shared counters (fleet/counters.c) ---- */
 
 /* A lease of up to want request tokens of the tenant's fleet-wide bucket, giving back
@@ -169,27 +205,29 @@ int fleet_move_commit(fleet *f, const char *sid);
  * when none was granted, the seconds until its next token; -1 unreachable. */
 int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, double give_back, int *granted,
                        double *left, double *wait_s);
-/* A running command against max: 1 admitted, 0 refused, -1 unreachable. */
+/* A running command against max: 1 admitted, 0 refused, -1 unreachable (one statement). */
 int fleet_command_begin(fleet *f, const char *tenant, int max);
-/* The command ended: its row is deleted with the next audit shipment (the one its audit row
- * makes at once; the heartbeat's at the latest). */
+/* The command ended: it is taken off its tenant's count with the next audit shipment (the one
+ * its audit row makes at once; the heartbeat's at the latest). */
 void fleet_command_end(fleet *f, const char *tenant);
-/* The rows of ended commands, as a Postgres array ("{1,2}"), taken from the queue (NULL:
- * none); fleet_commands_unended puts them back when they could not be deleted. */
+/* The tenants of the ended commands not yet taken off their counts, as a JSON array, taken
+ * from the queue (NULL: none; free it); fleet_commands_unended puts them back when they
+ * could not be taken off. */
 char *fleet_commands_ended(fleet *f);
-void fleet_commands_unended(fleet *f, const char *ids);
-/* Deletes the ended commands' rows that wait (the heartbeat). */
+void fleet_commands_unended(fleet *f, const char *ended);
+/* Takes the ended commands that wait off their counts (the heartbeat). */
 void fleet_commands_flush(fleet *f);
 /* The tenant's live sessions and running commands on every node, in one statement: 0 or -1. */
 int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *commands);
 
 /* ---- the audit log (fleet/audit.c) ---- */
 
-/* Ships what is new in this node's audit outbox to the database (each heartbeat). */
-void fleet_audit_ship(fleet *f, audit_store *store);
-/* The same right after a request recorded a row, unless the database is known to be down:
- * the next request, on any node, reads it. */
-void fleet_audit_ship_now(fleet *f, audit_store *store);
+/* Ships what is new in this node's audit outbox to the database (each heartbeat): 0 when all
+ * of it is there, -1 when some still waits. */
+int fleet_audit_ship(fleet *f, audit_store *store);
+/* The same right after a request recorded a row, unless the database is known to be down
+ * (-1): the next request, on any node, reads it. */
+int fleet_audit_ship_now(fleet *f, audit_store *store);
 /* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,
                       json_t **entries, char **next);

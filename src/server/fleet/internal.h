@@ -7,11 +7,6 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-typedef struct {
-    char *tenant;
-    long long id; /* its row in the commands table */
-} fleet_command;
-
 struct fleet {
     pg_pool *db;
     char *id, *url;
@@ -35,11 +30,8 @@ struct fleet {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_mutex_t ship_mu; /* one outbox shipment at a time (heartbeat and request threads) */
-    pthread_mutex_t cmd_mu;  /* the two lists below */
-    fleet_command *cmds;     /* this node's running commands counted in the database */
-    size_t ncmds, cmdcap;
-    long long *ended;        /* rows of ended commands not deleted yet */
-    size_t nended, endcap;
+    pthread_mutex_t cmd_mu;  /* ended, below */
+    json_t *ended;           /* the tenant of each ended command not yet taken off its count */
     double touch_since;      /* wall clock: last uses before this reached the database */
     double touch_at;         /* wall clock: when the staged list below was taken */
     char *touch_ids, *touch_times; /* last uses for the next heartbeat (Postgres arrays), or NULL */
@@ -47,6 +39,17 @@ struct fleet {
     json_t *view;            /* the nodes as last read from the database, or NULL */
     double view_at;
 };
+
+/* The audit rows $1 (a JSON array of outbox rows) of node $2 and, in the same transaction, the
+ * ends of its commands $3 (a JSON array of their tenants: a count each, migration 12). The
+ * ends alone are this with no audit row ("[]"). */
+#define FLEET_AUDIT_WITH_ENDS                                                                              \
+    "WITH ended AS (UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"                    \
+    " FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text($3::json)"         \
+    " GROUP BY value) e WHERE c.tenant = e.tenant AND c.node = $2)"                                         \
+    " INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"   \
+    " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"                          \
+    " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING"
 
 /* fleet/view.c: keeps a copy of nodes (a successful read of the nodes table) as the view. */
 void fleet_view_keep(fleet *f, const json_t *nodes);

@@ -19,7 +19,7 @@ json_t *fleet_move_candidates(fleet *f)
     const char *p[] = {f->id};
     /* a moving_to left by a move this node never finished (it was killed) is overwritten */
     PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'"
-                                    " AND move_error IS NULL ORDER BY last_used", 1, p);
+                                    " AND move_error IS NULL AND stored IS NULL ORDER BY last_used", 1, p);
     if (!res)
         return NULL;
     json_t *ids = json_array();

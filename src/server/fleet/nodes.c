@@ -239,10 +239,7 @@ void fleet_close(fleet *f)
         fleet_view_free(f);
         pthread_cond_destroy(&f->cond);
     }
-    for (size_t i = 0; i < f->ncmds; i++)
-        free(f->cmds[i].tenant);
-    free(f->cmds);
-    free(f->ended);
+    json_decref(f->ended);
     free(f->touch_ids);
     free(f->touch_times);
     free(f->id);
@@ -292,12 +289,12 @@ static json_t *read_nodes(fleet *f, bool exact)
         ? "SELECT n.id, n.slot, n.url, n.state, extract(epoch FROM n.heartbeat)::double precision,"
           " extract(epoch FROM now() - n.heartbeat)::double precision, n.capacity, n.load,"
           " (SELECT count(*) FROM sessions s WHERE s.node = n.id AND s.state = 'active'),"
-          " (SELECT count(*) FROM commands c WHERE c.node = n.id)"
+          " (SELECT coalesce(sum(running), 0) FROM command_counts c WHERE c.node = n.id)"
           " FROM nodes n ORDER BY n.slot"
         : "SELECT n.id, n.slot, n.url, n.state, extract(epoch FROM n.heartbeat)::double precision,"
           " extract(epoch FROM now() - n.heartbeat)::double precision, n.capacity, n.load,"
           " CASE WHEN n.state = 'dead' THEN 0 ELSE n.load END,"
-          " (SELECT count(*) FROM commands c WHERE c.node = n.id)"
+          " (SELECT coalesce(sum(running), 0) FROM command_counts c WHERE c.node = n.id)"
           " FROM nodes n ORDER BY n.slot", 0, NULL);
     if (!res)
         return NULL;

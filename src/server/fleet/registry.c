@@ -61,7 +61,8 @@ void fleet_session_paused(fleet *f, const char *id, double paused_at)
 void fleet_session_reconcile(fleet *f, bool (*held)(void *ctx, const char *id), void *ctx)
 {
     const char *p[] = {f->id};
-    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'", 1, p);
+    PGresult *res = pg_query(f->db, "SELECT id FROM sessions WHERE node = $1 AND state = 'active'"
+                                    " AND stored IS NULL", 1, p); /* a stored one is no node's */
     for (int i = 0; res && i < PQntuples(res); i++) {
         const char *id = PQgetvalue(res, i, 0);
         if (held(ctx, id))

@@ -59,6 +59,36 @@ void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls)
                           .ctx = f};
 }
 
+static int snap_usage(void *ctx, const char *tenant, long *n, long long *bytes)
+{
+    return fleet_snapshot_usage(ctx, tenant, n, bytes);
+}
+
+static int snap_add(void *ctx, const snapshot_record *rec, const snapshot_limits *lim, long *n, long long *bytes)
+{
+    return fleet_snapshot_add(ctx, rec, lim->max_count, lim->max_bytes, n, bytes);
+}
+
+static void snap_remove(void *ctx, const char *id)
+{
+    fleet_snapshot_remove(ctx, id);
+}
+
+static snapshot_record *snap_list(void *ctx, const char *tenant, size_t *n, bool *ok)
+{
+    return fleet_snapshot_list(ctx, tenant, n, ok);
+}
+
+void fleet_wire_snapshots(fleet *f, snapshots *sn)
+{
+    size_t n = 0; /* the store's snapshots from before the table join it */
+    snapshot_record *v = snapshot_store_list(snapshots_store(sn), NULL, &n);
+    fleet_snapshot_backfill(f, v, n);
+    snapshot_records_free(v, n);
+    snapshots_set_index(sn, &(snapshot_index){.usage = snap_usage, .add = snap_add, .remove = snap_remove,
+                                              .list = snap_list, .ctx = f});
+}
+
 session_spec fleet_shape_spec(const json_t *shape, long long quota_bytes)
 {
     json_t *m = json_object_get(shape, "memory_mb"), *c = json_object_get(shape, "cpu_percent"),

@@ -8,10 +8,12 @@
 #include "log/log.h"
 #include "store/pg_schema.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The pool's connections (made when first needed): with the key revocations' listener, a node
@@ -83,6 +85,12 @@ int server_join_fleet(server *s)
                      .agent_host = c->listen_host, .agent_port = c->fleet_agent_port};
     if (!(a->fleet = fleet_open(a->db, &fo, s->err, sizeof s->err)))
         return -1;
+    /* the audit rows' durability is the database's once shipped (api/audit.c): no sync of
+     * the outbox per record */
+    if (a->audit && audit_defer_sync(a->audit) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot set up the audit outbox");
+        return -1;
+    }
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
@@ -112,6 +120,25 @@ int server_settle_fleet(server *s)
     }
     if (a->egress && a->audit)
         egress_set_sink(a->egress, egress_event, a);
+    /* with a store the nodes share (SANDBOX_SNAPSHOT_DIR), a paused session's image goes there,
+     * beside the snapshots (docs/fleet.md "The shared store"); without one it stays on its node */
+    const char *snap = s->cfg->snapshot_dir;
+    if (!snap)
+        return 0;
+    if (asprintf(&a->pause.store_dir, "%s/paused", snap) < 0) {
+        a->pause.store_dir = NULL;
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    if (mkdir(a->pause.store_dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot create %s: %s", a->pause.store_dir, strerror(errno));
+        return -1;
+    }
+    a->pause.paused_ttl = s->cfg->paused_ttl;
+    a->pause.fleet = a->fleet;
+    registry_set_sweep_hook(a->reg, pause_store_sweep, &a->pause);
+    if (a->snapshots) /* listed and limited from the database, whichever node answers */
+        fleet_wire_snapshots(a->fleet, a->snapshots);
     return 0;
 }
 
@@ -192,6 +219,9 @@ void server_stop_fleet(server *s)
 
 void server_close_fleet(server *s)
 {
+    s->a.pause.fleet = NULL;
+    free(s->a.pause.store_dir);
+    s->a.pause.store_dir = NULL;
     fleet_close(s->a.fleet);
     s->a.fleet = NULL;
     pg_close(s->a.db);

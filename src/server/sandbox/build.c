@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define BUILDS_GROUP "builds"
 /* The setup's /tmp (its own tmpfs, thrown away with the sandbox). */
@@ -36,9 +39,8 @@ bool sandbox_backend_has_templates(const sandbox_backend *b)
     return b && b->ops == &sandbox_gvisor_ops && b->have_cgroups;
 }
 
-/* The step's cgroup under the builds group, whose weight is then set low and which is made an
- * idle group (measured: at weight 32, 8 busy sessions kept 0.67 of their commands/s beside a
- * build; bench/templates.lua). */
+/* The step's cgroup under the builds' idle top group of the least weight, beside this server's
+ * root (sandbox/cgroup.h SBX_CG_BUILD_SHARES). */
 static int build_group(sandbox_backend *b, const char *id, sbx_cgroup *cg, char *errbuf, size_t errlen)
 {
     if (!b->have_cgroups) {
@@ -47,12 +49,8 @@ static int build_group(sandbox_backend *b, const char *id, sbx_cgroup *cg, char 
     }
     /* ahead: no CPU quota and the low weight of a boot; not counted as a tenant's command */
     sbx_cg_limits lim = {.memory_bytes = SANDBOX_BUILD_MEMORY, .pids = SANDBOX_BUILD_TASKS, .cpu_percent = 100,
-                         .ahead = true};
-    if (sbx_cg_create(cg, &b->cgroups, BUILDS_GROUP, id, &lim, errbuf, errlen) != 0)
-        return -1;
-    sbx_cg_set_group_shares(&b->cgroups, BUILDS_GROUP, SBX_CG_BUILD_SHARES);
-    (void)sbx_cg_set_group_idle(&b->cgroups, BUILDS_GROUP);
-    return 0;
+                         .ahead = true, .build = true};
+    return sbx_cg_create(cg, &b->cgroups, BUILDS_GROUP, id, &lim, errbuf, errlen);
 }
 
 /* The result of a step's run (memory included: a build that hit its limit says so). */
@@ -71,6 +69,7 @@ static int finish(sbx_cgroup *cg, sbx_proc_result *r, sandbox_result *out, char 
 
 static void proc_opts(sbx_proc_opts *o, const sandbox_build_step *st, const sbx_cgroup *cg)
 {
+    o->lowest_priority = true;
     o->cg = cg;
     o->tap = st->tap;
     o->timeout_ms = (st->timeout_seconds > 0 ? st->timeout_seconds : 600) * 1000;

@@ -22,6 +22,8 @@
 /* Bounds of the removal of a root's tree: groups listed, and kill rounds over them. */
 #define TREE_GROUPS_MAX 16384
 #define KILL_ROUNDS 200
+/* the template builds' top group: this server's root name and this */
+#define BUILDS_SUFFIX "-builds"
 
 static bool is_v1(void)
 {
@@ -320,9 +322,13 @@ int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root)
     char top[SBX_CG_PATH_MAX];
     if (!t->v2 && t->freezer >= 0 && join(top, sizeof top, t->hier[t->freezer], t->root, NULL))
         thaw_tree(top);
+    if (!t->v2 && t->freezer >= 0 && join(top, sizeof top, t->hier[t->freezer], t->builds, NULL))
+        thaw_tree(top);
     for (size_t i = 0; i < t->nhier; i++) {
         if (join(top, sizeof top, t->hier[i], t->root, NULL))
             left += clear_tree(top, keep_root);
+        if (join(top, sizeof top, t->hier[i], t->builds, NULL)) /* made again by the next build */
+            left += clear_tree(top, false);
     }
     return left;
 }
@@ -340,11 +346,12 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->ncpu = cpus > 0 ? (unsigned)cpus : 1;
     t->memory = t->pids = t->cpu = t->freezer = t->cpuacct = -1;
-    if (strlen(root_name) >= sizeof t->root) {
+    if (strlen(root_name) + strlen(BUILDS_SUFFIX) >= sizeof t->root) {
         snprintf(errbuf, errlen, "cgroup name too long: %s", root_name);
         return -1;
     }
     memcpy(t->root, root_name, strlen(root_name) + 1);
+    snprintf(t->builds, sizeof t->builds, "%s" BUILDS_SUFFIX, root_name);
     if (is_v1()) {
         if (find_v1_hierarchies(t, errbuf, errlen) != 0)
             return -1;
@@ -488,11 +495,13 @@ static int apply_v2(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf
     return 0;
 }
 
-/* The tenant's group in one hierarchy (v2: with the controllers enabled below it). */
-static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *group, char *errbuf, size_t errlen)
+/* The tenant's group under top (this server's root or its builds group) in one hierarchy (v2:
+ * with the controllers enabled below it). */
+static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *top, const char *group, char *errbuf,
+                        size_t errlen)
 {
     char dir[SBX_CG_PATH_MAX];
-    if (!join(dir, sizeof dir, hier, t->root, group)) {
+    if (!join(dir, sizeof dir, hier, top, group)) {
         snprintf(errbuf, errlen, "cgroup path too long for %s", group);
         return -1;
     }
@@ -511,10 +520,11 @@ static int ensure_group(const sbx_cg_tree *t, const char *hier, const char *grou
 /* v1 with CPU accounting in a hierarchy of its own: the run's group there, made (and so
  * owned) by airlockd, not by runsc, which would remove it with the sandbox's last process:
  * the run's CPU time stays readable until sbx_cg_destroy (cgroup_usage.c). */
-static int make_acct_group(sbx_cgroup *cg, const sbx_cg_tree *t, const char *group, char *errbuf, size_t errlen)
+static int make_acct_group(sbx_cgroup *cg, const sbx_cg_tree *t, const char *top, const char *group, char *errbuf,
+                           size_t errlen)
 {
     const char *hier = t->hier[t->cpuacct];
-    if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+    if (ensure_group(t, hier, top, group, errbuf, errlen) != 0)
         return -1;
     int n = snprintf(cg->acct_dir, sizeof cg->acct_dir, "%s%s", hier, cg->rel);
     if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof cg->acct_dir || mkdir(cg->acct_dir, 0755) != 0) {
@@ -629,19 +639,27 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
     pthread_mutex_unlock(&t->mu);
 }
 
-void sbx_cg_set_group_shares(sbx_cg_tree *t, const char *group, unsigned long long shares)
+/* The builds' top group in every hierarchy (made when missing; v2: with the controllers enabled
+ * below it); in the CPU's, the least weight and idle (best effort: cpu.idle is Linux 5.15+). */
+static int ensure_builds_top(const sbx_cg_tree *t, char *errbuf, size_t errlen)
 {
-    if (t->cpu < 0)
-        return;
-    unsigned long long w = t->v2 ? (shares * 100 + SBX_CG_TENANT_SHARES - 1) / SBX_CG_TENANT_SHARES : shares;
-    write_weight(t, group, w < 1 ? 1 : w);
-}
-
-bool sbx_cg_set_group_idle(sbx_cg_tree *t, const char *group)
-{
-    char dir[SBX_CG_PATH_MAX];
-    return t->cpu >= 0 && join(dir, sizeof dir, t->hier[t->cpu], t->root, group) &&
-           write_file(dir, "cpu.idle", "1") == 0;
+    for (size_t i = 0; i < t->nhier; i++) {
+        char dir[SBX_CG_PATH_MAX];
+        int err = join(dir, sizeof dir, t->hier[i], t->builds, NULL) ? mkdir_ok(dir) : ENAMETOOLONG;
+        if (!err && t->v2)
+            err = write_file(dir, "cgroup.subtree_control", "+memory +pids +cpu");
+        if (err) {
+            snprintf(errbuf, errlen, "cannot create cgroup %s/%s: %s", t->hier[i], t->builds, strerror(err));
+            return -1;
+        }
+        if ((int)i == t->cpu) {
+            char w[24];
+            snprintf(w, sizeof w, "%d", t->v2 ? 1 : SBX_CG_BUILD_SHARES);
+            (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", w); /* before idle: then fixed */
+            (void)write_file(dir, "cpu.idle", "1");
+        }
+    }
+    return 0;
 }
 
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
@@ -650,17 +668,20 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
     memset(cg, 0, sizeof *cg);
     cg->tree = t;
     snprintf(cg->group, sizeof cg->group, "%s", group);
-    int n = snprintf(cg->rel, sizeof cg->rel, "/%s/%s/%s", t->root, group, id);
+    const char *top = lim->build ? t->builds : t->root;
+    int n = snprintf(cg->rel, sizeof cg->rel, "/%s/%s/%s", top, group, id);
     if (n < 0 || (size_t)n >= sizeof cg->rel) {
         snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
         return -1;
     }
+    if (lim->build && ensure_builds_top(t, errbuf, errlen) != 0)
+        return -1;
     int limited[3] = {t->memory, t->pids, t->cpu};
     for (int i = 0; i < 3; i++) {
         if (limited[i] < 0 || (t->v2 && i > 0))
             continue;
         const char *hier = t->hier[limited[i]];
-        if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+        if (ensure_group(t, hier, top, group, errbuf, errlen) != 0)
             goto fail;
         char dir[SBX_CG_PATH_MAX];
         n = snprintf(dir, sizeof dir, "%s%s", hier, cg->rel);
@@ -680,7 +701,7 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
     if (lim->ahead && !t->v2 && t->freezer >= 0) {
         /* its own freezer group, joined with the others before runsc starts */
         const char *hier = t->hier[t->freezer];
-        if (ensure_group(t, hier, group, errbuf, errlen) != 0)
+        if (ensure_group(t, hier, top, group, errbuf, errlen) != 0)
             goto fail;
         n = snprintf(cg->freezer_dir, sizeof cg->freezer_dir, "%s%s", hier, cg->rel);
         if (n < 0 || (size_t)n + strlen("/cgroup.procs") >= sizeof cg->freezer_dir) {
@@ -696,7 +717,7 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
         memcpy(cg->freezer_procs, cg->freezer_dir, (size_t)n);
         memcpy(cg->freezer_procs + n, "/cgroup.procs", sizeof "/cgroup.procs");
     }
-    if (!t->v2 && t->cpuacct >= 0 && t->cpuacct != t->cpu && make_acct_group(cg, t, group, errbuf, errlen) != 0)
+    if (!t->v2 && t->cpuacct >= 0 && t->cpuacct != t->cpu && make_acct_group(cg, t, top, group, errbuf, errlen) != 0)
         goto fail;
     if ((t->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen)) != 0)
         goto fail;

@@ -4,6 +4,8 @@
  *   <mount>/airlockd-<16 hex of SHA-256(realpath(state dir))>/   this server's root
  *           t-<tenant>/                                           one per tenant: its CPU weight
  *               <sandbox id>/                                     one per sandbox run: its limits
+ *   <mount>/airlockd-<16 hex>-builds/                             template builds (idle, beside
+ *           builds/<step id>/                                     the root: see SBX_CG_BUILD_SHARES)
  *
  * The whole runsc process tree (runsc, gofer, sentry, systrap stubs) or bubblewrap tree of a
  * run lives in its group, so the group's limits bound the sandbox and its membership tells
@@ -22,8 +24,8 @@
  * also capped at CPUs / tenants running (at least one CPU): weights share the CPU on average,
  * but a command woken beside another tenant's busy loops would still wait behind them.
  *
- * Everything under the root belongs to this state directory alone: startup removes what a
- * killed predecessor left there, and never touches another server's root. */
+ * Everything under the root and the builds group belongs to this state directory alone:
+ * startup removes what a killed predecessor left there, and never touches another server's. */
 #ifndef AIRLOCKD_SANDBOX_CGROUP_H
 #define AIRLOCKD_SANDBOX_CGROUP_H
 
@@ -60,6 +62,7 @@ typedef struct sbx_cg_usage {
 typedef struct {
     bool v2;
     char root[SBX_CG_NAME_MAX];                     /* "airlockd-<16 hex>" */
+    char builds[SBX_CG_NAME_MAX];                   /* "airlockd-<16 hex>-builds" */
     size_t nhier;
     char hier[SBX_CG_HIER_MAX][SBX_CG_PATH_MAX / 4]; /* mount points (v2: the one tree) */
     int memory, pids, cpu;                          /* their index in hier, or -1 */
@@ -84,6 +87,9 @@ typedef struct {
      * while it boots, a freezer group, and not counted as a running command of its tenant until
      * sbx_cg_begin_command. false: today's run (limits from the start). */
     bool ahead;
+    /* A template build's step (with ahead): its group goes under the builds top group, beside
+     * this server's root, not under it (see SBX_CG_BUILD_SHARES). */
+    bool build;
 } sbx_cg_limits;
 
 /* The CPU weight of a sandbox booting ahead: it yields to running commands. */
@@ -153,16 +159,13 @@ int sbx_cg_next_command(sbx_cgroup *cg);
  * (the sandbox, idle now, does not weigh in the tenant's CPU share). */
 void sbx_cg_end_command(sbx_cgroup *cg);
 
-/* The CPU weight of the template builds' group (v1 cpu.shares, the least there is; v2 its
- * least cpu.weight): a build takes the CPU the sessions leave. */
+/* The CPU weight of the template builds' top group (v1 cpu.shares, the least there is; v2 its
+ * least cpu.weight), which is also an idle group (cpu.idle, Linux 5.15 and later): a build
+ * takes only the CPU nothing else on the host wants. It sits beside this server's root, not
+ * in it: under the root it weighed as much as the root against the host's other tasks,
+ * airlockd itself and its clients among them, whenever the sessions' sandboxes were idle
+ * between commands (8 busy sessions kept 0.48-0.75 of their commands/s; bench/templates.lua). */
 #define SBX_CG_BUILD_SHARES 2
-/* Writes the CPU weight of group (a direct child of this server's root, made by sbx_cg_create
- * first): shares as v1 cpu.shares, scaled to v2's cpu.weight. Best effort. */
-void sbx_cg_set_group_shares(sbx_cg_tree *t, const char *group, unsigned long long shares);
-/* Makes group an idle one (cpu.idle, Linux 5.15 and later, v1 and v2): it runs only on CPU time
- * no other group of this server wants, and a waking session preempts it at once. Best effort:
- * false when the kernel has no cpu.idle (the weight alone then keeps it low). */
-bool sbx_cg_set_group_idle(sbx_cg_tree *t, const char *group);
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);
 

@@ -13,11 +13,16 @@
 #include <string.h>
 #include <grp.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ioprio_set(2) has no libc wrapper: its "who" for the calling process, and the idle class */
+#define IOPRIO_WHO_PROCESS 1
+#define IOPRIO_CLASS_IDLE (3 << 13)
 
 /* After the launcher exits, its descendants may hold the pipes a moment longer. */
 #define DRAIN_GRACE_MS 2000
@@ -127,6 +132,10 @@ static void child_exec(const sbx_proc_opts *o, int devnull, int out_w, int err_w
     /* Descriptors other threads opened without O_CLOEXEC must not leak into the sandbox. */
     if (close_range((unsigned)(4 + o->npass_fds), ~0U, 0) != 0)
         goto fail;
+    if (o->lowest_priority) { /* best effort: a device scheduler without classes ignores it */
+        (void)syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_CLASS_IDLE);
+        (void)setpriority(PRIO_PROCESS, 0, 19);
+    }
     ce.step = STEP_CGROUP;
     if (o->cg && sbx_cg_join_self(o->cg) != 0)
         goto fail;

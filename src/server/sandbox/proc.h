@@ -23,6 +23,9 @@ typedef struct {
     const char *const *argv;  /* argv[0] is an absolute path */
     const char *const *envp;
     const sbx_cgroup *cg;     /* joined before exec when non-NULL */
+    /* Disk I/O in the idle class and CPU nice 19 (a template build), inherited by all it
+     * starts; set before joining cg, so no process in cg is ever seen at a higher priority. */
+    bool lowest_priority;
     const sbx_rlimit *rlimits;
     size_t nrlimits;
     /* Runs in the child, still root, after joining the cgroup and before dropping

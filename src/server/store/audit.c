@@ -95,6 +95,27 @@ void audit_close(audit_store *s)
     free(s);
 }
 
+int audit_defer_sync(audit_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SQLITE_OK)
+        log_error("audit: cannot defer the store's syncs: %s", sqlite3_errmsg(s->db));
+    return rc == SQLITE_OK ? 0 : -1;
+}
+
+int audit_sync(audit_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    /* a checkpoint syncs the WAL (every commit in it) before it copies any of it */
+    int rc = sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    pthread_mutex_unlock(&s->mu);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) /* busy: another connection checkpoints, synced */
+        log_error("audit: cannot sync the store: %s", sqlite3_errmsg(s->db));
+    return rc == SQLITE_OK || rc == SQLITE_BUSY ? 0 : -1;
+}
+
 int audit_retention_days(const audit_store *s)
 {
     return s ? s->retention_days : 0;

@@ -33,6 +33,13 @@ void audit_close(audit_store *store);
 
 int audit_retention_days(const audit_store *store);
 
+/* A fleet node's store: its commits are no longer synced one by one (synchronous=NORMAL: they
+ * survive a crash of airlockd, and a power loss once synced); a record is durable once it is
+ * in the fleet's database, or after audit_sync, which the node calls when it could not ship
+ * the record before its answer. 0, or -1 (logged). */
+int audit_defer_sync(audit_store *store);
+int audit_sync(audit_store *store);
+
 /* Deletes entries older than the retention period (also done at open and hourly by
  * audit_record). */
 void audit_prune(audit_store *store);

@@ -1,5 +1,7 @@
 /* A small pool of libpq connections: taken under a mutex, reset after a failure, the
- * password kept out of every message. */
+ * password kept out of every message. Each connection prepares a statement the first time it
+ * runs it and reuses that (parsing and planning were most of the database's CPU for the
+ * fleet's short statements: docs/fleet.md "The cost of a call"). */
 #include "store/pg.h"
 #include "log/log.h"
 
@@ -7,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,14 @@
 /* after a failed connection, statements fail at once for this long instead of each waiting
  * for its own connection attempt (up to the connect timeout while the database is away) */
 #define RETRY_AFTER_MS 1000
+/* statements prepared per connection; beyond them a statement is parsed and planned each time */
+#define STMT_CACHE 48
+
+/* a statement prepared on a connection, named "airlock_<its index>" */
+typedef struct {
+    uint64_t hash;
+    char *sql;
+} prepared_stmt;
 
 struct pg_pool {
     pthread_mutex_t mu;
@@ -24,6 +35,8 @@ struct pg_pool {
     char *password;              /* from the URL (redaction), or NULL */
     PGconn *conns[MAX_CONNS];
     bool busy[MAX_CONNS];
+    prepared_stmt stmts[MAX_CONNS][STMT_CACHE]; /* each connection's, used by its holder only */
+    unsigned nstmts[MAX_CONNS];
     unsigned n;
     atomic_bool reachable;
     atomic_llong last_log;       /* seconds: errors are logged at most once a second */
@@ -123,13 +136,23 @@ pg_pool *pg_open(const char *url, unsigned nconns, char *err, size_t errlen)
     return p;
 }
 
+/* Forgets connection i's prepared statements (a new or reset connection has none). */
+static void forget_prepared(pg_pool *p, unsigned i)
+{
+    for (unsigned k = 0; k < p->nstmts[i]; k++)
+        free(p->stmts[i][k].sql);
+    p->nstmts[i] = 0;
+}
+
 void pg_close(pg_pool *p)
 {
     if (!p)
         return;
-    for (unsigned i = 0; i < MAX_CONNS; i++)
+    for (unsigned i = 0; i < MAX_CONNS; i++) {
         if (p->conns[i])
             PQfinish(p->conns[i]);
+        forget_prepared(p, i);
+    }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->freed);
     if (p->url) {
@@ -173,6 +196,8 @@ static PGconn *conn_of(pg_pool *p, unsigned i)
     bool usable = p->conns[i] && PQstatus(p->conns[i]) == CONNECTION_OK;
     if (!usable && mono_ms() < atomic_load(&p->down_until_ms))
         return NULL;
+    if (!p->conns[i] || PQstatus(p->conns[i]) != CONNECTION_OK)
+        forget_prepared(p, i);
     if (!p->conns[i])
         p->conns[i] = connect_url(p->url);
     else if (PQstatus(p->conns[i]) != CONNECTION_OK)
@@ -186,16 +211,72 @@ static PGconn *conn_of(pg_pool *p, unsigned i)
     return p->conns[i];
 }
 
+static uint64_t text_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+/* The index of sql among connection i's prepared statements, preparing it if there is room;
+ * -1 when it is not prepared (no room, or the database refused it: running it says why). */
+static int prepared_index(pg_pool *p, unsigned i, PGconn *c, const char *sql, int nparams)
+{
+    uint64_t h = text_hash(sql);
+    for (unsigned k = 0; k < p->nstmts[i]; k++)
+        if (p->stmts[i][k].hash == h && strcmp(p->stmts[i][k].sql, sql) == 0)
+            return (int)k;
+    if (p->nstmts[i] == STMT_CACHE)
+        return -1;
+    char *copy = strdup(sql);
+    if (!copy)
+        return -1;
+    char name[32];
+    snprintf(name, sizeof name, "airlock_%u", p->nstmts[i]);
+    PGresult *res = PQprepare(c, name, sql, nparams, NULL);
+    bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res);
+    if (!ok) {
+        free(copy);
+        return -1;
+    }
+    p->stmts[i][p->nstmts[i]] = (prepared_stmt){.hash = h, .sql = copy};
+    return (int)p->nstmts[i]++;
+}
+
+/* Runs sql on connection i, prepared when it can be. A prepared statement whose plan the
+ * schema changed under it ("cached plan must not change result type", 0A000: another node
+ * migrated) or that the server no longer has (26000: a pooler's DISCARD ALL) is dropped with
+ * the others and the statement run once more as it is. */
+static PGresult *run_on(pg_pool *p, unsigned i, PGconn *c, const char *sql, int nparams, const char *const *params)
+{
+    int k = prepared_index(p, i, c, sql, nparams);
+    if (k < 0)
+        return PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+    char name[32];
+    snprintf(name, sizeof name, "airlock_%d", k);
+    PGresult *res = PQexecPrepared(c, name, nparams, params, NULL, NULL, 0);
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (state && (strcmp(state, "0A000") == 0 || strcmp(state, "26000") == 0) && PQstatus(c) == CONNECTION_OK) {
+        PQclear(res);
+        PQclear(PQexec(c, "DEALLOCATE ALL"));
+        forget_prepared(p, i);
+        res = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
+    }
+    return res;
+}
+
 PGresult *pg_query(pg_pool *p, const char *sql, int nparams, const char *const *params)
 {
     unsigned i = take(p);
     PGconn *c = conn_of(p, i);
-    PGresult *res = c ? PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0) : NULL;
+    PGresult *res = c ? run_on(p, i, c, sql, nparams, params) : NULL;
     if (c && PQstatus(c) == CONNECTION_BAD) {
         /* a connection the database closed (it restarted): one more try on a new one */
         PQclear(res);
         c = conn_of(p, i);
-        res = c ? PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0) : NULL;
+        res = c ? run_on(p, i, c, sql, nparams, params) : NULL;
     }
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (c && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {

@@ -16,7 +16,9 @@ pg_pool *pg_open(const char *url, unsigned nconns, char *err, size_t errlen);
 void pg_close(pg_pool *p);
 
 /* Runs one statement with text parameters (NULL = SQL NULL); the result when it succeeded
- * (PQclear it), else NULL (the error logged, at most once a second). */
+ * (PQclear it), else NULL (the error logged, at most once a second). Each connection prepares
+ * a statement (by its text) the first time it runs it, up to a few dozen: build statements
+ * whose values vary as parameters, not into the text. */
 PGresult *pg_query(pg_pool *p, const char *sql, int nparams, const char *const *params);
 
 /* pg_query for a statement returning one value: a malloc'd copy of row 0 column 0 (NULL on

@@ -330,6 +330,125 @@ static const char *const MIGRATIONS[] = {
     /* 11 (ours, pause): a paused session stays on its node, its row kept; paused_at is when it
      * was paused (NULL: active), for the list (docs/api.md "Pause and resume") */
     "ALTER TABLE sessions ADD COLUMN paused_at double precision;",
+    /* 12: a tenant's running commands as one counter row per node, updated in place (HOT: no
+     * index holds the count, and the pages keep room), where migration 9 inserted a row per
+     * command and deleted it at its end (every exec grew the indexes and left dead rows for
+     * the next count to walk past). The start is one statement; the ends go with the audit
+     * rows that follow them (fleet/audit.c). Nodes of an older version keep their command
+     * rows and are counted here too: their start adds to the counter, deleting their row
+     * takes it off (a trigger), so both kinds share one exact max_concurrent_exec. */
+    "CREATE TABLE command_counts ("
+    " tenant text NOT NULL,"
+    " node text NOT NULL,"
+    " running integer NOT NULL,"
+    " PRIMARY KEY (tenant, node)) WITH (fillfactor = 50);"
+    "CREATE INDEX command_counts_node ON command_counts (node);"
+    "INSERT INTO command_counts SELECT tenant, node, count(*) FROM commands GROUP BY tenant, node;"
+    /* a running command against max_concurrent_exec: true when admitted (its count taken) */
+    "CREATE FUNCTION airlock_exec_start(p_tenant text, p_node text, p_max integer) RETURNS boolean"
+    " LANGUAGE plpgsql AS $$ BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.commands'), hashtext(p_tenant));"
+    "  IF (SELECT coalesce(sum(running), 0) FROM command_counts WHERE tenant = p_tenant) >= p_max THEN"
+    "   RETURN false;"
+    "  END IF;"
+    "  UPDATE command_counts SET running = running + 1 WHERE tenant = p_tenant AND node = p_node;"
+    "  IF NOT FOUND THEN INSERT INTO command_counts VALUES (p_tenant, p_node, 1); END IF;"
+    "  RETURN true;"
+    " END $$;"
+    /* the ends of a node's commands, one tenant name per ended command */
+    "CREATE FUNCTION airlock_exec_end(p_node text, p_tenants text[]) RETURNS void LANGUAGE sql AS"
+    " $$ UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
+    "    FROM (SELECT t, count(*)::integer AS n FROM unnest(p_tenants) t GROUP BY t) e"
+    "    WHERE c.tenant = e.t AND c.node = p_node $$;"
+    /* an older node's start and end */
+    "CREATE OR REPLACE FUNCTION airlock_command_start(p_tenant text, p_node text, p_max integer) RETURNS bigint"
+    " LANGUAGE plpgsql AS $$ DECLARE i bigint; BEGIN"
+    "  IF NOT airlock_exec_start(p_tenant, p_node, p_max) THEN RETURN 0; END IF;"
+    "  INSERT INTO commands (tenant, node) VALUES (p_tenant, p_node) RETURNING id INTO i;"
+    "  RETURN i;"
+    " END $$;"
+    "CREATE OR REPLACE FUNCTION airlock_command_begin(p_tenant text, p_node text, p_max integer) RETURNS boolean"
+    " LANGUAGE sql AS $$ SELECT airlock_command_start(p_tenant, p_node, p_max) > 0 $$;"
+    "CREATE FUNCTION airlock_command_row_gone() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    "  UPDATE command_counts SET running = greatest(running - 1, 0) WHERE tenant = OLD.tenant AND node = OLD.node;"
+    "  RETURN NULL;"
+    " END $$;"
+    "CREATE TRIGGER commands_gone AFTER DELETE ON commands FOR EACH ROW EXECUTE FUNCTION airlock_command_row_gone();"
+    /* a node's (re)start and a dead node: what ran there ended (as migrations 1 and 9, plus
+     * the counters) */
+    "CREATE OR REPLACE FUNCTION airlock_node_register(p_id text, p_url text, p_capacity integer) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE s integer; BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.nodes'));"
+    "  DELETE FROM commands WHERE node = p_id;"
+    "  DELETE FROM command_counts WHERE node = p_id;"
+    "  SELECT slot INTO s FROM nodes WHERE id = p_id;"
+    "  IF FOUND THEN"
+    "   UPDATE nodes SET url = p_url, capacity = p_capacity, heartbeat = now(), started_at = now(),"
+    "    state = CASE WHEN state IN ('dead', 'drained') THEN 'active' ELSE state END WHERE id = p_id;"
+    "   RETURN s;"
+    "  END IF;"
+    "  SELECT min(g) INTO s FROM generate_series(1, 255) g WHERE g NOT IN (SELECT slot FROM nodes);"
+    "  IF s IS NULL THEN RAISE EXCEPTION 'all 255 node slots are taken'; END IF;"
+    "  INSERT INTO nodes (id, slot, url, capacity) VALUES (p_id, s, p_url, p_capacity);"
+    "  RETURN s;"
+    " END $$;"
+    "CREATE OR REPLACE FUNCTION airlock_nodes_reap(p_grace double precision) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE dead text[]; BEGIN"
+    "  IF NOT pg_try_advisory_xact_lock(hashtext('airlock.reap')) THEN RETURN -1; END IF;"
+    "  SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO dead FROM (SELECT id FROM nodes"
+    "   WHERE state <> 'dead' AND heartbeat < now() - make_interval(secs => p_grace)"
+    "   ORDER BY id FOR UPDATE SKIP LOCKED) d;"
+    "  IF cardinality(dead) > 0 THEN"
+    "   UPDATE nodes SET state = 'dead' WHERE id = ANY (dead);"
+    "   UPDATE sessions SET state = 'lost', lost_at = now() WHERE id IN (SELECT id FROM sessions"
+    "    WHERE node = ANY (dead) AND state = 'active' ORDER BY id FOR UPDATE);"
+    "   DELETE FROM commands WHERE node = ANY (dead);"
+    "   DELETE FROM command_counts WHERE node = ANY (dead);"
+    "  END IF;"
+    "  DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE state = 'lost'"
+    "   AND lost_at < now() - interval '7 days' ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED);"
+    "  RETURN cardinality(dead);"
+    " END $$;",
+    /* 13 (ours, fleet store; MIGRATIONS[12]): a paused session's image in the shared store
+     * (docs/fleet.md "The shared store"): stored names its parts relative to the store
+     * ({"workspace": "paused/<id>.img", "bytes": n}; NULL: on its node). No node holds it then,
+     * so its node's death (a reap, a reconcile) does not lose it: it stays paused, taken by the
+     * first node a call reaches (fleet/store.c) */
+    "ALTER TABLE sessions ADD COLUMN stored jsonb;"
+    "CREATE FUNCTION airlock_stored_kept() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+    "  NEW.state := 'active';"
+    "  NEW.lost_at := NULL;"
+    "  RETURN NEW;"
+    " END $$;"
+    "CREATE TRIGGER sessions_stored_kept BEFORE UPDATE OF state ON sessions FOR EACH ROW"
+    " WHEN (NEW.state = 'lost' AND OLD.stored IS NOT NULL) EXECUTE FUNCTION airlock_stored_kept();",
+    /* 14 (ours, fleet snapshots; MIGRATIONS[13]): every snapshot in the shared store, written
+     * by the node that takes it in the step that renames its directory into place, so listing
+     * and the tenant's limits are exact across machines (the directory stays the data). A new
+     * one is counted against max_snapshots / max_snapshot_mb under the tenant's lock: added,
+     * else the count and bytes that refused it */
+    "CREATE TABLE snapshots ("
+    " id text PRIMARY KEY,"
+    " tenant text NOT NULL,"
+    " name text NOT NULL,"
+    " session_id text NOT NULL,"
+    " template text NOT NULL,"
+    " quota_bytes bigint NOT NULL,"
+    " image_bytes bigint NOT NULL,"
+    " bytes bigint NOT NULL,"
+    " memory boolean NOT NULL,"
+    " node text NOT NULL,"
+    " created_at double precision NOT NULL);"
+    "CREATE INDEX snapshots_tenant ON snapshots (tenant, created_at DESC);"
+    "CREATE FUNCTION airlock_snapshot_add(p_row jsonb, p_max_count integer, p_max_bytes bigint,"
+    "  OUT added boolean, OUT n integer, OUT used bigint) LANGUAGE plpgsql AS $$ BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.snapshots'), hashtext(p_row->>'tenant'));"
+    "  SELECT count(*), coalesce(sum(bytes), 0) INTO n, used FROM snapshots WHERE tenant = p_row->>'tenant';"
+    "  added := n < p_max_count AND used + (p_row->>'bytes')::bigint <= p_max_bytes;"
+    "  IF added THEN"
+    "   INSERT INTO snapshots SELECT * FROM jsonb_populate_record(NULL::snapshots, p_row);"
+    "  END IF;"
+    " END $$;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])

@@ -1,0 +1,78 @@
+/* util/move_file.h: rename, else a sparse copy (SEEK_DATA/SEEK_HOLE) and an unlink. */
+#include "util/move_file.h"
+
+#include "util/sync.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Copies in's data extents into out (already as long as in): holes stay holes. */
+static int copy_extents(int in, int out, off_t size)
+{
+    static __thread char buf[1 << 20];
+    off_t at = 0;
+    while (at < size) {
+        off_t data = lseek(in, at, SEEK_DATA);
+        if (data < 0)
+            return errno == ENXIO ? 0 : -1; /* only a hole left */
+        off_t hole = lseek(in, data, SEEK_HOLE);
+        if (hole < 0)
+            return -1;
+        for (off_t p = data; p < hole;) {
+            size_t want = (size_t)(hole - p < (off_t)sizeof buf ? hole - p : (off_t)sizeof buf);
+            ssize_t n = pread(in, buf, want, p);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                return -1;
+            for (ssize_t w = 0; w < n;) {
+                ssize_t k = pwrite(out, buf + w, (size_t)(n - w), p + w);
+                if (k < 0 && errno == EINTR)
+                    continue;
+                if (k <= 0)
+                    return -1;
+                w += k;
+            }
+            p += n;
+        }
+        at = hole;
+    }
+    return 0;
+}
+
+int move_file(const char *src, const char *dst)
+{
+    if (rename(src, dst) == 0)
+        return sync_parent(dst) == 0 && sync_parent(src) == 0 ? 0 : -1;
+    if (errno != EXDEV)
+        return -1;
+    char *tmp = NULL;
+    if (asprintf(&tmp, "%s.part", dst) < 0)
+        return -1;
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int out = in >= 0 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+    struct stat st;
+    bool ok = out >= 0 && fstat(in, &st) == 0 && ftruncate(out, st.st_size) == 0 &&
+              copy_extents(in, out, st.st_size) == 0 && fdatasync(out) == 0;
+    int saved = errno;
+    if (in >= 0)
+        close(in);
+    if (out >= 0 && close(out) != 0)
+        ok = false;
+    ok = ok && rename(tmp, dst) == 0 && sync_parent(dst) == 0;
+    if (!ok) {
+        saved = errno ? errno : saved;
+        if (out >= 0)
+            unlink(tmp);
+        free(tmp);
+        errno = saved;
+        return -1;
+    }
+    free(tmp);
+    return unlink(src) == 0 || errno == ENOENT ? 0 : -1;
+}
