@@ -2,7 +2,8 @@
 -- Pause with memory (issue #26 item 2): a session with a kernel is paused by `runsc checkpoint`
 -- of its sandbox into an image (state/images/<id>.ckpt), nothing of it left running on the
 -- host; a resume (explicit, or the next cell's) `runsc restore`s it, and the kernel's state is
--- there (x = 41 before, x + 1 is 42 after). A deleted paused session leaves no image; a pause
+-- there (x = 41 before, x + 1 is 42 after), the idle reaper pauses it the same way. A deleted
+-- paused session leaves no image; a pause
 -- while a cell runs is refused; an image that cannot be restored (damaged, or after a restart:
 -- not restored across restarts yet) gives a 500 naming why and the files back. Real
 -- airlockd with gVisor (SANDBOX_EXEC_MODE=session), loopback only.
@@ -133,6 +134,32 @@ describe("pause with memory (kernels)", function()
     local c = cell(sid, kid, "x + 1")
     assert.are.equal("42", (c.results[1] or {})["text/plain"], cjson.encode(c) .. airlockd.log(server):sub(-2500))
     assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("pauses an idle session of on_idle pause with its kernel's memory (the idle reaper), and resumes it with x", function()
+    local idle = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_EXEC_MODE = "session", SANDBOX_SESSION_TTL = "3" } })
+    local ok, err = pcall(function()
+      local function icall(method, path, body)
+        return http_client.request(idle, method, path, { key = key, body = body and cjson.encode(body), max_time = 60 })
+      end
+      local r = http_client.create(idle, key, '{"on_idle": "pause"}')
+      assert.are.equal(201, r.status, r.body)
+      local sid = r.json.session_id
+      local kid = icall("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" }).json.kernel_id
+      assert.truthy(kid)
+      assert.are.equal(200, icall("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "x = 41" }).status)
+      -- (its state says "paused" from the pause's start: the log says when it ended, and how)
+      assert.eventually(function()
+        return airlockd.log(idle):find("session " .. sid .. " paused in %d+ ms %(with its memory%)") ~= nil
+      end, { timeout = 30, what = "the idle session paused with its memory" })
+      assert.are.equal("paused", icall("GET", "/v1/sessions/" .. sid).json.state)
+      assert.is_true(proc.run("test -d " .. q(idle.dir .. "/state/images/" .. sid .. ".ckpt")))
+      local c = icall("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "x + 1" })
+      assert.are.equal(200, c.status, c.body)
+      assert.are.equal("42", (c.json.results[1] or {})["text/plain"], c.body)
+    end)
+    airlockd.stop(idle)
+    assert(ok, err)
   end)
 
   it("after an airlockd SIGTERM or kill -9, a memory image is not restored: a 500 naming it, the files kept, the image removed", function()
