@@ -11,7 +11,7 @@ static bool resume_for_call(app *a, http_request *r, session *s)
 {
     bool resumed = false;
     double ms = 0;
-    session_result rc = resume_session(&a->pause, s, &resumed, &ms);
+    session_result rc = resume_session(&a->pause, s, &resumed, &ms, NULL, 0);
     if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found or expired");
     else if (rc != SESSION_OK)

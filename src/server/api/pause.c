@@ -7,17 +7,6 @@ void api_sessions_pause(app *a, http_request *r, const api_call *c)
     session *s = acquire_session_as_is(a, r, c);
     if (!s)
         return;
-    size_t nk = pause_kernels_in_the_way(&a->pause, s);
-    if (nk > 0) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "Cannot pause: the session has %zu kernel(s), whose memory a pause would lose (pauses keep "
-                 "files only). Delete its kernels first, or keep it active.",
-                 nk);
-        http_send_detail(r, 409, msg);
-        registry_release(a->reg, s);
-        return;
-    }
     pause_outcome out;
     session_result rc = pause_session(&a->pause, s, false, &out);
     if (rc == SESSION_OK) {
@@ -26,6 +15,10 @@ void api_sessions_pause(app *a, http_request *r, const api_call *c)
         http_send_json(r, 200, json_pack("{s:s,s:s,s:I,s:f,s:f}", "session_id", s->id, "state", "paused",
                                          "image_bytes", (json_int_t)out.image_bytes, "pause_ms", out.pause_ms,
                                          "paused_at", p.paused_at));
+    } else if (rc == SESSION_BUSY && out.why[0]) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "Cannot pause with its kernels' memory: %s.", out.why);
+        http_send_detail(r, 409, msg);
     } else if (rc == SESSION_BUSY) {
         http_send_detail(r, 409, "Cannot pause: a command is running in this session (or another request is "
                                  "using it). Pause it when it is done.");
@@ -33,6 +26,10 @@ void api_sessions_pause(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 404, "Session not found or expired");
     } else if (rc == SESSION_STORAGE) {
         send_not_saved(r, 507, "The paused state");
+    } else if (out.why[0]) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "The session could not be paused: %s. It is still active.", out.why);
+        http_send_detail(r, 500, msg);
     } else {
         http_send_detail(r, 500, "The session could not be paused (logged); it is still active.");
     }
@@ -46,7 +43,8 @@ void api_sessions_resume(app *a, http_request *r, const api_call *c)
         return;
     bool resumed = false;
     double ms = 0;
-    session_result rc = resume_session(&a->pause, s, &resumed, &ms);
+    char why[300] = "";
+    session_result rc = resume_session(&a->pause, s, &resumed, &ms, why, sizeof why);
     if (rc == SESSION_OK) {
         if (resumed)
             http_note(r, "x-airlock-resumed", "1", NULL);
@@ -54,6 +52,11 @@ void api_sessions_resume(app *a, http_request *r, const api_call *c)
                                          resumed, "resume_ms", ms));
     } else if (rc == SESSION_NOT_FOUND) {
         http_send_detail(r, 404, "Session not found or expired");
+    } else if (why[0]) {
+        char msg[500];
+        snprintf(msg, sizeof msg, "The session's memory could not be restored (%s): its kernels ended; its files "
+                                  "are kept and it is active.", why);
+        http_send_detail(r, 500, msg);
     } else {
         http_send_retry(r, 503, "The paused session could not be resumed (its disk could not be mounted); its "
                                 "files are kept. Retry shortly.", 2);

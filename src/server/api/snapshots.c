@@ -115,7 +115,7 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
     /* a paused session is resumed first, as for any call (its disk is mounted again) */
     bool resumed = false;
     double resume_ms = 0;
-    sr = resume_session(&a->pause, s, &resumed, &resume_ms);
+    sr = resume_session(&a->pause, s, &resumed, &resume_ms, NULL, 0);
     if (sr != SESSION_OK) {
         registry_release(a->reg, s);
         if (sr == SESSION_NOT_FOUND)

@@ -3,15 +3,18 @@
 #include "domain/pause.h"
 
 #include "fleet/fleet.h"
+#include "fs/walk.h"
 #include "log/log.h"
+#include "sandbox/session_checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static double ms_since(const struct timespec *t0)
 {
@@ -20,29 +23,100 @@ static double ms_since(const struct timespec *t0)
     return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* Where s's memory image is kept: <state dir>/images/<id>.ckpt (one directory, runsc's files). */
+static bool image_path(const pause_deps *d, const char *id, char *out, size_t len)
+{
+    int n = d->state_dir ? snprintf(out, len, "%s/images/%s.ckpt", d->state_dir, id) : -1;
+    return n > 0 && (size_t)n < len;
+}
+
+/* The bytes of the files directly in dir (runsc's image is flat). */
+static long long dir_bytes(const char *dir)
+{
+    long long total = 0;
+    DIR *dd = opendir(dir);
+    struct dirent *e;
+    while (dd && (e = readdir(dd)) != NULL) {
+        struct stat st;
+        char p[SESSION_PAUSE_DIR_MAX + 300];
+        if (e->d_name[0] != '.' && snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p &&
+            stat(p, &st) == 0 && S_ISREG(st.st_mode))
+            total += (long long)st.st_size;
+    }
+    if (dd)
+        closedir(dd);
+    return total;
+}
+
+void pause_forget_image(const pause_deps *d, const char *session_id)
+{
+    char dir[SESSION_PAUSE_DIR_MAX];
+    if (image_path(d, session_id, dir, sizeof dir) && fs_rmtree(dir) != 0 && errno != ENOENT)
+        log_warn("cannot remove the memory image %s: %s", dir, strerror(errno));
+}
+
 /* The sandbox's part of a pause: s's sandbox (and its network namespace and egress listener,
- * which live as long as it) is gone when this returns. A memory pause would checkpoint it into
- * an image here and describe it in *image; files only, *image stays zero. */
-static int sandbox_stop(const pause_deps *d, const session *s, session_pause_state *image)
+ * which live as long as it) is gone when this returns. With kernels, it is checkpointed into
+ * an image first (described in *image); files only, *image stays zero. 0, 1 (busy: a cell
+ * runs, or egress), -1 (failed; message in errbuf). */
+static int sandbox_stop(const pause_deps *d, const session *s, session_pause_state *image, char *errbuf,
+                        size_t errlen)
 {
     memset(image, 0, sizeof *image);
+    if (pause_kernels_in_the_way(d, s) > 0) {
+        if (!image_path(d, s->id, image->image_dir, sizeof image->image_dir) ||
+            sandbox_runsc_version(d->sb, image->runsc_version, sizeof image->runsc_version) != 0) {
+            snprintf(errbuf, errlen, "no room for the memory image, or runsc gave no version");
+            return -1;
+        }
+        char parent[SESSION_PAUSE_DIR_MAX];
+        snprintf(parent, sizeof parent, "%s/images", d->state_dir);
+        (void)fs_rmtree(image->image_dir);
+        if ((mkdir(parent, 0700) != 0 && errno != EEXIST) || mkdir(image->image_dir, 0700) != 0) {
+            snprintf(errbuf, errlen, "cannot create %s: %s", image->image_dir, strerror(errno));
+            return -1;
+        }
+        warm_forget_waiters(d->warm, s->id); /* they hold its workspace's mount */
+        int rc = warm_session_checkpoint(d->warm, s, image->image_dir, errbuf, errlen);
+        if (rc != 0) {
+            (void)fs_rmtree(image->image_dir);
+            return rc;
+        }
+        image->image_bytes = dir_bytes(image->image_dir);
+        return 0; /* its warm entry stays, lent to its kernels, for the restore */
+    }
     if (d->warm)
         warm_forget(d->warm, s->id);
     return 0;
 }
 
 /* The sandbox's part of a resume: s's sandbox boots again over its workspace, on its template,
- * with its size and (through the warm pool's network hook) its egress namespace and proxy. A
- * memory pause would restore its image here (refusing one another runsc version made). */
-static void sandbox_start(const pause_deps *d, const session *s)
+ * with its size and (through the warm pool's network hook) its egress namespace and proxy; or,
+ * paused with its memory (p's image), it is restored from that image, which another runsc
+ * version cannot read (refused). 0, 1 (refused: errbuf), -1 (the restore failed: errbuf). */
+static int sandbox_start(const pause_deps *d, const session *s, const session_pause_state *p, char *errbuf,
+                         size_t errlen)
 {
+    if (p && p->image_dir[0]) {
+        char now[SESSION_RUNSC_VERSION_MAX];
+        if (sandbox_runsc_version(d->sb, now, sizeof now) != 0 || strcmp(now, p->runsc_version) != 0) {
+            snprintf(errbuf, errlen, "its memory image was made by runsc %s, this server runs %s", p->runsc_version,
+                     now);
+            return 1;
+        }
+        int rc = warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
+        if (rc == 0)
+            pause_forget_image(d, s->id);
+        return rc;
+    }
     if (!d->warm)
-        return; /* every command boots its own sandbox */
+        return 0; /* every command boots its own sandbox */
     char *root = s->template_id[0] && d->templates ? templates_root(d->templates, s->template_id) : NULL;
     if (s->template_id[0] && !root)
-        return; /* its template is gone: its commands say so */
+        return 0; /* its template is gone: its commands say so */
     warm_want_session(d->warm, s, tenants_get(d->tenants, s->tenant)->name, root);
     free(root);
+    return 0;
 }
 
 typedef struct {
@@ -97,33 +171,54 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
         return rc;
     }
     session_pause_state image;
-    if (sandbox_stop(d, s, &image) != 0) {
+    char err[300] = "";
+    int stopped = sandbox_stop(d, s, &image, err, sizeof err);
+    if (stopped != 0) {
         (void)registry_pause_end(d->reg, s, NULL); /* never left half paused */
-        sandbox_start(d, s);
-        return SESSION_ERROR;
+        log_session(stopped > 0 ? LV_INFO : LV_WARN, s->id, NULL, "session %s not paused: %s", s->id, err);
+        snprintf(out->why, sizeof out->why, "%s", err);
+        return stopped > 0 ? SESSION_BUSY : SESSION_ERROR;
     }
     rc = registry_pause_end(d->reg, s, &image);
     if (rc != SESSION_OK) {
-        sandbox_start(d, s); /* active again: its sandbox comes back */
+        if (image.image_dir[0] && sandbox_start(d, s, &image, err, sizeof err) != 0)
+            log_session(LV_WARN, s->id, NULL, "session %s: its sandbox could not be restored: %s", s->id, err);
+        else if (!image.image_dir[0])
+            (void)sandbox_start(d, s, NULL, err, sizeof err); /* active again: its sandbox comes back */
         return rc;
     }
     out->image_bytes = image.image_bytes;
     out->pause_ms = ms_since(&t0);
-    log_session(LV_INFO, s->id, NULL, "session %s paused in %.0f ms (files only)", s->id, out->pause_ms);
-    if (d->fleet && d->store_dir)
+    log_session(LV_INFO, s->id, NULL, "session %s paused in %.0f ms (%s)", s->id, out->pause_ms,
+                image.image_dir[0] ? "with its memory" : "files only");
+    /* a memory image is restored into its sandbox struct on this node only: it stays here */
+    if (d->fleet && d->store_dir && !image.image_dir[0])
         hand_to_store(d, s);
     return SESSION_OK;
 }
 
-session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms)
+session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms, char *why,
+                              size_t whylen)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *resume_ms = 0;
-    session_result rc = registry_resume(d->reg, s, resumed);
+    session_pause_state p;
+    session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
         return rc;
-    sandbox_start(d, s);
+    char err[300] = "";
+    int started = sandbox_start(d, s, &p, err, sizeof err);
+    if (started != 0) {
+        /* its files are there (mounted); its kernels' memory is not: they end */
+        log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; its kernels end", s->id, err);
+        if (why)
+            snprintf(why, whylen, "%s", err);
+        kernels_forget_session(d->kernels, s->id);
+        warm_forget(d->warm, s->id);
+        pause_forget_image(d, s->id);
+        return SESSION_ERROR;
+    }
     *resume_ms = ms_since(&t0);
     log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms", s->id, *resume_ms);
     return SESSION_OK;
@@ -140,11 +235,6 @@ void pause_idle_session(void *ctx, const char *session_id, size_t tenant)
     session *s = NULL;
     if (registry_acquire(d->reg, session_id, tenant, false, &s) != SESSION_OK)
         return;
-    if (pause_kernels_in_the_way(d, s) > 0) {
-        log_session(LV_INFO, session_id, NULL, "session %s: its kernels end at its idle TTL; its files are paused",
-                    session_id);
-        kernels_forget_session(d->kernels, session_id);
-    }
     pause_outcome out;
     session_result rc = pause_session(d, s, true, &out);
     if (rc != SESSION_OK && rc != SESSION_BUSY && rc != SESSION_NOT_FOUND)

@@ -21,7 +21,9 @@ typedef struct {
     warm_pool *warm;        /* the sessions' own sandboxes (NULL: commands run cold) */
     templates *templates;   /* a built template's root, to boot a resumed session on it */
     tenants *tenants;
-    kernels *kernels;       /* a session's kernels: a pause keeps no memory yet (below) */
+    kernels *kernels;       /* a session's kernels: a pause keeps their memory (an image) */
+    sandbox_backend *sb;    /* runsc (its version names an image's maker) */
+    const char *state_dir;  /* images/<id>.ckpt: a session's memory image */
     struct fleet *fleet;    /* in a fleet: a paused session goes to the shared store (NULL: stays) */
     char *store_dir;        /* <SANDBOX_SNAPSHOT_DIR>/paused, in a fleet */
     double paused_ttl;      /* SANDBOX_PAUSED_TTL: stored sessions expire after it */
@@ -31,6 +33,7 @@ typedef struct {
     bool was_paused;        /* it was paused already: nothing was done */
     long long image_bytes;  /* its memory image (0: files only) */
     double pause_ms;        /* how long the pause took */
+    char why[300];          /* not paused: why (a cell runs, egress, runsc's message) */
 } pause_outcome;
 
 /* Pauses s (the caller holds a reference): its sandbox stops, its disk is unmounted, and it is
@@ -40,15 +43,19 @@ typedef struct {
  * (logged; it is active as before). */
 session_result pause_session(const pause_deps *d, session *s, bool only_if_idle, pause_outcome *out);
 
-/* Kernels s has: a pause asked for refuses them (409: their memory would be lost, and no memory
- * image is kept yet); the idle reaper ends them and pauses the files, better than the deletion
- * an idle TTL means otherwise. */
+/* Kernels s has: with any, a pause checkpoints s's sandbox (its memory) into an image. */
 size_t pause_kernels_in_the_way(const pause_deps *d, const session *s);
 
 /* Resumes s when it is paused (*resumed then, and *resume_ms): its disk mounted again and its
  * sandbox booting on it with its template, size and egress. SESSION_OK; SESSION_ERROR when its
  * disk could not be mounted (it stays paused, its image kept); SESSION_NOT_FOUND. */
-session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms);
+session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms, char *why,
+                              size_t whylen);
+/* (why, whylen > 0: on SESSION_ERROR after the disk came back, why its memory did not: the
+ * session is then active with its files, its kernels ended.) */
+
+/* Removes session_id's memory image, if any (its end). */
+void pause_forget_image(const pause_deps *d, const char *session_id);
 
 /* The idle reaper's hook (registry_pause_hook; ctx: a pause_deps that outlives the registry). */
 void pause_idle_session(void *ctx, const char *session_id, size_t tenant);

@@ -1103,9 +1103,11 @@ session_result registry_pause_end(registry *r, session *s, const session_pause_s
     return SESSION_STORAGE;
 }
 
-session_result registry_resume(registry *r, session *s, bool *resumed)
+session_result registry_resume(registry *r, session *s, bool *resumed, session_pause_state *was)
 {
     *resumed = false;
+    if (was)
+        memset(was, 0, sizeof *was);
     pthread_mutex_lock(&r->mu);
     wait_turn_locked(r, s);
     if (s->removed) {
@@ -1117,6 +1119,8 @@ session_result registry_resume(registry *r, session *s, bool *resumed)
         return SESSION_OK;
     }
     s->state = SESSION_RESUMING;
+    if (was)
+        *was = s->pause; /* its memory image, if any (read once the pause under way ended) */
     pthread_mutex_unlock(&r->mu);
     char *ws = NULL;
     disk_result dr = disk_resume(r->disk, s->id, &ws);

@@ -241,7 +241,8 @@ session_result registry_pause_end(registry *r, session *s, const session_pause_s
  * it is PAUSED, mounts its disk again, resets its idle clock and saves it (*resumed true).
  * SESSION_OK; SESSION_ERROR when its disk cannot be mounted (it stays PAUSED, image kept);
  * SESSION_NOT_FOUND when it was deleted meanwhile. */
-session_result registry_resume(registry *r, session *s, bool *resumed);
+session_result registry_resume(registry *r, session *s, bool *resumed, session_pause_state *was);
+/* (was, unless NULL: the pause it resumed from, its memory image included; zeros otherwise.) */
 
 /* Whether session id is here and paused (or pausing, or resuming). */
 bool registry_paused(registry *r, const char *id);

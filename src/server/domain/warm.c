@@ -439,6 +439,16 @@ static void release_found(warm_pool *w, entry *(*next)(warm_pool *, const char *
     pthread_mutex_unlock(&w->mu);
 }
 
+static entry *find_waiter(warm_pool *w, const char *key)
+{
+    return warm_find_kind(w, key, false);
+}
+
+void warm_forget_waiters(warm_pool *w, const char *key)
+{
+    release_found(w, find_waiter, key);
+}
+
 void warm_drop_spares(warm_pool *w)
 {
     release_found(w, find_spare, NULL);

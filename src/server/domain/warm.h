@@ -123,6 +123,16 @@ int warm_session_run(warm_pool *w, const session *s, const sandbox_opts *o, cons
 sandbox *warm_session_borrow(warm_pool *w, const session *s, const char *tenant, const char *root, int cancel_fd);
 void warm_session_give_back(warm_pool *w, const session *s, sandbox *sb);
 
+/* Releases key's sandboxes booted ahead for one command (not its own session sandbox): a pause
+ * with memory keeps only that one. */
+void warm_forget_waiters(warm_pool *w, const char *key);
+/* A pause with memory (domain/pause.c): s's own sandbox saved into image_dir and ended, its
+ * entry (lent to its kernels) kept; sandbox_session_checkpoint's 0 / 1 (not now) / -1. */
+int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen);
+/* Its resume: s's sandbox restored from image_dir in that entry and checked (its agent runs a
+ * command). 0, or -1 with a message (the sandbox is then unusable). */
+int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen);
+
 /* The sandboxes held, by state (for GET /metrics): booting (wanted, starting or booting),
  * ready (booted, waiting frozen), in use (a session's own sandbox lent to commands), and how
  * many of all of them are spares for tenants' next sessions. */

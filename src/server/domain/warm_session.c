@@ -3,6 +3,7 @@
  * container there) and given back. */
 #include "domain/warm_internal.h"
 
+#include "sandbox/session_checkpoint.h"
 #include "sandbox/session_sandbox.h"
 #include "../../agent/protocol.h"
 
@@ -150,4 +151,48 @@ void warm_session_give_back(warm_pool *w, const session *s, sandbox *sb)
     pthread_mutex_unlock(&w->mu);
     if (ours) /* (a lent entry stays this sandbox's until given back) */
         give_back(w, e);
+}
+
+/* s's own entry's sandbox when booted and lent or ready (locked look-up); NULL when none. */
+static sandbox *session_sandbox(warm_pool *w, const session *s)
+{
+    pthread_mutex_lock(&w->mu);
+    entry *e = warm_find_kind(w, s->id, true);
+    sandbox *sb = e && !e->doomed && (e->state == E_LENT || e->state == E_READY) ? e->sb : NULL;
+    pthread_mutex_unlock(&w->mu);
+    return sb;
+}
+
+int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen)
+{
+    sandbox *sb = warm_sessions(w) ? session_sandbox(w, s) : NULL;
+    if (!sb) {
+        snprintf(errbuf, errlen, "the session has no sandbox of its own");
+        return -1;
+    }
+    return sandbox_session_checkpoint(sb, image_dir, errbuf, errlen);
+}
+
+int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen)
+{
+    sandbox *sb = warm_sessions(w) ? session_sandbox(w, s) : NULL;
+    if (!sb) {
+        snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
+        return -1;
+    }
+    if (sandbox_session_restore(sb, image_dir, errbuf, errlen) != 0)
+        return -1;
+    /* the restored agent answers a command: the check (and its first settle and freeze) */
+    sandbox_opts o = {.cancel_fd = -1};
+    sandbox_result r;
+    memset(&r, 0, sizeof r);
+    int rc = sandbox_session_run(sb, &o, "true", 30, &r, errbuf, errlen);
+    bool ok = rc == 0 && r.exit_code == 0;
+    if (rc == 0 && !ok)
+        snprintf(errbuf, errlen, "the restored sandbox's agent did not run a command (exit %d)", r.exit_code);
+    else if (rc == 1)
+        snprintf(errbuf, errlen, "the restored sandbox's agent did not take a command");
+    if (rc == 0)
+        sandbox_result_free(&r);
+    return ok ? 0 : -1;
 }

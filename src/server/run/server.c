@@ -219,6 +219,7 @@ static void forget_warm(void *ctx, const char *session_id)
     app *a = ctx;
     kernels_forget_session(a->kernels, session_id);
     warm_forget(a->warm, session_id);
+    pause_forget_image(&a->pause, session_id); /* paused with its memory */
 }
 
 /* Sandboxes booted ahead; none (NULL without an error) when the backend cannot. */
@@ -277,7 +278,8 @@ static int open_sessions(server *s)
     /* a session's sandbox booted ahead goes before its disk is unmounted */
     registry_set_destroy_hook(a->reg, forget_warm, a);
     /* {"on_idle": "pause"}: the idle reaper pauses instead of deleting (domain/pause.h) */
-    a->pause = (pause_deps){.reg = a->reg, .warm = a->warm, .tenants = a->tenants, .kernels = a->kernels};
+    a->pause = (pause_deps){.reg = a->reg, .warm = a->warm, .tenants = a->tenants, .kernels = a->kernels,
+                            .sb = a->sb, .state_dir = s->state};
     registry_set_pause_hook(a->reg, pause_idle_session, &a->pause);
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
     if (a->warm)

@@ -39,8 +39,8 @@ bool sandbox_backend_has_templates(const sandbox_backend *b)
     return b && b->ops == &sandbox_gvisor_ops && b->have_cgroups;
 }
 
-/* The step's cgroup under the builds' idle top group of the least weight, beside this server's
- * root (sandbox/cgroup.h SBX_CG_BUILD_SHARES). */
+/* The step's cgroup under the builds' top group of a low weight, beside this server's root
+ * (sandbox/cgroup.h SBX_CG_BUILD_SHARES). */
 static int build_group(sandbox_backend *b, const char *id, sbx_cgroup *cg, char *errbuf, size_t errlen)
 {
     if (!b->have_cgroups) {

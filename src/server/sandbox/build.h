@@ -1,8 +1,8 @@
 /* Ours: the sandbox side of a template build (domain/templates.h). A build's host program
- * (mmdebstrap) and its setup's gVisor sandbox each run in a cgroup of their own under the idle
- * builds group beside this server's root, at the least CPU weight (SBX_CG_BUILD_SHARES), with
- * nice 19 and the idle I/O class: a build takes the CPU that the host's other work (sessions,
- * airlockd itself, its clients) leaves, and its memory and tasks are bounded. */
+ * (mmdebstrap) and its setup's gVisor sandbox each run in a cgroup of their own under the
+ * builds group beside this server's root, at a low CPU weight (SBX_CG_BUILD_SHARES), with
+ * nice 19 and the idle I/O class: a build yields to the host's other work (sessions,
+ * airlockd itself, its clients), and its memory and tasks are bounded. */
 #ifndef AIRLOCKD_SANDBOX_BUILD_H
 #define AIRLOCKD_SANDBOX_BUILD_H
 

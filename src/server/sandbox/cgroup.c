@@ -640,7 +640,8 @@ static void tenant_runs(sbx_cg_tree *t, const char *group, int delta)
 }
 
 /* The builds' top group in every hierarchy (made when missing; v2: with the controllers enabled
- * below it); in the CPU's, the least weight and idle (best effort: cpu.idle is Linux 5.15+). */
+ * below it); in the CPU's, a low weight (SBX_CG_BUILD_SHARES), not idle (cpu.idle, Linux 5.15+,
+ * cleared: a group left idle by an older airlockd would ignore its weight). */
 static int ensure_builds_top(const sbx_cg_tree *t, char *errbuf, size_t errlen)
 {
     for (size_t i = 0; i < t->nhier; i++) {
@@ -654,9 +655,9 @@ static int ensure_builds_top(const sbx_cg_tree *t, char *errbuf, size_t errlen)
         }
         if ((int)i == t->cpu) {
             char w[24];
-            snprintf(w, sizeof w, "%d", t->v2 ? 1 : SBX_CG_BUILD_SHARES);
-            (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", w); /* before idle: then fixed */
-            (void)write_file(dir, "cpu.idle", "1");
+            snprintf(w, sizeof w, "%d", t->v2 ? SBX_CG_BUILD_WEIGHT : SBX_CG_BUILD_SHARES);
+            (void)write_file(dir, "cpu.idle", "0");
+            (void)write_file(dir, t->v2 ? "cpu.weight" : "cpu.shares", w);
         }
     }
     return 0;

@@ -4,7 +4,7 @@
  *   <mount>/airlockd-<16 hex of SHA-256(realpath(state dir))>/   this server's root
  *           t-<tenant>/                                           one per tenant: its CPU weight
  *               <sandbox id>/                                     one per sandbox run: its limits
- *   <mount>/airlockd-<16 hex>-builds/                             template builds (idle, beside
+ *   <mount>/airlockd-<16 hex>-builds/                             template builds (low weight, beside
  *           builds/<step id>/                                     the root: see SBX_CG_BUILD_SHARES)
  *
  * The whole runsc process tree (runsc, gofer, sentry, systrap stubs) or bubblewrap tree of a
@@ -159,13 +159,15 @@ int sbx_cg_next_command(sbx_cgroup *cg);
  * (the sandbox, idle now, does not weigh in the tenant's CPU share). */
 void sbx_cg_end_command(sbx_cgroup *cg);
 
-/* The CPU weight of the template builds' top group (v1 cpu.shares, the least there is; v2 its
- * least cpu.weight), which is also an idle group (cpu.idle, Linux 5.15 and later): a build
- * takes only the CPU nothing else on the host wants. It sits beside this server's root, not
- * in it: under the root it weighed as much as the root against the host's other tasks,
- * airlockd itself and its clients among them, whenever the sessions' sandboxes were idle
- * between commands (8 busy sessions kept 0.48-0.75 of their commands/s; bench/templates.lua). */
-#define SBX_CG_BUILD_SHARES 2
+/* The CPU weight of the template builds' top group (v1 cpu.shares; v2 SBX_CG_BUILD_WEIGHT, the
+ * same eighth of a default group): a build yields to the host's other work but always
+ * progresses (an idle group, cpu.idle, starved builds to their timeout on a busy host). It sits
+ * beside this server's root, not in it: under the root it weighed as much as the root against
+ * the host's other tasks, airlockd itself and its clients among them, whenever the sessions'
+ * sandboxes were idle between commands (8 busy sessions kept 0.48-0.75 of their commands/s;
+ * beside the root at this weight 0.80-1.10, median 1.03; bench/templates.lua). */
+#define SBX_CG_BUILD_SHARES 128
+#define SBX_CG_BUILD_WEIGHT 12
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);
 

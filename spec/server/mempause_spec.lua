@@ -1,0 +1,194 @@
+-- luacheck: max line length 160
+-- Pause with memory (issue #26 item 2): a session with a kernel is paused by `runsc checkpoint`
+-- of its sandbox into an image (state/images/<id>.ckpt), nothing of it left running on the
+-- host; a resume (explicit, or the next cell's) `runsc restore`s it, and the kernel's state is
+-- there (x = 41 before, x + 1 is 42 after), the idle reaper pauses it the same way. A deleted
+-- paused session leaves no image; a pause
+-- while a cell runs is refused; an image that cannot be restored (damaged, or after a restart:
+-- not restored across restarts yet) gives a 500 naming why and the files back. Real
+-- airlockd with gVisor (SANDBOX_EXEC_MODE=session), loopback only.
+local airlockd = require "support.airlockd"
+local cjson = require "cjson"
+local http_client = require "support.http_client"
+local host_state = require "support.host_state"
+local proc = require "support.proc"
+require "support.eventually"
+
+local q = proc.shell_quote
+
+describe("pause with memory (kernels)", function()
+  local server, key
+
+  local function call(method, path, body, max_time)
+    return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
+  end
+
+  local function cell(sid, kid, code)
+    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 20 }, 60)
+    assert.are.equal(200, r.status, r.body)
+    return r.json
+  end
+
+  local function session_with_x41()
+    local r = http_client.create(server, key)
+    assert.are.equal(201, r.status, r.body)
+    local sid = r.json.session_id
+    r = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
+    assert.are.equal(201, r.status, r.body)
+    local kid = r.json.kernel_id
+    assert.are.equal(cjson.null, cell(sid, kid, "x = 41").error)
+    return sid, kid
+  end
+
+  local function image_dir(sid)
+    return server.dir .. "/state/images/" .. sid .. ".ckpt"
+  end
+
+  -- what of sid runs or is mounted on the host
+  local function leftovers(sid)
+    local root = host_state.cgroup_root(server.dir .. "/state")
+    local groups = {}
+    for _, g in ipairs(host_state.cgroups_under(root)) do
+      if g:find(sid, 1, true) then groups[#groups + 1] = g end
+    end
+    return { sandboxes = host_state.sandbox_ids(server, sid), cgroups = groups,
+             mounts = proc.output("grep -c " .. q(sid) .. " /proc/mounts || true"):gsub("%s+", "") }
+  end
+
+  local function pause(sid)
+    local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
+    assert.are.equal(200, p.status, p.body)
+    assert.are.equal("paused", p.json.state)
+    assert.is_true(p.json.image_bytes > 0, p.body)
+    return p.json
+  end
+
+  lazy_setup(function()
+    key = "ak_" .. airlockd.random_hex(16)
+    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_EXEC_MODE = "session" } })
+  end)
+
+  lazy_teardown(function()
+    if server then airlockd.stop(server) end
+  end)
+
+  it("pauses a session with a kernel into a memory image and resumes it with the kernel's state", function()
+    local sid, kid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
+    pause(sid)
+    assert.is_true(proc.run("test -s " .. q(image_dir(sid)) .. "/checkpoint.img || ls " .. q(image_dir(sid)) .. " | grep -q ."))
+    assert.eventually(function()
+      local left = leftovers(sid)
+      return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0", left
+    end, { timeout = 20, what = "nothing of the paused session running or mounted" })
+    local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(200, r.status, r.body)
+    assert.is_true(r.json.resumed)
+    assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the image outlived its restore")
+    -- again, resumed by its next cell this time
+    cell(sid, kid, "x = x + 100")
+    pause(sid)
+    assert.are.equal("142", cell(sid, kid, "x + 1").results[1]["text/plain"])
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("leaves nothing of a deleted paused session, its image included", function()
+    local sid = session_with_x41()
+    pause(sid)
+    assert.is_true(proc.run("test -d " .. q(image_dir(sid))))
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+    assert.eventually(function()
+      local left = leftovers(sid)
+      return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0" and not proc.run("test -e " .. q(image_dir(sid))), left
+    end, { timeout = 20, what = "nothing of the deleted paused session left" })
+  end)
+
+  it("keeps the files when the image cannot be restored, with a clear error", function()
+    local sid, kid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
+    pause(sid)
+    assert.is_true(proc.run("rm -rf " .. q(image_dir(sid)) .. " && mkdir " .. q(image_dir(sid))))
+    local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(500, r.status, r.body)
+    assert.truthy(r.body:find("memory could not be restored", 1, true), r.body)
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    assert.are.equal(404, call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "1" }).status)
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("refuses to pause a session whose kernel's cell runs (409 naming it), and pauses it once the cell ended", function()
+    local sid, kid = session_with_x41()
+    local body = cjson.encode({ code = "import time; time.sleep(4)", timeout = 20 })
+    os.execute(string.format("curl -s -m 60 -H %s -H 'Content-Type: application/json' --data-binary %s %s >/dev/null 2>&1 &",
+      q("X-API-Key: " .. key), q(body), q(server.url .. "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute")))
+    assert.eventually(function()
+      local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
+      return p.status == 409, p.body
+    end, { timeout = 10, what = "a pause refused while the cell runs" })
+    assert.eventually(function()
+      local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
+      return p.status == 200 and p.json.image_bytes > 0, p.body
+    end, { timeout = 30, what = "a pause once the cell ended" })
+    local c = cell(sid, kid, "x + 1")
+    assert.are.equal("42", (c.results[1] or {})["text/plain"], cjson.encode(c) .. airlockd.log(server):sub(-2500))
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("pauses an idle session of on_idle pause with its kernel's memory (the idle reaper), and resumes it with x", function()
+    local idle = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_EXEC_MODE = "session", SANDBOX_SESSION_TTL = "3" } })
+    local ok, err = pcall(function()
+      local function icall(method, path, body)
+        return http_client.request(idle, method, path, { key = key, body = body and cjson.encode(body), max_time = 60 })
+      end
+      local r = http_client.create(idle, key, '{"on_idle": "pause"}')
+      assert.are.equal(201, r.status, r.body)
+      local sid = r.json.session_id
+      local kid = icall("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" }).json.kernel_id
+      assert.truthy(kid)
+      assert.are.equal(200, icall("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "x = 41" }).status)
+      -- (its state says "paused" from the pause's start: the log says when it ended, and how)
+      assert.eventually(function()
+        return airlockd.log(idle):find("session " .. sid .. " paused in %d+ ms %(with its memory%)") ~= nil
+      end, { timeout = 30, what = "the idle session paused with its memory" })
+      assert.are.equal("paused", icall("GET", "/v1/sessions/" .. sid).json.state)
+      assert.is_true(proc.run("test -d " .. q(idle.dir .. "/state/images/" .. sid .. ".ckpt")))
+      local c = icall("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "x + 1" })
+      assert.are.equal(200, c.status, c.body)
+      assert.are.equal("42", (c.json.results[1] or {})["text/plain"], c.body)
+    end)
+    airlockd.stop(idle)
+    assert(ok, err)
+  end)
+
+  it("after an airlockd SIGTERM or kill -9, a memory image is not restored: a 500 naming it, the files kept, the image removed", function()
+    local sid, kid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
+    pause(sid)
+    os.execute("kill -TERM " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = { SANDBOX_EXEC_MODE = "session" }, wait = 60 })
+    local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(500, r.status, r.body)
+    assert.truthy(r.body:find("checkpointed sandbox is gone", 1, true), r.body)
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    assert.are.equal(404, call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "1" }).status)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))))
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+    -- and after kill -9: the image left behind is removed by the resume, which gives the files back
+    sid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept9 > /workspace/f").json.exit_code)
+    pause(sid)
+    os.execute("kill -9 " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    assert.is_true(proc.run("test -d " .. q(image_dir(sid))))
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = { SANDBOX_EXEC_MODE = "session" }, wait = 60 })
+    assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
+    r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(500, r.status, r.body)
+    assert.are.equal("kept9\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))))
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+end)

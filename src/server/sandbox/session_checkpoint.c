@@ -1,0 +1,195 @@
+/* A session sandbox saved with its memory and brought back (issue #26: pause with kernels):
+ * `runsc checkpoint` writes its whole state (the sentry, the agent, every kernel's process)
+ * into an image directory and ends it; `runsc restore` boots it again from that image under
+ * the same container id, bundle and cgroup name, with new stdin and stdout for the agent. The
+ * sandbox struct stays the same in between (its slots, its kernels' slots), so those who
+ * borrowed it find it again. */
+#include "sandbox/session_checkpoint.h"
+
+#include "log/log.h"
+#include "sandbox/internal.h"
+#include "sandbox/agent_stdio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How long `runsc checkpoint` may take (~1 s per 100 MB of memory, well within). */
+#define CHECKPOINT_TIMEOUT_MS 60000
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+/* `runsc run` (or restore) of s, which the checkpoint ended: reaped, waiting at most ~5 s. */
+static void reap_runsc(sandbox *s)
+{
+    pid_t pid = s->child.pid;
+    for (int i = 0; pid > 0 && i < 1000; i++) {
+        int st;
+        pid_t w = waitpid(pid, &st, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR))
+            pid = -1;
+        else {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (pid > 0) {
+        (void)kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    s->child.pid = -1;
+    close_fd(&s->child.out);
+    close_fd(&s->child.err);
+}
+
+/* runsc's files of s under its root (its state, lock and socket): nothing of the sandbox runs
+ * any more, and `runsc delete --force` would take a second or more to find that out; the
+ * restore makes them again under the same id. */
+static void forget_runsc_state(const sandbox *s)
+{
+    DIR *d = opendir(s->b->runsc_root);
+    if (!d)
+        return;
+    size_t idlen = strlen(s->id);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        bool state = strncmp(e->d_name, s->id, idlen) == 0 && e->d_name[idlen] == '_';
+        bool sock = strncmp(e->d_name, "runsc-", 6) == 0 && strncmp(e->d_name + 6, s->id, idlen) == 0 &&
+                    strcmp(e->d_name + 6 + idlen, ".sock") == 0;
+        if ((state || sock) && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+            log_warn("cannot remove runsc's %s: %s", e->d_name, strerror(errno));
+    }
+    closedir(d);
+}
+
+int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    int rc = -1;
+    if (!s->agent || !s->io || s->ran || !s->have_cg) {
+        snprintf(errbuf, errlen, "the session's sandbox is not running");
+    } else if (s->running > 0) {
+        snprintf(errbuf, errlen, "a command or cell runs in the session's sandbox");
+        rc = 1;
+    } else if (s->network) {
+        snprintf(errbuf, errlen, "a sandbox with egress cannot be checkpointed");
+        rc = 1;
+    } else {
+        (void)sbx_cg_freeze(&s->cg, false); /* a frozen sandbox cannot be saved */
+        const char *argv[] = {s->b->runsc, "--root", s->b->runsc_root, "checkpoint", "--compression=none", "--image-path", image_dir,
+                              s->id, NULL};
+        sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .timeout_ms = CHECKPOINT_TIMEOUT_MS};
+        sbx_proc_result r;
+        if (sbx_proc_run(&o, &r, errbuf, errlen) == 0) {
+            int code = sbx_proc_exit_code(r.status);
+            if (code == 0)
+                rc = 0;
+            else
+                sbx_err_from_capture(&r.err, "runsc checkpoint failed", errbuf, errlen);
+            sbx_proc_result_free(&r);
+        }
+        if (rc != 0) {
+            s->settling = true; /* still running: frozen again by the warm thread */
+            s->next_ready = true;
+        } else {
+            /* the sandbox ended: its runsc (whose gofer would hold the workspace's mount), stdio
+             * and cgroup go; the struct waits for restore */
+            (void)sbx_cg_kill_all_except(&s->cg, s->child.pid);
+            reap_runsc(s);
+            close_fd(&s->cmd_w);
+            agent_stdio_free(s->io);
+            s->io = NULL;
+            sbx_cg_destroy(&s->cg);
+            forget_runsc_state(s);
+            s->settling = false;
+        }
+    }
+    pthread_mutex_unlock(&s->agent_mu);
+    return rc;
+}
+
+int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    int rc = -1;
+    int in[2] = {-1, -1};
+    if (!s->agent || s->io || s->ran || !s->bundle) {
+        snprintf(errbuf, errlen, "the session's sandbox is not checkpointed");
+        goto out;
+    }
+    sbx_cg_limits lim = sbx_command_limits(s);
+    lim.ahead = true;
+    if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
+        goto out;
+    if (pipe2(in, O_CLOEXEC) != 0) {
+        snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
+        goto out;
+    }
+    /* the same flags as its `runsc run` (gvisor.c): the image must find the same sandbox */
+    const char *argv[] = {s->b->runsc, "--root", s->b->runsc_root, "--platform=systrap", "--network=none",
+                          "--overlay2=none", "--host-uds=none", "restore", "--detach=false", "--image-path",
+                          image_dir, "--bundle", s->bundle, s->id, NULL};
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .stdin_fd = in[0]};
+    if (sbx_proc_start(&o, &s->child, errbuf, errlen) != 0)
+        goto out;
+    close_fd(&in[0]);
+    s->cmd_w = in[1];
+    in[1] = -1;
+    s->io = agent_stdio_new(s->child.out, &s->agent_mu);
+    if (!s->io) {
+        snprintf(errbuf, errlen, "out of memory");
+        s->ran = true;
+        goto out;
+    }
+    s->child.out = -1;
+    s->sent = false; /* the next command's limits again (sbx_cg_begin_command) */
+    s->settling = false; /* thawed until its first command (the resume's check) ends */
+    rc = 0;
+out:
+    if (rc != 0 && s->cg.tree && !s->io) {
+        if (s->child.pid > 0)
+            reap_runsc(s);
+        sbx_cg_destroy(&s->cg);
+        if (sbx_gvisor_state_left(s->b, s->id))
+            sbx_gvisor_delete(s->b, s->id);
+    }
+    close_fd(&in[0]);
+    close_fd(&in[1]);
+    pthread_mutex_unlock(&s->agent_mu);
+    return rc;
+}
+
+int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len)
+{
+    if (!b || !b->runsc)
+        return -1;
+    const char *argv[] = {b->runsc, "--version", NULL};
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .timeout_ms = 10000};
+    sbx_proc_result r;
+    char eb[200];
+    if (sbx_proc_run(&o, &r, eb, sizeof eb) != 0)
+        return -1;
+    size_t n = 0;
+    const char *text = capture_head(&r.out, &n);
+    size_t line = 0;
+    while (line < n && text[line] != '\n')
+        line++;
+    int rc = sbx_proc_exit_code(r.status) == 0 && line > 0 && line < len ? 0 : -1;
+    if (rc == 0)
+        snprintf(out, len, "%.*s", (int)line, text);
+    sbx_proc_result_free(&r);
+    return rc;
+}

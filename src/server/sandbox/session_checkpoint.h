@@ -1,0 +1,25 @@
+/* A session sandbox (session_sandbox.h) saved with its memory into an image directory and
+ * brought back from it in the same sandbox struct (issue #26: pause with kernels). */
+#ifndef AIRLOCKD_SANDBOX_SESSION_CHECKPOINT_H
+#define AIRLOCKD_SANDBOX_SESSION_CHECKPOINT_H
+
+#include "sandbox/sandbox.h"
+
+#include <stddef.h>
+
+/* `runsc checkpoint --image-path image_dir` of s (an existing, empty directory): 0 when saved
+ * (s's sandbox, runsc, stdio and cgroup are then gone; s waits for sandbox_session_restore or
+ * sandbox_release), 1 when it cannot be now (a command or cell runs, or it has egress: s runs
+ * on), -1 when it failed (s runs on, or died; message in errbuf). */
+int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
+
+/* `runsc restore` of s from image_dir under the same id, bundle and cgroup, the agent on new
+ * stdin and stdout: 0 when started (its first command tells whether it answers), -1 with a
+ * message. The image is left in place. */
+int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
+
+/* runsc's version (the first line of `runsc --version`: "runsc version release-..."): an
+ * image is restored only by the version that made it. 0, or -1. */
+int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len);
+
+#endif
