@@ -79,6 +79,13 @@ describe("pause with memory (kernels)", function()
     assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
     pause(sid)
     assert.is_true(proc.run("test -s " .. q(image_dir(sid)) .. "/checkpoint.img || ls " .. q(image_dir(sid)) .. " | grep -q ."))
+    -- its sandbox's spec beside it (the bundles are cleared at a start): its workspace's mount
+    local spec = cjson.decode(proc.output("cat " .. q(image_dir(sid) .. "/sandbox.json")))
+    local workspace
+    for _, m in ipairs(spec.mounts) do
+      if m.destination == "/workspace" then workspace = m.source end
+    end
+    assert.truthy(workspace and workspace:find(sid, 1, true), cjson.encode(spec.mounts))
     assert.eventually(function()
       local left = leftovers(sid)
       return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0", left
