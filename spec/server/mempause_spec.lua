@@ -5,8 +5,10 @@
 -- there (x = 41 before, x + 1 is 42 after), the idle reaper pauses it the same way. A deleted
 -- paused session leaves no image; a pause
 -- while a cell runs is refused; an image that cannot be restored (damaged, or after a restart:
--- not restored across restarts yet) gives a 500 naming why and the files back. Real
--- airlockd with gVisor (SANDBOX_EXEC_MODE=session), loopback only.
+-- not restored across restarts yet) gives a 500 naming why and the files back; a restart
+-- (SIGTERM or kill -9) keeps the image; one made by another runsc version is refused (409, the
+-- session stays paused) until resume?discard_memory=1 takes the files only. Real airlockd with
+-- gVisor (SANDBOX_EXEC_MODE=session), loopback only.
 local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
@@ -77,6 +79,13 @@ describe("pause with memory (kernels)", function()
     assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
     pause(sid)
     assert.is_true(proc.run("test -s " .. q(image_dir(sid)) .. "/checkpoint.img || ls " .. q(image_dir(sid)) .. " | grep -q ."))
+    -- its sandbox's spec beside it (the bundles are cleared at a start): its workspace's mount
+    local spec = cjson.decode(proc.output("cat " .. q(image_dir(sid) .. "/sandbox.json")))
+    local workspace
+    for _, m in ipairs(spec.mounts) do
+      if m.destination == "/workspace" then workspace = m.source end
+    end
+    assert.truthy(workspace and workspace:find(sid, 1, true), cjson.encode(spec.mounts))
     assert.eventually(function()
       local left = leftovers(sid)
       return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0", left
@@ -162,13 +171,56 @@ describe("pause with memory (kernels)", function()
     assert(ok, err)
   end)
 
-  it("after an airlockd SIGTERM or kill -9, a memory image is not restored: a 500 naming it, the files kept, the image removed", function()
+  local function restart(signal, between)
+    os.execute("kill -" .. signal .. " " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    if between then between() end
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = { SANDBOX_EXEC_MODE = "session" }, wait = 60 })
+  end
+
+  it("refuses an image of another runsc version (409 naming both, still paused) until resume?discard_memory=1", function()
     local sid, kid = session_with_x41()
     assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
     pause(sid)
-    os.execute("kill -TERM " .. server.pid)
-    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
-    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = { SANDBOX_EXEC_MODE = "session" }, wait = 60 })
+    restart("TERM", function()
+      -- the image outlives the shutdown; its record now names a runsc this server is not
+      assert.is_true(proc.run("test -s " .. q(image_dir(sid)) .. "/checkpoint.img"), "the shutdown removed the image")
+      local path = server.dir .. "/state/sessions.json"
+      local f = assert(io.open(path))
+      local text = f:read("a")
+      f:close()
+      local edited, n = text:gsub('("runsc_version"%s*:%s*")[^"]*"', '%1runsc version 0.0-other"')
+      assert.are.equal(1, n, text)
+      f = assert(io.open(path, "w"))
+      f:write(edited)
+      f:close()
+    end)
+    local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(409, r.status, r.body)
+    assert.truthy(r.body:find("runsc version 0.0-other", 1, true), r.body)
+    assert.truthy(r.body:find("this server runs runsc version ", 1, true), r.body)
+    assert.truthy(r.body:find("discard_memory=1", 1, true), r.body)
+    -- a call that would resume it is refused the same way; nothing of it changed
+    assert.are.equal(409, http_client.exec(server, key, sid, "true").status)
+    assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
+    assert.is_true(proc.run("test -s " .. q(image_dir(sid)) .. "/checkpoint.img"))
+    assert.are.equal(400, call("POST", "/v1/sessions/" .. sid .. "/resume?discard_memory=maybe", nil, 90).status)
+    r = call("POST", "/v1/sessions/" .. sid .. "/resume?discard_memory=1", nil, 90)
+    assert.are.equal(200, r.status, r.body)
+    assert.is_true(r.json.resumed)
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    assert.are.equal(404, call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "1" }).status)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the discarded image is still there")
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("after an airlockd SIGTERM or kill -9, a memory image is kept but not restored: a 500 naming it, the files kept", function()
+    local sid, kid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
+    pause(sid)
+    restart("TERM", function()
+      assert.is_true(proc.run("test -s " .. q(image_dir(sid)) .. "/checkpoint.img"), "the shutdown removed the image")
+    end)
     local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
     assert.are.equal(500, r.status, r.body)
     assert.truthy(r.body:find("checkpointed sandbox is gone", 1, true), r.body)

@@ -14,6 +14,9 @@ static bool resume_for_call(app *a, http_request *r, session *s)
     session_result rc = resume_session(&a->pause, s, &resumed, &ms, NULL, 0);
     if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found or expired");
+    else if (rc == SESSION_BUSY) /* its memory image is another runsc version's */
+        http_send_detail(r, 409, "The paused session's memory image was made by another runsc version; it stays "
+                                 "paused. POST /v1/sessions/{id}/resume?discard_memory=1 resumes its files only.");
     else if (rc != SESSION_OK)
         http_send_retry(r, 503, "The paused session could not be resumed (its disk could not be mounted); its "
                                 "files are kept. Retry shortly.", 2);

@@ -2,6 +2,9 @@
 #include "api/api.h"
 #include "api/handlers.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 void api_sessions_pause(app *a, http_request *r, const api_call *c)
 {
     session *s = acquire_session_as_is(a, r, c);
@@ -44,7 +47,17 @@ void api_sessions_resume(app *a, http_request *r, const api_call *c)
     bool resumed = false;
     double ms = 0;
     char why[300] = "";
-    session_result rc = resume_session(&a->pause, s, &resumed, &ms, why, sizeof why);
+    size_t len = 0;
+    char *discard = http_query(r, "discard_memory", &len);
+    bool discard_memory = discard && (strcmp(discard, "1") == 0 || strcmp(discard, "true") == 0);
+    bool bad = discard && !discard_memory && strcmp(discard, "0") != 0 && strcmp(discard, "false") != 0;
+    free(discard);
+    if (bad) {
+        registry_release(a->reg, s);
+        http_send_detail(r, 400, "The query parameter 'discard_memory' must be 1, true, 0 or false.");
+        return;
+    }
+    session_result rc = resume_session_with(&a->pause, s, discard_memory, &resumed, &ms, why, sizeof why);
     if (rc == SESSION_OK) {
         if (resumed)
             http_note(r, "x-airlock-resumed", "1", NULL);
@@ -52,6 +65,11 @@ void api_sessions_resume(app *a, http_request *r, const api_call *c)
                                          resumed, "resume_ms", ms));
     } else if (rc == SESSION_NOT_FOUND) {
         http_send_detail(r, 404, "Session not found or expired");
+    } else if (rc == SESSION_BUSY) {
+        char msg[500];
+        snprintf(msg, sizeof msg, "The session's memory cannot be restored: %s. It stays paused, its image kept; "
+                                  "resume?discard_memory=1 resumes its files only (its kernels end).", why);
+        http_send_detail(r, 409, msg);
     } else if (why[0]) {
         char msg[500];
         snprintf(msg, sizeof msg, "The session's memory could not be restored (%s): its kernels ended; its files "

@@ -197,16 +197,43 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
     return SESSION_OK;
 }
 
-session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms, char *why,
-                              size_t whylen)
+/* 0 when s is not paused with a memory image this server's runsc can read; 1 (why says both
+ * versions) when its image was made by another runsc version: it stays paused, its image kept. */
+static int image_of_other_runsc(const pause_deps *d, const session *s, char *why, size_t whylen)
+{
+    session_pause_state p;
+    if (registry_state(d->reg, s, &p) != SESSION_PAUSED || !p.image_dir[0])
+        return 0;
+    char now[SESSION_RUNSC_VERSION_MAX] = "";
+    if (sandbox_runsc_version(d->sb, now, sizeof now) == 0 && strcmp(now, p.runsc_version) == 0)
+        return 0;
+    if (why)
+        snprintf(why, whylen, "its memory image was made by runsc %s, this server runs %s", p.runsc_version,
+                 now[0] ? now : "a runsc that gave no version");
+    return 1;
+}
+
+session_result resume_session_with(const pause_deps *d, session *s, bool discard_memory, bool *resumed,
+                                   double *resume_ms, char *why, size_t whylen)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *resume_ms = 0;
+    *resumed = false;
+    if (!discard_memory && image_of_other_runsc(d, s, why, whylen))
+        return SESSION_BUSY;
     session_pause_state p;
     session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
         return rc;
+    if (discard_memory && p.image_dir[0]) {
+        /* files only, as asked: its kernels and their memory end */
+        log_session(LV_INFO, s->id, NULL, "session %s resumed without its memory (discard_memory)", s->id);
+        kernels_forget_session(d->kernels, s->id);
+        warm_forget(d->warm, s->id);
+        pause_forget_image(d, s->id);
+        memset(&p, 0, sizeof p);
+    }
     char err[300] = "";
     int started = sandbox_start(d, s, &p, err, sizeof err);
     if (started != 0) {
@@ -222,6 +249,12 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
     *resume_ms = ms_since(&t0);
     log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms", s->id, *resume_ms);
     return SESSION_OK;
+}
+
+session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms, char *why,
+                              size_t whylen)
+{
+    return resume_session_with(d, s, false, resumed, resume_ms, why, whylen);
 }
 
 size_t pause_kernels_in_the_way(const pause_deps *d, const session *s)

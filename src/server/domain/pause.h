@@ -53,6 +53,13 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
                               size_t whylen);
 /* (why, whylen > 0: on SESSION_ERROR after the disk came back, why its memory did not: the
  * session is then active with its files, its kernels ended.) */
+/* SESSION_BUSY (why names both versions) when its memory image was made by another runsc
+ * version: it stays paused, its image kept. */
+
+/* The same; discard_memory: a memory image is not restored but removed, its kernels end (the
+ * way out of an image another runsc made): its files only. */
+session_result resume_session_with(const pause_deps *d, session *s, bool discard_memory, bool *resumed,
+                                   double *resume_ms, char *why, size_t whylen);
 
 /* Removes session_id's memory image, if any (its end). */
 void pause_forget_image(const pause_deps *d, const char *session_id);

@@ -73,7 +73,7 @@ static void session_destroy(registry *r, session *s)
     if (!s->keep_disk && !s->moved_away && r->shared.release)
         r->shared.release(r->shared.ctx, s->id);
     if (r->on_destroy)
-        r->on_destroy(r->on_destroy_ctx, s->id);
+        r->on_destroy(r->on_destroy_ctx, s->id, s->keep_disk);
     if (s->keep_disk)
         disk_close(r->disk, s->id);
     else

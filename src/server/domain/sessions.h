@@ -123,8 +123,9 @@ void registry_set_remove_hook(registry *r, registry_remove_hook hook, void *ctx)
 
 /* Called with the id of every session whose last reference is gone, just before its disk is
  * unmounted (and deleted, unless kept at shutdown), outside the registry's lock: whatever
- * still uses its workspace must be gone when it returns (a sandbox booted ahead for it). */
-typedef void (*registry_destroy_hook)(void *ctx, const char *session_id);
+ * still uses its workspace must be gone when it returns (a sandbox booted ahead for it). kept:
+ * the session lives on (shutdown): what a restart takes up again (its memory image) stays. */
+typedef void (*registry_destroy_hook)(void *ctx, const char *session_id, bool kept);
 void registry_set_destroy_hook(registry *r, registry_destroy_hook hook, void *ctx);
 
 /* Spares: workspaces made ahead for a tenant's next new session, each with its sandbox booted

@@ -213,13 +213,15 @@ static void spares_drop_all(void *ctx)
     warm_drop_spares(((app *)ctx)->warm);
 }
 
-/* A session's kernels end, then its sandbox goes (they borrowed it). */
-static void forget_warm(void *ctx, const char *session_id)
+/* A session's kernels end, then its sandbox goes (they borrowed it); its memory image (paused
+ * with its memory) goes with it, or stays for a restart when the session is kept. */
+static void forget_warm(void *ctx, const char *session_id, bool kept)
 {
     app *a = ctx;
     kernels_forget_session(a->kernels, session_id);
     warm_forget(a->warm, session_id);
-    pause_forget_image(&a->pause, session_id); /* paused with its memory */
+    if (!kept)
+        pause_forget_image(&a->pause, session_id);
 }
 
 /* Sandboxes booted ahead; none (NULL without an error) when the backend cannot. */

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +76,22 @@ static void forget_runsc_state(const sandbox *s)
     closedir(d);
 }
 
+/* s's OCI spec (its root, mounts, cgroup path, the agent's argv) linked beside its image as
+ * sandbox.json: the bundles are cleared when airlockd starts, and a restore by another
+ * airlockd process needs the same spec (runsc restore takes the bundle of the checkpointed
+ * sandbox). A failure is logged; the image is whole without it. */
+static void keep_spec_with_image(const sandbox *s, const char *image_dir)
+{
+    char src[PATH_MAX], dst[PATH_MAX];
+    if (snprintf(src, sizeof src, "%s/config.json", s->bundle) >= (int)sizeof src ||
+        snprintf(dst, sizeof dst, "%s/sandbox.json", image_dir) >= (int)sizeof dst) {
+        log_warn("the sandbox's spec path is too long to keep with its image");
+        return;
+    }
+    if (link(src, dst) != 0)
+        log_warn("cannot keep %s with the memory image: %s", src, strerror(errno));
+}
+
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
 {
     pthread_mutex_lock(&s->agent_mu);
@@ -107,6 +124,7 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
         } else {
             /* the sandbox ended: its runsc (whose gofer would hold the workspace's mount), stdio
              * and cgroup go; the struct waits for restore */
+            keep_spec_with_image(s, image_dir);
             (void)sbx_cg_kill_all_except(&s->cg, s->child.pid);
             reap_runsc(s);
             close_fd(&s->cmd_w);
