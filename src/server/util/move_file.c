@@ -11,10 +11,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Copies in's data extents into out (already as long as in): holes stay holes. */
-static int copy_extents(int in, int out, off_t size)
+#define COPY_CHUNK (1 << 20)
+
+/* Copies in's data extents into out (already as long as in): holes stay holes. buf: COPY_CHUNK
+ * bytes (on the heap: thread-local storage of that size would come off every thread's stack). */
+static int copy_extents(int in, int out, off_t size, char *buf)
 {
-    static __thread char buf[1 << 20];
     off_t at = 0;
     while (at < size) {
         off_t data = lseek(in, at, SEEK_DATA);
@@ -24,7 +26,7 @@ static int copy_extents(int in, int out, off_t size)
         if (hole < 0)
             return -1;
         for (off_t p = data; p < hole;) {
-            size_t want = (size_t)(hole - p < (off_t)sizeof buf ? hole - p : (off_t)sizeof buf);
+            size_t want = (size_t)(hole - p < (off_t)COPY_CHUNK ? hole - p : (off_t)COPY_CHUNK);
             ssize_t n = pread(in, buf, want, p);
             if (n < 0 && errno == EINTR)
                 continue;
@@ -56,10 +58,12 @@ int move_file(const char *src, const char *dst)
         return -1;
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     int out = in >= 0 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+    char *buf = out >= 0 ? malloc(COPY_CHUNK) : NULL;
     struct stat st;
-    bool ok = out >= 0 && fstat(in, &st) == 0 && ftruncate(out, st.st_size) == 0 &&
-              copy_extents(in, out, st.st_size) == 0 && fdatasync(out) == 0;
+    bool ok = buf && fstat(in, &st) == 0 && ftruncate(out, st.st_size) == 0 &&
+              copy_extents(in, out, st.st_size, buf) == 0 && fdatasync(out) == 0;
     int saved = errno;
+    free(buf);
     if (in >= 0)
         close(in);
     if (out >= 0 && close(out) != 0)
