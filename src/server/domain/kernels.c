@@ -445,6 +445,44 @@ kernel_start_rc kernels_start(kernels *t, const session *s, const char *tenant, 
     return rc;
 }
 
+json_t *kernels_describe(kernels *t, const char *session_id)
+{
+    json_t *list = json_array();
+    pthread_mutex_lock(&t->mu);
+    for (kernel *k = t->head; list && k; k = k->next)
+        if (strcmp(k->session_id, session_id) == 0 && !k->ended)
+            json_array_append_new(list, json_pack("{s:s,s:s,s:i}", "kernel_id", k->id, "language", "python", "slot",
+                                                  k->sb ? k->slot : -1));
+    pthread_mutex_unlock(&t->mu);
+    return list;
+}
+
+bool kernels_adopt(kernels *t, const session *s, const char *tenant, const char *root, sandbox *sb, const char *id,
+                   int slot)
+{
+    kernel *k = calloc(1, sizeof *k);
+    if (!k || strlen(id) >= KERNEL_ID_MAX || !(k->tenant = strdup(tenant)) || (root && !(k->root = strdup(root)))) {
+        if (k)
+            kernel_free(k);
+        return false;
+    }
+    pthread_mutex_init(&k->run_mu, NULL);
+    snprintf(k->id, sizeof k->id, "%s", id);
+    snprintf(k->session_id, sizeof k->session_id, "%s", s->id);
+    /* its process runs on slot (as after start_process); none: its next cell starts one */
+    k->sb = sb;
+    k->slot = slot >= 0 && slot < AGENT_SLOTS ? slot : -1;
+    k->interrupt_slot = -1;
+    k->refs = 1;
+    buf_init(&k->line, 0);
+    pthread_mutex_lock(&t->mu);
+    k->next = t->head;
+    t->head = k;
+    pthread_mutex_unlock(&t->mu);
+    log_info("kernel %s of session %s restored with its memory", k->id, s->id);
+    return true;
+}
+
 json_t *kernels_list(kernels *t, const char *session_id)
 {
     json_t *list = json_array();

@@ -48,6 +48,16 @@ kernel_start_rc kernels_start(kernels *t, const session *s, const char *tenant, 
 /* s's kernels as [{"kernel_id","language","state"}] (new reference). */
 json_t *kernels_list(kernels *t, const char *session_id);
 
+/* s's kernels as [{"kernel_id","language","slot"}] (new reference): what a resume after a
+ * restart needs (slot -1: none has its process). */
+json_t *kernels_describe(kernels *t, const char *session_id);
+
+/* A kernel id of s whose process runs on slot of sb, restored with its memory (slot -1: none,
+ * its next cell starts one); it holds sb, borrowed (warm_session_restore_anew). false when out
+ * of memory. */
+bool kernels_adopt(kernels *t, const session *s, const char *tenant, const char *root, sandbox *sb, const char *id,
+                   int slot);
+
 /* How many kernels session_id has. */
 size_t kernels_count(kernels *t, const char *session_id);
 

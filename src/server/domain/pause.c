@@ -6,6 +6,7 @@
 #include "fs/walk.h"
 #include "log/log.h"
 #include "sandbox/session_checkpoint.h"
+#include "../../agent/protocol.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -55,6 +56,62 @@ void pause_forget_image(const pause_deps *d, const char *session_id)
         log_warn("cannot remove the memory image %s: %s", dir, strerror(errno));
 }
 
+/* s's kernels (ids, languages, agent slots) kept beside its image as kernels.json, for a resume
+ * by another airlockd process (restore_anew). A failure is logged: that resume gives the files. */
+static void keep_kernels(const pause_deps *d, const session *s, const char *image_dir)
+{
+    char p[SESSION_PAUSE_DIR_MAX + 20];
+    json_t *list = kernels_describe(d->kernels, s->id);
+    if (snprintf(p, sizeof p, "%s/kernels.json", image_dir) >= (int)sizeof p || !list ||
+        json_dump_file(list, p, JSON_COMPACT) != 0)
+        log_warn("cannot keep session %s's kernels with its memory image", s->id);
+    json_decref(list);
+}
+
+/* After a restart (s's checkpointed sandbox went with the old process): a new sandbox restored
+ * from p's image, its kernels (kernels.json) made again on their slots there. 0, or -1. */
+static int restore_anew(const pause_deps *d, const session *s, const session_pause_state *p, char *errbuf,
+                        size_t errlen)
+{
+    if (kernels_count(d->kernels, s->id) > 0) { /* this process's kernels: their sandbox went */
+        snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
+        return -1;
+    }
+    char path[SESSION_PAUSE_DIR_MAX + 20];
+    snprintf(path, sizeof path, "%s/kernels.json", p->image_dir);
+    json_t *list = json_load_file(path, 0, NULL);
+    unsigned slots = 0;
+    size_t i;
+    json_t *k;
+    if (!json_is_array(list) || json_array_size(list) > AGENT_SLOTS) {
+        snprintf(errbuf, errlen, "the memory image has no list of its kernels");
+        json_decref(list);
+        return -1;
+    }
+    json_array_foreach(list, i, k) {
+        json_int_t slot = json_integer_value(json_object_get(k, "slot"));
+        if (!json_is_string(json_object_get(k, "kernel_id")) || slot < -1 || slot >= AGENT_SLOTS) {
+            snprintf(errbuf, errlen, "the memory image's list of kernels is malformed");
+            json_decref(list);
+            return -1;
+        }
+        if (slot >= 0)
+            slots |= 1u << slot;
+    }
+    const char *tenant = tenants_get(d->tenants, s->tenant)->name;
+    char *root = s->template_id[0] && d->templates ? templates_root(d->templates, s->template_id) : NULL;
+    sandbox *sb = warm_session_restore_anew(d->warm, s, tenant, root, p->image_dir, slots, (int)json_array_size(list),
+                                            errbuf, errlen);
+    json_array_foreach(list, i, k) {
+        if (sb && !kernels_adopt(d->kernels, s, tenant, root, sb, json_string_value(json_object_get(k, "kernel_id")),
+                                 (int)json_integer_value(json_object_get(k, "slot"))))
+            warm_session_give_back(d->warm, s, sb); /* (out of memory: that kernel is gone) */
+    }
+    free(root);
+    json_decref(list);
+    return sb ? 0 : -1;
+}
+
 /* The sandbox's part of a pause: s's sandbox (and its network namespace and egress listener,
  * which live as long as it) is gone when this returns. With kernels, it is checkpointed into
  * an image first (described in *image); files only, *image stays zero. 0, 1 (busy: a cell
@@ -82,6 +139,7 @@ static int sandbox_stop(const pause_deps *d, const session *s, session_pause_sta
             (void)fs_rmtree(image->image_dir);
             return rc;
         }
+        keep_kernels(d, s, image->image_dir);
         image->image_bytes = dir_bytes(image->image_dir);
         return 0; /* its warm entry stays, lent to its kernels, for the restore */
     }
@@ -105,6 +163,8 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
             return 1;
         }
         int rc = warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
+        if (rc == 1)
+            rc = restore_anew(d, s, p, errbuf, errlen);
         if (rc == 0)
             pause_forget_image(d, s->id);
         return rc;

@@ -130,8 +130,15 @@ void warm_forget_waiters(warm_pool *w, const char *key);
  * entry (lent to its kernels) kept; sandbox_session_checkpoint's 0 / 1 (not now) / -1. */
 int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen);
 /* Its resume: s's sandbox restored from image_dir in that entry and checked (its agent runs a
- * command). 0, or -1 with a message (the sandbox is then unusable). */
+ * command). 0, or -1 with a message (the sandbox is then unusable); 1 when that entry is gone
+ * (airlockd restarted since): warm_session_restore_anew then. */
 int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen);
+/* The same after a restart: a new entry of s (for tenant, on root) whose sandbox is restored
+ * from image_dir (sandbox_session_from_image: slots_busy held by its kernels' processes) and
+ * checked, then lent to its borrowers kernels. The sandbox, or NULL with errbuf. */
+sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *tenant, const char *root,
+                                   const char *image_dir, unsigned slots_busy, int borrowers, char *errbuf,
+                                   size_t errlen);
 
 /* The sandboxes held, by state (for GET /metrics): booting (wanted, starting or booting),
  * ready (booted, waiting frozen), in use (a session's own sandbox lent to commands), and how

@@ -173,16 +173,9 @@ int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_di
     return sandbox_session_checkpoint(sb, image_dir, errbuf, errlen);
 }
 
-int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen)
+/* The restored agent answers a command: the check (and its first settle and freeze). */
+static int check_restored(sandbox *sb, char *errbuf, size_t errlen)
 {
-    sandbox *sb = warm_sessions(w) ? session_sandbox(w, s) : NULL;
-    if (!sb) {
-        snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
-        return -1;
-    }
-    if (sandbox_session_restore(sb, image_dir, errbuf, errlen) != 0)
-        return -1;
-    /* the restored agent answers a command: the check (and its first settle and freeze) */
     sandbox_opts o = {.cancel_fd = -1};
     sandbox_result r;
     memset(&r, 0, sizeof r);
@@ -195,4 +188,64 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
     if (rc == 0)
         sandbox_result_free(&r);
     return ok ? 0 : -1;
+}
+
+int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen)
+{
+    sandbox *sb = warm_sessions(w) ? session_sandbox(w, s) : NULL;
+    if (!sb) {
+        snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
+        return 1;
+    }
+    if (sandbox_session_restore(sb, image_dir, errbuf, errlen) != 0)
+        return -1;
+    return check_restored(sb, errbuf, errlen);
+}
+
+sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *tenant, const char *root,
+                                   const char *image_dir, unsigned slots_busy, int borrowers, char *errbuf,
+                                   size_t errlen)
+{
+    if (!warm_sessions(w) || strlen(s->id) >= KEY_MAX || !s->id[0]) {
+        snprintf(errbuf, errlen, "sessions have no sandbox of their own here");
+        return NULL;
+    }
+    pthread_mutex_lock(&w->mu);
+    entry *e = w->stopping || warm_find_kind(w, s->id, true) ? NULL : warm_free_entry_locked(w);
+    if (e && !warm_fill_entry(e, s->id, s->workspace, tenant, root))
+        e = NULL;
+    if (e) { /* starting: the thread leaves it alone while the restore runs */
+        e->session = true;
+        e->created_at = s->created_at;
+        e->size = s->size;
+        e->state = E_STARTING;
+        e->started_ms = warm_now_ms();
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!e) {
+        snprintf(errbuf, errlen, "no room for the session's restored sandbox");
+        return NULL;
+    }
+    sandbox_opts o = {.workspace_dir = s->workspace, .tenant = tenant, .cancel_fd = -1, .size = s->size};
+    sandbox *sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, errbuf, errlen);
+    if (sb && check_restored(sb, errbuf, errlen) != 0) {
+        sandbox_release(sb);
+        sb = NULL;
+    }
+    pthread_mutex_lock(&w->mu);
+    if (!sb || e->doomed || w->stopping) {
+        if (sb)
+            sandbox_release(sb);
+        sb = NULL;
+        warm_clear_entry(e);
+    } else {
+        e->sb = sb;
+        e->used_ms = warm_now_ms();
+        e->state = borrowers > 0 ? E_LENT : E_READY; /* lent to its kernels, as before the pause */
+        e->borrowers = borrowers;
+        warm_wake(w);
+    }
+    pthread_cond_broadcast(&w->changed);
+    pthread_mutex_unlock(&w->mu);
+    return sb;
 }

@@ -11,6 +11,8 @@
 #include "sandbox/agent_stdio.h"
 
 #include <dirent.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -90,6 +92,13 @@ static void keep_spec_with_image(const sandbox *s, const char *image_dir)
     }
     if (link(src, dst) != 0)
         log_warn("cannot keep %s with the memory image: %s", src, strerror(errno));
+    /* and its container id, which the restore takes again */
+    if (snprintf(dst, sizeof dst, "%s/container_id", image_dir) >= (int)sizeof dst)
+        return;
+    FILE *f = fopen(dst, "we");
+    bool ok = f && fprintf(f, "%s\n", s->id) > 0;
+    if ((f && fclose(f) != 0) || !ok)
+        log_warn("cannot keep the container id with the memory image %s", image_dir);
 }
 
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
@@ -188,6 +197,68 @@ out:
     close_fd(&in[1]);
     pthread_mutex_unlock(&s->agent_mu);
     return rc;
+}
+
+/* The container id kept with image_dir (keep_spec_with_image) into id; false when none. */
+static bool kept_container_id(const char *image_dir, char *id, size_t len)
+{
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s/container_id", image_dir) >= (int)sizeof p)
+        return false;
+    FILE *f = fopen(p, "re");
+    bool ok = f && fgets(id, (int)len, f) != NULL;
+    if (f)
+        fclose(f);
+    size_t n = ok ? strcspn(id, "\n") : 0;
+    if (ok)
+        id[n] = '\0';
+    for (size_t i = 0; ok && i < n; i++) /* what sbx_make_id makes */
+        ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') || (id[i] >= '0' && id[i] <= '9') ||
+             id[i] == '_' || id[i] == '-' || id[i] == '.';
+    return ok && n > 0;
+}
+
+sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
+                                    unsigned slots_busy, char *errbuf, size_t errlen)
+{
+    sandbox *s = calloc(1, sizeof *s);
+    if (!s || !(s->workspace_dir = strdup(o->workspace_dir))) {
+        free(s);
+        snprintf(errbuf, errlen, "out of memory");
+        return NULL;
+    }
+    s->b = b;
+    s->memory_bytes = (uint64_t)(o->size.memory_mb ? o->size.memory_mb : SANDBOX_MEMORY_MB) << 20;
+    s->cpu_percent = o->size.cpu_percent ? o->size.cpu_percent : SANDBOX_CPU_PERCENT;
+    s->nproc = o->size.max_processes ? o->size.max_processes : SANDBOX_MAX_PROCESSES;
+    sbx_cg_group_name(o->tenant, s->group);
+    sandbox_set_command(s, o);
+    s->cmd_w = s->ready_r = -1;
+    pthread_mutex_init(&s->agent_mu, NULL);
+    pthread_mutex_init(&s->cmd_mu, NULL);
+    s->child.pid = -1;
+    s->child.out = s->child.err = -1;
+    s->ahead = s->agent = s->booted = true;
+    s->slots_busy = slots_busy; /* its kernels' processes, alive in the image */
+    char src[PATH_MAX], dst[PATH_MAX];
+    if (!kept_container_id(image_dir, s->id, sizeof s->id)) {
+        snprintf(errbuf, errlen, "the memory image has no container id");
+        sandbox_release(s);
+        return NULL;
+    }
+    if (!(s->bundle = sbx_path_join(b->bundles_dir, s->id)) || mkdir(s->bundle, 0700) != 0 ||
+        snprintf(src, sizeof src, "%s/sandbox.json", image_dir) >= (int)sizeof src ||
+        snprintf(dst, sizeof dst, "%s/config.json", s->bundle) >= (int)sizeof dst || link(src, dst) != 0) {
+        snprintf(errbuf, errlen, "cannot make the restored sandbox's bundle from %s: %s", image_dir, strerror(errno));
+        sandbox_release(s);
+        return NULL;
+    }
+    if (sandbox_session_restore(s, image_dir, errbuf, errlen) != 0) {
+        sandbox_release(s);
+        return NULL;
+    }
+    s->have_cg = true;
+    return s;
 }
 
 int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len)

@@ -20,6 +20,13 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
 
 /* runsc's version (the first line of `runsc --version`: "runsc version release-..."): an
  * image is restored only by the version that made it. 0, or -1. */
+/* A sandbox restored from image_dir by another airlockd process (the struct of its checkpoint
+ * is gone): its container id and spec kept there, its workspace, tenant and size from o, the
+ * slots in slots_busy (bit i: slot i) held by processes the image brings back. NULL with
+ * errbuf when it could not be restored. */
+sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
+                                    unsigned slots_busy, char *errbuf, size_t errlen);
+
 int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len);
 
 #endif
