@@ -2,7 +2,7 @@
 -- state kept between them (airlockd's /v1/sessions/{id}/kernels routes, docs/api.md
 -- "Kernels"). An opt-in beside sbx:run, which keeps starting a fresh process per command.
 --
---   local k = sbx:kernel{ language = "python" }      -- local k <close> = ... on Lua 5.4
+--   local k = sbx:kernel{ language = "python" }      -- (Lua 5.4: a to-be-closed variable)
 --   k:run("x = 41")
 --   print(k:run("x + 1").text)                        -- 42
 --   k:close()
