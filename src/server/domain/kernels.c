@@ -41,6 +41,8 @@ struct kernel {
     int next_cell;          /* the wire's request id */
     buffer line;            /* the event line being read */
     bool skipping;          /* a line over LINE_MAX_BYTES: dropped up to its end */
+    char payload[FRAME_OUTPUT_MAX]; /* the frame being read (under run_mu; not thread-local
+                                     * storage, which would come off every thread's stack) */
     kernel *next;
 };
 
@@ -172,10 +174,10 @@ typedef enum { READ_NOTHING, READ_FRAME, READ_ENDED, READ_GONE } read_rc;
  * *code (-1 when it could not start or was killed) once it ended. */
 static read_rc read_frame(kernel *k, cell *c, int wait_ms, int cancel_fd, bool *cancelled, int *code)
 {
-    static _Thread_local char payload[FRAME_OUTPUT_MAX];
+    char *payload = k->payload;
     frame_head h;
     frame_exit x;
-    int rc = sandbox_session_proc_read(k->sb, k->slot, wait_ms, cancel_fd, cancelled, &h, payload, sizeof payload);
+    int rc = sandbox_session_proc_read(k->sb, k->slot, wait_ms, cancel_fd, cancelled, &h, payload, sizeof k->payload);
     if (rc <= 0)
         return rc == 0 ? READ_NOTHING : READ_GONE;
     switch (h.type) {
