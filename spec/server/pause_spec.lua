@@ -7,6 +7,7 @@
 -- session; a paused session survives SIGTERM and kill -9 and stays paused; DELETE of a paused
 -- session leaves nothing. Real airlockd, real runsc, loopback egress stand-ins. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
+local cjson = require "cjson"
 local egress = require "support.egress"
 require "support.eventually"
 local host_state = require "support.host_state"
@@ -177,6 +178,124 @@ describe("pause and resume", function()
     local after = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" } })
     assert.are.equal(200, after[1].status)
     assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  -- (last here: it restarts the server)
+  it("pauses a session with kernels and egress with its memory; resumed (also by a new airlockd) its egress works", function()
+    local function call(method, path, body)
+      return http(server, method, path, { key = key, body = body and cjson.encode(body), max_time = 90 })
+    end
+    local kid
+    local function cell(sid, code)
+      local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 30 })
+      assert.are.equal(200, r.status, r.body)
+      assert.are.equal(cjson.null, r.json.error, r.body)
+      return r.json.results[1] and r.json.results[1]["text/plain"], r.json
+    end
+    -- a CONNECT through the session's proxy from the kernel (its pass from HTTPS_PROXY): the socket and the status
+    local TUNNEL = table.concat({
+      "import base64, os, socket, urllib.parse",
+      "def tunnel(target):",
+      "    u = urllib.parse.urlsplit(os.environ['HTTPS_PROXY'])",
+      "    cred = base64.b64encode((urllib.parse.unquote(u.username) + ':' + urllib.parse.unquote(u.password)).encode()).decode()",
+      "    s = socket.create_connection((u.hostname, u.port), timeout=15)",
+      "    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\nProxy-Authorization: Basic %s\\r\\n\\r\\n' % (target, target, cred)).encode())",
+      "    head = b''",
+      "    while b'\\r\\n\\r\\n' not in head:",
+      "        c = s.recv(4096)",
+      "        if not c:",
+      "            break",
+      "        head += c",
+      "    return s, int(head.split(b' ')[1]) if head else None",
+      "def status(target):",
+      "    s, st = tunnel(target)",
+      "    s.close()",
+      "    return st",
+    }, "\n")
+    local function decisions(sid, since)
+      local out = {}
+      for _, e in ipairs(egress.new_events(server, key, sid, since)) do out[#out + 1] = e.decision .. " " .. e.host end
+      table.sort(out)
+      return out
+    end
+    -- egress works from a command and from the kernel; a host the session does not allow is denied; both logged
+    local function egress_works(sid)
+      local before -- (once the log is quiet: a tunnel the pause cut is logged as it closes)
+      assert.eventually(function()
+        local n = #egress.events(server, key, sid, 1000)
+        proc.sleep(1)
+        before = #egress.events(server, key, sid, 1000)
+        return n == before
+      end, { timeout = 20, what = "the session's log quiet" })
+      assert.are.equal("200", (cell(sid, "status('sink.test:443')")))
+      assert.are.equal("403", (cell(sid, "status('pypi.org:443')")))
+      local probe = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" }, { op = "connect", target = "pypi.org:443" } })
+      assert.are.same({ 200, 403 }, { probe[1].status, probe[2].status })
+      assert.eventually(function()
+        local seen = decisions(sid, before)
+        return #seen == 4, seen
+      end, { timeout = 20, what = "the four connections logged" })
+      assert.are.same({ "allow sink.test", "allow sink.test", "deny pypi.org", "deny pypi.org" }, decisions(sid, before))
+    end
+
+    local host_before = egress.host_network()
+    local base = egress.quiet_descriptors(server)
+    local sid = egress.session(server, key, { "sink.test" })
+    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
+    assert.are.equal(201, r.status, r.body)
+    kid = r.json.kernel_id
+    cell(sid, TUNNEL .. "\nx = 41")
+    egress_works(sid)
+    -- a tunnel open at the pause, and one just closed (its socket waits in TIME_WAIT): the pause cuts them
+    assert.are.equal("200", (cell(sid, "held, st = tunnel('sink.test:443')\nstatus('sink.test:443') and st")))
+    local p = post(server, key, sid, "pause")
+    assert.are.equal(200, p.status, p.body)
+    assert.is_true(p.json.image_bytes > 0, p.body)
+    -- nothing of it left: no sandbox, cgroup or mount, no namespace or listener in airlockd, nothing in the host's network
+    assert.eventually(function() local left = host_of(server, sid); return #left == 0, left end,
+      { timeout = 20, what = "nothing of the paused session on the host" })
+    assert.eventually(function()
+      local d = egress.descriptors(server)
+      return d.net == base.net and d.socket == base.socket, d
+    end, { timeout = 20, what = "no namespace or socket of the paused session in airlockd" })
+    assert.are.same(host_before, egress.host_network())
+
+    -- resumed by its next cell: its memory is there, the tunnel it held was cut, new ones go out
+    assert.are.equal("42", (cell(sid, "x + 1")))
+    assert.are.equal("'cut'", (cell(sid, table.concat({
+      "try:",
+      "    held.settimeout(10)",
+      "    held.sendall(b'x')",
+      "    res = 'cut' if held.recv(1) == b'' else 'data'",
+      "except socket.timeout:",
+      "    res = 'open'",
+      "except OSError:",
+      "    res = 'cut'",
+      "res",
+    }, "\n"))))
+    egress_works(sid)
+    assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".ckpt"), "the image outlived its restore")
+
+    -- paused again, airlockd killed (-9) and started again: the new process makes its network and proxy again
+    assert.are.equal(200, post(server, key, sid, "pause").status)
+    os.execute("kill -9 " .. server.pid)
+    assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
+    local env = require("support.egress_upstream").env(ctx.up)
+    env.SANDBOX_EXEC_MODE, env.SANDBOX_WARM_NEW = "session", "0"
+    server = airlockd.start({ env = env, dir = server.dir, tenants = server.tenants, wait = 60 })
+    ctx.server = server
+    base = egress.quiet_descriptors(server)
+    assert.are.equal(1, base.net)
+    assert.are.equal("paused", info(server, key, sid).state)
+    assert.are.equal("43", (cell(sid, "x + 2")))
+    egress_works(sid)
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+    assert.eventually(function()
+      local d = egress.descriptors(server)
+      return d.net == base.net and d.socket == base.socket and #host_of(server, sid) == 0, { d, host_of(server, sid) }
+    end, { timeout = 20, what = "nothing of the deleted session left" })
+    assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".ckpt"))
+    assert.are.same(host_before, egress.host_network())
   end)
 end)
 

@@ -114,8 +114,8 @@ static int restore_anew(const pause_deps *d, const session *s, const session_pau
 
 /* The sandbox's part of a pause: s's sandbox (and its network namespace and egress listener,
  * which live as long as it) is gone when this returns. With kernels, it is checkpointed into
- * an image first (described in *image); files only, *image stays zero. 0, 1 (busy: a cell
- * runs, or egress), -1 (failed; message in errbuf). */
+ * an image first (described in *image; its egress network is made again at the restore);
+ * files only, *image stays zero. 0, 1 (busy: a cell runs), -1 (failed; message in errbuf). */
 static int sandbox_stop(const pause_deps *d, const session *s, session_pause_state *image, char *errbuf,
                         size_t errlen)
 {
@@ -150,8 +150,9 @@ static int sandbox_stop(const pause_deps *d, const session *s, session_pause_sta
 
 /* The sandbox's part of a resume: s's sandbox boots again over its workspace, on its template,
  * with its size and (through the warm pool's network hook) its egress namespace and proxy; or,
- * paused with its memory (p's image), it is restored from that image, which another runsc
- * version cannot read (refused). 0, 1 (refused: errbuf), -1 (the restore failed: errbuf). */
+ * paused with its memory (p's image), it is restored from that image (on a namespace and proxy
+ * made again the same way), which another runsc version cannot read (refused). 0, 1 (refused:
+ * errbuf), -1 (the restore failed: errbuf). */
 static int sandbox_start(const pause_deps *d, const session *s, const session_pause_state *p, char *errbuf,
                          size_t errlen)
 {

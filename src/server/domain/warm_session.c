@@ -170,7 +170,45 @@ int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_di
         snprintf(errbuf, errlen, "the session has no sandbox of its own");
         return -1;
     }
-    return sandbox_session_checkpoint(sb, image_dir, errbuf, errlen);
+    int rc = sandbox_session_checkpoint(sb, image_dir, errbuf, errlen);
+    if (rc != 0)
+        return rc;
+    /* its network (namespaces, proxy listener) goes with the sandbox: a paused session holds
+     * nothing on the host; the restore makes it again (open_network) */
+    pthread_mutex_lock(&w->mu);
+    entry *e = warm_find_kind(w, s->id, true);
+    void *net = e && e->sb == sb ? e->net : NULL;
+    if (net)
+        e->net = NULL;
+    pthread_mutex_unlock(&w->mu);
+    sandbox_session_set_network(sb, NULL);
+    if (net)
+        w->ws.net.close(w->ws.net.ctx, net);
+    return 0;
+}
+
+/* The network of a restored sandbox of session s (with egress rules; none without): a new
+ * handle and *network, or NULL (*network NULL too) when s has none. -1 with errbuf when it
+ * cannot be made. */
+static int open_network(warm_pool *w, const session *s, const char *tenant, void **handle,
+                        const sandbox_network **network, char *errbuf, size_t errlen)
+{
+    *handle = NULL;
+    *network = NULL;
+    if (json_array_size(s->egress) == 0)
+        return 0;
+    if (!w->ws.net.open) {
+        snprintf(errbuf, errlen, "the session's egress network cannot be made here");
+        return -1;
+    }
+    char err[256] = "";
+    *handle = w->ws.net.open(w->ws.net.ctx, s->id, tenant, s->created_at, s->egress, network, err, sizeof err);
+    if (!*handle) {
+        snprintf(errbuf, errlen, "its egress network could not be made again: %s", err[0] ? err : "unknown");
+        *network = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 /* The restored agent answers a command: the check (and its first settle and freeze). */
@@ -197,6 +235,26 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
         snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
         return 1;
     }
+    void *net = NULL;
+    const sandbox_network *network = NULL;
+    pthread_mutex_lock(&w->mu);
+    entry *e = warm_find_kind(w, s->id, true);
+    const char *tenant = e && e->sb == sb ? e->tenant : NULL;
+    pthread_mutex_unlock(&w->mu);
+    if (!tenant) {
+        snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
+        return 1;
+    }
+    /* (its entry is lent to its kernels: it keeps its tenant and stays sb's meanwhile) */
+    if (open_network(w, s, tenant, &net, &network, errbuf, errlen) != 0)
+        return -1;
+    pthread_mutex_lock(&w->mu);
+    void *old = e->net; /* (none: the checkpoint closed it) */
+    e->net = net;       /* the entry owns it from here: closed after its sandbox (warm.c) */
+    pthread_mutex_unlock(&w->mu);
+    sandbox_session_set_network(sb, network);
+    if (old)
+        w->ws.net.close(w->ws.net.ctx, old);
     if (sandbox_session_restore(sb, image_dir, errbuf, errlen) != 0)
         return -1;
     return check_restored(sb, errbuf, errlen);
@@ -227,19 +285,27 @@ sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *t
         return NULL;
     }
     sandbox_opts o = {.workspace_dir = s->workspace, .tenant = tenant, .cancel_fd = -1, .size = s->size};
-    sandbox *sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, errbuf, errlen);
+    void *net = NULL;
+    json_t *egress = json_array_size(s->egress) > 0 ? json_deep_copy(s->egress) : NULL;
+    sandbox *sb = NULL;
+    if (json_array_size(s->egress) > 0 && !egress)
+        snprintf(errbuf, errlen, "out of memory");
+    else if (open_network(w, s, tenant, &net, &o.network, errbuf, errlen) == 0)
+        sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, errbuf, errlen);
     if (sb && check_restored(sb, errbuf, errlen) != 0) {
         sandbox_release(sb);
         sb = NULL;
     }
     pthread_mutex_lock(&w->mu);
-    if (!sb || e->doomed || w->stopping) {
-        if (sb)
-            sandbox_release(sb);
+    bool kept = sb && !e->doomed && !w->stopping;
+    if (!kept) {
+        sandbox_release(sb);
         sb = NULL;
         warm_clear_entry(e);
     } else {
         e->sb = sb;
+        e->egress = egress; /* its network, made again if it dies (warm.c) */
+        e->net = net;
         e->used_ms = warm_now_ms();
         e->state = borrowers > 0 ? E_LENT : E_READY; /* lent to its kernels, as before the pause */
         e->borrowers = borrowers;
@@ -247,5 +313,10 @@ sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *t
     }
     pthread_cond_broadcast(&w->changed);
     pthread_mutex_unlock(&w->mu);
+    if (!kept) {
+        if (net) /* after the sandbox that used it */
+            w->ws.net.close(w->ws.net.ctx, net);
+        json_decref(egress);
+    }
     return sb;
 }

@@ -101,11 +101,24 @@ static int gvisor_prepare(sandbox *s, char *errbuf, size_t errlen)
     return s->ahead ? gvisor_boot(s, errbuf, errlen) : 0;
 }
 
-/* runsc's pre-exec step for a sandbox with network (see sbx_hide_proc_sys_net). */
-static int hide_proc_sys_net(void *ctx)
+int sbx_gvisor_hide_proc_sys_net(void *ctx)
 {
     (void)ctx;
     return sbx_hide_proc_sys_net();
+}
+
+int sbx_gvisor_network_flags(const sandbox *s, const char *argv[2])
+{
+    if (!s->network) {
+        argv[0] = "--network=none";
+        return 1;
+    }
+    argv[0] = "--network=sandbox";
+    /* a checkpoint (pause with memory) cuts the sandbox's connections instead of failing on
+     * them (runsc refuses to save a TCP endpoint still connected, even one in TIME_WAIT after
+     * its socket closed, and the failed save ends the sandbox) */
+    argv[1] = "--net-disconnect-ok";
+    return 2;
 }
 
 /* The spec and argv of a run: command is the run's (cold), or NULL for a sandbox booted ahead
@@ -147,11 +160,13 @@ static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
 {
     const sandbox_backend *b = s->b;
     int n = 0;
-    const char *head[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap",
-                          s->network ? "--network=sandbox" : "--network=none", "--overlay2=none",
-                          "--host-uds=none", "run"};
+    const char *head[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap"};
     for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
         argv[n++] = head[i];
+    n += sbx_gvisor_network_flags(s, argv + n);
+    argv[n++] = "--overlay2=none";
+    argv[n++] = "--host-uds=none";
+    argv[n++] = "run";
     if (s->agent) {
         /* the agent speaks on runsc's stdin and stdout (which `runsc restore` maps again; a
          * passed descriptor it cannot): attached, as runs are; said so, which names a session's
@@ -204,7 +219,7 @@ static int gvisor_run_cold(sandbox *s, const char *command, int timeout_seconds,
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env,
                        .timeout_ms = timeout_seconds * 1000, .on_deadline = runsc_kill,
                        .ctx = &kc, .grace_ms = 1500,
-                       .pre_exec = s->network ? hide_proc_sys_net : NULL};
+                       .pre_exec = s->network ? sbx_gvisor_hide_proc_sys_net : NULL};
     sbx_proc_opts_for(s, &o);
     sbx_proc_result r;
     if (sbx_proc_run(&o, &r, errbuf, errlen) != 0)
@@ -251,7 +266,7 @@ static int gvisor_boot(sandbox *s, char *errbuf, size_t errlen)
         pass[i] = pipes[i][1];
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .pass_fds = pass,
                        .npass_fds = s->agent ? 0 : npipes, .stdin_fd = s->agent ? pass[0] : -1,
-                       .pre_exec = s->network ? hide_proc_sys_net : NULL};
+                       .pre_exec = s->network ? sbx_gvisor_hide_proc_sys_net : NULL};
     int rc = sbx_proc_start(&o, &s->child, errbuf, errlen);
     for (int i = 0; i < npipes; i++)
         close_fd(&pipes[i][i == 0 ? 0 : 1]);

@@ -104,6 +104,13 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
 bool sbx_gvisor_state_left(const sandbox_backend *b, const char *id);
 void sbx_gvisor_delete(const sandbox_backend *b, const char *id);
 
+/* runsc's network flags for s (--network=none, or gVisor's stack on the spec's namespace for
+ * egress: see gvisor.c) into argv; returns how many (at most 2). */
+int sbx_gvisor_network_flags(const sandbox *s, const char *argv[2]);
+/* runsc's pre-exec step for a sandbox with network (sbx_proc_opts.pre_exec; see
+ * sbx_hide_proc_sys_net). */
+int sbx_gvisor_hide_proc_sys_net(void *ctx);
+
 /* A unique container id and cgroup name from name (backend.c). */
 void sbx_make_id(const char *name, char *id, size_t idlen);
 

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* json_pack's "o" steals a reference; a NULL anywhere makes the whole pack fail cleanly. */
 static json_t *mount(const char *dst, const char *type, const char *src, const char *opts[],
@@ -161,6 +162,40 @@ int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size
         snprintf(errbuf, errlen, "cannot write %s: %s", path, strerror(errno));
         rc = -1;
     }
+    json_decref(root);
+    return rc;
+}
+
+int sbx_spec_set_netns(const char *bundle_dir, const char *netns_path, char *errbuf, size_t errlen)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/config.json", bundle_dir) >= (int)sizeof path ||
+        snprintf(tmp, sizeof tmp, "%s/config.json.new", bundle_dir) >= (int)sizeof tmp) {
+        snprintf(errbuf, errlen, "bundle path too long: %s", bundle_dir);
+        return -1;
+    }
+    json_t *root = json_load_file(path, 0, NULL);
+    json_t *ns = json_object_get(json_object_get(root, "linux"), "namespaces");
+    json_t *net = NULL, *v;
+    size_t i;
+    json_array_foreach(ns, i, v) {
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (type && strcmp(type, "network") == 0)
+            net = v;
+    }
+    if (net && !netns_path)
+        (void)json_object_del(net, "path"); /* (none there: nothing to do) */
+    int rc = -1;
+    if (!net)
+        snprintf(errbuf, errlen, "the sandbox's spec %s has no network namespace", path);
+    else if (netns_path && json_object_set_new(net, "path", json_string(netns_path)) != 0)
+        snprintf(errbuf, errlen, "cannot set the network namespace in %s: out of memory", path);
+    else if (json_dump_file(root, tmp, JSON_COMPACT) != 0 || rename(tmp, path) != 0)
+        snprintf(errbuf, errlen, "cannot write %s: %s", path, strerror(errno));
+    else
+        rc = 0;
+    if (rc != 0)
+        (void)unlink(tmp);
     json_decref(root);
     return rc;
 }

@@ -30,4 +30,9 @@ typedef struct {
 /* Writes bundle_dir/config.json. */
 int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size_t errlen);
 
+/* Sets the network namespace of bundle_dir/config.json to netns_path (NULL: a new empty one),
+ * written aside and renamed over it: a hard link to the old file (a memory image's
+ * sandbox.json) keeps the old. 0, or -1 with a message. */
+int sbx_spec_set_netns(const char *bundle_dir, const char *netns_path, char *errbuf, size_t errlen);
+
 #endif

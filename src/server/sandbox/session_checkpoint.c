@@ -9,6 +9,7 @@
 #include "log/log.h"
 #include "sandbox/internal.h"
 #include "sandbox/agent_stdio.h"
+#include "sandbox/oci.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -110,9 +111,6 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
     } else if (s->running > 0) {
         snprintf(errbuf, errlen, "a command or cell runs in the session's sandbox");
         rc = 1;
-    } else if (s->network) {
-        snprintf(errbuf, errlen, "a sandbox with egress cannot be checkpointed");
-        rc = 1;
     } else {
         (void)sbx_cg_freeze(&s->cg, false); /* a frozen sandbox cannot be saved */
         const char *argv[] = {s->b->runsc, "--root", s->b->runsc_root, "checkpoint", "--compression=none", "--image-path", image_dir,
@@ -161,15 +159,27 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
     lim.ahead = true;
     if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         goto out;
+    /* its network (egress) is made anew for the restore: the spec names the new namespace,
+     * where gVisor's restored stack finds the same addresses (egress/netns.h) */
+    if (sbx_spec_set_netns(s->bundle, s->network ? s->network->netns_path : NULL, errbuf, errlen) != 0)
+        goto out;
     if (pipe2(in, O_CLOEXEC) != 0) {
         snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
         goto out;
     }
     /* the same flags as its `runsc run` (gvisor.c): the image must find the same sandbox */
-    const char *argv[] = {s->b->runsc, "--root", s->b->runsc_root, "--platform=systrap", "--network=none",
-                          "--overlay2=none", "--host-uds=none", "restore", "--detach=false", "--image-path",
+    const char *argv[32];
+    int n = 0;
+    const char *head[] = {s->b->runsc, "--root", s->b->runsc_root, "--platform=systrap"};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
+        argv[n++] = head[i];
+    n += sbx_gvisor_network_flags(s, argv + n);
+    const char *tail[] = {"--overlay2=none", "--host-uds=none", "restore", "--detach=false", "--image-path",
                           image_dir, "--bundle", s->bundle, s->id, NULL};
-    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .stdin_fd = in[0]};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+        argv[n++] = tail[i];
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .stdin_fd = in[0],
+                       .pre_exec = s->network ? sbx_gvisor_hide_proc_sys_net : NULL};
     if (sbx_proc_start(&o, &s->child, errbuf, errlen) != 0)
         goto out;
     close_fd(&in[0]);
@@ -197,6 +207,13 @@ out:
     close_fd(&in[1]);
     pthread_mutex_unlock(&s->agent_mu);
     return rc;
+}
+
+void sandbox_session_set_network(sandbox *s, const sandbox_network *net)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    s->network = net;
+    pthread_mutex_unlock(&s->agent_mu);
 }
 
 /* The container id kept with image_dir (keep_spec_with_image) into id; false when none. */
@@ -228,6 +245,7 @@ sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, c
         return NULL;
     }
     s->b = b;
+    s->network = o->network;
     s->memory_bytes = (uint64_t)(o->size.memory_mb ? o->size.memory_mb : SANDBOX_MEMORY_MB) << 20;
     s->cpu_percent = o->size.cpu_percent ? o->size.cpu_percent : SANDBOX_CPU_PERCENT;
     s->nproc = o->size.max_processes ? o->size.max_processes : SANDBOX_MAX_PROCESSES;

@@ -9,19 +9,25 @@
 
 /* `runsc checkpoint --image-path image_dir` of s (an existing, empty directory): 0 when saved
  * (s's sandbox, runsc, stdio and cgroup are then gone; s waits for sandbox_session_restore or
- * sandbox_release), 1 when it cannot be now (a command or cell runs, or it has egress: s runs
- * on), -1 when it failed (s runs on, or died; message in errbuf). */
+ * sandbox_release; its network, if any, is no longer used: its connections were cut), 1 when
+ * it cannot be now (a command or cell runs: s runs on), -1 when it failed (s runs on, or
+ * died; message in errbuf). */
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
 
 /* `runsc restore` of s from image_dir under the same id, bundle and cgroup, the agent on new
- * stdin and stdout: 0 when started (its first command tells whether it answers), -1 with a
- * message. The image is left in place. */
+ * stdin and stdout, on s's network (sandbox_session_set_network: a namespace made again with
+ * the addresses of the one it was saved on; NULL: none): 0 when started (its first command
+ * tells whether it answers), -1 with a message. The image is left in place. */
 int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
+
+/* The network checkpointed s is restored on (the one it ran on is closed after the checkpoint,
+ * and net made again before the restore; NULL: none). Kept by the caller while s lives. */
+void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
 
 /* runsc's version (the first line of `runsc --version`: "runsc version release-..."): an
  * image is restored only by the version that made it. 0, or -1. */
 /* A sandbox restored from image_dir by another airlockd process (the struct of its checkpoint
- * is gone): its container id and spec kept there, its workspace, tenant and size from o, the
+ * is gone): its container id and spec kept there, its workspace, tenant, size and network from o, the
  * slots in slots_busy (bit i: slot i) held by processes the image brings back. NULL with
  * errbuf when it could not be restored. */
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
