@@ -5,7 +5,10 @@
 -- and says so (X-Airlock-Resumed: 1, "resumed": true); egress works again after a resume;
 -- {"on_idle": "pause"} pauses instead of deleting and SANDBOX_PAUSED_TTL deletes a paused
 -- session; a paused session survives SIGTERM and kill -9 and stays paused; DELETE of a paused
--- session leaves nothing. Real airlockd, real runsc, loopback egress stand-ins. Lua 5.1-compatible.
+-- session leaves nothing. A session with kernels and egress is paused with its memory: nothing of
+-- its network is left while paused, and after the resume (and after airlockd is killed and
+-- started again) its kernel and its commands reach the allowed upstream and are denied another,
+-- logged. Real airlockd, real runsc, loopback egress stand-ins. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local egress = require "support.egress"

@@ -7,7 +7,8 @@
 -- leases of a fleet's request tokens (src/server/domain/limits.c) in spec/c/limits_units_test.c.
 -- The agent protocol's frames (src/agent/protocol.h) in spec/c/agent_protocol_test.c. The
 -- per-session figures and the Prometheus counters (domain/figures.c, obs/metrics.c) in
--- spec/c/obs_units_test.c.
+-- spec/c/obs_units_test.c. The OCI spec's network namespace set for a restore
+-- (src/server/sandbox/oci.c) in spec/c/oci_units_test.c.
 -- Lua 5.1-compatible (no <close>).
 local c_unit = require "support.c_unit"
 
@@ -23,6 +24,15 @@ describe("airlockd C units", function()
       "src/server/sandbox/proc.c", "src/server/sandbox/cgroup.c", "src/server/sandbox/cgroup_usage.c",
       "src/server/domain/slots.c",
       "src/server/text/utf8.c", "src/server/util/buf.c" })
+    assert.truthy(out:find(" checks, 0 failures", 1, true), out)
+    assert.is_true(ok, out)
+  end)
+end)
+
+describe("airlockd OCI spec C units (sandbox/oci)", function()
+  it("set a restore's network namespace in the bundle's spec, the image's linked copy kept (ASan/UBSan)", function()
+    local out, ok = c_unit.run({ "spec/c/oci_units_test.c", "src/server/sandbox/oci.c" },
+      "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson")
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)
