@@ -178,8 +178,16 @@ describe("pause and resume", function()
     assert.are.equal(200, post(server, key, sid, "pause").status)
     assert.eventually(function() local left = host_of(server, sid); return #left == 0, left end,
       { what = "nothing of the paused session on the host" })
-    local after = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" } })
-    assert.are.equal(200, after[1].status)
+    -- its sandbox booted again on a new namespace and listener: allowed out, denied elsewhere, logged
+    local logged = #egress.events(server, key, sid, 1000)
+    local after = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" }, { op = "connect", target = "pypi.org:443" } })
+    assert.are.same({ 200, 403 }, { after[1].status, after[2].status })
+    assert.eventually(function()
+      local seen = {}
+      for _, e in ipairs(egress.new_events(server, key, sid, logged)) do seen[#seen + 1] = e.decision .. " " .. e.host end
+      table.sort(seen)
+      return #seen == 2 and seen[1] == "allow sink.test" and seen[2] == "deny pypi.org", seen
+    end, { timeout = 20, what = "the resumed session's connections logged" })
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 
