@@ -11,8 +11,15 @@ static bool resume_for_call(app *a, http_request *r, session *s)
 {
     bool resumed = false;
     double ms = 0;
-    session_result rc = resume_session(&a->pause, s, &resumed, &ms, NULL, 0);
-    if (rc == SESSION_NOT_FOUND)
+    char why[300] = "";
+    session_result rc = resume_session(&a->pause, s, &resumed, &ms, why, sizeof why);
+    if (rc == SESSION_ERROR && why[0] && registry_state(a->reg, s, NULL) == SESSION_PAUSED) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "The paused session's memory could not be restored (%s). It stays paused, its "
+                                  "image and files kept: POST /v1/sessions/{id}/resume retries; "
+                                  "resume?discard_memory=1 resumes its files only.", why);
+        http_send_detail(r, 500, msg);
+    } else if (rc == SESSION_NOT_FOUND)
         http_send_detail(r, 404, "Session not found or expired");
     else if (rc == SESSION_BUSY) /* its memory image is another runsc version's */
         http_send_detail(r, 409, "The paused session's memory image was made by another runsc version; it stays "

@@ -70,6 +70,12 @@ void api_sessions_resume(app *a, http_request *r, const api_call *c)
         snprintf(msg, sizeof msg, "The session's memory cannot be restored: %s. It stays paused, its image kept; "
                                   "resume?discard_memory=1 resumes its files only (its kernels end).", why);
         http_send_detail(r, 409, msg);
+    } else if (why[0] && registry_state(a->reg, s, NULL) == SESSION_PAUSED) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "The session's memory could not be restored (%s). It stays paused, its image and "
+                                  "files kept: resume again to retry, or resume?discard_memory=1 for its files only "
+                                  "(its kernels end).", why);
+        http_send_detail(r, 500, msg);
     } else if (why[0]) {
         char msg[500];
         snprintf(msg, sizeof msg, "The session's memory could not be restored (%s): its kernels ended; its files "

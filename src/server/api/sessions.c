@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const TEMPLATES[] = {"sandbox-base:latest", "python:3.11-slim"};
 
@@ -120,6 +121,29 @@ static void validate_on_idle(json_t *errs, json_t *body, bool *pause)
     }
     json_array_append_new(errs, verr("literal_error", loc_of("body", "on_idle"), "Input should be 'delete' or 'pause'",
                                      (json_t *)v, json_pack("{s:s}", "expected", "'delete' or 'pause'")));
+}
+
+/* A session made from a memory snapshot (ours): its own sandbox restored from the snapshot's
+ * image and checked, its kernels adopted, before it is answered. false with the answer sent:
+ * the session is deleted again (nothing of it kept). */
+static bool restore_fork(app *a, http_request *r, const api_call *c, session *s, const snapshot_source *from)
+{
+    char why[300] = "";
+    if (pause_restore_fork(&a->pause, s, from->memory_dir, why, sizeof why) == 0) {
+        log_session(LV_INFO, s->id, NULL, "session %s made from memory snapshot %s", s->id, from->rec.id);
+        return true;
+    }
+    log_session(LV_WARN, s->id, NULL, "session %s: memory snapshot %s could not be restored: %s", s->id,
+                from->rec.id, why);
+    kernels_forget_session(a->kernels, s->id);
+    (void)registry_delete(a->reg, s->id, c->tenant);
+    registry_release(a->reg, s);
+    bool gone = access(from->memory_dir, F_OK) != 0;
+    char msg[500];
+    snprintf(msg, sizeof msg, "The session could not be made from the memory snapshot: %s. Nothing of it was kept.",
+             gone ? "the snapshot was deleted meanwhile" : why);
+    http_send_detail(r, gone ? 404 : 500, msg);
+    return false;
 }
 
 /* The create, with from (ours) the snapshot its disk copies when the body names one. */
@@ -241,6 +265,8 @@ static void create_session(app *a, http_request *r, const api_call *c, snapshot_
         http_send_500(r);
         return;
     }
+    if (from->memory_dir && !restore_fork(a, r, c, s, from))
+        return;
     json_t *created = json_pack("{s:s,s:s,s:O,s:I,s:f,s:s}", "session_id", s->id, "tenant_id", t->name,
                                 "egress", s->egress, "disk_quota_mb", (json_int_t)(s->quota_bytes >> 20),
                                 "created_at", s->created_at, "status", "ready");

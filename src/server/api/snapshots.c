@@ -22,6 +22,8 @@ static json_t *snapshot_json(const snapshot_record *v)
                           v->template_name, "disk_mb", (json_int_t)(v->quota_bytes >> 20));
     if (o)
         json_object_set_new(o, "name", v->name[0] ? json_string(v->name) : json_null());
+    if (o && v->memory) /* (a fleet's list does not know it: the record in the store does) */
+        json_object_set_new(o, "memory_bytes", v->memory_bytes > 0 ? json_integer(v->memory_bytes) : json_null());
     return o;
 }
 
@@ -40,24 +42,52 @@ static bool name_ok(const char *s, size_t n)
 }
 
 /* The body of a snapshot: {"name": str, "memory": false}; false when a 422 was sent. */
-static bool read_body(http_request *r, json_t *body, const char **name, size_t *name_len)
+static bool read_body(http_request *r, json_t *body, const char **name, size_t *name_len, bool *memory)
 {
     json_t *errs = json_array();
     *name = NULL;
     *name_len = 0;
+    *memory = false;
     if (body && !body_is_object(errs, body))
         return !send_if_invalid(r, errs);
-    bool memory = false;
     if (body && v_string(errs, body, "name", false, 0, name, name_len) && *name && !name_ok(*name, *name_len))
         json_array_append_new(errs, verr("string_pattern_mismatch", loc_of("body", "name"),
                                          "A snapshot's name is 1 to 64 letters, digits, '.', '_', '-' or spaces",
                                          json_object_get(body, "name"), NULL));
-    if (body && v_bool(errs, body, "memory", false, &memory) && memory)
-        json_array_append_new(errs, verr("value_error", loc_of("body", "memory"),
-                                         "Memory snapshots are not available yet: only the workspace's files are "
-                                         "kept; leave memory out or false",
-                                         json_object_get(body, "memory"), NULL));
+    if (body)
+        v_bool(errs, body, "memory", false, memory);
     return !send_if_invalid(r, errs);
+}
+
+/* A memory snapshot's part (domain/snapshots.h snapshot_memory): the session's own sandbox
+ * checkpointed while it runs, its kernels' list kept beside the image. */
+typedef struct {
+    app *a;
+    session *s;
+    const char *image_dir;
+    int (*still)(void *);
+    void *still_ctx;
+} memory_ctx;
+
+/* While the sandbox is held still: its kernels as the image has them, then the workspace's copy. */
+static int keep_kernels_then(void *arg)
+{
+    memory_ctx *m = arg;
+    if (pause_keep_kernels(&m->a->pause, m->s, m->image_dir) != 0) {
+        log_session(LV_WARN, m->s->id, NULL, "cannot keep its kernels with a memory snapshot");
+        return -1;
+    }
+    return m->still(m->still_ctx);
+}
+
+static int checkpoint_session(void *ctx, const char *image_dir, int (*still)(void *), void *still_ctx, char *why,
+                              size_t whylen)
+{
+    memory_ctx *m = ctx;
+    m->image_dir = image_dir;
+    m->still = still;
+    m->still_ctx = still_ctx;
+    return warm_session_snapshot(m->a->warm, m->s, image_dir, keep_kernels_then, m, why, whylen);
 }
 
 typedef struct {
@@ -98,7 +128,8 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
     const tenant_cfg *t = tenants_get(a->tenants, c->tenant);
     const char *name = NULL;
     size_t name_len = 0;
-    if (!read_body(r, c->body, &name, &name_len))
+    bool memory = false;
+    if (!read_body(r, c->body, &name, &name_len, &memory))
         return;
     session *s = NULL;
     session_result sr = registry_acquire(a->reg, c->param, c->tenant, true, &s);
@@ -134,9 +165,25 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
     flush_ctx f = {a, s, t->name};
     snapshot_record rec;
     char why[512] = "";
-    snapshot_result rc = snapshots_take(a->snapshots, s, t->name, nm, &lim, flush_session, &f, &rec, why, sizeof why);
+    /* memory: only with kernels (nothing else in a session's memory is worth an image): a
+     * session without any gets a files-only snapshot, which its answer says (memory false) */
+    memory_ctx mc = {.a = a, .s = s};
+    char runsc[SNAPSHOT_RUNSC_VERSION_MAX] = "";
+    snapshot_memory mem = {.checkpoint = checkpoint_session, .ctx = &mc, .runsc_version = runsc,
+                           .most_bytes = (long long)s->size.memory_mb << 20};
+    bool with_memory = memory && kernels_count(a->kernels, s->id) > 0;
+    snapshot_result rc = SNAP_ERROR;
+    if (with_memory && sandbox_runsc_version(a->pause.sb, runsc, sizeof runsc) != 0)
+        snprintf(why, sizeof why, "runsc gave no version");
+    else
+        rc = snapshots_take(a->snapshots, s, t->name, nm, &lim, flush_session, &f, with_memory ? &mem : NULL, &rec,
+                            why, sizeof why);
     registry_release(a->reg, s);
-    if (rc == SNAP_LIMIT) {
+    if (rc == SNAP_BUSY) {
+        char msg[640];
+        snprintf(msg, sizeof msg, "Cannot take a memory snapshot now: %s. Take it when it is done.", why);
+        http_send_detail(r, 409, msg);
+    } else if (rc == SNAP_LIMIT) {
         http_send_detail(r, 429, why);
     } else if (rc == SNAP_FULL) {
         char msg[640];
@@ -145,7 +192,8 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
     } else if (rc != SNAP_OK) { /* the reason (host paths) is in the log, not the answer */
         http_send_detail(r, 500, "The snapshot could not be made (the server logged why); the session is untouched.");
     } else {
-        log_session(LV_INFO, rec.session_id, t->name, "snapshot %s taken (%lld bytes)", rec.id, rec.bytes);
+        log_session(LV_INFO, rec.session_id, t->name, "snapshot %s taken (%lld bytes%s)", rec.id, rec.bytes,
+                    rec.memory ? ", with its memory" : "");
         http_send_json(r, 201, snapshot_json(&rec));
         free(rec.tenant);
     }
@@ -214,6 +262,55 @@ static void send_field_error(http_request *r, json_t *body, const char *field, c
     send_validation(r, errs);
 }
 
+/* A memory snapshot's session: this server's runsc made the image (else 409), in a sandbox of
+ * its own (SANDBOX_EXEC_MODE=session), with no egress, of the snapshot's size (a size field
+ * in body other than it: 422). spec takes the size; src the image's directory. false with the
+ * answer sent. */
+static bool memory_source_ok(app *a, http_request *r, json_t *body, snapshot_source *src, session_spec *spec)
+{
+    char now[SNAPSHOT_RUNSC_VERSION_MAX] = "", msg[400];
+    const snapshot_record *rec = &src->rec;
+    if (sandbox_runsc_version(a->pause.sb, now, sizeof now) != 0 || strcmp(now, rec->runsc_version) != 0) {
+        snprintf(msg, sizeof msg, "The memory snapshot was made by %s; this server runs %s, which cannot restore it.",
+                 rec->runsc_version, now[0] ? now : "a runsc that gave no version");
+        http_send_detail(r, 409, msg);
+        return false;
+    }
+    if (!warm_sessions(a->warm)) {
+        http_send_detail(r, 409, "A memory snapshot's session needs a sandbox of its own (SANDBOX_EXEC_MODE=session), "
+                                 "which this server does not give sessions.");
+        return false;
+    }
+    json_t *egress = json_object_get(body, "egress");
+    if (json_array_size(egress) > 0) {
+        send_field_error(r, body, "egress", "A session from a memory snapshot has no egress (its sandbox is restored "
+                                            "without a network): leave egress out");
+        return false;
+    }
+    struct {
+        const char *field;
+        unsigned asked, is;
+    } sz[] = {{"memory_mb", spec->size.memory_mb, rec->memory_mb},
+              {"cpus", spec->size.cpu_percent, rec->cpu_percent},
+              {"max_processes", spec->size.max_processes, rec->max_processes}};
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++)
+        if (sz[i].asked && sz[i].asked != sz[i].is) {
+            snprintf(msg, sizeof msg, "A session from a memory snapshot has the size it was taken with (memory_mb %u, "
+                     "cpus %.2f, max_processes %u): leave %s out", rec->memory_mb, rec->cpu_percent / 100.0,
+                     rec->max_processes, sz[i].field);
+            send_field_error(r, body, sz[i].field, msg);
+            return false;
+        }
+    spec->size.memory_mb = rec->memory_mb;
+    spec->size.cpu_percent = rec->cpu_percent;
+    spec->size.max_processes = rec->max_processes;
+    if (!(src->memory_dir = snapshot_store_memory(snapshots_store(a->snapshots), rec->id))) {
+        http_send_500(r);
+        return false;
+    }
+    return true;
+}
+
 bool snapshot_source_from_body(app *a, http_request *r, json_t *body, const char *tenant, snapshot_source *src,
                                session_spec *spec)
 {
@@ -237,6 +334,10 @@ bool snapshot_source_from_body(app *a, http_request *r, json_t *body, const char
         snprintf(msg, sizeof msg, "A session from a snapshot has the snapshot's template (%s): leave template out",
                  src->rec.template_name);
         send_field_error(r, body, "template", msg);
+        snapshot_source_free(src);
+        return false;
+    }
+    if (src->rec.memory && !memory_source_ok(a, r, body, src, spec)) {
         snapshot_source_free(src);
         return false;
     }
@@ -264,5 +365,6 @@ void snapshot_source_free(snapshot_source *src)
 {
     free(src->rec.tenant);
     free(src->image);
+    free(src->memory_dir);
     memset(src, 0, sizeof *src);
 }

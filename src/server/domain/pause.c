@@ -69,8 +69,9 @@ static void keep_kernels(const pause_deps *d, const session *s, const char *imag
 }
 
 /* After a restart (s's checkpointed sandbox went with the old process): a new sandbox restored
- * from p's image, its kernels (kernels.json) made again on their slots there. 0, or -1. */
-static int restore_anew(const pause_deps *d, const session *s, const session_pause_state *p, char *errbuf,
+ * from the image in image_dir, its kernels (kernels.json) made again on their slots there; fork:
+ * a memory snapshot's image, restored as s's own. 0, or -1. */
+static int restore_anew(const pause_deps *d, const session *s, const char *image_dir, bool fork, char *errbuf,
                         size_t errlen)
 {
     if (kernels_count(d->kernels, s->id) > 0) { /* this process's kernels: their sandbox went */
@@ -78,7 +79,10 @@ static int restore_anew(const pause_deps *d, const session *s, const session_pau
         return -1;
     }
     char path[SESSION_PAUSE_DIR_MAX + 20];
-    snprintf(path, sizeof path, "%s/kernels.json", p->image_dir);
+    if (snprintf(path, sizeof path, "%s/kernels.json", image_dir) >= (int)sizeof path) {
+        snprintf(errbuf, errlen, "the memory image's path is too long");
+        return -1;
+    }
     json_t *list = json_load_file(path, 0, NULL);
     unsigned slots = 0;
     size_t i;
@@ -100,8 +104,8 @@ static int restore_anew(const pause_deps *d, const session *s, const session_pau
     }
     const char *tenant = tenants_get(d->tenants, s->tenant)->name;
     char *root = s->template_id[0] && d->templates ? templates_root(d->templates, s->template_id) : NULL;
-    sandbox *sb = warm_session_restore_anew(d->warm, s, tenant, root, p->image_dir, slots, (int)json_array_size(list),
-                                            errbuf, errlen);
+    sandbox *sb = warm_session_restore_anew(d->warm, s, tenant, root, image_dir, slots, (int)json_array_size(list),
+                                            fork, errbuf, errlen);
     json_array_foreach(list, i, k) {
         if (sb && !kernels_adopt(d->kernels, s, tenant, root, sb, json_string_value(json_object_get(k, "kernel_id")),
                                  (int)json_integer_value(json_object_get(k, "slot"))))
@@ -165,7 +169,7 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
         }
         int rc = warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
         if (rc == 1)
-            rc = restore_anew(d, s, p, errbuf, errlen);
+            rc = restore_anew(d, s, p->image_dir, false, errbuf, errlen);
         if (rc == 0)
             pause_forget_image(d, s->id);
         return rc;
@@ -274,6 +278,16 @@ static int image_of_other_runsc(const pause_deps *d, const session *s, char *why
     return 1;
 }
 
+/* After a failed restore of p's image: s (its disk mounted, nothing running) paused again with
+ * that image, for another resume. false when it cannot be (a request uses it, its disk). */
+static bool paused_again(const pause_deps *d, session *s, const session_pause_state *p)
+{
+    bool already = false;
+    if (!p->image_dir[0] || registry_pause_begin(d->reg, s, false, &already) != SESSION_OK || already)
+        return false;
+    return registry_pause_end(d->reg, s, p) == SESSION_OK;
+}
+
 session_result resume_session_with(const pause_deps *d, session *s, bool discard_memory, bool *resumed,
                                    double *resume_ms, char *why, size_t whylen)
 {
@@ -298,12 +312,19 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     char err[300] = "";
     int started = sandbox_start(d, s, &p, err, sizeof err);
     if (started != 0) {
-        /* its files are there (mounted); its kernels' memory is not: they end */
-        log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; its kernels end", s->id, err);
-        if (why)
-            snprintf(why, whylen, "%s", err);
+        /* what this process held of its sandbox and kernels is gone with the failed restore;
+         * the image (kernels.json in it) is kept for another try, as after a restart */
         kernels_forget_session(d->kernels, s->id);
         warm_forget(d->warm, s->id);
+        if (why)
+            snprintf(why, whylen, "%s", err);
+        if (paused_again(d, s, &p)) {
+            log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; it stays paused, its "
+                        "image kept", s->id, err);
+            return SESSION_ERROR;
+        }
+        /* its files are there (mounted); its kernels' memory is not: they end */
+        log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; its kernels end", s->id, err);
         pause_forget_image(d, s->id);
         return SESSION_ERROR;
     }
@@ -316,6 +337,23 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
                               size_t whylen)
 {
     return resume_session_with(d, s, false, resumed, resume_ms, why, whylen);
+}
+
+int pause_restore_fork(const pause_deps *d, const session *s, const char *image_dir, char *errbuf, size_t errlen)
+{
+    return restore_anew(d, s, image_dir, true, errbuf, errlen);
+}
+
+int pause_keep_kernels(const pause_deps *d, const session *s, const char *image_dir)
+{
+    char p[SESSION_PAUSE_DIR_MAX + 20];
+    json_t *list = kernels_describe(d->kernels, s->id);
+    int rc = snprintf(p, sizeof p, "%s/kernels.json", image_dir) < (int)sizeof p && list &&
+                     json_dump_file(list, p, JSON_COMPACT) == 0
+                 ? 0
+                 : -1;
+    json_decref(list);
+    return rc;
 }
 
 size_t pause_kernels_in_the_way(const pause_deps *d, const session *s)

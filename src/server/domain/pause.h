@@ -52,7 +52,8 @@ size_t pause_kernels_in_the_way(const pause_deps *d, const session *s);
 session_result resume_session(const pause_deps *d, session *s, bool *resumed, double *resume_ms, char *why,
                               size_t whylen);
 /* (why, whylen > 0: on SESSION_ERROR after the disk came back, why its memory did not: the
- * session is then active with its files, its kernels ended.) */
+ * session is then paused again with its image kept, for another resume (registry_state says
+ * so), or, when it could not be paused again, active with its files, its kernels ended.) */
 /* SESSION_BUSY (why names both versions) when its memory image was made by another runsc
  * version: it stays paused, its image kept. */
 
@@ -60,6 +61,15 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
  * way out of an image another runsc made): its files only. */
 session_result resume_session_with(const pause_deps *d, session *s, bool discard_memory, bool *resumed,
                                    double *resume_ms, char *why, size_t whylen);
+
+/* A new session s from a memory snapshot (its image in image_dir, kernels.json beside it):
+ * its own sandbox restored from the image, checked (its agent answers), and its kernels
+ * adopted under their ids. 0, or -1 with a message (nothing of the sandbox left). */
+int pause_restore_fork(const pause_deps *d, const session *s, const char *image_dir, char *errbuf, size_t errlen);
+
+/* s's kernels (ids, languages, slots) written as image_dir/kernels.json, which a restore in
+ * another sandbox adopts. 0, or -1. */
+int pause_keep_kernels(const pause_deps *d, const session *s, const char *image_dir);
 
 /* Removes session_id's memory image, if any (its end). */
 void pause_forget_image(const pause_deps *d, const char *session_id);

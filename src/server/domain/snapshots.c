@@ -4,6 +4,7 @@
 #include "drain/extents.h"
 #include "log/log.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -149,9 +150,80 @@ static int copy_image(const char *img, const char *path, long long image_bytes, 
     return rc;
 }
 
+/* The bytes the files directly in dir take on the host (runsc's image is flat). */
+static long long dir_bytes(const char *dir)
+{
+    long long total = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        struct stat st;
+        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            total += (long long)st.st_blocks * 512;
+    }
+    if (d)
+        closedir(d);
+    return total;
+}
+
+/* The workspace's copy: the session's filesystem frozen (its writers wait) while its image is
+ * copied into the store, then thawed. */
+typedef struct {
+    snapshots *sn;
+    const session *s;
+    const char *tenant, *img, *dest;
+    long long image_bytes, bytes;
+    char *why;
+    size_t whylen;
+} workspace_copy;
+
+static int copy_workspace(void *arg)
+{
+    workspace_copy *c = arg;
+    if (disk_freeze(c->sn->disk, c->s->id) != 0) {
+        snprintf(c->why, c->whylen, "cannot freeze the session's filesystem: %s", strerror(errno));
+        return -1;
+    }
+    int copied = copy_image(c->img, c->dest, c->image_bytes, &c->bytes, c->why, c->whylen);
+    if (disk_thaw(c->sn->disk, c->s->id) != 0)
+        log_session(LV_ERROR, c->s->id, c->tenant, "cannot thaw its filesystem after a snapshot: %s", strerror(errno));
+    return copied;
+}
+
+/* With mem: the session's memory saved beside the workspace (dest's directory, SNAPSHOT_MEMORY),
+ * the workspace copied while the session is held still; its bytes in *mem_bytes. Without:
+ * flushed, then copied. 0, 1 (busy: why), -1. */
+static int take_parts(workspace_copy *c, const snapshot_memory *mem, snapshot_flush_fn flush, void *flush_ctx,
+                      long long *mem_bytes)
+{
+    *mem_bytes = 0;
+    if (!mem) {
+        if (flush && flush(flush_ctx) != 0) {
+            snprintf(c->why, c->whylen, "the session's sandbox did not write its files out");
+            return -1;
+        }
+        return copy_workspace(c);
+    }
+    size_t dl = strlen(c->dest) - strlen(SNAPSHOT_WORKSPACE);
+    char *dir = NULL;
+    if (asprintf(&dir, "%.*s%s", (int)dl, c->dest, SNAPSHOT_MEMORY) < 0 || mkdir(dir, 0700) != 0) {
+        snprintf(c->why, c->whylen, "cannot create the memory image's directory: %s", strerror(errno));
+        free(dir);
+        return -1;
+    }
+    /* (the checkpoint writes what the sandbox holds out to the workspace itself) */
+    int rc = mem->checkpoint(mem->ctx, dir, copy_workspace, c, c->why, c->whylen);
+    if (rc == 0 && (*mem_bytes = dir_bytes(dir)) <= 0) {
+        snprintf(c->why, c->whylen, "the memory image is empty");
+        rc = -1;
+    }
+    free(dir);
+    return rc;
+}
+
 snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, const char *name,
                                const snapshot_limits *lim, snapshot_flush_fn flush, void *flush_ctx,
-                               snapshot_record *out, char *why, size_t whylen)
+                               const snapshot_memory *mem, snapshot_record *out, char *why, size_t whylen)
 {
     memset(out, 0, sizeof *out);
     char *img = disk_image_path(sn->disk, s->id);
@@ -162,17 +234,19 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
         return SNAP_ERROR;
     }
     long long image_bytes = (long long)sb.st_size;
-    /* at most the image less its filesystem's free blocks (what the copy may write): reserved
-     * first, set right after the copy */
+    /* at most the image less its filesystem's free blocks (what the copy may write), and the
+     * sandbox's memory: reserved first, set right after the copy */
     struct statvfs fs;
     long long most = image_bytes;
     if (statvfs(s->workspace, &fs) == 0 && (long long)fs.f_bfree * (long long)fs.f_frsize < image_bytes)
         most = image_bytes - (long long)fs.f_bfree * (long long)fs.f_frsize;
+    if (mem)
+        most += mem->most_bytes;
     pthread_mutex_lock(&sn->take_mu);
     snapshot_result rc = SNAP_ERROR;
     char id[SNAPSHOT_ID_SIZE] = "";
     char *dest = NULL;
-    bool taken = false, frozen = false;
+    bool taken = false;
     /* held from the count to the commit: servers sharing the store take one at a time */
     int lock = snapshot_store_lock(sn->store, why, whylen);
     if (lock < 0)
@@ -186,28 +260,18 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
         rc = SNAP_FULL;
         goto done;
     }
-    if (flush && flush(flush_ctx) != 0) {
-        snprintf(why, whylen, "the session's sandbox did not write its files out");
-        goto done;
-    }
     if (snapshot_store_begin(sn->store, id, &dest, why, whylen) != 0)
         goto done;
-    /* writers inside the sandbox wait while the image is copied: it stays as it is */
-    if (disk_freeze(sn->disk, s->id) != 0) {
-        snprintf(why, whylen, "cannot freeze the session's filesystem: %s", strerror(errno));
+    workspace_copy wc = {.sn = sn, .s = s, .tenant = tenant, .img = img, .dest = dest, .image_bytes = image_bytes,
+                         .why = why, .whylen = whylen};
+    long long mem_bytes = 0;
+    int parts = take_parts(&wc, mem, flush, flush_ctx, &mem_bytes);
+    if (parts != 0) {
         snapshot_store_abort(sn->store, id);
+        rc = parts > 0 ? SNAP_BUSY : SNAP_ERROR;
         goto done;
     }
-    frozen = true;
-    long long bytes = 0;
-    int copied = copy_image(img, dest, image_bytes, &bytes, why, whylen);
-    if (disk_thaw(sn->disk, s->id) != 0)
-        log_session(LV_ERROR, s->id, tenant, "cannot thaw its filesystem after a snapshot: %s", strerror(errno));
-    frozen = false;
-    if (copied != 0) {
-        snapshot_store_abort(sn->store, id);
-        goto done;
-    }
+    long long bytes = wc.bytes + mem_bytes;
     if ((over = over_limits(sn, tenant, lim, bytes, why, whylen)) != 0) { /* its real size passes max_snapshot_mb */
         snapshot_store_abort(sn->store, id);
         rc = over > 0 ? SNAP_LIMIT : SNAP_ERROR;
@@ -221,6 +285,14 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
     out->image_bytes = image_bytes;
     out->bytes = bytes;
     out->created_at = epoch_now();
+    if (mem) {
+        out->memory = true;
+        out->memory_bytes = mem_bytes;
+        snprintf(out->runsc_version, sizeof out->runsc_version, "%s", mem->runsc_version);
+        out->memory_mb = s->size.memory_mb;
+        out->cpu_percent = s->size.cpu_percent;
+        out->max_processes = s->size.max_processes;
+    }
     if (!(out->tenant = strdup(tenant))) {
         snprintf(why, whylen, "out of memory");
         snapshot_store_abort(sn->store, id);
@@ -251,8 +323,6 @@ snapshot_result snapshots_take(snapshots *sn, session *s, const char *tenant, co
     taken = false;
     rc = SNAP_OK;
 done:
-    if (frozen)
-        disk_thaw(sn->disk, s->id);
     if (taken)
         disk_pool_adjust(sn->disk, -most);
     snapshot_store_unlock(lock);

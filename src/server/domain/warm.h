@@ -21,6 +21,7 @@
 
 #include "domain/sessions.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/session_checkpoint.h"
 
 #include <jansson.h>
 
@@ -137,8 +138,14 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
  * from image_dir (sandbox_session_from_image: slots_busy held by its kernels' processes) and
  * checked, then lent to its borrowers kernels. The sandbox, or NULL with errbuf. */
 sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *tenant, const char *root,
-                                   const char *image_dir, unsigned slots_busy, int borrowers, char *errbuf,
-                                   size_t errlen);
+                                   const char *image_dir, unsigned slots_busy, int borrowers, bool fork,
+                                   char *errbuf, size_t errlen);
+/* (fork: image_dir is a memory snapshot's, restored as s's own new sandbox: sandbox_session_from_image.) */
+
+/* A memory snapshot of s's own sandbox while it runs (sandbox_session_snapshot): still(ctx)
+ * runs while it is held still. Its 0 / 1 (not now) / -1; -1 too when s has no sandbox running. */
+int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir, sandbox_still_fn still, void *ctx,
+                          char *errbuf, size_t errlen);
 
 /* The sandboxes held, by state (for GET /metrics): booting (wanted, starting or booting),
  * ready (booted, waiting frozen), in use (a session's own sandbox lent to commands), and how

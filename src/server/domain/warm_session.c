@@ -8,6 +8,7 @@
 #include "../../agent/protocol.h"
 
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -260,9 +261,26 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
     return check_restored(sb, errbuf, errlen);
 }
 
+int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir, sandbox_still_fn still, void *ctx,
+                          char *errbuf, size_t errlen)
+{
+    /* (lent while it works: neither evicted nor released meanwhile) */
+    sandbox_opts o = {.cancel_fd = -1};
+    pthread_mutex_lock(&w->mu);
+    entry *e = warm_sessions(w) && !w->stopping ? lend(w, s, &o, false) : NULL;
+    pthread_mutex_unlock(&w->mu);
+    if (!e) {
+        snprintf(errbuf, errlen, "the session has no sandbox of its own running");
+        return -1;
+    }
+    int rc = sandbox_session_snapshot(e->sb, image_dir, still, ctx, errbuf, errlen);
+    give_back(w, e);
+    return rc;
+}
+
 sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *tenant, const char *root,
-                                   const char *image_dir, unsigned slots_busy, int borrowers, char *errbuf,
-                                   size_t errlen)
+                                   const char *image_dir, unsigned slots_busy, int borrowers, bool fork,
+                                   char *errbuf, size_t errlen)
 {
     if (!warm_sessions(w) || strlen(s->id) >= KEY_MAX || !s->id[0]) {
         snprintf(errbuf, errlen, "sessions have no sandbox of their own here");
@@ -284,14 +302,15 @@ sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *t
         snprintf(errbuf, errlen, "no room for the session's restored sandbox");
         return NULL;
     }
-    sandbox_opts o = {.workspace_dir = s->workspace, .tenant = tenant, .cancel_fd = -1, .size = s->size};
+    sandbox_opts o = {.workspace_dir = s->workspace, .name = s->id, .tenant = tenant, .cancel_fd = -1,
+                      .size = s->size, .root_dir = root};
     void *net = NULL;
     json_t *egress = json_array_size(s->egress) > 0 ? json_deep_copy(s->egress) : NULL;
     sandbox *sb = NULL;
     if (json_array_size(s->egress) > 0 && !egress)
         snprintf(errbuf, errlen, "out of memory");
     else if (open_network(w, s, tenant, &net, &o.network, errbuf, errlen) == 0)
-        sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, errbuf, errlen);
+        sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, fork, errbuf, errlen);
     if (sb && check_restored(sb, errbuf, errlen) != 0) {
         sandbox_release(sb);
         sb = NULL;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -196,6 +197,51 @@ int sbx_spec_set_netns(const char *bundle_dir, const char *netns_path, char *err
         rc = 0;
     if (rc != 0)
         (void)unlink(tmp);
+    json_decref(root);
+    return rc;
+}
+
+/* Sets mount dst's source in mounts to src: false when the spec has no such mount. */
+static bool set_mount_source(json_t *mounts, const char *dst, const char *src)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach(mounts, i, m) {
+        if (json_is_string(json_object_get(m, "destination")) &&
+            strcmp(json_string_value(json_object_get(m, "destination")), dst) == 0)
+            return json_object_set_new(m, "source", json_string_nocheck(src)) == 0;
+    }
+    return false;
+}
+
+int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspace_dir, const char *rootfs_dir,
+                    const char *template_usr, const char *cgroups_path, char *errbuf, size_t errlen)
+{
+    json_error_t je;
+    json_t *root = json_load_file(src, JSON_REJECT_DUPLICATES, &je);
+    json_t *mounts = json_object_get(root, "mounts");
+    json_t *linux_ = json_object_get(root, "linux");
+    json_t *rootfs = json_object_get(root, "root");
+    if (!json_is_array(mounts) || !json_is_object(linux_) || !json_is_object(rootfs)) {
+        snprintf(errbuf, errlen, "the memory image's sandbox spec %s is not whole", src);
+        json_decref(root);
+        return -1;
+    }
+    bool ok = set_mount_source(mounts, "/workspace", workspace_dir) &&
+              (!template_usr || set_mount_source(mounts, "/usr", template_usr)) &&
+              json_object_set_new(rootfs, "path", json_string_nocheck(rootfs_dir)) == 0 &&
+              json_object_set_new(linux_, "cgroupsPath", json_string(cgroups_path)) == 0;
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/config.json", bundle_dir);
+    int rc = -1;
+    if (!ok)
+        snprintf(errbuf, errlen, "the memory image's sandbox spec %s has no workspace mount", src);
+    else if (n < 0 || (size_t)n >= sizeof path)
+        snprintf(errbuf, errlen, "bundle path too long: %s", bundle_dir);
+    else if (json_dump_file(root, path, JSON_COMPACT) != 0)
+        snprintf(errbuf, errlen, "cannot write %s: %s", path, strerror(errno));
+    else
+        rc = 0;
     json_decref(root);
     return rc;
 }

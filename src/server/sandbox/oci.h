@@ -35,4 +35,11 @@ int sbx_spec_write(const char *bundle_dir, const sbx_spec *s, char *errbuf, size
  * sandbox.json) keeps the old. 0, or -1 with a message. */
 int sbx_spec_set_netns(const char *bundle_dir, const char *netns_path, char *errbuf, size_t errlen);
 
+/* A memory snapshot's spec (src, kept with its image) for a sandbox restored from it as
+ * another one: the same shape (runsc restore wants the mounts it saved) with this sandbox's
+ * workspace at /workspace, its root (and a template's /usr), and its cgroup; written to
+ * bundle_dir/config.json. 0, or -1 with a message. */
+int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspace_dir, const char *rootfs_dir,
+                    const char *template_usr, const char *cgroups_path, char *errbuf, size_t errlen);
+
 #endif

@@ -157,7 +157,8 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
     }
     sbx_cg_limits lim = sbx_command_limits(s);
     lim.ahead = true;
-    if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
+    /* (a fork's was made already: its spec names it) */
+    if (!s->cg.tree && sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         goto out;
     /* its network (egress) is made anew for the restore: the spec names the new namespace,
      * where gVisor's restored stack finds the same addresses (egress/netns.h) */
@@ -235,8 +236,26 @@ static bool kept_container_id(const char *image_dir, char *id, size_t len)
     return ok && n > 0;
 }
 
+/* A fork's bundle (sandbox_session_from_image): its own cgroup made, and the image's spec
+ * rebased on its workspace, root and cgroup. 0, or -1 with a message. */
+static int fork_bundle(sandbox *s, const sandbox_opts *o, const char *image_dir, char *errbuf, size_t errlen)
+{
+    char src[PATH_MAX], usr[PATH_MAX];
+    if (snprintf(src, sizeof src, "%s/sandbox.json", image_dir) >= (int)sizeof src ||
+        (o->root_dir && snprintf(usr, sizeof usr, "%s/usr", o->root_dir) >= (int)sizeof usr)) {
+        snprintf(errbuf, errlen, "the memory image's path is too long");
+        return -1;
+    }
+    sbx_cg_limits lim = sbx_command_limits(s);
+    lim.ahead = true;
+    if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
+        return -1;
+    return sbx_spec_rebase(src, s->bundle, s->workspace_dir, o->root_dir ? o->root_dir : s->b->rootfs_dir,
+                           o->root_dir ? usr : NULL, s->cg.rel, errbuf, errlen);
+}
+
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
-                                    unsigned slots_busy, char *errbuf, size_t errlen)
+                                    unsigned slots_busy, bool fork, char *errbuf, size_t errlen)
 {
     sandbox *s = calloc(1, sizeof *s);
     if (!s || !(s->workspace_dir = strdup(o->workspace_dir))) {
@@ -259,15 +278,22 @@ sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, c
     s->ahead = s->agent = s->booted = true;
     s->slots_busy = slots_busy; /* its kernels' processes, alive in the image */
     char src[PATH_MAX], dst[PATH_MAX];
-    if (!kept_container_id(image_dir, s->id, sizeof s->id)) {
+    if (fork) {
+        sbx_make_id(o->name ? o->name : "fork", s->id, sizeof s->id); /* a sandbox of its own */
+    } else if (!kept_container_id(image_dir, s->id, sizeof s->id)) {
         snprintf(errbuf, errlen, "the memory image has no container id");
         sandbox_release(s);
         return NULL;
     }
     if (!(s->bundle = sbx_path_join(b->bundles_dir, s->id)) || mkdir(s->bundle, 0700) != 0 ||
-        snprintf(src, sizeof src, "%s/sandbox.json", image_dir) >= (int)sizeof src ||
-        snprintf(dst, sizeof dst, "%s/config.json", s->bundle) >= (int)sizeof dst || link(src, dst) != 0) {
+        (!fork && (snprintf(src, sizeof src, "%s/sandbox.json", image_dir) >= (int)sizeof src ||
+                   snprintf(dst, sizeof dst, "%s/config.json", s->bundle) >= (int)sizeof dst || link(src, dst) != 0))) {
         snprintf(errbuf, errlen, "cannot make the restored sandbox's bundle from %s: %s", image_dir, strerror(errno));
+        sandbox_release(s);
+        return NULL;
+    }
+    if (fork && fork_bundle(s, o, image_dir, errbuf, errlen) != 0) {
+        sbx_cg_destroy(&s->cg);
         sandbox_release(s);
         return NULL;
     }

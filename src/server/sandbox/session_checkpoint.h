@@ -5,6 +5,7 @@
 
 #include "sandbox/sandbox.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* `runsc checkpoint --image-path image_dir` of s (an existing, empty directory): 0 when saved
@@ -28,10 +29,24 @@ void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
  * image is restored only by the version that made it. 0, or -1. */
 /* A sandbox restored from image_dir by another airlockd process (the struct of its checkpoint
  * is gone): its container id and spec kept there, its workspace, tenant, size and network from o, the
- * slots in slots_busy (bit i: slot i) held by processes the image brings back. NULL with
- * errbuf when it could not be restored. */
+ * slots in slots_busy (bit i: slot i) held by processes the image brings back. fork: a memory
+ * snapshot's image restored as a new sandbox beside the one it was taken of (a container id,
+ * bundle and cgroup of its own, the kept spec rebased on o's workspace and root; no network).
+ * NULL with errbuf when it could not be restored (nothing of it left). */
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
-                                    unsigned slots_busy, char *errbuf, size_t errlen);
+                                    unsigned slots_busy, bool fork, char *errbuf, size_t errlen);
+
+/* What runs while a memory snapshot's sandbox is held still (sandbox_session_snapshot): 0, or
+ * -1 (the snapshot is given up). */
+typedef int (*sandbox_still_fn)(void *ctx);
+
+/* A memory snapshot of running s: `runsc pause`, `runsc checkpoint --leave-running` into
+ * image_dir (an existing, empty directory; s's spec kept there as sandbox.json), then still(ctx)
+ * while nothing in s runs (its workspace is then as the image saw it), then `runsc resume`.
+ * 0 when saved; 1 when it cannot be now (a command or cell runs, or it has egress); -1 failed
+ * (message in errbuf). s runs on in every case (it is thawed, frozen again once idle). */
+int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn still, void *ctx, char *errbuf,
+                             size_t errlen);
 
 int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len);
 

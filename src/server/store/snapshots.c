@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,29 @@ static bool copy_field(char *dst, size_t cap, json_t *v)
     return true;
 }
 
+/* The record's memory part, when it has one, into rec (its bytes added to rec->bytes): false
+ * when it is malformed. */
+static bool read_memory_part(json_t *j, snapshot_record *rec)
+{
+    json_t *m = json_object_get(json_object_get(j, "parts"), "memory");
+    if (!m)
+        return true;
+    json_int_t mb = json_integer_value(json_object_get(m, "memory_mb"));
+    json_int_t cpu = json_integer_value(json_object_get(m, "cpu_percent"));
+    json_int_t procs = json_integer_value(json_object_get(m, "max_processes"));
+    json_int_t bytes = json_integer_value(json_object_get(m, "bytes"));
+    if (!copy_field(rec->runsc_version, sizeof rec->runsc_version, json_object_get(m, "runsc_version")) ||
+        bytes <= 0 || mb <= 0 || mb > UINT32_MAX || cpu <= 0 || cpu > UINT32_MAX || procs <= 0 || procs > UINT32_MAX)
+        return false;
+    rec->memory = true;
+    rec->memory_bytes = bytes;
+    rec->bytes += bytes;
+    rec->memory_mb = (unsigned)mb;
+    rec->cpu_percent = (unsigned)cpu;
+    rec->max_processes = (unsigned)procs;
+    return true;
+}
+
 /* Reads dir/<id>/snapshot.json into *rec: false when it is missing or not a complete record. */
 static bool read_record(const snapshot_store *st, const char *id, snapshot_record *rec)
 {
@@ -95,8 +119,7 @@ static bool read_record(const snapshot_store *st, const char *id, snapshot_recor
         rec->created_at = json_number_value(json_object_get(j, "created_at"));
         rec->image_bytes = json_integer_value(json_object_get(ws, "image_bytes"));
         rec->bytes = json_integer_value(json_object_get(ws, "bytes"));
-        rec->memory = json_object_get(json_object_get(j, "parts"), "memory") != NULL;
-        ok = rec->quota_bytes > 0 && rec->image_bytes > 0 && rec->bytes >= 0 &&
+        ok = rec->quota_bytes > 0 && rec->image_bytes > 0 && rec->bytes >= 0 && read_memory_part(j, rec) &&
              (rec->tenant = strdup(json_string_value(tenant))) != NULL;
     }
     json_decref(j);
@@ -113,6 +136,10 @@ static bool snapshot_whole(const snapshot_store *st, const char *id)
     struct stat sb;
     ok = img && lstat(img, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == rec.image_bytes;
     free(img);
+    char *mem = ok && rec.memory ? join(st->dir, id, "/" SNAPSHOT_MEMORY "/checkpoint.img") : NULL;
+    if (rec.memory)
+        ok = mem && lstat(mem, &sb) == 0 && S_ISREG(sb.st_mode);
+    free(mem);
     return ok;
 }
 
@@ -225,11 +252,22 @@ int snapshot_store_begin(snapshot_store *st, char id[SNAPSHOT_ID_SIZE], char **w
 
 static json_t *record_json(const snapshot_record *rec)
 {
-    return json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:I,s:f,s:{s:{s:s,s:I,s:I}}}", "format", RECORD_FORMAT, "id", rec->id,
-                     "name", rec->name, "tenant", rec->tenant, "session_id", rec->session_id, "template",
-                     rec->template_name, "quota_bytes", (json_int_t)rec->quota_bytes, "created_at", rec->created_at,
-                     "parts", "workspace", "file", SNAPSHOT_WORKSPACE, "image_bytes", (json_int_t)rec->image_bytes,
-                     "bytes", (json_int_t)rec->bytes);
+    json_t *j = json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:I,s:f,s:{s:{s:s,s:I,s:I}}}", "format", RECORD_FORMAT, "id",
+                          rec->id, "name", rec->name, "tenant", rec->tenant, "session_id", rec->session_id, "template",
+                          rec->template_name, "quota_bytes", (json_int_t)rec->quota_bytes, "created_at",
+                          rec->created_at, "parts", "workspace", "file", SNAPSHOT_WORKSPACE, "image_bytes",
+                          (json_int_t)rec->image_bytes, "bytes", (json_int_t)(rec->bytes - rec->memory_bytes));
+    json_t *m = j && rec->memory ? json_pack("{s:s,s:I,s:s,s:I,s:I,s:I}", "dir", SNAPSHOT_MEMORY, "bytes",
+                                             (json_int_t)rec->memory_bytes, "runsc_version", rec->runsc_version,
+                                             "memory_mb", (json_int_t)rec->memory_mb, "cpu_percent",
+                                             (json_int_t)rec->cpu_percent, "max_processes",
+                                             (json_int_t)rec->max_processes)
+                                 : NULL;
+    if (j && rec->memory && (!m || json_object_set_new(json_object_get(j, "parts"), "memory", m) != 0)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
 }
 
 /* Writes j to path and syncs it: 0, or -1 with errno. */
@@ -369,6 +407,11 @@ bool snapshot_store_get(snapshot_store *st, const char *id, const char *tenant, 
 char *snapshot_store_workspace(snapshot_store *st, const char *id)
 {
     return join(st->dir, id, "/" SNAPSHOT_WORKSPACE);
+}
+
+char *snapshot_store_memory(snapshot_store *st, const char *id)
+{
+    return join(st->dir, id, "/" SNAPSHOT_MEMORY);
 }
 
 int snapshot_store_remove(snapshot_store *st, const char *id, const char *tenant, long long *freed)

@@ -1,6 +1,6 @@
 /* The snapshot store (SANDBOX_SNAPSHOT_DIR): one directory per snapshot, named by its id,
- * holding its record (snapshot.json, which names its parts) and its parts (today the
- * workspace image, workspace.img, sparse; later a memory image beside it). A snapshot is
+ * holding its record (snapshot.json, which names its parts) and its parts (the workspace
+ * image, workspace.img, sparse; with memory, runsc's image directory memory/). A snapshot is
  * written into a temporary directory (.tmp-<owner>-<id>) and renamed into place once whole
  * and synced, and deleted by renaming it aside (.del-<owner>-<id>) first: a crash never
  * leaves a half snapshot looking whole. The store keeps no index of its own: every read
@@ -15,6 +15,8 @@
 #define SNAPSHOT_NAME_MAX 64       /* characters of a name */
 #define SNAPSHOT_TEMPLATE_MAX 128  /* room for a template's name and its NUL */
 #define SNAPSHOT_WORKSPACE "workspace.img"
+#define SNAPSHOT_MEMORY "memory"       /* a memory snapshot's runsc image directory */
+#define SNAPSHOT_RUNSC_VERSION_MAX 128
 
 typedef struct {
     char id[SNAPSHOT_ID_SIZE];
@@ -24,8 +26,13 @@ typedef struct {
     char template_name[SNAPSHOT_TEMPLATE_MAX];
     long long quota_bytes;             /* the session's disk quota: its sessions get the same */
     long long image_bytes;             /* the workspace image's size (its filesystem's) */
-    long long bytes;                   /* what its parts take on the host */
-    bool memory;                       /* it holds a memory image (not made yet: always false) */
+    long long bytes;                   /* what its parts take on the host (the memory image's included) */
+    bool memory;                       /* it holds a memory image (SNAPSHOT_MEMORY) too */
+    /* With memory: the image's bytes, the runsc that made it (the only one that restores it),
+     * and the sandbox size it was made in (its sessions get the same). */
+    long long memory_bytes;
+    char runsc_version[SNAPSHOT_RUNSC_VERSION_MAX];
+    unsigned memory_mb, cpu_percent, max_processes;
     double created_at;
 } snapshot_record;
 
@@ -48,7 +55,8 @@ void snapshot_store_unlock(int fd);
 bool snapshot_id_valid(const char *id);
 
 /* A new snapshot's id and its temporary directory, made: *workspace is the malloc'd path of
- * the workspace image to write there. -1 with a message on failure. */
+ * the workspace image to write there (a memory image goes beside it, in SNAPSHOT_MEMORY). -1
+ * with a message on failure. */
 int snapshot_store_begin(snapshot_store *st, char id[SNAPSHOT_ID_SIZE], char **workspace, char *err, size_t errlen);
 /* Writes rec (rec->id from begin) as the temporary directory's record, syncs it, and renames
  * the directory into place: the snapshot exists from now on. -1 with a message on failure
@@ -68,6 +76,8 @@ bool snapshot_store_get(snapshot_store *st, const char *id, const char *tenant, 
 
 /* The path of a snapshot's workspace image (malloc'd); id must be valid. */
 char *snapshot_store_workspace(snapshot_store *st, const char *id);
+/* The path of a snapshot's memory image directory (malloc'd); id must be valid. */
+char *snapshot_store_memory(snapshot_store *st, const char *id);
 
 /* Deletes snapshot id of tenant: 1 when there is none, 0 when it is gone (its bytes in
  * *freed), -1 when it could not be removed (logged). */
