@@ -5,7 +5,8 @@
 -- there (x = 41 before, x + 1 is 42 after), the idle reaper pauses it the same way. A deleted
 -- paused session leaves no image; a pause
 -- while a cell runs is refused; an image that cannot be restored (damaged) gives a 500 naming
--- why and the files back; after a restart (SIGTERM or kill -9) the image is restored by the new
+-- why, the session stays paused with its image (nothing of it on the host) and a resume after
+-- the image is put right restores it, or discard_memory=1 gives the files; after a restart (SIGTERM or kill -9) the image is restored by the new
 -- process, the kernel under its id with its x; one made by another runsc version is refused (409, the
 -- session stays paused) until resume?discard_memory=1 takes the files only. Real airlockd with
 -- gVisor (SANDBOX_EXEC_MODE=session), loopback only.
@@ -114,16 +115,45 @@ describe("pause with memory (kernels)", function()
     end, { timeout = 20, what = "nothing of the deleted paused session left" })
   end)
 
-  it("keeps the files when the image cannot be restored, with a clear error", function()
+  it("keeps the image of a restore that failed (still paused, 500 naming why, nothing on the host) for another try", function()
     local sid, kid = session_with_x41()
     assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
     pause(sid)
-    assert.is_true(proc.run("rm -rf " .. q(image_dir(sid)) .. " && mkdir " .. q(image_dir(sid))))
+    -- damaged: its state file cut short (its bytes kept aside, to be put back)
+    local img = image_dir(sid) .. "/checkpoint.img"
+    local aside = server.dir .. "/checkpoint.aside"
+    assert.is_true(proc.run("cp " .. q(img) .. " " .. q(aside) .. " && truncate -s 4096 " .. q(img)))
     local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
     assert.are.equal(500, r.status, r.body)
-    assert.truthy(r.body:find("memory could not be restored", 1, true), r.body)
+    assert.truthy(r.body:find("memory could not be restored", 1, true) and r.body:find("stays paused", 1, true), r.body)
+    assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
+    assert.is_true(proc.run("test -s " .. q(img)), "the image went with the failed restore")
+    assert.eventually(function()
+      local left = leftovers(sid)
+      return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0", left
+    end, { timeout = 20, what = "nothing of the session left on the host after the failed restore" })
+    -- a call that resumes it says the same; it stays paused
+    local c = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "x + 1" }, 90)
+    assert.are.equal(500, c.status, c.body)
+    assert.truthy(c.body:find("stays paused", 1, true), c.body)
+    assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
+    -- the operator puts the image right: the next resume restores it, x and files there
+    assert.is_true(proc.run("cp " .. q(aside) .. " " .. q(img)))
+    r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(200, r.status, r.body .. airlockd.log(server):sub(-2500))
+    assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the image outlived its restore")
+    -- damaged again: resume?discard_memory=1 still gives the files, the image then goes
+    pause(sid)
+    assert.is_true(proc.run("truncate -s 4096 " .. q(img)))
+    assert.are.equal(500, call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90).status)
+    r = call("POST", "/v1/sessions/" .. sid .. "/resume?discard_memory=1", nil, 90)
+    assert.are.equal(200, r.status, r.body)
     assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
     assert.are.equal(404, call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "1" }).status)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the discarded image is still there")
+    os.remove(aside)
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 
