@@ -265,10 +265,12 @@ function Sandbox:info()
   return data
 end
 
--- sbx:snapshot{ name = "before-refactor" } → id, record. Keeps the session's workspace as it is
--- now (airlockd: POST /v1/sessions/{id}/snapshots; files only) while the session goes on;
--- airlock.sandbox{ from_snapshot = id } starts a new session from it. record: snapshot_id,
--- name, bytes, memory, created_at, session_id, template, disk_mb.
+-- sbx:snapshot{ name = "before-refactor", memory = true } → id, record. Keeps the session's
+-- workspace as it is now (airlockd: POST /v1/sessions/{id}/snapshots) while the session goes on;
+-- memory = true keeps its kernels' memory too (a session without a kernel: files only, and
+-- record.memory says false). airlock.sandbox{ from_snapshot = id } starts a new session from it
+-- (its kernels with their state). record: snapshot_id, name, bytes, memory, created_at,
+-- session_id, template, disk_mb (and memory_bytes with memory).
 function Sandbox:snapshot(opts)
   local id = started(self, "snapshot")
   if opts == nil then opts = {} end
@@ -277,6 +279,9 @@ function Sandbox:snapshot(opts)
   for k, v in pairs(opts) do
     if k == "name" then
       body[#body + 1] = { "name", engine.check_string("name", v, { non_empty = true, utf8 = true }) }
+    elseif k == "memory" then
+      if type(v) ~= "boolean" then engine.bad_argument("memory", "a boolean", v) end
+      body[#body + 1] = { "memory", v }
     else
       errors.raise("ValidationError", "unknown option '" .. tostring(k) .. "'")
     end

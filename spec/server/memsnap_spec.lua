@@ -151,6 +151,25 @@ describe("memory snapshots and forks (kernels)", function()
     assert.are.equal(200, http_client.delete(server, key, f).status)
   end)
 
+  it("the Lua SDK: sbx:snapshot{ memory = true } and sbx:from_snapshot(id) give a session whose kernel has its x", function()
+    local airlock = require "airlock"
+    local sbx = airlock.sandbox({ api_key = key, base_url = server.url })
+    finally(function() sbx:close() end)
+    local k = sbx:kernel()
+    assert.is_nil(k:run("x = 41").error)
+    local id, rec = sbx:snapshot{ name = "sdk", memory = true }
+    assert.is_true(rec.memory, cjson.encode(rec))
+    assert.are.equal(id, rec.snapshot_id)
+    local ok, err = pcall(sbx.snapshot, sbx, { memory = "yes" })
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("memory", 1, true), tostring(err))
+    local fork = sbx:from_snapshot(id)
+    finally(function() fork:close() end)
+    assert.are.equal(k.kernel_id, fork:kernels()[1].kernel_id)
+    assert.are.equal("42", value(fork.session_id, k.kernel_id, "x + 1"))
+    assert.are.equal("41", k:run("x").text)
+  end)
+
   it("answers a fork whose memory image cannot be restored with a 500 naming why; no session and nothing on the host are left", function()
     local sid = http_client.create(server, key).json.session_id
     local kid = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" }).json.kernel_id
