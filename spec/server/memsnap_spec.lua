@@ -19,7 +19,8 @@ local q = proc.shell_quote
 
 describe("memory snapshots and forks (kernels)", function()
   local server, key
-  local ENV = { SANDBOX_EXEC_MODE = "session", SANDBOX_WORKSPACE_QUOTA_MB = "64" }
+  local ENV = { SANDBOX_EXEC_MODE = "session", SANDBOX_WORKSPACE_QUOTA_MB = "64",
+    SANDBOX_TENANT_LIMITS = '{"other": {"max_snapshot_mb": 6}}' }
 
   local function call(method, path, body, max_time)
     return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
@@ -67,7 +68,7 @@ describe("memory snapshots and forks (kernels)", function()
 
   lazy_setup(function()
     key = "ak_" .. airlockd.random_hex(16)
-    server = airlockd.start({ tenants = { acme = key }, env = ENV })
+    server = airlockd.start({ tenants = { acme = key, other = "ok_" .. airlockd.random_hex(16) }, env = ENV })
   end)
 
   lazy_teardown(function()
@@ -147,8 +148,30 @@ describe("memory snapshots and forks (kernels)", function()
     assert.are.equal(422, bad.status, bad.body)
     assert.are.equal("memory_mb", bad.json.detail[1].loc[2])
     assert.are.equal(422, call("POST", "/v1/sessions", { from_snapshot = m.json.snapshot_id, egress = { "example.com" } }).status)
+    -- a snapshot is busy while a cell runs (409), and taken once it ended
+    local running = http_client.post_async(server, key, "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute",
+      { code = "import time; time.sleep(3)", timeout = 20 }, 60)
+    assert.eventually(function()
+      local b = call("POST", "/v1/sessions/" .. sid .. "/snapshots", { memory = true }, 120)
+      return b.status == 409 and b.body:find("cell runs", 1, true) ~= nil, b.body
+    end, { timeout = 10, what = "a memory snapshot refused while the cell runs" })
+    running.wait()
     assert.are.equal(200, http_client.delete(server, key, sid).status)
     assert.are.equal(200, http_client.delete(server, key, f).status)
+
+    -- its memory image counts against max_snapshot_mb (6 for this tenant: its files alone fit)
+    local okey = server.tenants.other
+    local osid = http_client.create(server, okey).json.session_id
+    local okid = http_client.request(server, "POST", "/v1/sessions/" .. osid .. "/kernels",
+      { key = okey, body = '{"language": "python"}' }).json.kernel_id
+    assert.truthy(okid)
+    local over = http_client.request(server, "POST", "/v1/sessions/" .. osid .. "/snapshots", { key = okey, body = '{"memory": true}', max_time = 120 })
+    assert.are.equal(429, over.status, over.body)
+    assert.truthy(over.json.detail:find("max_snapshot_mb (6)", 1, true), over.body)
+    local files = http_client.request(server, "POST", "/v1/sessions/" .. osid .. "/snapshots", { key = okey, body = '{}' })
+    assert.are.equal(201, files.status, files.body)
+    assert.are.equal(1, #http_client.request(server, "GET", "/v1/snapshots", { key = okey }).json.snapshots)
+    assert.are.equal(200, http_client.delete(server, okey, osid).status)
   end)
 
   it("the Lua SDK: sbx:snapshot{ memory = true } and sbx:from_snapshot(id) give a session whose kernel has its x", function()
