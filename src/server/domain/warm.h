@@ -143,7 +143,7 @@ sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *t
 /* (fork: image_dir is a memory snapshot's, restored as s's own new sandbox: sandbox_session_from_image.) */
 
 /* A memory snapshot of s's own sandbox while it runs (sandbox_session_snapshot): still(ctx)
- * runs while it is held still. Its 0 / 1 (not now) / -1; -1 too when s has no sandbox running. */
+ * runs while it is held still. Its 0 / 1 (not now) / -1; 1 too when s's sandbox cannot be had now. */
 int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir, sandbox_still_fn still, void *ctx,
                           char *errbuf, size_t errlen);
 

@@ -269,9 +269,9 @@ int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir,
     pthread_mutex_lock(&w->mu);
     entry *e = warm_sessions(w) && !w->stopping ? lend(w, s, &o, false) : NULL;
     pthread_mutex_unlock(&w->mu);
-    if (!e) {
-        snprintf(errbuf, errlen, "the session has no sandbox of its own running");
-        return -1;
+    if (!e) { /* (its kernels hold it: every slot is in use, or it is being made again) */
+        snprintf(errbuf, errlen, "the session's sandbox is busy (every slot in use) or not ready");
+        return 1;
     }
     int rc = sandbox_session_snapshot(e->sb, image_dir, still, ctx, errbuf, errlen);
     give_back(w, e);
