@@ -2,7 +2,7 @@
 -- airlockd only).
 --
 --   local airlock = require "airlock"
---   local id = sbx:snapshot{ name = "before-refactor" }
+--   local id = sbx:snapshot{ name = "before-refactor" }   -- memory = true: its kernels' state too
 --   local fork = airlock.sandbox{ from_snapshot = id }
 --   for _, s in ipairs(airlock.snapshots.list()) do print(s.snapshot_id, s.name, s.bytes) end
 --   airlock.snapshots.delete(id)
