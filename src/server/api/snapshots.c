@@ -65,21 +65,26 @@ typedef struct {
     app *a;
     session *s;
     const char *image_dir;
+    json_t *kernels; /* their list, read before the sandbox's lock is taken */
     int (*still)(void *);
     void *still_ctx;
 } memory_ctx;
 
-/* While the sandbox is held still: its kernels as the image has them, then the workspace's copy. */
+/* While the sandbox is held still: its kernels' list beside the image, then the workspace's copy. */
 static int keep_kernels_then(void *arg)
 {
     memory_ctx *m = arg;
-    if (pause_keep_kernels(&m->a->pause, m->s, m->image_dir) != 0) {
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/kernels.json", m->image_dir) >= (int)sizeof path ||
+        json_dump_file(m->kernels, path, JSON_COMPACT) != 0) {
         log_session(LV_WARN, m->s->id, NULL, "cannot keep its kernels with a memory snapshot");
         return -1;
     }
     return m->still(m->still_ctx);
 }
 
+/* The kernels are read outside the sandbox's lock (a kernel's interrupt takes the kernels' lock,
+ * then the sandbox's) and read again after: a kernel made or ended meanwhile makes it a 409. */
 static int checkpoint_session(void *ctx, const char *image_dir, int (*still)(void *), void *still_ctx, char *why,
                               size_t whylen)
 {
@@ -87,7 +92,20 @@ static int checkpoint_session(void *ctx, const char *image_dir, int (*still)(voi
     m->image_dir = image_dir;
     m->still = still;
     m->still_ctx = still_ctx;
-    return warm_session_snapshot(m->a->warm, m->s, image_dir, keep_kernels_then, m, why, whylen);
+    if (!(m->kernels = kernels_describe(m->a->kernels, m->s->id))) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    int rc = warm_session_snapshot(m->a->warm, m->s, image_dir, keep_kernels_then, m, why, whylen);
+    json_t *after = kernels_describe(m->a->kernels, m->s->id);
+    if (rc == 0 && !json_equal(m->kernels, after)) {
+        snprintf(why, whylen, "the session's kernels changed while it was taken");
+        rc = 1;
+    }
+    json_decref(after);
+    json_decref(m->kernels);
+    m->kernels = NULL;
+    return rc;
 }
 
 typedef struct {

@@ -344,18 +344,6 @@ int pause_restore_fork(const pause_deps *d, const session *s, const char *image_
     return restore_anew(d, s, image_dir, true, errbuf, errlen);
 }
 
-int pause_keep_kernels(const pause_deps *d, const session *s, const char *image_dir)
-{
-    char p[SESSION_PAUSE_DIR_MAX + 20];
-    json_t *list = kernels_describe(d->kernels, s->id);
-    int rc = snprintf(p, sizeof p, "%s/kernels.json", image_dir) < (int)sizeof p && list &&
-                     json_dump_file(list, p, JSON_COMPACT) == 0
-                 ? 0
-                 : -1;
-    json_decref(list);
-    return rc;
-}
-
 size_t pause_kernels_in_the_way(const pause_deps *d, const session *s)
 {
     return d->kernels ? kernels_count(d->kernels, s->id) : 0;

@@ -67,10 +67,6 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
  * adopted under their ids. 0, or -1 with a message (nothing of the sandbox left). */
 int pause_restore_fork(const pause_deps *d, const session *s, const char *image_dir, char *errbuf, size_t errlen);
 
-/* s's kernels (ids, languages, slots) written as image_dir/kernels.json, which a restore in
- * another sandbox adopts. 0, or -1. */
-int pause_keep_kernels(const pause_deps *d, const session *s, const char *image_dir);
-
 /* Removes session_id's memory image, if any (its end). */
 void pause_forget_image(const pause_deps *d, const char *session_id);
 
