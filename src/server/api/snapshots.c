@@ -7,6 +7,7 @@
 #include "domain/pause.h"
 #include "drain/extents.h"
 #include "log/log.h"
+#include "sandbox/session_checkpoint.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,7 +21,7 @@
 
 #include "domain/sessions.h"
 #include "sandbox/sandbox.h"
-#include "sandbox/session_checkpoint.h"
+#include "sandbox/session_snapshot.h"
 
 #include <jansson.h>
 

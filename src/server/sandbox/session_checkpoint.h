@@ -36,18 +36,6 @@ void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
                                     unsigned slots_busy, bool fork, char *errbuf, size_t errlen);
 
-/* What runs while a memory snapshot's sandbox is held still (sandbox_session_snapshot): 0, or
- * -1 (the snapshot is given up). */
-typedef int (*sandbox_still_fn)(void *ctx);
-
-/* A memory snapshot of running s: `runsc pause`, `runsc checkpoint --leave-running` into
- * image_dir (an existing, empty directory; s's spec kept there as sandbox.json), then still(ctx)
- * while nothing in s runs (its workspace is then as the image saw it), then `runsc resume`.
- * 0 when saved; 1 when it cannot be now (a command or cell runs, or it has egress); -1 failed
- * (message in errbuf). s runs on in every case (it is thawed, frozen again once idle). */
-int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn still, void *ctx, char *errbuf,
-                             size_t errlen);
-
 int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len);
 
 #endif

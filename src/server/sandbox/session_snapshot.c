@@ -3,7 +3,7 @@
  * caller's copy of its workspace, made before it goes on, is the one the image saw; the
  * session keeps running after it. A fork restores the image as a sandbox of its own
  * (session_checkpoint.h, sandbox_session_from_image with fork). */
-#include "sandbox/session_checkpoint.h"
+#include "sandbox/session_snapshot.h"
 
 #include "log/log.h"
 #include "sandbox/internal.h"
