@@ -6,8 +6,8 @@
 -- from the image (a container, cgroup and workspace of its own), its kernel under its id with its
 -- x (41 then, so x + 1 is 42); two such sessions are independent of each other and of the origin.
 -- The snapshot survives an airlockd kill -9; a session with no kernel gets a files-only snapshot
--- (memory false); an image that cannot be restored gives a 500 naming why and leaves no session
--- and nothing on the host. Real airlockd with gVisor (SANDBOX_EXEC_MODE=session), loopback only.
+-- (memory false); an image another runsc made is a 409; one that cannot be restored gives a 500
+-- naming why and leaves no session and nothing on the host. Real airlockd with gVisor (SANDBOX_EXEC_MODE=session), loopback only.
 local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
@@ -198,11 +198,25 @@ describe("memory snapshots and forks (kernels)", function()
     assert.are.equal("41", k:run("x").text)
   end)
 
-  it("answers a fork whose memory image cannot be restored with a 500 naming why; no session and nothing on the host are left", function()
+  it("refuses a fork of another runsc's image (409); answers one that cannot be restored with a 500 naming why, leaving nothing", function()
     local sid = http_client.create(server, key).json.session_id
     local kid = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" }).json.kernel_id
     assert.are.equal(cjson.null, cell(sid, kid, "x = 41").error)
     local snap = call("POST", "/v1/sessions/" .. sid .. "/snapshots", { memory = true }, 120).json
+    -- an image another runsc made is refused before anything is made (409 naming both)
+    local record = server.dir .. "/state/snapshots/" .. snap.snapshot_id .. "/snapshot.json"
+    local text = assert(proc.read_file(record))
+    local other, n = text:gsub('("runsc_version"%s*:%s*")[^"]*"', '%1runsc version 0.0-other"')
+    assert.are.equal(1, n, text)
+    local fh = assert(io.open(record, "w"))
+    fh:write(other)
+    fh:close()
+    local refused = call("POST", "/v1/sessions", { from_snapshot = snap.snapshot_id })
+    assert.are.equal(409, refused.status, refused.body)
+    assert.truthy(refused.body:find("runsc version 0.0-other", 1, true) and refused.body:find("this server runs runsc version", 1, true), refused.body)
+    fh = assert(io.open(record, "w"))
+    fh:write(text)
+    fh:close()
     local img = server.dir .. "/state/snapshots/" .. snap.snapshot_id .. "/memory/checkpoint.img"
     assert.is_true(proc.run("truncate -s 4096 " .. q(img)))
     local before = #call("GET", "/v1/sessions").json.sessions
