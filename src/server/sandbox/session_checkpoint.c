@@ -159,6 +159,10 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
     lim.ahead = true;
     if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         goto out;
+    /* booted like one ahead of its command (its own freezer group), but a caller waits for it:
+     * at a command's CPU weight, not a boot ahead's low one (on a busy host that is most of
+     * the restore) */
+    sbx_cg_hurry(&s->cg);
     /* its network (egress) is made anew for the restore: the spec names the new namespace,
      * where gVisor's restored stack finds the same addresses (egress/netns.h) */
     if (sbx_spec_set_netns(s->bundle, s->network ? s->network->netns_path : NULL, errbuf, errlen) != 0)
