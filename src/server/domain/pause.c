@@ -287,6 +287,7 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
         return rc;
+    double disk_ms = ms_since(&t0); /* its disk mounted, its state saved */
     if (discard_memory && p.image_dir[0]) {
         /* files only, as asked: its kernels and their memory end */
         log_session(LV_INFO, s->id, NULL, "session %s resumed without its memory (discard_memory)", s->id);
@@ -308,7 +309,12 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
         return SESSION_ERROR;
     }
     *resume_ms = ms_since(&t0);
-    log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms", s->id, *resume_ms);
+    if (p.image_dir[0])
+        log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored, its agent "
+                    "checked and its image removed %.0f ms)", s->id, *resume_ms, disk_ms, *resume_ms - disk_ms);
+    else
+        log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; its sandbox boots for its "
+                    "next command)", s->id, *resume_ms, disk_ms);
     return SESSION_OK;
 }
 
