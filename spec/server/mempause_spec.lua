@@ -118,6 +118,11 @@ describe("pause with memory (kernels)", function()
     assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
     assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
     assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the image outlived its restore")
+    -- (set aside at the resume, removed after it answered: nothing of it stays)
+    assert.eventually(function()
+      local left = proc.output("ls " .. q(server.dir .. "/state/images") .. " | grep -F " .. q(sid .. ".ckpt") .. " || true")
+      return left == "", left
+    end, { timeout = 20, what = "the restored image removed" })
     -- again, resumed by its next cell this time
     cell(sid, kid, "x = x + 100")
     pause(sid)
