@@ -8,8 +8,10 @@
 -- why, the session stays paused with its image (nothing of it on the host) and a resume after
 -- the image is put right restores it, or discard_memory=1 gives the files; after a restart (SIGTERM or kill -9) the image is restored by the new
 -- process, the kernel under its id with its x; one made by another runsc version is refused (409, the
--- session stays paused) until resume?discard_memory=1 takes the files only. Real airlockd with
--- gVisor (SANDBOX_EXEC_MODE=session), loopback only.
+-- session stays paused) until resume?discard_memory=1 takes the files only, also when runsc is
+-- replaced under a running server (its version is asked again once its file changes). Real
+-- airlockd with gVisor (SANDBOX_EXEC_MODE=session, runsc through a wrapper script the spec can
+-- replace), loopback only.
 local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
@@ -20,7 +22,24 @@ require "support.eventually"
 local q = proc.shell_quote
 
 describe("pause with memory (kernels)", function()
-  local server, key
+  local server, key, runsc_dir
+
+  -- the server's runsc: a script that runs the real one, or answers --version with `version`
+  local real_runsc = os.getenv("AIRLOCK_RUNSC") or ".deps/runsc/usr/bin/runsc"
+  if real_runsc:sub(1, 1) ~= "/" then real_runsc = proc.output("pwd"):gsub("%s+$", "") .. "/" .. real_runsc end
+  local function install_runsc(version)
+    local script = "#!/bin/sh\n"
+    if version then
+      script = script .. 'if [ "$1" = --version ]; then echo "runsc version ' .. version .. '"; exit 0; fi\n'
+    end
+    proc.write_file(runsc_dir .. "/runsc.new", script .. "exec " .. q(real_runsc) .. ' "$@"\n')
+    -- a new file in its place (never one runsc half written while the server runs it)
+    assert.is_true(proc.run("chmod 755 " .. q(runsc_dir .. "/runsc.new") .. " && mv " .. q(runsc_dir .. "/runsc.new") .. " "
+      .. q(runsc_dir .. "/runsc")))
+  end
+  local function env()
+    return { SANDBOX_EXEC_MODE = "session", AIRLOCK_RUNSC = runsc_dir .. "/runsc" }
+  end
 
   local function call(method, path, body, max_time)
     return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
@@ -68,11 +87,14 @@ describe("pause with memory (kernels)", function()
 
   lazy_setup(function()
     key = "ak_" .. airlockd.random_hex(16)
-    server = airlockd.start({ tenants = { acme = key }, env = { SANDBOX_EXEC_MODE = "session" } })
+    runsc_dir = proc.make_temp_dir()
+    install_runsc()
+    server = airlockd.start({ tenants = { acme = key }, env = env() })
   end)
 
   lazy_teardown(function()
     if server then airlockd.stop(server) end
+    if runsc_dir then proc.remove_tree(runsc_dir) end
   end)
 
   it("pauses a session with a kernel into a memory image and resumes it with the kernel's state", function()
@@ -97,6 +119,11 @@ describe("pause with memory (kernels)", function()
     assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
     assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
     assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the image outlived its restore")
+    -- (set aside at the resume, removed after it answered: nothing of it stays)
+    assert.eventually(function()
+      local left = proc.output("ls " .. q(server.dir .. "/state/images") .. " | grep -F " .. q(sid .. ".ckpt") .. " || true")
+      return left == "", left
+    end, { timeout = 20, what = "the restored image removed" })
     -- again, resumed by its next cell this time
     cell(sid, kid, "x = x + 100")
     pause(sid)
@@ -201,11 +228,25 @@ describe("pause with memory (kernels)", function()
     assert(ok, err)
   end)
 
+  it("asks runsc's version again once its file changes: an image of the runsc before is refused, then resumed with it", function()
+    local sid, kid = session_with_x41()
+    pause(sid)
+    install_runsc("0.0-replaced") -- another runsc put in place while the server runs
+    local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
+    assert.are.equal(409, r.status, r.body)
+    assert.truthy(r.body:find("this server runs runsc version 0.0-replaced", 1, true), r.body)
+    assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
+    install_runsc() -- the one that made the image, back
+    local c = cell(sid, kid, "x + 1")
+    assert.are.equal("42", (c.results[1] or {})["text/plain"], cjson.encode(c))
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
   local function restart(signal, between)
     os.execute("kill -" .. signal .. " " .. server.pid)
     assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
     if between then between() end
-    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = { SANDBOX_EXEC_MODE = "session" }, wait = 60 })
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = env(), wait = 60 })
   end
 
   it("refuses an image of another runsc version (409 naming both, still paused) until resume?discard_memory=1", function()
@@ -267,7 +308,7 @@ describe("pause with memory (kernels)", function()
     os.execute("kill -9 " .. server.pid)
     assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
     assert.is_true(proc.run("test -d " .. q(image_dir(sid))))
-    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = { SANDBOX_EXEC_MODE = "session" }, wait = 60 })
+    server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = env(), wait = 60 })
     assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
     local c = cell(sid, kid, "x + 1")
     assert.are.equal("42", (c.results[1] or {})["text/plain"], cjson.encode(c) .. airlockd.log(server):sub(-2500))

@@ -385,6 +385,7 @@ void sandbox_backend_close(sandbox_backend *b)
     free(b->runsc_root);
     free(b->runsc);
     free(b->bwrap);
+    pthread_mutex_destroy(&b->version_mu);
     free(b);
 }
 
@@ -489,6 +490,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
         snprintf(errbuf, errlen, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&b->version_mu, NULL);
     b->rootfs_dir = sbx_path_join(state_dir, "sandbox-root");
     b->bundles_dir = sbx_path_join(state_dir, "sandbox-bundles");
     b->runsc_root = sbx_path_join(state_dir, "runsc");

@@ -10,6 +10,8 @@
 #include "../../agent/protocol.h"
 
 #include <pthread.h>
+#include <sys/types.h>
+#include <time.h>
 
 /* gVisor's sentry, gofer and systrap stubs are host tasks: a fork bomb at 64 processes
  * peaked at ~145 of them; this only stops a runaway sentry, not sandboxed processes (plus
@@ -48,6 +50,16 @@ struct sandbox_backend {
     bool have_cgroups;
     sandbox_retire_hook on_retire; /* sandbox_backend_on_retire */
     void *retire_ctx;
+    /* runsc's version as last read (sandbox_runsc_version) and the binary it was read from:
+     * read again only when that file changes (a pause and a resume each need it) */
+    pthread_mutex_t version_mu;
+    struct {
+        dev_t dev;
+        ino_t ino;
+        off_t size;
+        struct timespec mtime;
+        char text[128]; /* "" until read */
+    } runsc_version;
     char summary[768];   /* sandbox_backend_summary */
     char notes[1024];    /* sandbox_backend_notes */
 };

@@ -160,6 +160,10 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
     /* (a fork's was made already: its spec names it) */
     if (!s->cg.tree && sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         goto out;
+    /* booted like one ahead of its command (its own freezer group), but a caller waits for it:
+     * at a command's CPU weight, not a boot ahead's low one (on a busy host that is most of
+     * the restore) */
+    sbx_cg_hurry(&s->cg);
     /* its network (egress) is made anew for the restore: the spec names the new namespace,
      * where gVisor's restored stack finds the same addresses (egress/netns.h) */
     if (sbx_spec_set_netns(s->bundle, s->network ? s->network->netns_path : NULL, errbuf, errlen) != 0)
@@ -305,10 +309,10 @@ sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, c
     return s;
 }
 
-int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len)
+/* The first line of `runsc --version` into out (a Go binary's start: tens of ms, more under
+ * load). 0, or -1. */
+static int read_runsc_version(const sandbox_backend *b, char *out, size_t len)
 {
-    if (!b || !b->runsc)
-        return -1;
     const char *argv[] = {b->runsc, "--version", NULL};
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .timeout_ms = 10000};
     sbx_proc_result r;
@@ -324,5 +328,35 @@ int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len)
     if (rc == 0)
         snprintf(out, len, "%.*s", (int)line, text);
     sbx_proc_result_free(&r);
+    return rc;
+}
+
+int sandbox_runsc_version(sandbox_backend *b, char *out, size_t len)
+{
+    struct stat st;
+    if (!b || !b->runsc || stat(b->runsc, &st) != 0)
+        return -1;
+    pthread_mutex_lock(&b->version_mu);
+    bool same = b->runsc_version.text[0] && b->runsc_version.dev == st.st_dev && b->runsc_version.ino == st.st_ino &&
+                b->runsc_version.size == st.st_size && b->runsc_version.mtime.tv_sec == st.st_mtim.tv_sec &&
+                b->runsc_version.mtime.tv_nsec == st.st_mtim.tv_nsec;
+    int rc = 0;
+    if (!same) { /* first use, or runsc was replaced: asked again */
+        b->runsc_version.text[0] = '\0';
+        rc = read_runsc_version(b, b->runsc_version.text, sizeof b->runsc_version.text);
+        if (rc == 0) {
+            b->runsc_version.dev = st.st_dev;
+            b->runsc_version.ino = st.st_ino;
+            b->runsc_version.size = st.st_size;
+            b->runsc_version.mtime = st.st_mtim;
+        } else {
+            b->runsc_version.text[0] = '\0';
+        }
+    }
+    if (rc == 0 && strlen(b->runsc_version.text) >= len)
+        rc = -1;
+    if (rc == 0)
+        snprintf(out, len, "%s", b->runsc_version.text);
+    pthread_mutex_unlock(&b->version_mu);
     return rc;
 }

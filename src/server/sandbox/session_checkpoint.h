@@ -25,8 +25,6 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
  * and net made again before the restore; NULL: none). Kept by the caller while s lives. */
 void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
 
-/* runsc's version (the first line of `runsc --version`: "runsc version release-..."): an
- * image is restored only by the version that made it. 0, or -1. */
 /* A sandbox restored from image_dir by another airlockd process (the struct of its checkpoint
  * is gone): its container id and spec kept there, its workspace, tenant, size and network from o, the
  * slots in slots_busy (bit i: slot i) held by processes the image brings back. fork: a memory
@@ -36,6 +34,10 @@ void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
                                     unsigned slots_busy, bool fork, char *errbuf, size_t errlen);
 
-int sandbox_runsc_version(const sandbox_backend *b, char *out, size_t len);
+/* runsc's version (the first line of `runsc --version`: "runsc version release-..."): an
+ * image is restored only by the version that made it. Asked of runsc once, and again when its
+ * file changes (another inode, size or mtime: a runsc replaced under a running airlockd). 0, or
+ * -1. */
+int sandbox_runsc_version(sandbox_backend *b, char *out, size_t len);
 
 #endif
