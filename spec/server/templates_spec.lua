@@ -96,7 +96,7 @@ describe("templates", function()
   local s, acme, other, stamp
 
   lazy_setup(function()
-    s = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4}}' } })
+    s = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4, "max_template_builds": 2}}', SANDBOX_TEMPLATE_BUILDS = "2" } })
     acme, other = s.tenants.acme, s.tenants.other
   end)
 
@@ -133,6 +133,9 @@ describe("templates", function()
     assert.are.equal("building", res.json.status)
     local id = res.json.id
     assert.truthy(id:match("^tpl_%x+$"))
+    -- another build at the same time: both need the base, one build makes it
+    local second = post(s, acme, "/v1/templates", { name = "second", packages = { "jq" } })
+    assert.are.equal(202, second.status, second.body)
     assert.truthy(check_build_processes(s) > 0)
     -- the stream ends when the build does; its last event is the end
     local log = http_client.request(s, "GET", "/v1/templates/hello/log", { key = acme, max_time = 600 })
@@ -152,7 +155,10 @@ describe("templates", function()
     assert.are.same({ "hello", "jq" }, t.packages)
     assert.truthy(t.size > 10 * 1024 * 1024)
     assert.truthy(exists(s.dir .. "/state/templates/" .. id .. "/root/usr/bin/hello"))
-    -- the first build made the base (one, complete), and left nothing of its own beside the root
+    -- the first builds made the base (once, one, complete), and left nothing of theirs beside the root
+    assert.are.equal("ready", wait_built(s, acme, "second").status)
+    local _, made = airlockd.log(s):gsub("making the base every template starts from", "")
+    assert.are.equal(1, made)
     assert.truthy(bases(s):match("^%x+ $"), bases(s))
     stamp = base_stamp(s)
     assert.truthy(stamp:match("^%d+%s*$"), stamp)
@@ -212,6 +218,7 @@ describe("templates", function()
     -- both builds started from the base the first build made: it was not made again
     assert.are.equal(stamp, base_stamp(s))
     assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/badsetup", { key = acme }).status)
+    assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/second", { key = acme }).status)
     assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/nosuch", { key = acme }).status)
   end)
 

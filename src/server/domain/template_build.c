@@ -157,13 +157,15 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
         argv[a++] = include;
     /* the package cache and the base's apt lists go in and out as hard links (the same
      * filesystem: nothing is copied; apt and dpkg replace files, never write into them), so a
-     * large cache costs no time; a copy when links cannot be made */
+     * large cache costs no time; copies when links cannot be made. Only the packages and the
+     * lists: each build keeps its own lock files (apt locks them by inode). */
     if (t->cache &&
-        asprintf(&hook_in, "--setup-hook=cp -al %s/. \"$1\"/var/cache/apt/archives/ 2>/dev/null || "
-                 "cp -a %s/. \"$1\"/var/cache/apt/archives/", t->cache, t->cache) >= 0 &&
-        asprintf(&hook_out, "--customize-hook=find \"$1\"/var/cache/apt/archives/ -maxdepth 1 -name '*.deb' "
+        asprintf(&hook_in, "--setup-hook=find %s/ -maxdepth 1 -type f -name '*.deb' -exec cp -al -t "
+                 "\"$1\"/var/cache/apt/archives/ {} + 2>/dev/null || find %s/ -maxdepth 1 -type f -name '*.deb' "
+                 "-exec cp -a -t \"$1\"/var/cache/apt/archives/ {} +", t->cache, t->cache) >= 0 &&
+        asprintf(&hook_out, "--customize-hook=find \"$1\"/var/cache/apt/archives/ -maxdepth 1 -type f -name '*.deb' "
                  "-exec cp -aln -t %s/ {} + 2>/dev/null || find \"$1\"/var/cache/apt/archives/ -maxdepth 1 "
-                 "-name '*.deb' -exec cp -an -t %s/ {} +", t->cache, t->cache) >= 0) {
+                 "-type f -name '*.deb' -exec cp -an -t %s/ {} +", t->cache, t->cache) >= 0) {
         argv[a++] = "--skip=essential/unlink";
         argv[a++] = "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/";
         argv[a++] = hook_in;
@@ -171,8 +173,8 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
         /* the base keeps the apt lists it was made with: a build over it starts from them, and
          * its apt-get update fetches only what changed since */
         int made = !lists ? -1
-                   : packages ? asprintf(&hook_lists, "--setup-hook=[ ! -d %s ] || cp -al %s/. \"$1\"/var/lib/apt/lists/",
-                                         lists, lists)
+                   : packages ? asprintf(&hook_lists, "--setup-hook=[ ! -d %s ] || find %s/ -maxdepth 1 -type f "
+                                         "! -name lock -exec cp -al -t \"$1\"/var/lib/apt/lists/ {} +", lists, lists)
                               : asprintf(&hook_lists, "--customize-hook=cp -al \"$1\"/var/lib/apt/lists %s", lists);
         if (made >= 0)
             argv[a++] = hook_lists;
@@ -276,6 +278,7 @@ static int make_base(void *ctx, const char *root, char *why, size_t whylen)
 {
     static const char say[] = "airlockd: making the base every template starts from (once per apt sources)\n";
     reader *rd = ctx;
+    log_info("template %s: making the base every template starts from, in %s", rd->r->name, root);
     pthread_mutex_lock(&rd->t->mu);
     tpl_log_append(rd->r, say, sizeof say - 1);
     pthread_mutex_unlock(&rd->t->mu);
