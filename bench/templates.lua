@@ -2,15 +2,19 @@
 -- Templates (issue #24), side by side in one run on one airlockd (this machine is shared and
 -- loaded: only figures taken together mean anything; the load average is printed with them):
 --
---   * a template of one small package (GNU hello) with the package cache cold, then the same
---     packages with the cache warm (another recipe: a setup command), each from POST to ready;
+--   * a template of one small package (GNU hello) on a new server: the first build, which also
+--     makes the base every build starts from, with the package cache cold; then the same package
+--     over the cached base with the cache warm (another recipe: a setup command), then jq and
+--     hello over it, then that again after the base was removed (the base made again), each from
+--     POST to ready;
 --   * the same request again (the cache hit): POST to answer;
 --   * create + first command (`true`) on that template against the default root, alternated
 --     round by round, medians and their ratio;
 --   * examples/data_template.lua (python3-numpy and python3-matplotlib, a plot read back), then
 --     `python3 -c "import numpy"` on the data template and on the default root;
 --   * commands per second of 8 busy sessions (each running `true` back to back) alone and then
---     beside a build (a template of jq and hello), in pairs of 10 s windows, the median ratio.
+--     beside a build (a template of jq, hello and python3: over the base a smaller build may end
+--     within the window), in pairs of 10 s windows, the median ratio.
 --
 --   lua5.4 bench/templates.lua [rounds]     BENCH_SMOKE=1: 3 rounds, no data template
 -- Needs root (runsc, mmdebstrap) and the host's apt sources reachable. No assertion beyond
@@ -88,12 +92,17 @@ local ok, err = pcall(function()
   -- builds: cold cache, warm cache, cache hit
   local cold = build({ name = "hello", packages = { "hello" } })
   local warm = build({ name = "hello-warm", packages = { "hello" }, setup = { "true" } })
+  local small = build({ name = "small", packages = { "jq", "hello" } })
+  check(proc.run("rm -rf " .. q(server.dir .. "/state/templates/bases") .. "/*"), "removing the base")
+  local rebase = build({ name = "small-rebase", packages = { "jq", "hello" }, setup = { "true" } })
   local t0 = now()
   local status, again = call(server, "POST", "/v1/templates", KEY, cjson.encode({ name = "hello", packages = { "hello" } }))
   local hit = now() - t0
   check(status == 200 and again.status == "ready", "cache hit: " .. tostring(status))
-  row("build: hello, package cache cold (s)", string.format("%.1f", cold))
-  row("build: hello, package cache warm (s)", string.format("%.1f", warm))
+  row("first build: hello, makes the base, package cache cold (s)", string.format("%.1f", cold))
+  row("build over the base: hello, package cache warm (s)", string.format("%.1f", warm))
+  row("build over the base: jq and hello (s)", string.format("%.1f", small))
+  row("build of jq and hello after the base was removed (makes it again) (s)", string.format("%.1f", rebase))
   row("the same request again (s)", string.format("%.3f", hit))
 
   -- create + first command, template vs default, alternated (a warm-up round first: spares)
@@ -143,7 +152,7 @@ local ok, err = pcall(function()
   for pair = 1, PAIRS do
     local alone = busy(BUSY_SECONDS)
     local name = "beside" .. pair
-    call(server, "POST", "/v1/templates", KEY, cjson.encode({ name = name, packages = { "jq", "hello" },
+    call(server, "POST", "/v1/templates", KEY, cjson.encode({ name = name, packages = { "jq", "hello", "python3" },
       setup = { "echo " .. pair } }))
     local beside = busy(BUSY_SECONDS)
     local _, b = call(server, "GET", "/v1/templates/" .. name, KEY)

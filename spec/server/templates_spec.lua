@@ -6,7 +6,8 @@
 -- with the same id at once; a session on it runs the packages (as uid 1000, read-only /usr) while
 -- the default root lacks them; another tenant cannot see it; DELETE is refused while a session
 -- uses it; a failed build (unknown package, failing setup) says the tool's own words and leaves
--- no files; templates survive a restart. Builds are waited on with a bounded wait that says what
+-- no files; templates survive a restart. Every build starts from a base the first one made
+-- (kept once, not made again by later builds; a half-made or outdated one is removed at start). Builds are waited on with a bounded wait that says what
 -- it last saw; no timing assertions. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
 local host_state = require "support.host_state"
@@ -81,11 +82,21 @@ local function check_build_processes(server)
   return seen
 end
 
+-- The entries of server s's base cache (<state>/templates/bases), sorted, one string.
+local function bases(server)
+  return proc.output("ls " .. proc.shell_quote(server.dir .. "/state/templates/bases") .. " 2>/dev/null | sort | tr '\\n' ' '")
+end
+
+-- The inode of the current base's ready stamp (a base made again has another).
+local function base_stamp(server)
+  return proc.output("stat -c %i " .. proc.shell_quote(server.dir .. "/state/templates/bases") .. "/*/ready 2>/dev/null")
+end
+
 describe("templates", function()
-  local s, acme, other
+  local s, acme, other, stamp
 
   lazy_setup(function()
-    s = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4}}' } })
+    s = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4, "max_template_builds": 2}}', SANDBOX_TEMPLATE_BUILDS = "2" } })
     acme, other = s.tenants.acme, s.tenants.other
   end)
 
@@ -122,6 +133,9 @@ describe("templates", function()
     assert.are.equal("building", res.json.status)
     local id = res.json.id
     assert.truthy(id:match("^tpl_%x+$"))
+    -- another build at the same time: both need the base, one build makes it
+    local second = post(s, acme, "/v1/templates", { name = "second", packages = { "jq" } })
+    assert.are.equal(202, second.status, second.body)
     assert.truthy(check_build_processes(s) > 0)
     -- the stream ends when the build does; its last event is the end
     local log = http_client.request(s, "GET", "/v1/templates/hello/log", { key = acme, max_time = 600 })
@@ -141,6 +155,15 @@ describe("templates", function()
     assert.are.same({ "hello", "jq" }, t.packages)
     assert.truthy(t.size > 10 * 1024 * 1024)
     assert.truthy(exists(s.dir .. "/state/templates/" .. id .. "/root/usr/bin/hello"))
+    -- the first builds made the base (once, one, complete), and left nothing of theirs beside the root
+    assert.are.equal("ready", wait_built(s, acme, "second").status)
+    local _, made = airlockd.log(s):gsub("making the base every template starts from", "")
+    assert.are.equal(1, made)
+    assert.truthy(bases(s):match("^%x+ $"), bases(s))
+    stamp = base_stamp(s)
+    assert.truthy(stamp:match("^%d+%s*$"), stamp)
+    assert.truthy(exists(s.dir .. "/state/templates/bases/" .. bases(s):match("%x+") .. "/root/usr/bin/dpkg"))
+    assert.falsy(exists(s.dir .. "/state/templates/" .. id .. "/lists"))
 
     local again = post(s, acme, "/v1/templates", { name = "hello", packages = { "jq", "hello" }, setup = body.setup })
     assert.are.equal(200, again.status, again.body)
@@ -192,7 +215,10 @@ describe("templates", function()
     assert.are.equal("failed", t.status)
     assert.truthy(t.log_tail:find("setup command exited with 3: exit 3", 1, true), t.log_tail)
     assert.falsy(exists(s.dir .. "/state/templates/" .. b.json.id))
+    -- both builds started from the base the first build made: it was not made again
+    assert.are.equal(stamp, base_stamp(s))
     assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/badsetup", { key = acme }).status)
+    assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/second", { key = acme }).status)
     assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/nosuch", { key = acme }).status)
   end)
 
@@ -202,7 +228,13 @@ describe("templates", function()
     assert.truthy(exists(builds))
     proc.stop_process(s.pid, 10)
     assert.falsy(exists(builds)) -- a stopping server removes its builds' group too
+    -- a base half-made when the server stopped, and one of other apt sources: both go at start
+    local current = bases(s)
+    local bdir = s.dir .. "/state/templates/bases/"
+    assert.truthy(proc.run("mkdir -p " .. bdir .. "0123456789abcdef.new/root " .. bdir .. "fedcba9876543210/root && touch "
+      .. bdir .. "fedcba9876543210/ready"))
     s = airlockd.start({ dir = s.dir, tenants = s.tenants })
+    assert.are.equal(current, bases(s))
     local t = get(s, acme, "/v1/templates/hello")
     assert.are.equal("ready", t.json.status, t.body)
     local sid = http_client.create(s, acme, cjson.encode({ template = "hello" })).json.session_id
@@ -237,5 +269,6 @@ describe("a template build whose mirror cannot be reached", function()
     assert.truthy(t.log_tail:find("127.0.0.1", 1, true), t.log_tail)
     assert.truthy(t.log_tail:find("airlockd: the build failed: mmdebstrap exited with", 1, true), t.log_tail)
     assert.falsy(exists(s.dir .. "/state/templates/" .. res.json.id))
+    assert.are.equal("", bases(s)) -- its base was never made: nothing half-made is left of it
   end)
 end)

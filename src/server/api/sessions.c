@@ -14,24 +14,33 @@
 static const char *const TEMPLATES[] = {"sandbox-base:latest", "python:3.11-slim"};
 
 /* A template name that is not one of the reference's two: the tenant's (or the admin's) built
- * template, its id in id; else the answer is sent (404 unknown, 409 not ready) and false. */
+ * template, its id in id; else the answer is sent (404 unknown, 409 not ready) and false. On a
+ * fleet node a template still building here is waited for (templates_await): a create never
+ * fails because the node the router chose lacks it; alone, a server answers 409 at once (its
+ * client built the template and can wait for it). */
 static bool resolve_template(app *a, http_request *r, const char *tenant, const char *name, size_t len, char *id)
 {
     char *nm = strndup(name, len);
     const char *status = "";
-    templates_result rc = nm && strlen(nm) == len ? templates_resolve(a->templates, tenant, nm, id, &status)
-                                                  : TPL_NOT_FOUND;
+    char why[512] = "";
+    templates_result rc = TPL_NOT_FOUND;
+    if (nm && strlen(nm) == len)
+        rc = a->fleet ? templates_await(a->templates, tenant, nm, TEMPLATES_AWAIT_S, http_client_fd(r), id, &status,
+                                        why, sizeof why)
+                      : templates_resolve(a->templates, tenant, nm, id, &status);
     char *msg = NULL;
     int n = -1;
     if (rc == TPL_NOT_READY && a->fleet && strcmp(status, "building") == 0) {
-        /* a fleet node building it: HAProxy retries the create on a node that has it */
+        /* still building past the wait (or too many creates wait): HAProxy retries elsewhere */
         free(nm);
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", "The template is being built on this node; "
                                                 "retry shortly (another node may have it ready)."),
                               "retry-after", "5");
         return false;
     }
-    if (rc == TPL_NOT_READY)
+    if (rc == TPL_NOT_READY && why[0])
+        n = asprintf(&msg, "Template '%s' is not ready (status %s): %s", nm, status, why);
+    else if (rc == TPL_NOT_READY)
         n = asprintf(&msg, "Template '%s' is not ready (status %s).", nm, status);
     else if (rc != TPL_OK) {
         json_t *list = json_pack("[s,s]", TEMPLATES[0], TEMPLATES[1]);

@@ -1,6 +1,7 @@
-/* One template build (see templates.h): mmdebstrap from the host's apt sources with the package
- * cache, the setup in gVisor, the root finished and measured; its output goes to the record's
- * log and progress as it comes. Package names reach mmdebstrap as one argument (validated
+/* One template build (see templates.h): a copy of the cached base (template_base.c, made here
+ * when missing: mmdebstrap's essential set), then mmdebstrap again over that copy for the
+ * packages, from the host's apt sources with the package cache, the setup in gVisor, the root
+ * finished and measured; its output goes to the record's log and progress as it comes. Package names reach mmdebstrap as one argument (validated
  * against Debian's grammar by the API); nothing a client sent is pasted into a shell. */
 #include "domain/templates_internal.h"
 
@@ -8,6 +9,7 @@
 #include "log/log.h"
 #include "sandbox/build.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
@@ -37,11 +39,18 @@ typedef struct {
     char line[LINE_MAX_KEPT];
     size_t len;
     bool cut; /* the line went past LINE_MAX_KEPT: the rest of it is dropped */
+    bool upgraded_essential; /* mmdebstrap over the base had to install essential packages */
 } reader;
+
+/* mmdebstrap's line when its essential step has packages to install: over a base, the archive
+ * has newer ones than the base holds. */
+static const char ESSENTIAL_LINE[] = "I: installing essential packages";
 
 static void take_line(reader *rd)
 {
     rd->line[rd->len] = '\0';
+    if (strncmp(rd->line, ESSENTIAL_LINE, sizeof ESSENTIAL_LINE - 1) == 0)
+        rd->upgraded_essential = true;
     pthread_mutex_lock(&rd->t->mu);
     if (template_progress_line(&rd->r->progress, rd->line, rd->len))
         tpl_event_locked(rd->t, rd->r, rd->line);
@@ -84,8 +93,7 @@ static void phase(templates *t, tpl *r, const char *name)
     pthread_mutex_unlock(&t->mu);
 }
 
-/* The apt sources files to build from: SANDBOX_TEMPLATE_SOURCES, else the host's. */
-static int source_files(const templates *t, glob_t *g)
+int tpl_source_files(const templates *t, glob_t *g)
 {
     memset(g, 0, sizeof *g);
     if (t->sources)
@@ -101,12 +109,14 @@ static int source_files(const templates *t, glob_t *g)
     return g->gl_pathc > 0 ? 0 : -1;
 }
 
-/* mmdebstrap into root_dir; 0, or -1 with why. */
-static int debootstrap(templates *t, reader *rd, const char *root_dir, const json_t *packages, char *why,
-                       size_t whylen)
+/* mmdebstrap into root_dir: the base (packages NULL: the essential set into an empty root_dir),
+ * or packages over a copy of the base (its essential step then installs nothing unless the
+ * archive has moved on since the base was made); 0, or -1 with why. */
+static int debootstrap(templates *t, reader *rd, const char *root_dir, const json_t *packages, const char *lists,
+                       char *why, size_t whylen)
 {
-    char *include = NULL, *hook_in = NULL, *hook_out = NULL;
-    size_t n = json_array_size(packages), need = 16;
+    char *include = NULL, *hook_in = NULL, *hook_out = NULL, *hook_lists = NULL;
+    size_t n = packages ? json_array_size(packages) : 0, need = 16;
     for (size_t i = 0; i < n; i++)
         need += strlen(json_string_value(json_array_get(packages, i))) + 1;
     include = malloc(need);
@@ -119,7 +129,7 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
         }
     }
     glob_t g;
-    if (source_files(t, &g) != 0) {
+    if (tpl_source_files(t, &g) != 0) {
         snprintf(why, whylen, "no apt sources found (%s)", t->sources ? t->sources : "/etc/apt");
         free(include);
         globfree(&g);
@@ -134,20 +144,40 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
     argv[a++] = "--variant=essential";
     /* usr-is-merged instead of usrmerge (which pulls perl), no manuals, docs or translations:
      * a third of the size, as fast or faster (docs/server.md) */
-    struct stat hooks;
-    if (stat(MERGED_USR_HOOKS, &hooks) == 0 && S_ISDIR(hooks.st_mode))
+    struct stat hooks; /* the base has them (the hooks would make the links again: they exist) */
+    if (!packages && stat(MERGED_USR_HOOKS, &hooks) == 0 && S_ISDIR(hooks.st_mode))
         argv[a++] = "--hook-dir=" MERGED_USR_HOOKS;
+    if (packages) /* the copy of the base */
+        argv[a++] = "--skip=check/empty";
     for (size_t i = 0; i < sizeof DPKG_OPTIONS / sizeof DPKG_OPTIONS[0]; i++)
         argv[a++] = DPKG_OPTIONS[i];
     argv[a++] = "--aptopt=Acquire::http::Timeout \"30\"";
     argv[a++] = "--aptopt=Acquire::Retries \"1\"";
-    argv[a++] = include;
-    if (t->cache && asprintf(&hook_in, "--setup-hook=sync-in %s /var/cache/apt/archives/", t->cache) >= 0 &&
-        asprintf(&hook_out, "--customize-hook=sync-out /var/cache/apt/archives %s", t->cache) >= 0) {
+    if (packages)
+        argv[a++] = include;
+    /* the package cache and the base's apt lists go in and out as hard links (the same
+     * filesystem: nothing is copied; apt and dpkg replace files, never write into them), so a
+     * large cache costs no time; copies when links cannot be made. Only the packages and the
+     * lists: each build keeps its own lock files (apt locks them by inode). */
+    if (t->cache &&
+        asprintf(&hook_in, "--setup-hook=find %s/ -maxdepth 1 -type f -name '*.deb' -exec cp -al -t "
+                 "\"$1\"/var/cache/apt/archives/ {} + 2>/dev/null || find %s/ -maxdepth 1 -type f -name '*.deb' "
+                 "-exec cp -a -t \"$1\"/var/cache/apt/archives/ {} +", t->cache, t->cache) >= 0 &&
+        asprintf(&hook_out, "--customize-hook=find \"$1\"/var/cache/apt/archives/ -maxdepth 1 -type f -name '*.deb' "
+                 "-exec cp -aln -t %s/ {} + 2>/dev/null || find \"$1\"/var/cache/apt/archives/ -maxdepth 1 "
+                 "-type f -name '*.deb' -exec cp -an -t %s/ {} +", t->cache, t->cache) >= 0) {
         argv[a++] = "--skip=essential/unlink";
         argv[a++] = "--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/";
         argv[a++] = hook_in;
         argv[a++] = hook_out;
+        /* the base keeps the apt lists it was made with: a build over it starts from them, and
+         * its apt-get update fetches only what changed since */
+        int made = !lists ? -1
+                   : packages ? asprintf(&hook_lists, "--setup-hook=[ ! -d %s ] || find %s/ -maxdepth 1 -type f "
+                                         "! -name lock -exec cp -al -t \"$1\"/var/lib/apt/lists/ {} +", lists, lists)
+                              : asprintf(&hook_lists, "--customize-hook=cp -al \"$1\"/var/lib/apt/lists %s", lists);
+        if (made >= 0)
+            argv[a++] = hook_lists;
     }
     argv[a++] = t->suite;
     argv[a++] = root_dir;
@@ -180,6 +210,7 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
     free(include);
     free(hook_in);
     free(hook_out);
+    free(hook_lists);
     return rc;
 }
 
@@ -210,6 +241,121 @@ static int run_setup(templates *t, reader *rd, const char *root_dir, const json_
         sandbox_result_free(&res);
     }
     free(cmds);
+    return rc;
+}
+
+/* Removes every entry of dir (left empty). */
+static int empty_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int rc = d ? 0 : -1;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            char *p = NULL;
+            if (asprintf(&p, "%s/%s", dir, e->d_name) < 0 || fs_rmtree(p) != 0)
+                rc = -1;
+            free(p);
+        }
+    if (d)
+        closedir(d);
+    return rc;
+}
+
+/* leaf beside path's last component (<dir>/root -> <dir>/leaf), malloc'd. */
+static char *sibling(const char *path, const char *leaf)
+{
+    const char *slash = strrchr(path, '/');
+    char *p = NULL;
+    if (!slash || asprintf(&p, "%.*s/%s", (int)(slash - path), path, leaf) < 0)
+        return NULL;
+    return p;
+}
+
+/* tpl_base_maker: the essential set into root, its /dev emptied (mmdebstrap fills it again over
+ * each copy, and refuses to find it filled). */
+static int make_base(void *ctx, const char *root, char *why, size_t whylen)
+{
+    static const char say[] = "airlockd: making the base every template starts from (once per apt sources)\n";
+    reader *rd = ctx;
+    log_info("template %s: making the base every template starts from, in %s", rd->r->name, root);
+    pthread_mutex_lock(&rd->t->mu);
+    tpl_log_append(rd->r, say, sizeof say - 1);
+    pthread_mutex_unlock(&rd->t->mu);
+    char *lists = sibling(root, "lists"), *dev = NULL;
+    if (debootstrap(rd->t, rd, root, NULL, lists, why, whylen) != 0) {
+        free(lists);
+        return -1;
+    }
+    free(lists);
+    int rc = asprintf(&dev, "%s/dev", root) >= 0 && empty_dir(dev) == 0 ? 0 : -1;
+    if (rc != 0)
+        snprintf(why, whylen, "cannot empty %s/dev: %s", root, strerror(errno));
+    free(dev);
+    return rc;
+}
+
+/* Runs cp with args in the build group as every step; 0, or -1 with why. */
+static int run_cp(templates *t, const char *a1, const char *a2, const char *from, const char *to, char *why,
+                  size_t whylen)
+{
+    const char *argv[] = {t->cp, a1, a2, "--", from, to, NULL};
+    sandbox_build_step st = {.name = "tpl-copy", .timeout_seconds = t->build_timeout, .cancel_fd = t->cancel[0]};
+    sandbox_result res;
+    if (sandbox_build_exec(t->sb, &st, argv, build_env, &res, why, whylen) != 0)
+        return -1;
+    int rc = res.exit_code == 0 ? 0 : -1;
+    if (rc != 0)
+        snprintf(why, whylen, "copying the base failed (cp exited with %d): %.200s", res.exit_code,
+                 res.err ? res.err : "");
+    sandbox_result_free(&res);
+    return rc;
+}
+
+/* The base's root copied to root_dir (reflinks where the filesystem has them) and its apt lists
+ * linked beside it (lists_dir); 0, or -1 with why. */
+static int copy_base(templates *t, const char *base, const char *root_dir, const char *lists_dir, char *why,
+                     size_t whylen)
+{
+    char *lists = sibling(base, "lists");
+    struct stat st;
+    int rc = lists ? run_cp(t, "-a", "--reflink=auto", base, root_dir, why, whylen) : -1;
+    if (rc == 0 && stat(lists, &st) == 0) /* a base without lists: the build fetches them all */
+        rc = run_cp(t, "-al", "--no-target-directory", lists, lists_dir, why, whylen);
+    if (!lists)
+        snprintf(why, whylen, "out of memory");
+    free(lists);
+    return rc;
+}
+
+/* The packages over a copy of the base (made first when missing); 0, or -1 with why. */
+static int install(templates *t, reader *rd, const char *root_dir, const json_t *packages, char *why, size_t whylen)
+{
+    char key[TPL_BASE_KEY_LEN], *base = NULL, *lists = sibling(root_dir, "lists");
+    if (!lists) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    if (tpl_base_key(t, key) != 0) {
+        snprintf(why, whylen, "no apt sources could be read (%s)", t->sources ? t->sources : "/etc/apt");
+        free(lists);
+        return -1;
+    }
+    if (tpl_base_get(t, key, make_base, rd, &base, why, whylen) != 0) {
+        free(lists);
+        return -1;
+    }
+    int rc = copy_base(t, base, root_dir, lists, why, whylen);
+    tpl_base_put(t);
+    free(base);
+    rd->upgraded_essential = false;
+    if (rc == 0)
+        rc = debootstrap(t, rd, root_dir, packages, lists, why, whylen);
+    if (rc == 0 && rd->upgraded_essential)
+        tpl_base_mark_stale(t, key);
+    if (fs_rmtree(lists) != 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", lists, strerror(errno));
+    free(lists);
     return rc;
 }
 
@@ -254,7 +400,7 @@ void tpl_build(templates *t, tpl *r)
         if (mkdir(dir, 0755) != 0 || chmod(dir, 0755) != 0)
             snprintf(why, sizeof why, "cannot create %s: %s", dir, strerror(errno));
         else
-            rc = debootstrap(t, rd, root, packages, why, sizeof why);
+            rc = install(t, rd, root, packages, why, sizeof why);
         if (rc == 0 && json_array_size(setup) > 0) {
             phase(t, r, "setup");
             rc = run_setup(t, rd, root, setup, why, sizeof why);

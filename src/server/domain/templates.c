@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,70 @@ templates_result templates_resolve(templates *t, const char *owner, const char *
     return rc;
 }
 
+/* Whether the client behind fd hung up (or the server is stopping its connections). */
+static bool hung_up(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* The failure's words from r's log: its "the build failed" line. Locked. */
+static void failure_words(const tpl *r, char *why, size_t whylen)
+{
+    static const char mark[] = "airlockd: the build failed: ";
+    const char *at = r->log.len ? strstr(r->log.data, mark) : NULL;
+    if (at)
+        snprintf(why, whylen, "%.*s", (int)strcspn(at + sizeof mark - 1, "\n"), at + sizeof mark - 1);
+    else
+        snprintf(why, whylen, "see its log_tail (GET /v1/templates/%s)", r->name);
+}
+
+templates_result templates_await(templates *t, const char *owner, const char *name, int wait_s, int cancel_fd,
+                                 char *id, const char **status, char *why, size_t whylen)
+{
+    why[0] = '\0';
+    templates_result rc = templates_resolve(t, owner, name, id, status);
+    if (rc != TPL_NOT_READY || strcmp(*status, "building") != 0)
+        return rc;
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += wait_s;
+    pthread_mutex_lock(&t->mu);
+    if (t->waiters >= TEMPLATES_AWAIT_MAX) {
+        pthread_mutex_unlock(&t->mu);
+        return TPL_NOT_READY;
+    }
+    t->waiters++;
+    tpl *r = find_locked(t, owner, name, true);
+    for (;;) {
+        struct timespec now, until;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (!r || r->status != TS_BUILDING || t->stopping || now.tv_sec >= end.tv_sec || hung_up(cancel_fd))
+            break;
+        /* t->changed is signalled on the realtime clock: a quarter second at a time, then the
+         * client and the deadline are looked at again */
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&t->changed, &t->mu, &until);
+        r = find_locked(t, owner, name, true); /* deleted meanwhile: NULL */
+    }
+    t->waiters--;
+    rc = !r ? TPL_NOT_FOUND : r->status == TS_READY ? TPL_OK : TPL_NOT_READY;
+    if (r) {
+        memcpy(id, r->id, SESSION_TEMPLATE_ID_MAX);
+        *status = tpl_status_name(r->status);
+        r->pins += rc == TPL_OK;
+        if (r->status == TS_FAILED)
+            failure_words(r, why, whylen);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
 void templates_unpin(templates *t, const char *id)
 {
     pthread_mutex_lock(&t->mu);
@@ -567,6 +632,7 @@ templates *templates_open(const templates_opts *o, char *err, size_t errlen)
     t->suite = o->suite ? strdup(o->suite) : host_codename();
     t->sources = o->sources ? strdup(o->sources) : NULL;
     t->mmdebstrap = sbx_find_program(NULL, o->search_path, "mmdebstrap");
+    t->cp = sbx_find_program(NULL, o->search_path, "cp");
     if (asprintf(&t->dir, "%s/templates", o->state_dir) < 0)
         t->dir = NULL;
     /* private as the rest of the state directory: the roots in it are mounted by runsc as
@@ -581,12 +647,23 @@ templates *templates_open(const templates_opts *o, char *err, size_t errlen)
         free(t->cache); /* builds fetch every package (the cache path cannot go into a hook) */
         t->cache = NULL;
     }
+    t->bases = tpl_path(t, "bases", NULL);
+    if (!t->bases || (mkdir(t->bases, 0700) != 0 && errno != EEXIST)) {
+        snprintf(err, errlen, "cannot create %s/templates/bases: %s", o->state_dir, strerror(errno));
+        templates_free(t);
+        return NULL;
+    }
     if (!sandbox_backend_has_templates(o->sb))
         t->why_not = "templates need gVisor with cgroups (this server cannot run them)";
     else if (!t->mmdebstrap)
         t->why_not = "templates need mmdebstrap (the Debian package), which is not installed here";
     else if (!t->suite)
         t->why_not = "templates need SANDBOX_TEMPLATE_SUITE (the host's release has no codename)";
+    else if (!t->cp)
+        t->why_not = "templates need cp (coreutils), which is not found here";
+    char key[TPL_BASE_KEY_LEN];
+    /* the current key's base stays; the others (the sources changed) and a half-made one go */
+    tpl_base_sweep(t, !t->why_not && tpl_base_key(t, key) == 0 ? key : NULL);
     load_index(t);
     int n = o->max_builds > 0 ? o->max_builds : 1;
     t->threads = calloc((size_t)n, sizeof *t->threads);
@@ -628,6 +705,8 @@ void templates_free(templates *t)
     free(t->suite);
     free(t->sources);
     free(t->mmdebstrap);
+    free(t->cp);
+    free(t->bases);
     if (t->cancel[0] >= 0)
         close(t->cancel[0]);
     pthread_mutex_destroy(&t->mu);

@@ -87,6 +87,21 @@ templates_result templates_delete(templates *t, const char *owner, const char *n
 templates_result templates_resolve(templates *t, const char *owner, const char *name, char *id,
                                    const char **status);
 
+/* Creates that may wait for a build at once (each holds an HTTP worker thread); past it
+ * templates_await answers at once. */
+#define TEMPLATES_AWAIT_MAX 4
+/* The longest a create waits for a build: below the router's server timeout (120 s), so a
+ * create through HAProxy is answered by the node, not cut. */
+#define TEMPLATES_AWAIT_S 100
+
+/* templates_resolve, but a template building on this node is waited for, up to wait_s seconds,
+ * until cancel_fd (the client's socket; -1: none) hangs up, or the server stops: TPL_OK (as
+ * templates_resolve's) once it is ready; TPL_NOT_READY with *status "failed" and the failure's
+ * words in why, or "building" when the wait ended first (or TEMPLATES_AWAIT_MAX creates wait
+ * already). */
+templates_result templates_await(templates *t, const char *owner, const char *name, int wait_s, int cancel_fd,
+                                 char *id, const char **status, char *why, size_t whylen);
+
 /* After templates_resolve's TPL_OK: the session is made (or not); until then DELETE is refused. */
 void templates_unpin(templates *t, const char *id);
 

@@ -7,6 +7,7 @@
 #include "domain/templates.h"
 #include "util/buf.h"
 
+#include <glob.h>
 #include <pthread.h>
 
 /* Bytes of a build's output kept (the log's tail). */
@@ -17,6 +18,13 @@
 #define TPL_MAX_RECORDS 1024
 /* What the build starts from (part of the content address): mmdebstrap's variant and options. */
 #define TPL_BASE "mmdebstrap:essential,merged-usr,nodoc"
+/* What the cached base holds beyond mmdebstrap's variant and options (part of its key): bump it
+ * when that changes (template_base.c). */
+#define TPL_BASE_RECIPE 1
+/* A base older than this is built again (the archive moves on: security updates). */
+#define TPL_BASE_MAX_AGE (24 * 3600)
+/* 16 hex of the base's key and a NUL */
+#define TPL_BASE_KEY_LEN 17
 /* The package cache is emptied when it grows past this. */
 #define TPL_CACHE_MAX (2048LL * 1024 * 1024)
 
@@ -51,6 +59,11 @@ struct templates {
     char *suite;
     char *sources;          /* NULL: the host's */
     char *mmdebstrap;
+    char *cp;               /* copies the base into a new build */
+    char *bases;            /* <state>/templates/bases: the cached base (template_base.c) */
+    bool base_building;     /* a build makes the base: the others wait for it */
+    int base_users;         /* builds copying the base now */
+    char base_stale[TPL_BASE_KEY_LEN]; /* a base a build found out of date ("": none) */
     const char *why_not;    /* NULL: templates work here */
     sandbox_backend *sb;
     pg_pool *db;            /* a fleet's (NULL: none) */
@@ -63,6 +76,7 @@ struct templates {
     pthread_t *threads;
     int nthreads;
     bool stopping;
+    int waiters;            /* creates waiting for a build here (templates_await) */
 };
 
 const char *tpl_status_name(tpl_status s);
@@ -72,6 +86,32 @@ void tpl_save_locked(templates *t);
 void tpl_remove_files(templates *t, const char *id);
 void tpl_log_append(tpl *r, const char *data, size_t len);
 void tpl_event_locked(templates *t, tpl *r, const char *line);
+
+/* The apt sources files to build from: SANDBOX_TEMPLATE_SOURCES, else the host's (globfree g
+ * either way). */
+int tpl_source_files(const templates *t, glob_t *g);
+
+/* ---- the cached base (template_base.c) ----
+ * Every build starts from a copy of one base: mmdebstrap's essential set with the options every
+ * template gets, built once per key and kept under <state>/templates/bases. */
+
+/* Makes a base into root (mmdebstrap); 0 or -1 with why. */
+typedef int (*tpl_base_maker)(void *ctx, const char *root, char *why, size_t whylen);
+/* The base's key: a hash of the suite, the architecture, the apt sources (names and contents),
+ * TPL_BASE and TPL_BASE_RECIPE. 0, or -1 when the sources cannot be read. */
+int tpl_base_key(const templates *t, char key[TPL_BASE_KEY_LEN]);
+/* key's base, ready to copy: 0 with *root (malloc'd) and the use counted until tpl_base_put;
+ * when it is missing, older than TPL_BASE_MAX_AGE or found out of date, this build makes it
+ * with make (one base build at a time: the others wait for it). -1 with why when it cannot be
+ * made (the next build tries again) or the server is stopping. Unlocked. */
+int tpl_base_get(templates *t, const char *key, tpl_base_maker make, void *ctx, char **root, char *why,
+                 size_t whylen);
+void tpl_base_put(templates *t);
+/* A build found key's base behind the archive (it had to upgrade essential packages). */
+void tpl_base_mark_stale(templates *t, const char *key);
+/* Removes every base but keep's (NULL: all), and anything half-made. Unlocked, with no base in
+ * use or being built. */
+void tpl_base_sweep(templates *t, const char *keep);
 
 /* Builds r (status building), locked on entry and exit, the lock dropped while it works; ends
  * with r ready or failed, saved. */
