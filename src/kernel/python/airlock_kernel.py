@@ -28,7 +28,8 @@ import types
 # traceback and base64 are imported when first needed (an error, an image): an idle kernel's
 # memory stays close to a bare interpreter's
 
-KERNEL_FILE = __file__
+# the file this code was compiled from (run from its bytecode by kernel_start.py, __file__ may say another)
+KERNEL_FILE = (lambda: None).__code__.co_filename
 STREAM_CHUNK = 64 * 1024  # at most this many bytes of output per stream event
 PUMP_STACK = 256 * 1024  # the output thread's stack
 MIME_METHODS = (
