@@ -20,6 +20,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL = os.path.join(HERE, "..", "..", "src", "kernel", "python", "airlock_kernel.py")
 KERNEL = os.path.normpath(KERNEL)
+START = os.path.join(os.path.dirname(KERNEL), "kernel_start.py")
 WAIT = 30  # seconds: a broken kernel fails a test instead of hanging the suite
 
 
@@ -30,10 +31,11 @@ def has_matplotlib():
 
 
 class KernelProcess:
-    """A kernel child; its events arrive on a queue filled by a thread."""
+    """A kernel child (the program, or another file that starts it); its events arrive on a
+    queue filled by a thread."""
 
-    def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, "-u", KERNEL], stdin=subprocess.PIPE,
+    def __init__(self, program=KERNEL):
+        self.proc = subprocess.Popen([sys.executable, "-u", program], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      cwd="/tmp")
         self.events = queue.Queue()
@@ -419,6 +421,58 @@ class Matplotlib(KernelTest):
 
     def test_matplotlib_is_imported_only_by_user_code(self):
         self.assertEqual(self.k.execute("import sys\n'matplotlib' in sys.modules").text, "False")
+
+
+class Launcher(unittest.TestCase):
+    """kernel_start.py, laid out as in a sandbox's /airlock: kernel.py (the launcher),
+    kernel-program.py and its bytecode kernel-program.pyc (compiled as the Makefile does)."""
+
+    def start(self, pyc):
+        import py_compile
+        import shutil
+        import tempfile
+        d = tempfile.mkdtemp(prefix="airlock-launcher-")
+        self.addCleanup(shutil.rmtree, d)
+        shutil.copy(START, os.path.join(d, "kernel.py"))
+        shutil.copy(KERNEL, os.path.join(d, "kernel-program.py"))
+        if pyc == "compiled":
+            py_compile.compile(KERNEL, cfile=os.path.join(d, "kernel-program.pyc"),
+                               dfile="/airlock/kernel-program.py", doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+        elif pyc == "another python's":
+            with open(os.path.join(d, "kernel-program.pyc"), "wb") as f:
+                f.write(b"\x00\x00\r\n" + bytes(12) + b"not this python's bytecode")
+        k = KernelProcess(os.path.join(d, "kernel.py"))
+        self.addCleanup(k.close)
+        return k, d
+
+    def check(self, k, d):
+        self.assertEqual(k.ready["type"], "ready")
+        self.assertEqual(k.execute("x = 41").error, None)
+        self.assertEqual(k.execute("x + 1").text, "42")
+        # nothing of the launcher's in the user's namespace, nor the ast module
+        self.assertEqual(k.execute("import sys\nsorted(n for n in ('program_code', 'marshal', 'code', 'base')"
+                                   " if n in globals()), 'ast' in sys.modules").text, "([], False)")
+        err = k.execute("def f():\n    return 1 / 0\nf()").error
+        self.assertIn('File "<cell-4>", line 2, in f\n', err["traceback"])
+        self.assertNotIn(d, err["traceback"])  # neither the launcher's nor the program's frames
+
+    def test_runs_the_program_from_its_bytecode(self):
+        k, d = self.start("compiled")
+        self.check(k, d)
+        # the frame that runs a cell is the bytecode's (named as the Makefile names it), not the
+        # source's, compiled here
+        self.assertEqual(k.execute("import sys\nsys._getframe(1).f_code.co_filename").text,
+                         repr("/airlock/kernel-program.py"))
+        self.assertNotIn("/airlock/", k.execute("1 / 0").error["traceback"])
+
+    def test_compiles_the_source_without_bytecode_or_with_another_pythons(self):
+        for pyc in ("none", "another python's"):
+            with self.subTest(pyc=pyc):
+                k, d = self.start(pyc)
+                self.check(k, d)
+                self.assertEqual(k.execute("import sys\nsys._getframe(1).f_code.co_filename").text,
+                                 repr(os.path.join(d, "kernel-program.py")))
 
 
 if __name__ == "__main__":

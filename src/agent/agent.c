@@ -10,7 +10,8 @@
  * environment on a pipe, then starts as `/bin/bash -c COMMAND` would. When that PID 1 ends (or the
  * timeout, or a cancel, kills it) the kernel kills everything else in its namespace; the agent
  * reads the command's pipes to their end, reports the exit, and then prepares the next child
- * (not while the command runs: they would share the sandbox's CPU).
+ * (not while the command runs: they would share the sandbox's CPU; nor, while a kernel lives,
+ * while a cell of it may run: HOLD_MS below).
  *
  * Each command runs in a worker process of the agent's, which made its container child ahead
  * of it, relays its pipes and reports its exit on the command's slot, then makes the
@@ -37,12 +38,22 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define UNPREPARED "cannot prepare a container"
+/* While a long-lived process (a kernel) lives, the making of the next container waits until a
+ * command comes, or WORKER_DEFER_MS after a command ended (worker.c: a cell may come right after
+ * it), or HOLD_MS after a request to the process (a cell) came (the worker is stopped): the
+ * cell then has the sandbox's CPU to itself. A container's making takes ~10 ms of it and a cell
+ * using state already loaded a few ms; a cell right after a command took twice as long as one
+ * 0.3 s later while the container was being made. */
+#define HOLD_MS 50
 
 bind_mount agent_binds[BINDS_MAX];
+volatile int *agent_process_lives;
 int agent_nbinds;
 long agent_nproc = AGENT_NPROC_DEFAULT;
 
@@ -65,9 +76,59 @@ static void say_idle(void)
 #define WORKERS (AGENT_SLOTS + 1)
 static worker workers[WORKERS];
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* While > 0: when the held workers go on (CLOCK_MONOTONIC ms). */
+static int64_t hold_until;
+
+/* The free workers making a container stop (their process groups: the container child being
+ * made is in its worker's) for ms from now, or longer if held already. */
+static void hold_spares(int ms)
+{
+    for (int i = 0; i < WORKERS; i++) {
+        worker *w = &workers[i];
+        if (w->pid > 0 && w->slot < 0 && w->making && !w->held && kill(-w->pid, SIGSTOP) == 0)
+            w->held = true;
+    }
+    int64_t until = now_ms() + ms;
+    if (until > hold_until)
+        hold_until = until;
+}
+
+/* Says to the workers (agent_process_lives) whether a long-lived process runs. */
+static void say_if_process_lives(void)
+{
+    bool lives = false;
+    for (int i = 0; i < WORKERS; i++)
+        lives = lives || (workers[i].pid > 0 && workers[i].slot >= 0 && workers[i].spawned);
+    if (agent_process_lives)
+        *agent_process_lives = lives;
+}
+
+/* The held workers go on. */
+static void release_spares(void)
+{
+    for (int i = 0; i < WORKERS; i++)
+        if (workers[i].held) {
+            (void)kill(-workers[i].pid, SIGCONT);
+            workers[i].held = false;
+        }
+    hold_until = 0;
+}
+
 /* Ends w: a worker without its message pipe discards its container and exits. */
 static void let_worker_go(worker *w)
 {
+    if (w->held) {
+        (void)kill(-w->pid, SIGCONT);
+        w->held = false;
+    }
+    w->making = false;
     close_fd(&w->msg_w);
     close_fd(&w->state_r);
     w->pid = -1;
@@ -80,6 +141,9 @@ static void hand_over(worker *w, frame_type t, unsigned slot, size_t len)
         /* it died: its slot stays silent, and airlockd kills the sandbox after the timeout */
     }
     w->slot = slot == FRAME_SLOT_WARMUP ? -1 : (int)slot;
+    w->spawned = t == FRAME_SPAWN;
+    w->making = false;
+    say_if_process_lives();
 }
 
 /* A free worker (without a command) other than except, NULL when there is none. */
@@ -114,9 +178,13 @@ static void heard_from(worker *w)
         return;
     if (b == WORKER_DONE) {
         w->slot = -1;
+        w->spawned = false;
+        w->making = true;
+        say_if_process_lives();
         if (free_worker(w))
             let_worker_go(w);
     } else if (b == WORKER_READY && w->slot < 0) {
+        w->making = false;
         say_idle();
     }
 }
@@ -155,12 +223,16 @@ static void command(frame_type t, unsigned slot, size_t len)
 }
 
 /* A FRAME_KILL, FRAME_STDIN, FRAME_SIGNAL or FRAME_CREDIT (t) from airlockd, its payload in
- * request[0..len): to the worker running that slot's process (none: it ended, nothing to do). */
+ * request[0..len): to the worker running that slot's process (none: it ended, nothing to do).
+ * Bytes for a long-lived process's stdin are a request to it: the spare containers wait. */
 static void pass_on(frame_type t, unsigned slot, size_t len)
 {
     for (int i = 0; i < WORKERS; i++)
-        if (workers[i].pid > 0 && workers[i].slot == (int)slot)
+        if (workers[i].pid > 0 && workers[i].slot == (int)slot) {
+            if (t == FRAME_STDIN && len > 0 && workers[i].spawned)
+                hold_spares(HOLD_MS);
             (void)frame_send(workers[i].msg_w, t, slot, request, len);
+        }
 }
 
 /* The warm-up: `true` with no environment run in the first worker (gVisor's first exec is the
@@ -220,6 +292,10 @@ int main(int argc, char **argv)
         return 1;
     for (int i = 0; i < WORKERS; i++)
         workers[i] = (worker){.pid = -1, .msg_w = -1, .state_r = -1, .slot = -1};
+    /* shared with the workers forked from here (never with what they exec) */
+    void *shared = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared != MAP_FAILED)
+        agent_process_lives = shared;
     /* airlockd expects FRAME_BOOTED first: the warm-up comes before it */
     if (warm_up() != 0 || out_send(FRAME_BOOTED, 0, NULL, 0) != 0)
         return 1;
@@ -229,7 +305,12 @@ int main(int argc, char **argv)
         struct pollfd pf[2 + WORKERS] = {{.fd = FD_IN, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
         for (int i = 0; i < WORKERS; i++)
             pf[2 + i] = (struct pollfd){.fd = workers[i].state_r, .events = POLLIN};
-        if (poll(pf, 2 + WORKERS, -1) < 0 && errno != EINTR)
+        int64_t left = hold_until > 0 ? hold_until - now_ms() : -1;
+        if (hold_until > 0 && left <= 0) {
+            release_spares();
+            left = -1;
+        }
+        if (poll(pf, 2 + WORKERS, left > 0 ? (int)left : -1) < 0 && errno != EINTR)
             return 1;
         for (int i = 0; i < WORKERS; i++)
             if (pf[2 + i].revents && workers[i].state_r >= 0)
@@ -250,8 +331,10 @@ int main(int argc, char **argv)
             break; /* airlockd is gone: every worker and container dies with the agent */
         if (rc == -2 || h.slot >= AGENT_SLOTS)
             return 1; /* airlockd never sends one: the stream cannot be trusted past it */
-        if (h.type == FRAME_RUN || h.type == FRAME_SPAWN)
+        if (h.type == FRAME_RUN || h.type == FRAME_SPAWN) {
+            release_spares(); /* a command never waits for a held container */
             command(h.type, h.slot, h.len);
+        }
         else if (h.type == FRAME_KILL || h.type == FRAME_STDIN || h.type == FRAME_SIGNAL || h.type == FRAME_CREDIT)
             pass_on(h.type, h.slot, h.len);
     }

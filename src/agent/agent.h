@@ -8,6 +8,7 @@
 
 #include "protocol.h"
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 /* The agent's channels with airlockd (protocol.h): its stdin and stdout. */
@@ -37,6 +38,11 @@ extern int agent_nbinds;
 #define AGENT_NPROC_MAX 1000000
 extern long agent_nproc;
 
+/* Whether a long-lived process (a kernel) runs in the sandbox: set by the agent's loop in
+ * memory it shares with its workers (NULL when it could not be had); a worker then waits a
+ * little before it makes its next container (worker.c). (agent.c) */
+extern volatile int *agent_process_lives;
+
 /* A container child prepared for the next command: bash exec'd and waiting in the bootstrap. */
 typedef struct {
     pid_t pid;
@@ -60,9 +66,15 @@ typedef struct {
     int msg_w;   /* FRAME_RUN / FRAME_SPAWN / FRAME_KILL / FRAME_STDIN / FRAME_SIGNAL frames to it */
     int state_r; /* WORKER_READY / WORKER_DONE bytes from it */
     int slot;    /* the slot of the command it runs; -1 when it has none */
+    bool spawned; /* what it runs is a long-lived process (FRAME_SPAWN) */
+    bool making;  /* free, and making its next container (from its start or WORKER_DONE to
+                   * WORKER_READY) */
+    bool held;    /* stopped (SIGSTOP to its process group) while a process's request runs */
 } worker;
 
-/* Forks a worker: 0, or -1. (worker.c) */
+/* Forks a worker, the leader of a process group of its own (its container child is in it until
+ * the command's request comes: the group can be stopped while it makes one): 0, or -1.
+ * (worker.c) */
 int worker_start(worker *w);
 
 /* Closes *fd when open and sets it to -1. */

@@ -22,6 +22,10 @@
 
 /* After PID 1 of a command ended, its pipes close as soon as the kernel has killed the rest. */
 #define DRAIN_MS 3000
+/* While a long-lived process lives, how long after a command the next container waits for a
+ * command to come (it is made at once then) before it is made: a cell right after a command
+ * does not share the sandbox's CPU with it (agent.c). */
+#define WORKER_DEFER_MS 30
 /* A command's timeout when its request says none. */
 #define DEFAULT_TIMEOUT_MS 15000
 #define UNPREPARED "cannot prepare a container"
@@ -296,7 +300,11 @@ static void worker_main(int msg_r, int state_w)
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
     int sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    for (;;) {
+    for (bool after_command = false;; after_command = true) {
+        if (after_command && agent_process_lives && *agent_process_lives) {
+            struct pollfd next = {.fd = msg_r, .events = POLLIN};
+            (void)poll(&next, 1, WORKER_DEFER_MS);
+        }
         prepared p = {.pid = -1, .out_r = -1, .err_r = -1, .fail_r = -1, .ready_r = -1};
         int cmd[2] = {-1, -1};
         /* a container that cannot be made is said to its command's slot, once that comes */
@@ -350,10 +358,13 @@ int worker_start(worker *w)
     }
     pid_t pid = fork();
     if (pid == 0) {
+        (void)setpgid(0, 0);
         close(msg[1]);
         close(state[0]);
         worker_main(msg[0], state[1]);
     }
+    if (pid > 0)
+        (void)setpgid(pid, pid); /* (both sides: a stop may come before the child ran) */
     close(msg[0]);
     close(state[1]);
     if (pid < 0) {
@@ -361,6 +372,6 @@ int worker_start(worker *w)
         close(state[0]);
         return -1;
     }
-    *w = (worker){.pid = pid, .msg_w = msg[1], .state_r = state[0], .slot = -1};
+    *w = (worker){.pid = pid, .msg_w = msg[1], .state_r = state[0], .slot = -1, .making = true};
     return 0;
 }

@@ -12,7 +12,7 @@ corrupt the event channel. Standard library only, and nothing heavy imported at 
 time is a kernel's first cell's latency.
 """
 
-import ast
+import _ast
 import builtins
 import codecs
 import io
@@ -28,8 +28,10 @@ import types
 # traceback and base64 are imported when first needed (an error, an image): an idle kernel's
 # memory stays close to a bare interpreter's
 
-KERNEL_FILE = __file__
+# the file this code was compiled from (run from its bytecode by kernel_start.py, __file__ may say another)
+KERNEL_FILE = (lambda: None).__code__.co_filename
 STREAM_CHUNK = 64 * 1024  # at most this many bytes of output per stream event
+PUMP_STACK = 256 * 1024  # the output thread's stack
 MIME_METHODS = (
     ("_repr_html_", "text/html"),
     ("_repr_markdown_", "text/markdown"),
@@ -40,8 +42,9 @@ MIME_METHODS = (
     ("_repr_json_", "application/json"),
 )
 BINARY_MIMES = ("image/png", "image/jpeg")
-# cells may `await` at top level, as in a notebook (Python 3.8+)
-TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+# cells may `await` at top level, as in a notebook (Python 3.8+); parsed by compile() into _ast's
+# nodes (the `ast` module and the enum module it imports would stay in an idle kernel's memory)
+TOP_LEVEL_AWAIT = getattr(_ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
 CO_COROUTINE = 0x80  # inspect.CO_COROUTINE, without importing inspect
 DEBIAN_MATPLOTLIBRC = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 
@@ -134,7 +137,13 @@ class OutputPump:
         self.cond = threading.Condition()
         self.closed = set()
         thread = threading.Thread(target=self.run, name="airlock-output", daemon=True)
-        thread.start()
+        # a small stack (it only polls, reads and sends): under gVisor, which commits a thread's
+        # stack in large chunks, the default 8 MiB one costs an idle kernel ~0.6 MB more
+        default = threading.stack_size(PUMP_STACK)
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(default)  # user code's threads get the usual size
 
     def start(self, cell_id):
         self.cell_id = cell_id
@@ -320,10 +329,10 @@ class Kernel:
         # tracebacks and inspect.getsource() show the cell's lines, as for a file
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         try:
-            tree = ast.parse(code, filename, "exec")
+            tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST | TOP_LEVEL_AWAIT)
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = compile(ast.Expression(tree.body.pop().value), filename, "eval", TOP_LEVEL_AWAIT)
+            if tree.body and isinstance(tree.body[-1], _ast.Expr):
+                last = compile(_ast.Expression(tree.body.pop().value), filename, "eval", TOP_LEVEL_AWAIT)
             body = compile(tree, filename, "exec", TOP_LEVEL_AWAIT)
         except (SyntaxError, ValueError) as e:  # reported as Python reports a script's
             import traceback

@@ -71,8 +71,8 @@ static int add_program(sandbox_backend *b, char *path, const char *in_root, char
     return rc;
 }
 
-/* A file beside the agent at agent_path: its bootstrap (airlock-bootstrap.so), the kernel
- * program (airlock-kernel.py). */
+/* A file beside the agent at agent_path: its bootstrap (airlock-bootstrap.so), the kernel's
+ * files (airlock-kernel*.py, .pyc). */
 static char *beside_agent(const char *agent_path, const char *name)
 {
     const char *slash = agent_path ? strrchr(agent_path, '/') : NULL;
@@ -94,10 +94,14 @@ static void add_programs(sandbox_backend *b, const sandbox_settings *set)
         note(b, "sandboxes boot with their command (no warm sandboxes): %s", why);
     char *agent = program_path(set->agent, "airlock-agent");
     char *bootstrap = beside_agent(agent, "airlock-bootstrap.so");
-    /* without it sessions run no kernels (their start fails, saying so) */
-    if (add_program(b, beside_agent(agent, "airlock-kernel.py"), SBX_KERNEL_PYTHON_PATH, why, sizeof why) != 0 &&
+    /* without the launcher or the program sessions run no kernels (their start fails, saying
+     * so); without the bytecode kernels compile the program at their start */
+    if ((add_program(b, beside_agent(agent, "airlock-kernel.py"), SBX_KERNEL_PYTHON_PATH, why, sizeof why) != 0 ||
+         add_program(b, beside_agent(agent, "airlock-kernel-program.py"), SBX_KERNEL_PROGRAM_PATH, why, sizeof why) !=
+             0) &&
         set->session_mode)
         note(b, "sessions have no Python kernels: %s", why);
+    (void)add_program(b, beside_agent(agent, "airlock-kernel-program.pyc"), SBX_KERNEL_BYTECODE_PATH, why, sizeof why);
     int rc = add_program(b, agent, SBX_AGENT_PATH, why, sizeof why);
     if (rc == 0)
         rc = add_program(b, bootstrap, AGENT_BOOTSTRAP_PATH, why, sizeof why);

@@ -388,7 +388,8 @@ static int plain_dir(const char *dir, const char *rel, char *errbuf, size_t errl
 int sbx_rootfs_finish_template(const char *dir, const char *programs_dir, char *errbuf, size_t errlen)
 {
     static const char *const mount_points[] = {"etc", "proc", "dev", "sys", "tmp", "workspace", "run", "usr"};
-    static const char *const programs[] = {SBX_WAITER_PATH, SBX_AGENT_PATH, AGENT_BOOTSTRAP_PATH, SBX_KERNEL_PYTHON_PATH};
+    static const char *const programs[] = {SBX_WAITER_PATH,        SBX_AGENT_PATH,          AGENT_BOOTSTRAP_PATH,
+                                           SBX_KERNEL_PYTHON_PATH, SBX_KERNEL_PROGRAM_PATH, SBX_KERNEL_BYTECODE_PATH};
     if (errlen)
         errbuf[0] = '\0';
     for (size_t i = 0; i < sizeof mount_points / sizeof mount_points[0]; i++)

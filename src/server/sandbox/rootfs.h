@@ -33,8 +33,12 @@ int sbx_rootfs_add_waiter(const char *dir, const char *waiter_path, char *errbuf
 
 /* Where the agent (airlock-agent, the first process of a session's long-lived sandbox) lies. */
 #define SBX_AGENT_PATH "/airlock/agent"
-/* Where the Python kernel program (airlock-kernel.py, beside the agent) lies (domain/kernels.h). */
+/* Where the Python kernel's launcher (airlock-kernel.py, beside the agent) lies (domain/kernels.h),
+ * and the program it starts: its source (airlock-kernel-program.py) and its bytecode
+ * (airlock-kernel-program.pyc, used when the root's python3 can read it). */
 #define SBX_KERNEL_PYTHON_PATH "/airlock/kernel.py"
+#define SBX_KERNEL_PROGRAM_PATH "/airlock/kernel-program.py"
+#define SBX_KERNEL_BYTECODE_PATH "/airlock/kernel-program.pyc"
 
 /* Copies the host's program host_path into the root at in_root ("/airlock/NAME"), read-only
  * and owned by root. */
