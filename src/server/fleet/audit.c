@@ -1,6 +1,7 @@
 /* The fleet's audit log: each node records into its own SQLite store (store/audit.c), which is
- * also its outbox; the request that records a row ships it at once (so the next request, on
- * any node, reads it) and every heartbeat ships what is still new to the database's audit
+ * also its outbox; the request that records a row ships it before its answer, in a group
+ * commit with the rows and command ends of the requests that finish with it (so the next
+ * request, on any node, reads it) and every heartbeat ships what is still new to the database's audit
  * table, where a row's key (tenant, node, sort key) makes a repeated shipment write nothing
  * twice. While the database is down, rows wait in the outbox. GET /v1/audit reads every
  * node's rows. */
@@ -63,7 +64,7 @@ int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, flee
 
 /* The audit rows go with the ends of the commands that ended meanwhile ($3): an exec's end
  * and its audit row are one transaction, and the ends of commands that finish together are
- * one (group commit). One statement text, prepared once per connection. */
+ * one. One statement text, prepared once per connection. */
 int fleet_audit_ship(fleet *f, audit_store *store)
 {
     pthread_mutex_lock(&f->ship_mu);
@@ -71,19 +72,74 @@ int fleet_audit_ship(fleet *f, audit_store *store)
     bool sent = false;
     int rc = ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, ended ? ended : "[]",
                          &sent);
-    pthread_mutex_unlock(&f->ship_mu);
-    if (ended && !sent) /* no audit row went: the ends go alone */
+    if (ended && !sent && fleet_commands_take_off(f, ended) != 0) { /* no audit row went: the ends alone */
         fleet_commands_unended(f, ended);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&f->ship_mu);
     free(ended);
-    if (ended && !sent)
-        fleet_commands_flush(f);
     return rc;
 }
 
+/* How long the request that ships for the others waits for the commands still running on
+ * this node to end and join its shipment (as PostgreSQL's commit_delay): at most this, and
+ * only while some run. */
+#define GATHER_US 0
+
+/* Waits (gc_mu held) up to GATHER_US for the commands running on the node to queue their
+ * ends. */
+static void gather(fleet *f)
+{
+    int running = atomic_load(&f->commands);
+    if (GATHER_US <= 0 || running <= 0)
+        return;
+    unsigned long long until_taken = f->gc_taken + (unsigned long long)running;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long ns = until.tv_nsec + (long long)GATHER_US * 1000LL;
+    until.tv_sec += (time_t)(ns / 1000000000LL);
+    until.tv_nsec = (long)(ns % 1000000000LL);
+    f->gc_gathering = true;
+    while (f->gc_taken < until_taken && pthread_cond_timedwait(&f->gc_cond, &f->gc_mu, &until) == 0) {
+    }
+    f->gc_gathering = false;
+}
+
+/* A group commit, as a database's own of its log: the request takes a number; the first to
+ * find no shipment under way ships everything queued (audit rows and command ends of every
+ * request that took a number before it began) in one transaction, the others wait for it and
+ * are done when it covered their number; a number taken during a shipment waits for the
+ * next, which one of them makes. No request is answered before its row is in the database,
+ * and no wait beyond the shipments ahead of it (GATHER_US aside). */
 int fleet_audit_ship_now(fleet *f, audit_store *store)
 {
-    /* else the heartbeat catches up once the database is back */
-    return pg_reachable(f->db) ? fleet_audit_ship(f, store) : -1;
+    if (!pg_reachable(f->db)) /* the heartbeat catches up once the database is back */
+        return -1;
+    pthread_mutex_lock(&f->gc_mu);
+    unsigned long long mine = ++f->gc_taken;
+    if (f->gc_gathering)
+        pthread_cond_broadcast(&f->gc_cond);
+    while (f->gc_shipped < mine && f->gc_failed < mine) {
+        if (f->gc_busy) {
+            pthread_cond_wait(&f->gc_cond, &f->gc_mu);
+            continue;
+        }
+        f->gc_busy = true;
+        gather(f);
+        unsigned long long covers = f->gc_taken;
+        pthread_mutex_unlock(&f->gc_mu);
+        int rc = fleet_audit_ship(f, store);
+        pthread_mutex_lock(&f->gc_mu);
+        f->gc_busy = false;
+        if (rc == 0 && covers > f->gc_shipped)
+            f->gc_shipped = covers;
+        else if (rc != 0 && covers > f->gc_failed)
+            f->gc_failed = covers;
+        pthread_cond_broadcast(&f->gc_cond);
+    }
+    int rc = f->gc_shipped >= mine ? 0 : -1;
+    pthread_mutex_unlock(&f->gc_mu);
+    return rc;
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

@@ -39,6 +39,8 @@ int fleet_command_begin(fleet *f, const char *tenant, int max)
         return -1;
     int admitted = strcmp(v, "t") == 0;
     free(v);
+    if (admitted)
+        atomic_fetch_add(&f->commands, 1);
     return admitted;
 }
 
@@ -50,8 +52,7 @@ static bool push_ended(fleet *f, const char *tenant)
     return json_array_append_new(f->ended, json_string(tenant)) == 0;
 }
 
-/* Takes ended (a JSON array of tenants) off the counts at once. */
-static int take_off(fleet *f, const char *ended)
+int fleet_commands_take_off(fleet *f, const char *ended)
 {
     const char *p[] = {"[]", f->id, ended};
     PGresult *res = pg_query(f->db, FLEET_AUDIT_WITH_ENDS, 3, p);
@@ -61,6 +62,7 @@ static int take_off(fleet *f, const char *ended)
 
 void fleet_command_end(fleet *f, const char *tenant)
 {
+    atomic_fetch_sub(&f->commands, 1);
     pthread_mutex_lock(&f->cmd_mu);
     bool queued = push_ended(f, tenant);
     pthread_mutex_unlock(&f->cmd_mu);
@@ -68,7 +70,7 @@ void fleet_command_end(fleet *f, const char *tenant)
         json_t *one = json_pack("[s]", tenant);
         char *text = one ? json_dumps(one, JSON_COMPACT) : NULL;
         if (text)
-            take_off(f, text);
+            fleet_commands_take_off(f, text);
         free(text);
         json_decref(one);
     }
@@ -98,13 +100,21 @@ void fleet_commands_unended(fleet *f, const char *ended)
     json_decref(back);
 }
 
+bool fleet_commands_waiting(fleet *f)
+{
+    pthread_mutex_lock(&f->cmd_mu);
+    bool waiting = json_array_size(f->ended) > 0;
+    pthread_mutex_unlock(&f->cmd_mu);
+    return waiting;
+}
+
 void fleet_commands_flush(fleet *f)
 {
+    pthread_mutex_lock(&f->ship_mu); /* a group commit that finds the queue empty has them shipped */
     char *ended = fleet_commands_ended(f);
-    if (!ended)
-        return;
-    if (take_off(f, ended) != 0)
+    if (ended && fleet_commands_take_off(f, ended) != 0)
         fleet_commands_unended(f, ended);
+    pthread_mutex_unlock(&f->ship_mu);
     free(ended);
 }
 

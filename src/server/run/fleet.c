@@ -212,6 +212,10 @@ void server_stop_fleet(server *s)
     if (s->a.fleet) /* what this node leased and did not spend is the other nodes' again */
         limits_return_leases(s->a.lim, true);
     fleet_stop(s->a.fleet); /* first: the heartbeat wakes the mover */
+    if (s->a.fleet && pg_reachable(s->a.db)) { /* what the requests queued and did not ship goes now */
+        fleet_audit_ship(s->a.fleet, s->a.audit);
+        fleet_egress_ship(s->a.fleet, s->a.audit);
+    }
     mover_stop(s->mover);   /* a move under way is undone: its session stays here */
     s->mover = NULL;
     stop_internal(s);
