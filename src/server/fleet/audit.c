@@ -84,7 +84,7 @@ int fleet_audit_ship(fleet *f, audit_store *store)
 /* How long the request that ships for the others waits for the commands still running on
  * this node to end and join its shipment (as PostgreSQL's commit_delay): at most this, and
  * only while some run. */
-#define GATHER_US 0
+#define GATHER_US 2000
 
 /* Waits (gc_mu held) up to GATHER_US for the commands running on the node to queue their
  * ends. */
@@ -105,18 +105,97 @@ static void gather(fleet *f)
     f->gc_gathering = false;
 }
 
-/* A group commit, as a database's own of its log: the request takes a number; the first to
- * find no shipment under way ships everything queued (audit rows and command ends of every
- * request that took a number before it began) in one transaction, the others wait for it and
- * are done when it covered their number; a number taken during a shipment waits for the
- * next, which one of them makes. No request is answered before its row is in the database,
- * and no wait beyond the shipments ahead of it (GATHER_US aside). */
-int fleet_audit_ship_now(fleet *f, audit_store *store)
+void fleet_set_outbox(fleet *f, audit_store *store)
 {
-    if (!pg_reachable(f->db)) /* the heartbeat catches up once the database is back */
-        return -1;
+    f->outbox = store;
+}
+
+/* Each start's answer from the group's boolean[] ("{t,f}"), in order; false when it does not
+ * name one per start. */
+static bool read_admitted(const char *v, fleet_exec_start *starts)
+{
+    fleet_exec_start *st = starts;
+    for (; v && *v; v++) {
+        if (*v != 't' && *v != 'f')
+            continue;
+        if (!st)
+            return false;
+        st->admitted = *v == 't';
+        st = st->next;
+    }
+    return st == NULL;
+}
+
+/* The starts as airlock_exec_group takes them: [[tenant, max], ...]; NULL when out of memory. */
+static char *starts_json(fleet_exec_start *starts)
+{
+    json_t *a = json_array();
+    for (fleet_exec_start *st = starts; a && st; st = st->next)
+        json_array_append_new(a, json_pack("[si]", st->tenant, st->max));
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return text;
+}
+
+/* One group (ship_mu held): the ends that wait, the first batch of the outbox and the starts,
+ * in one statement (schema migration 15); what the outbox holds beyond its first batch (after
+ * an outage) follows in batches of its own. 0, or -1 with the starts -1. */
+static int ship_group(fleet *f, audit_store *store, fleet_exec_start *starts)
+{
+    json_t *rows = NULL;
+    if (store && audit_outbox_read(store, SHIP_BATCH, &rows) != 0) {
+        json_decref(rows);
+        rows = NULL;
+        store = NULL; /* the outbox cannot be read now: the heartbeat tries again */
+    }
+    size_t n = json_array_size(rows);
+    char *last = n ? strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk"))) : NULL;
+    char *rows_text = n ? json_dumps(rows, JSON_COMPACT) : NULL;
+    json_decref(rows);
+    char *ended = fleet_commands_ended(f);
+    char *st_text = starts_json(starts);
+    int rc = -1;
+    if ((!n || (last && rows_text)) && st_text) {
+        const char *p[] = {f->id, n ? rows_text : "[]", ended ? ended : "[]", st_text};
+        char *v = pg_value(f->db, "SELECT airlock_exec_group($1, $2::json, $3::json, $4::json)", 4, p);
+        if (v && read_admitted(v, starts)) {
+            rc = 0;
+            if (n)
+                audit_outbox_mark(store, last);
+        }
+        free(v);
+    }
+    if (rc != 0) {
+        if (ended)
+            fleet_commands_unended(f, ended);
+        for (fleet_exec_start *st = starts; st; st = st->next)
+            st->admitted = -1;
+    }
+    free(ended);
+    free(st_text);
+    free(rows_text);
+    free(last);
+    bool unused = false;
+    if (rc == 0 && n == SHIP_BATCH) /* the rest of a backlog */
+        rc = ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, "[]", &unused);
+    return rc;
+}
+
+/* A group commit, as a database's own of its log: a request takes a number; the first to find
+ * no shipment under way ships everything queued (the audit rows, command ends and command
+ * starts of every request that took a number before it began) in one transaction, the others
+ * wait for it and are done when it covered their number; a number taken during a shipment
+ * waits for the next, which one of them makes. No request is answered before what it queued
+ * is in the database, and none waits beyond the shipments ahead of it (GATHER_US aside). */
+int fleet_group_commit(fleet *f, audit_store *store, fleet_exec_start *start)
+{
     pthread_mutex_lock(&f->gc_mu);
     unsigned long long mine = ++f->gc_taken;
+    if (start) {
+        start->next = NULL;
+        *f->gc_starts_end = start;
+        f->gc_starts_end = &start->next;
+    }
     if (f->gc_gathering)
         pthread_cond_broadcast(&f->gc_cond);
     while (f->gc_shipped < mine && f->gc_failed < mine) {
@@ -127,8 +206,13 @@ int fleet_audit_ship_now(fleet *f, audit_store *store)
         f->gc_busy = true;
         gather(f);
         unsigned long long covers = f->gc_taken;
+        fleet_exec_start *starts = f->gc_starts;
+        f->gc_starts = NULL;
+        f->gc_starts_end = &f->gc_starts;
         pthread_mutex_unlock(&f->gc_mu);
-        int rc = fleet_audit_ship(f, store);
+        pthread_mutex_lock(&f->ship_mu);
+        int rc = ship_group(f, store, starts);
+        pthread_mutex_unlock(&f->ship_mu);
         pthread_mutex_lock(&f->gc_mu);
         f->gc_busy = false;
         if (rc == 0 && covers > f->gc_shipped)
@@ -140,6 +224,12 @@ int fleet_audit_ship_now(fleet *f, audit_store *store)
     int rc = f->gc_shipped >= mine ? 0 : -1;
     pthread_mutex_unlock(&f->gc_mu);
     return rc;
+}
+
+int fleet_audit_ship_now(fleet *f, audit_store *store)
+{
+    /* else the heartbeat catches up once the database is back */
+    return pg_reachable(f->db) ? fleet_group_commit(f, store, NULL) : -1;
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

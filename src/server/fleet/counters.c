@@ -31,15 +31,21 @@ int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, d
 
 int fleet_command_begin(fleet *f, const char *tenant, int max)
 {
-    char m[24];
-    snprintf(m, sizeof m, "%d", max);
-    const char *p[] = {tenant, f->id, m};
-    char *v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p);
-    if (!v)
-        return -1;
-    int admitted = strcmp(v, "t") == 0;
-    free(v);
-    if (admitted)
+    int admitted = -1;
+    if (pg_reachable(f->db)) { /* with what the other requests queued meanwhile */
+        fleet_exec_start st = {.tenant = tenant, .max = max, .admitted = -1};
+        (void)fleet_group_commit(f, f->outbox, &st);
+        admitted = st.admitted;
+    } else { /* alone (it fails at once while the database is known to be away) */
+        char m[24];
+        snprintf(m, sizeof m, "%d", max);
+        const char *p[] = {tenant, f->id, m};
+        char *v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p);
+        if (v)
+            admitted = strcmp(v, "t") == 0;
+        free(v);
+    }
+    if (admitted == 1)
         atomic_fetch_add(&f->commands, 1);
     return admitted;
 }

@@ -205,7 +205,8 @@ void fleet_snapshot_backfill(fleet *f, const snapshot_record *v, size_t n);
  * when none was granted, the seconds until its next token; -1 unreachable. */
 int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, double give_back, int *granted,
                        double *left, double *wait_s);
-/* A running command against max: 1 admitted, 0 refused, -1 unreachable (one statement). */
+/* A running command against max: 1 admitted, 0 refused, -1 unreachable (in a group commit
+ * with the other requests' starts, ends and audit rows: fleet/audit.c). */
 int fleet_command_begin(fleet *f, const char *tenant, int max);
 /* The command ended: it is taken off its tenant's count with the next audit shipment (the one
  * its audit row makes at once; the heartbeat's at the latest). */
@@ -224,6 +225,9 @@ int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *comma
 
 /* ---- the audit log (fleet/audit.c) ---- */
 
+/* The node's audit outbox (store/audit.c), which a command's start ships with it; before the
+ * first request. */
+void fleet_set_outbox(fleet *f, audit_store *store);
 /* Ships what is new in this node's audit outbox to the database (each heartbeat): 0 when all
  * of it is there, -1 when some still waits. */
 int fleet_audit_ship(fleet *f, audit_store *store);

@@ -53,6 +53,7 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     pthread_mutex_init(&f->ship_mu, NULL);
     pthread_mutex_init(&f->gc_mu, NULL);
     pthread_cond_init(&f->gc_cond, NULL);
+    f->gc_starts_end = &f->gc_starts;
     pthread_mutex_init(&f->cmd_mu, NULL);
     pthread_mutex_init(&f->view_mu, NULL);
     pthread_cond_init(&f->cond, NULL);

@@ -91,6 +91,7 @@ int server_join_fleet(server *s)
         snprintf(s->err, sizeof s->err, "fleet: cannot set up the audit outbox");
         return -1;
     }
+    fleet_set_outbox(a->fleet, a->audit); /* a command's start ships what waits there with it */
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
