@@ -156,14 +156,32 @@ static int ship_group(fleet *f, audit_store *store, fleet_exec_start *starts)
     char *st_text = starts_json(starts);
     int rc = -1;
     if ((!n || (last && rows_text)) && st_text) {
-        const char *p[] = {f->id, n ? rows_text : "[]", ended ? ended : "[]", st_text};
-        char *v = pg_value(f->db, "SELECT airlock_exec_group($1, $2::json, $3::json, $4::json)", 4, p);
-        if (v && read_admitted(v, starts)) {
+        /* the plainest statement that carries the group (a lone start or a lone end costs
+         * what it did before the group commit: its own statement), nothing when it is empty */
+        const char *rows_or = n ? rows_text : "[]", *ended_or = ended ? ended : "[]";
+        char max[24];
+        snprintf(max, sizeof max, "%d", starts ? starts->max : 0);
+        PGresult *res = NULL;
+        char *v = NULL;
+        bool ok;
+        if (!starts) {
+            const char *p[] = {rows_or, f->id, ended_or};
+            ok = (!n && !ended) || (res = pg_query(f->db, FLEET_AUDIT_WITH_ENDS, 3, p)) != NULL;
+        } else if (!starts->next && !n && !ended) {
+            const char *p[] = {starts->tenant, f->id, max};
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p)) && read_admitted(v, starts);
+        } else {
+            const char *p[] = {f->id, rows_or, ended_or, st_text};
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_group($1, $2::json, $3::json, $4::json)", 4, p)) &&
+                 read_admitted(v, starts);
+        }
+        PQclear(res);
+        free(v);
+        if (ok) {
             rc = 0;
             if (n)
                 audit_outbox_mark(store, last);
         }
-        free(v);
     }
     if (rc != 0) {
         if (ended)
