@@ -323,38 +323,20 @@ local ok, err = pcall(function()
     node_p * 1e3, db_p * 1e3, tx_p, sat_p, carried(db_p, sat_p)))
 
   -- 4a'. the database as 100 nodes would keep it: busy. pgbench runs an exec's own statements
-  -- (its start; its end with its audit row, group-committed as the fleet at work did: one end
-  -- statement per B execs) from 64 connections; the database's CPU per exec from /proc as above
-  local B = math.max(1, math.min(16, math.floor(1 / math.max(cost[fleet_parallel].tx - 1, 1 / 16) + 0.5)))
-  -- one script (pgbench 15 names prepared statements per script: two scripts' collide): B
-  -- starts, then their B ends with their audit rows in one statement
-  local pair_sql = proc.temp_path()
-  proc.write_file(pair_sql, "\\set t random(1, 200)\n\\set u random(1, 1000000000000)\n"
-    .. string.rep("SELECT airlock_exec_start('gt' || :t, 'pgb' || :client_id, 1000000);\n", B)
-    .. "WITH ended AS (UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
-    .. " FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text("
-    .. "(SELECT json_agg('gt' || :t) FROM generate_series(1, " .. B .. ") g)) GROUP BY value) e"
-    .. " WHERE c.tenant = e.tenant AND c.node = 'pgb' || :client_id)"
-    .. " INSERT INTO audit SELECT r.tenant_id, 'pgb' || :client_id, r.sk, r.ts_us, r.session_id, r.actor, r.kind,"
-    .. " r.command, r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
-    .. " FROM json_populate_recordset(NULL::audit, (SELECT json_agg(json_build_object('tenant_id',"
-    .. " 'gt' || :t, 'sk', :u || '-' || g, 'ts_us', 1, 'session_id', 'sbx_0123456789ab',"
-    .. " 'actor', 'key:bench', 'kind', 'exec', 'command', 'true', 'truncated', false, 'exit_code', 0, 'duration_s',"
-    .. " 0.012, 'timed_out', false, 'oom_killed', false)) FROM generate_series(1, " .. B .. ") g)) r"
-    .. " ON CONFLICT DO NOTHING;\n")
+  -- (bench/fleet_exec_pair.sql: its start, its end with its audit row; prepared, as a node's)
+  -- from 64 connections, each a node of its own; the database's CPU per exec from /proc as above
   local HOT_S = 8
   local h0, ht0 = cpu_tree(pm), socket.gettime()
   local hot = proc.output(string.format("PGPASSFILE=%s /usr/lib/postgresql/15/bin/pgbench -n -M prepared -c 64 -j 2 -T %d"
-    .. " -f %s -h 127.0.0.1 -p %s -U airlock airlock 2>&1", q(f.dir .. "/pg/pgpass"), HOT_S, q(pair_sql), pg_port))
+    .. " -f bench/fleet_exec_pair.sql -h 127.0.0.1 -p %s -U airlock airlock 2>&1", q(f.dir .. "/pg/pgpass"), HOT_S, pg_port))
   local h1, ht1 = cpu_tree(pm), socket.gettime()
-  local scripts = tonumber(hot:match("number of transactions actually processed: (%d+)"))
-  check(scripts and scripts > 0 and not hot:find("aborted", 1, true), "pgbench said: " .. hot)
-  local starts = scripts * B
+  local starts = tonumber(hot:match("number of transactions actually processed: (%d+)"))
+  check(starts and starts > 0 and not hot:find("aborted", 1, true), "pgbench said: " .. hot)
   local hot_exec = math.max(0, (h1 - h0) - idle_cpu * (ht1 - ht0)) / starts
   local db_hot = db_p - cost[fleet_parallel].cpu + hot_exec
-  print(string.format("  the database busy (pgbench: an exec's start, and its end with %d per statement as at work,"
+  print(string.format("  the database busy (pgbench: an exec's start and its end with its audit row,"
     .. " 64 connections): %.0f execs/s, %.3f ms of its CPU each (%.0f%% of its 2 cores); a mix %.3f ms:"
-    .. " one 2-core PostgreSQL carries %.0f nodes at work (goal >= 100)", B, starts / (ht1 - ht0), hot_exec * 1e3,
+    .. " one 2-core PostgreSQL carries %.0f nodes at work (goal >= 100)", starts / (ht1 - ht0), hot_exec * 1e3,
     (h1 - h0) / (ht1 - ht0) * 50, db_hot * 1e3, carried(db_hot, sat_p)))
 
   -- 4b. one tenant's ceiling: lease statements one bucket row takes a second (pgbench, 4

@@ -45,8 +45,6 @@ int fleet_command_begin(fleet *f, const char *tenant, int max)
             admitted = strcmp(v, "t") == 0;
         free(v);
     }
-    if (admitted == 1)
-        atomic_fetch_add(&f->commands, 1);
     return admitted;
 }
 
@@ -68,7 +66,6 @@ int fleet_commands_take_off(fleet *f, const char *ended)
 
 void fleet_command_end(fleet *f, const char *tenant)
 {
-    atomic_fetch_sub(&f->commands, 1);
     pthread_mutex_lock(&f->cmd_mu);
     bool queued = push_ended(f, tenant);
     pthread_mutex_unlock(&f->cmd_mu);

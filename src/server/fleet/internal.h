@@ -39,8 +39,6 @@ struct fleet {
     struct fleet_exec_start *gc_starts; /* command starts waiting for the next shipment, oldest first */
     struct fleet_exec_start **gc_starts_end;
     audit_store *outbox;     /* the node's audit outbox (fleet_set_outbox), or NULL */
-    bool gc_gathering;       /* its leader waits for the commands still running to end */
-    atomic_int commands;     /* this node's commands counted in the database and not ended */
     pthread_mutex_t cmd_mu;  /* ended, below */
     json_t *ended;           /* the tenant of each ended command not yet taken off its count */
     double touch_since;      /* wall clock: last uses before this reached the database */
