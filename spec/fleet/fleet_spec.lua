@@ -1,6 +1,7 @@
 -- A real 3-node fleet on loopback (scripts/fleet.sh: a private PostgreSQL, HAProxy, airlockd
 -- on 127.0.0.2-4), brought up once for this file and always taken down: routing by the slot
--- in a session id, spread of new sessions, exact limits under parallel load, key revocation
+-- in a session id, spread of new sessions, exact limits under parallel load (with exec ends
+-- group-committed: a freed slot and an audit row seen on every node at the answer), key revocation
 -- across nodes, the Lua SDK's quick start through the router, a database outage, kill -9 of
 -- a node, and nothing left running after `down`.
 local cjson = require "cjson"
