@@ -1,10 +1,10 @@
 /* The fleet's audit log: each node records into its own SQLite store (store/audit.c), which is
  * also its outbox; the request that records a row ships it before its answer, in a group
- * commit with the rows and command ends of the requests that finish with it (so the next
- * request, on any node, reads it) and every heartbeat ships what is still new to the database's audit
- * table, where a row's key (tenant, node, sort key) makes a repeated shipment write nothing
- * twice. While the database is down, rows wait in the outbox. GET /v1/audit reads every
- * node's rows. */
+ * commit with the rows, command ends and command starts of the node's other requests (so the
+ * next request, on any node, reads it), and every heartbeat ships what is still new to the
+ * database's audit table, where a row's key (tenant, node, sort key) makes a repeated shipment
+ * write nothing twice. While the database is down, rows wait in the outbox. GET /v1/audit
+ * reads every node's rows. */
 #include "fleet/internal.h"
 
 #include <stdio.h>
@@ -145,7 +145,8 @@ static int ship_group(fleet *f, audit_store *store, fleet_exec_start *starts)
             ok = (!n && !ended) || (res = pg_query(f->db, FLEET_AUDIT_WITH_ENDS, 3, p)) != NULL;
         } else if (!starts->next && !n && !ended) {
             const char *p[] = {starts->tenant, f->id, max};
-            ok = (v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p)) && read_admitted(v, starts);
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p)) &&
+                 read_admitted(v, starts);
         } else {
             const char *p[] = {f->id, rows_or, ended_or, st_text};
             ok = (v = pg_value(f->db, "SELECT airlock_exec_group($1, $2::json, $3::json, $4::json)", 4, p)) &&
