@@ -1,6 +1,7 @@
 -- A real 3-node fleet on loopback (scripts/fleet.sh: a private PostgreSQL, HAProxy, airlockd
 -- on 127.0.0.2-4), brought up once for this file and always taken down: routing by the slot
--- in a session id, spread of new sessions, exact limits under parallel load, key revocation
+-- in a session id, spread of new sessions, exact limits under parallel load (with exec ends
+-- group-committed: a freed slot and an audit row seen on every node at the answer), key revocation
 -- across nodes, the Lua SDK's quick start through the router, a database outage, kill -9 of
 -- a node, and nothing left running after `down`.
 local cjson = require "cjson"
@@ -315,6 +316,51 @@ describe("a 3-node fleet", function()
     assert.is_true(refused >= 1, "none refused")
     assert.are.equal(0, http.request(f.router, "GET", "/v1/usage", { key = BUSY }).json.commands_running)
     for _, s in ipairs(ids) do http.delete(f.router, BUSY, s) end
+  end)
+
+  -- Each exec's end and audit row reach the database in a group commit with the others that
+  -- finish with it (fleet/audit.c), before the exec answers.
+  it("group-commits exec ends: a freed slot and its audit row are seen on every node when it answers", function()
+    local a = fleet.create_on(f, ADMIN, BUSY, "node1")
+    local b = fleet.create_on(f, ADMIN, BUSY, "node1")
+    local c = fleet.create_on(f, ADMIN, BUSY, "node2")
+    local d = fleet.create_on(f, ADMIN, BUSY, "node3")
+    -- pairs of commands at once (the tenant's max_concurrent_exec is 2): each pair admitted
+    -- only if the last pair's slots were free on every node when it answered
+    local function pair(s1, c1, s2, c2)
+      local r1, r2 = http.exec_async(f.router, BUSY, s1, c1), http.exec_async(f.router, BUSY, s2, c2)
+      local b1, raw1 = r1.wait()
+      local b2, raw2 = r2.wait()
+      assert.are.equal(0, b1 and b1.exit_code, raw1)
+      assert.are.equal(0, b2 and b2.exit_code, raw2)
+    end
+    local function logged(node, commands)
+      local res = http.request({ url = f.nodes[node].url }, "GET", "/v1/audit?limit=20", { key = BUSY })
+      assert.are.equal(200, res.status, res.body)
+      local seen = {}
+      for _, e in ipairs(res.json.entries) do seen[e.command] = true end
+      for _, command in ipairs(commands) do assert.is_true(seen[command], node .. ": " .. command) end
+    end
+    for round = 1, 4 do
+      local on1 = { "echo gc " .. round .. " a", "echo gc " .. round .. " b" }
+      pair(a, on1[1], b, on1[2]) -- both end on node1: their ends may share a shipment
+      logged("node2", on1)
+      local across = { "echo gc " .. round .. " c", "echo gc " .. round .. " d" }
+      pair(c, across[1], d, across[2])
+      logged("node1", across)
+    end
+    -- commands that take their turn and run nothing (a NUL in the command: 500) free it
+    -- before they answer, too
+    local n1, n2 = http.exec_async(f.router, BUSY, a, "echo \0"), http.exec_async(f.router, BUSY, b, "echo \0")
+    local _, raw1 = n1.wait()
+    local _, raw2 = n2.wait()
+    for _, raw in ipairs({ raw1, raw2 }) do -- answered (a 500), not run
+      assert.are_not.equal("", raw)
+      assert.is_nil(raw:find('"exit_code"', 1, true), raw)
+    end
+    pair(c, "echo after the nul c", d, "echo after the nul d")
+    assert.are.equal(0, http.request(f.router, "GET", "/v1/usage", { key = BUSY }).json.commands_running)
+    for _, s in ipairs({ a, b, c, d }) do http.delete(f.router, BUSY, s) end
   end)
 
   it("stops a revoked key on every node at once (a notice, not the cache's time)", function()

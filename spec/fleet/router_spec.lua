@@ -96,12 +96,22 @@ describe("the fleet's router and its least privilege", function()
     assert.are.equal(200, http.delete(f.router, KEY, s).status)
   end)
 
-  it("starts a SIGTERM-stopped node from an empty environment with its keys, on its own port", function()
+  it("stops a node on SIGTERM with its commands audited, starts it from an empty environment as it was", function()
     local s = fleet.create_on(f, ADMIN, KEY, "node2")
     assert.are.equal(200, http.write(f.router, KEY, s, "kept.txt", "kept").status)
     local before, pid = f.nodes.node2.url, f.nodes.node2.pid
+    -- a command running when the node is told to stop: its audit row and its end reach the
+    -- database before the node exits (nothing a group commit still held is lost)
+    local running = http.exec_async({ url = before }, KEY, s, "sleep 2; echo stopped with sigterm")
+    assert.is_true(proc.wait_until(30, function()
+      return fleet.sql(f, "SELECT coalesce(sum(running), 0) FROM command_counts WHERE node = 'node2'") == "1"
+    end))
     assert.is_true(proc.succeeded(os.execute("kill -TERM " .. pid)))
     assert.is_true(proc.wait_until(60, function() return not proc.alive(pid) end))
+    running.wait()
+    assert.are.equal("1", fleet.sql(f, "SELECT count(*) FROM audit WHERE node = 'node2'"
+      .. " AND command = 'sleep 2; echo stopped with sigterm'"))
+    assert.are.equal("0", fleet.sql(f, "SELECT coalesce(sum(running), 0) FROM command_counts WHERE node = 'node2'"))
     local rc, out = proc.run_capture("env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin " .. proc.shell_quote(
       proc.repo_root() .. "/scripts/fleet.sh") .. " start-node " .. proc.shell_quote(f.dir) .. " node2")
     assert.are.equal(0, rc, out)

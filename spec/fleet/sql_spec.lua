@@ -2,7 +2,8 @@
 -- The fleet's SQL tested as SQL: a private PostgreSQL only (no node, no router), the schema
 -- applied by airlockd's own migrations (--migrate-only), and the schema's functions called
 -- from several connections at once: request-token leases (a refill is counted once, whatever
--- the order the clock and the lock are reached in), exact session and command limits, the
+-- the order the clock and the lock are reached in), exact session and command limits (a
+-- node's group commit of ends, audit rows and starts included), the
 -- slots of the nodes, heartbeats that do not read the sessions, and many nodes declared dead at
 -- once without a deadlock.
 local pg_cluster = require "support.pg_cluster"
@@ -179,6 +180,51 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
     pg.psql("SELECT airlock_node_register('cnt-node2', 'http://127.0.0.9:1', 0)")
     pg.psql("UPDATE nodes SET heartbeat = now() - interval '1 hour' WHERE id = 'cnt-node3'; SELECT airlock_nodes_reap(60)")
     assert.are.equal("0", pg.psql("SELECT coalesce(sum(running), 0) FROM command_counts WHERE tenant = 'cnt-a'"))
+    pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM audit; DELETE FROM nodes")
+  end)
+
+  -- A node's group commit (fleet/audit.c): its ends and audit rows, then its starts.
+  local function group(node, rows, ended, starts)
+    return string.format("SELECT airlock_exec_group('%s', '%s', '%s', '%s');", node, rows, ended, starts)
+  end
+
+  it("runs a node's group commit: ends and audit rows, then starts in tenant order, exact from many connections", function()
+    for n = 1, 3 do pg.psql("SELECT airlock_node_register('grp-node" .. n .. "', 'http://127.0.0.9:1', 0)") end
+    -- each start's answer in its own place, whatever the tenants' order
+    assert.are.equal("{f,t,f}", pg.psql(group("grp-node1", "[]", "[]", '[["grp-z", 0], ["grp-y", 1], ["grp-x", 0]]')))
+    assert.are.equal("{}", pg.psql(group("grp-node1", "[]", '["grp-y"]', "[]")))
+    assert.are.equal("0", pg.psql("SELECT running FROM command_counts WHERE tenant = 'grp-y'"))
+    -- 6 connections (2 per node), each 10 groups of starts of two tenants in both orders
+    -- (allowed 2 and 3) with the ends of what its last group was granted: never over a limit,
+    -- never a deadlock
+    local jobs = {}
+    for c = 1, 6 do
+      local node, calls = "grp-node" .. (1 + c % 3), { "CREATE TEMP TABLE mine (tenant text);",
+        "SELECT '[]' AS gone \\gset" }
+      for i = 1, 10 do
+        local starts = i % 2 == 0 and '[["grp-b", 3], ["grp-a", 2], ["grp-b", 3]]' or '[["grp-a", 2], ["grp-b", 3]]'
+        local rows = string.format('[{"tenant_id": "grp-a", "sk": "g-%d-%d", "ts_us": 1, "truncated": false,'
+          .. ' "timed_out": false, "oom_killed": false}]', c, i)
+        calls[#calls + 1] = "DELETE FROM mine;"
+        calls[#calls + 1] = string.format("INSERT INTO mine SELECT s.value->>0 FROM json_array_elements('%s') WITH ORDINALITY"
+          .. " s(value, i), unnest((%s)::boolean[]) WITH ORDINALITY a(ok, j) WHERE i = j AND ok;", starts,
+          group(node, rows, "GONE", starts):gsub(";$", ""):gsub("SELECT ", "SELECT ", 1):gsub("'GONE'", ":'gone'"))
+        calls[#calls + 1] = string.format("SELECT CASE WHEN (SELECT sum(running) FROM command_counts WHERE tenant = 'grp-a')"
+          .. " > 2 OR (SELECT sum(running) FROM command_counts WHERE tenant = 'grp-b') > 3 THEN 'over the limit' END;")
+        calls[#calls + 1] = "SELECT coalesce(json_agg(tenant), '[]') AS gone FROM mine \\gset"
+      end
+      calls[#calls + 1] = group(node, "[]", "GONE", "[]"):gsub("'GONE'", ":'gone'")
+      jobs[c] = pg.start(table.concat(calls, "\n"))
+    end
+    local out = wait_all(jobs, "a connection")
+    assert.is_nil(out:find("over the limit", 1, true), out)
+    assert.is_nil(out:find("deadlock", 1, true), out)
+    assert.are.equal("0", pg.psql("SELECT coalesce(sum(running), 0) FROM command_counts WHERE tenant LIKE 'grp-%'"))
+    assert.are.equal("60", pg.psql("SELECT count(*) FROM audit WHERE tenant_id = 'grp-a' AND sk LIKE 'g-%'"))
+    -- a slot freed in a group is free for the starts of the same group
+    assert.are.equal("{t,t}", pg.psql(group("grp-node1", "[]", "[]", '[["grp-a", 2], ["grp-a", 2]]')))
+    assert.are.equal("{f}", pg.psql(group("grp-node2", "[]", "[]", '[["grp-a", 2]]')))
+    assert.are.equal("{t}", pg.psql(group("grp-node1", "[]", '["grp-a"]', '[["grp-a", 2]]')))
     pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM audit; DELETE FROM nodes")
   end)
 

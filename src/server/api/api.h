@@ -90,6 +90,9 @@ session *acquire_audited_session(app *a, http_request *r, const api_call *c, con
 /* audit_record, and in a fleet the row shipped to the database at once (0 or -1 as
  * audit_record: a row not shipped yet waits in the node's outbox). */
 int api_audit_record(app *a, const audit_entry *e);
+/* In a fleet: the ends of commands that made no audit record reach the database before the
+ * answer (so the next request on any node finds their slots free); a no-op otherwise. */
+void api_commands_ended(app *a);
 /* Sends {"detail": fmt with arg} with arg made valid UTF-8 (fmt has one %s). */
 void send_detail_with(http_request *r, unsigned status, const char *fmt, const char *arg);
 /* Fail closed on storage: a change that could not be made durable is refused, never

@@ -16,6 +16,12 @@ int api_audit_record(app *a, const audit_entry *e)
     return rc;
 }
 
+void api_commands_ended(app *a)
+{
+    if (a->fleet && fleet_commands_waiting(a->fleet))
+        (void)fleet_audit_ship_now(a->fleet, a->audit); /* else the heartbeat's */
+}
+
 void api_audit(app *a, http_request *r, const api_call *c)
 {
     long long limit = 100;

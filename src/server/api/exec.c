@@ -137,6 +137,7 @@ typedef struct {
     char text[200];
     int exec_limit;
     json_t *result;
+    bool recorded; /* its audit record was made (in a fleet: with its command's end) */
 } exec_answer;
 
 /* The body's fields into q; false when invalid (answered). */
@@ -353,6 +354,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
         log_session(LV_INFO, s->id, t->name, "exec in %s stopped: its client hung up or the server is stopping", s->id);
         ae.detail = CANCEL_DETAIL;
         (void)api_audit_record(a, &ae); /* nobody reads the answer (or it is a 503) */
+        ans->recorded = true;
         answer_error(ans, 503, "The command was stopped before it finished.");
         return;
     }
@@ -362,6 +364,7 @@ static void finish(app *a, const api_call *c, session *s, const exec_request *q,
     ae.exit_code = o.exit_code;
     ae.timed_out = o.timed_out;
     ae.oom_killed = o.oom;
+    ans->recorded = true;
     if (api_audit_record(a, &ae) != 0) { /* never acknowledged without its record */
         snprintf(ans->text, sizeof ans->text, "The command ran (exit code %d) but its audit record could not be "
                                               "saved: the server's storage is full or failing.", o.exit_code);
@@ -453,6 +456,8 @@ void api_exec(app *a, http_request *r, const api_call *c)
     exec_tap_init(&tap, NULL);
     exec_answer ans = {.status = 500};
     exec_in_session(a, r, c, s, &q, &tap, &ans);
+    if (!ans.recorded) /* a command that took its turn and ran not: its end is shipped alone */
+        api_commands_ended(a);
     registry_release(a->reg, s); /* the one release, before the answer */
     send_answer(r, &tap, &ans);
     exec_tap_close(&tap);

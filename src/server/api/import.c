@@ -178,6 +178,7 @@ static void run_import(app *a, http_request *r, const api_call *c, session *s, c
         close(fd);
     limits_exec_end(a->lim, tenant);
     if (rc == IMPORT_OK && sr != SLOT_OK) {
+        api_commands_ended(a); /* no audit record takes its end along */
         api_send_no_slot(r, slots_max(a->slots), sr);
     } else if (rc == IMPORT_OK) {
         char *path = NULL, *detail = NULL;

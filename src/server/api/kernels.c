@@ -222,6 +222,7 @@ static bool take_turn(app *a, http_request *r, size_t tenant)
     if (sr == SLOT_OK)
         return true;
     limits_exec_end(a->lim, tenant);
+    api_commands_ended(a); /* free on every node before the answer */
     api_send_no_slot(r, slots_max(a->slots), sr);
     return false;
 }
@@ -279,6 +280,8 @@ void api_kernels_execute(app *a, http_request *r, const api_call *c)
     kernels_put(a->kernels, k);
     bool audited = !answer || audit_cell(a, c, s, code, answer,
                                          (double)json_integer_value(json_object_get(answer, "duration_ms")) / 1000.0) == 0;
+    if (!answer) /* no audit record took its end along */
+        api_commands_ended(a);
     registry_release(a->reg, s);
     if (!audited) {
         json_decref(answer);

@@ -1,9 +1,10 @@
 /* The fleet's audit log: each node records into its own SQLite store (store/audit.c), which is
- * also its outbox; the request that records a row ships it at once (so the next request, on
- * any node, reads it) and every heartbeat ships what is still new to the database's audit
- * table, where a row's key (tenant, node, sort key) makes a repeated shipment write nothing
- * twice. While the database is down, rows wait in the outbox. GET /v1/audit reads every
- * node's rows. */
+ * also its outbox; the request that records a row ships it before its answer, in a group
+ * commit with the rows, command ends and command starts of the node's other requests (so the
+ * next request, on any node, reads it), and every heartbeat ships what is still new to the
+ * database's audit table, where a row's key (tenant, node, sort key) makes a repeated shipment
+ * write nothing twice. While the database is down, rows wait in the outbox. GET /v1/audit
+ * reads every node's rows. */
 #include "fleet/internal.h"
 
 #include <stdio.h>
@@ -63,7 +64,7 @@ int fleet_outbox_ship(fleet *f, audit_store *store, fleet_outbox_read read, flee
 
 /* The audit rows go with the ends of the commands that ended meanwhile ($3): an exec's end
  * and its audit row are one transaction, and the ends of commands that finish together are
- * one (group commit). One statement text, prepared once per connection. */
+ * one. One statement text, prepared once per connection. */
 int fleet_audit_ship(fleet *f, audit_store *store)
 {
     pthread_mutex_lock(&f->ship_mu);
@@ -71,19 +72,159 @@ int fleet_audit_ship(fleet *f, audit_store *store)
     bool sent = false;
     int rc = ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, ended ? ended : "[]",
                          &sent);
-    pthread_mutex_unlock(&f->ship_mu);
-    if (ended && !sent) /* no audit row went: the ends go alone */
+    if (ended && !sent && fleet_commands_take_off(f, ended) != 0) { /* no audit row went: the ends alone */
         fleet_commands_unended(f, ended);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&f->ship_mu);
     free(ended);
-    if (ended && !sent)
-        fleet_commands_flush(f);
+    return rc;
+}
+
+void fleet_set_outbox(fleet *f, audit_store *store)
+{
+    f->outbox = store;
+}
+
+/* Each start's answer from the group's boolean[] ("{t,f}"), in order; false when it does not
+ * name one per start. */
+static bool read_admitted(const char *v, fleet_exec_start *starts)
+{
+    fleet_exec_start *st = starts;
+    for (; v && *v; v++) {
+        if (*v != 't' && *v != 'f')
+            continue;
+        if (!st)
+            return false;
+        st->admitted = *v == 't';
+        st = st->next;
+    }
+    return st == NULL;
+}
+
+/* The starts as airlock_exec_group takes them: [[tenant, max], ...]; NULL when out of memory. */
+static char *starts_json(fleet_exec_start *starts)
+{
+    json_t *a = json_array();
+    for (fleet_exec_start *st = starts; a && st; st = st->next)
+        json_array_append_new(a, json_pack("[si]", st->tenant, st->max));
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    json_decref(a);
+    return text;
+}
+
+/* One group (ship_mu held): the ends that wait, the first batch of the outbox and the starts,
+ * in one statement (schema migration 15); what the outbox holds beyond its first batch (after
+ * an outage) follows in batches of its own. 0, or -1 with the starts -1. */
+static int ship_group(fleet *f, audit_store *store, fleet_exec_start *starts)
+{
+    json_t *rows = NULL;
+    if (store && audit_outbox_read(store, SHIP_BATCH, &rows) != 0) {
+        json_decref(rows);
+        rows = NULL;
+        store = NULL; /* the outbox cannot be read now: the heartbeat tries again */
+    }
+    size_t n = json_array_size(rows);
+    char *last = n ? strdup(json_string_value(json_object_get(json_array_get(rows, n - 1), "sk"))) : NULL;
+    char *rows_text = n ? json_dumps(rows, JSON_COMPACT) : NULL;
+    json_decref(rows);
+    char *ended = fleet_commands_ended(f);
+    char *st_text = starts_json(starts);
+    int rc = -1;
+    if ((!n || (last && rows_text)) && st_text) {
+        /* the plainest statement that carries the group (a lone start or a lone end costs
+         * what it did before the group commit: its own statement), nothing when it is empty */
+        const char *rows_or = n ? rows_text : "[]", *ended_or = ended ? ended : "[]";
+        char max[24];
+        snprintf(max, sizeof max, "%d", starts ? starts->max : 0);
+        PGresult *res = NULL;
+        char *v = NULL;
+        bool ok;
+        if (!starts) {
+            const char *p[] = {rows_or, f->id, ended_or};
+            ok = (!n && !ended) || (res = pg_query(f->db, FLEET_AUDIT_WITH_ENDS, 3, p)) != NULL;
+        } else if (!starts->next && !n && !ended) {
+            const char *p[] = {starts->tenant, f->id, max};
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p)) &&
+                 read_admitted(v, starts);
+        } else {
+            const char *p[] = {f->id, rows_or, ended_or, st_text};
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_group($1, $2::json, $3::json, $4::json)", 4, p)) &&
+                 read_admitted(v, starts);
+        }
+        PQclear(res);
+        free(v);
+        if (ok) {
+            rc = 0;
+            if (n)
+                audit_outbox_mark(store, last);
+        }
+    }
+    if (rc != 0) {
+        if (ended)
+            fleet_commands_unended(f, ended);
+        for (fleet_exec_start *st = starts; st; st = st->next)
+            st->admitted = -1;
+    }
+    free(ended);
+    free(st_text);
+    free(rows_text);
+    free(last);
+    bool unused = false;
+    if (rc == 0 && n == SHIP_BATCH) /* the rest of a backlog */
+        rc = ship_locked(f, store, audit_outbox_read, audit_outbox_mark, FLEET_AUDIT_WITH_ENDS, "[]", &unused);
+    return rc;
+}
+
+/* A group commit, as a database's own of its log: a request takes a number; the first to find
+ * no shipment under way ships everything queued (the audit rows, command ends and command
+ * starts of every request that took a number before it began) in one transaction, the others
+ * wait for it and are done when it covered their number; a number taken during a shipment
+ * waits for the next, which one of them makes. No request is answered before what it queued
+ * is in the database, and none waits beyond the shipment under way and its own: no timer (a
+ * wait of up to 2 ms for the node's other running commands, as PostgreSQL's commit_delay,
+ * merged 1.5% of the starts and ends of 4 commands at once on each node, for up to 2 ms each;
+ * docs/fleet.md). */
+int fleet_group_commit(fleet *f, audit_store *store, fleet_exec_start *start)
+{
+    pthread_mutex_lock(&f->gc_mu);
+    unsigned long long mine = ++f->gc_taken;
+    if (start) {
+        start->next = NULL;
+        *f->gc_starts_end = start;
+        f->gc_starts_end = &start->next;
+    }
+    while (f->gc_shipped < mine && f->gc_failed < mine) {
+        if (f->gc_busy) {
+            pthread_cond_wait(&f->gc_cond, &f->gc_mu);
+            continue;
+        }
+        f->gc_busy = true;
+        unsigned long long covers = f->gc_taken;
+        fleet_exec_start *starts = f->gc_starts;
+        f->gc_starts = NULL;
+        f->gc_starts_end = &f->gc_starts;
+        pthread_mutex_unlock(&f->gc_mu);
+        pthread_mutex_lock(&f->ship_mu);
+        int rc = ship_group(f, store, starts);
+        pthread_mutex_unlock(&f->ship_mu);
+        pthread_mutex_lock(&f->gc_mu);
+        f->gc_busy = false;
+        if (rc == 0 && covers > f->gc_shipped)
+            f->gc_shipped = covers;
+        else if (rc != 0 && covers > f->gc_failed)
+            f->gc_failed = covers;
+        pthread_cond_broadcast(&f->gc_cond);
+    }
+    int rc = f->gc_shipped >= mine ? 0 : -1;
+    pthread_mutex_unlock(&f->gc_mu);
     return rc;
 }
 
 int fleet_audit_ship_now(fleet *f, audit_store *store)
 {
     /* else the heartbeat catches up once the database is back */
-    return pg_reachable(f->db) ? fleet_audit_ship(f, store) : -1;
+    return pg_reachable(f->db) ? fleet_group_commit(f, store, NULL) : -1;
 }
 
 static json_t *text_or_null(PGresult *res, int i, int col)

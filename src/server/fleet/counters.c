@@ -31,14 +31,20 @@ int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, d
 
 int fleet_command_begin(fleet *f, const char *tenant, int max)
 {
-    char m[24];
-    snprintf(m, sizeof m, "%d", max);
-    const char *p[] = {tenant, f->id, m};
-    char *v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p);
-    if (!v)
-        return -1;
-    int admitted = strcmp(v, "t") == 0;
-    free(v);
+    int admitted = -1;
+    if (pg_reachable(f->db)) { /* with what the other requests queued meanwhile */
+        fleet_exec_start st = {.tenant = tenant, .max = max, .admitted = -1};
+        (void)fleet_group_commit(f, f->outbox, &st);
+        admitted = st.admitted;
+    } else { /* alone (it fails at once while the database is known to be away) */
+        char m[24];
+        snprintf(m, sizeof m, "%d", max);
+        const char *p[] = {tenant, f->id, m};
+        char *v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p);
+        if (v)
+            admitted = strcmp(v, "t") == 0;
+        free(v);
+    }
     return admitted;
 }
 
@@ -50,8 +56,7 @@ static bool push_ended(fleet *f, const char *tenant)
     return json_array_append_new(f->ended, json_string(tenant)) == 0;
 }
 
-/* Takes ended (a JSON array of tenants) off the counts at once. */
-static int take_off(fleet *f, const char *ended)
+int fleet_commands_take_off(fleet *f, const char *ended)
 {
     const char *p[] = {"[]", f->id, ended};
     PGresult *res = pg_query(f->db, FLEET_AUDIT_WITH_ENDS, 3, p);
@@ -68,7 +73,7 @@ void fleet_command_end(fleet *f, const char *tenant)
         json_t *one = json_pack("[s]", tenant);
         char *text = one ? json_dumps(one, JSON_COMPACT) : NULL;
         if (text)
-            take_off(f, text);
+            fleet_commands_take_off(f, text);
         free(text);
         json_decref(one);
     }
@@ -98,13 +103,21 @@ void fleet_commands_unended(fleet *f, const char *ended)
     json_decref(back);
 }
 
+bool fleet_commands_waiting(fleet *f)
+{
+    pthread_mutex_lock(&f->cmd_mu);
+    bool waiting = json_array_size(f->ended) > 0;
+    pthread_mutex_unlock(&f->cmd_mu);
+    return waiting;
+}
+
 void fleet_commands_flush(fleet *f)
 {
+    pthread_mutex_lock(&f->ship_mu); /* a group commit that finds the queue empty has them shipped */
     char *ended = fleet_commands_ended(f);
-    if (!ended)
-        return;
-    if (take_off(f, ended) != 0)
+    if (ended && fleet_commands_take_off(f, ended) != 0)
         fleet_commands_unended(f, ended);
+    pthread_mutex_unlock(&f->ship_mu);
     free(ended);
 }
 

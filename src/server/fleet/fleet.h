@@ -205,7 +205,8 @@ void fleet_snapshot_backfill(fleet *f, const snapshot_record *v, size_t n);
  * when none was granted, the seconds until its next token; -1 unreachable. */
 int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, double give_back, int *granted,
                        double *left, double *wait_s);
-/* A running command against max: 1 admitted, 0 refused, -1 unreachable (one statement). */
+/* A running command against max: 1 admitted, 0 refused, -1 unreachable (in a group commit
+ * with the other requests' starts, ends and audit rows: fleet/audit.c). */
 int fleet_command_begin(fleet *f, const char *tenant, int max);
 /* The command ended: it is taken off its tenant's count with the next audit shipment (the one
  * its audit row makes at once; the heartbeat's at the latest). */
@@ -215,6 +216,8 @@ void fleet_command_end(fleet *f, const char *tenant);
  * could not be taken off. */
 char *fleet_commands_ended(fleet *f);
 void fleet_commands_unended(fleet *f, const char *ended);
+/* Whether ended commands wait to be taken off their counts. */
+bool fleet_commands_waiting(fleet *f);
 /* Takes the ended commands that wait off their counts (the heartbeat). */
 void fleet_commands_flush(fleet *f);
 /* The tenant's live sessions and running commands on every node, in one statement: 0 or -1. */
@@ -222,11 +225,15 @@ int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *comma
 
 /* ---- the audit log (fleet/audit.c) ---- */
 
+/* The node's audit outbox (store/audit.c), which a command's start ships with it; before the
+ * first request. */
+void fleet_set_outbox(fleet *f, audit_store *store);
 /* Ships what is new in this node's audit outbox to the database (each heartbeat): 0 when all
  * of it is there, -1 when some still waits. */
 int fleet_audit_ship(fleet *f, audit_store *store);
-/* The same right after a request recorded a row, unless the database is known to be down
- * (-1): the next request, on any node, reads it. */
+/* The same right after a request recorded a row (or queued a command's end), unless the
+ * database is known to be down (-1): a group commit with the other requests' rows and ends
+ * (fleet/audit.c), done before it returns, so the next request, on any node, reads it. */
 int fleet_audit_ship_now(fleet *f, audit_store *store);
 /* GET /v1/audit over every node's rows (as audit_query); 0 or -1. */
 int fleet_audit_query(fleet *f, const char *tenant, const char *before, int limit, int retention_days,

@@ -30,6 +30,15 @@ struct fleet {
     pthread_mutex_t mu;
     pthread_cond_t cond;
     pthread_mutex_t ship_mu; /* one outbox shipment at a time (heartbeat and request threads) */
+    /* the group commit of audit rows and command ends (fleet/audit.c): each request that
+     * queued something takes a number; a shipment covers every number taken before it began */
+    pthread_mutex_t gc_mu;
+    pthread_cond_t gc_cond;
+    unsigned long long gc_taken, gc_shipped, gc_failed; /* numbers: last taken, last shipped, last failed */
+    bool gc_busy;            /* a shipment is under way (its requests wait for it) */
+    struct fleet_exec_start *gc_starts; /* command starts waiting for the next shipment, oldest first */
+    struct fleet_exec_start **gc_starts_end;
+    audit_store *outbox;     /* the node's audit outbox (fleet_set_outbox), or NULL */
     pthread_mutex_t cmd_mu;  /* ended, below */
     json_t *ended;           /* the tenant of each ended command not yet taken off its count */
     double touch_since;      /* wall clock: last uses before this reached the database */
@@ -50,6 +59,25 @@ struct fleet {
     " INSERT INTO audit SELECT r.tenant_id, $2, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"   \
     " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"                          \
     " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING"
+
+/* A command's start waiting in a group commit (fleet/audit.c): admitted 1, 0 refused, -1
+ * the database did not answer. */
+typedef struct fleet_exec_start {
+    const char *tenant;
+    int max;
+    int admitted;
+    struct fleet_exec_start *next;
+} fleet_exec_start;
+
+/* fleet/audit.c: the group commit: everything queued before it began (audit rows, command
+ * ends) and start (NULL: none) reach the database in one transaction, done before it returns;
+ * 0, or -1 (the database did not take them: the rows wait in the outbox, the ends in their
+ * queue, the start is -1). */
+int fleet_group_commit(fleet *f, audit_store *store, fleet_exec_start *start);
+
+/* fleet/counters.c: takes ended (a JSON array of tenants) off the counts now, in one
+ * transaction (ship_mu held); 0 or -1. */
+int fleet_commands_take_off(fleet *f, const char *ended);
 
 /* fleet/registry.c: runs a statement whose rows are session ids (column 0): a JSON array of
  * them, NULL when it failed. */

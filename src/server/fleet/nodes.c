@@ -51,6 +51,9 @@ fleet *fleet_open(pg_pool *db, const fleet_opts *o, char *err, size_t errlen)
     PQclear(pg_query(db, "UPDATE nodes SET agent_port = $2::integer WHERE id = $1", 2, ap));
     pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_init(&f->ship_mu, NULL);
+    pthread_mutex_init(&f->gc_mu, NULL);
+    pthread_cond_init(&f->gc_cond, NULL);
+    f->gc_starts_end = &f->gc_starts;
     pthread_mutex_init(&f->cmd_mu, NULL);
     pthread_mutex_init(&f->view_mu, NULL);
     pthread_cond_init(&f->cond, NULL);
@@ -234,6 +237,8 @@ void fleet_close(fleet *f)
     if (f->locks_ready) {
         pthread_mutex_destroy(&f->mu);
         pthread_mutex_destroy(&f->ship_mu);
+        pthread_mutex_destroy(&f->gc_mu);
+        pthread_cond_destroy(&f->gc_cond);
         pthread_mutex_destroy(&f->cmd_mu);
         pthread_mutex_destroy(&f->view_mu);
         fleet_view_free(f);

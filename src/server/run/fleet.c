@@ -91,6 +91,7 @@ int server_join_fleet(server *s)
         snprintf(s->err, sizeof s->err, "fleet: cannot set up the audit outbox");
         return -1;
     }
+    fleet_set_outbox(a->fleet, a->audit); /* a command's start ships what waits there with it */
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
@@ -212,6 +213,10 @@ void server_stop_fleet(server *s)
     if (s->a.fleet) /* what this node leased and did not spend is the other nodes' again */
         limits_return_leases(s->a.lim, true);
     fleet_stop(s->a.fleet); /* first: the heartbeat wakes the mover */
+    if (s->a.fleet && pg_reachable(s->a.db)) { /* what the requests queued and did not ship goes now */
+        fleet_audit_ship(s->a.fleet, s->a.audit);
+        fleet_egress_ship(s->a.fleet, s->a.audit);
+    }
     mover_stop(s->mover);   /* a move under way is undone: its session stays here */
     s->mover = NULL;
     stop_internal(s);

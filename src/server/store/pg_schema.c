@@ -449,6 +449,31 @@ static const char *const MIGRATIONS[] = {
     "   INSERT INTO snapshots SELECT * FROM jsonb_populate_record(NULL::snapshots, p_row);"
     "  END IF;"
     " END $$;",
+    /* 15: a node's group commit (fleet/audit.c): in one transaction, the ends of its commands
+     * that ended (p_ends: a tenant each) and the audit rows that wait (p_rows), then the
+     * starts that wait (p_starts: [[tenant, max], ...]), each as airlock_exec_start, taken in
+     * tenant order (so two nodes' groups take the tenants' locks in one order: no deadlock)
+     * after the ends (a slot freed in the group is free for its starts). Whether each start
+     * was admitted, in p_starts' order. */
+    "CREATE FUNCTION airlock_exec_group(p_node text, p_rows json, p_ends json, p_starts json) RETURNS boolean[]"
+    " LANGUAGE plpgsql AS $$ DECLARE admitted boolean[]; s record; BEGIN"
+    "  IF json_array_length(p_ends) > 0 THEN"
+    "   UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
+    "    FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text(p_ends) GROUP BY value) e"
+    "    WHERE c.tenant = e.tenant AND c.node = p_node;"
+    "  END IF;"
+    "  IF json_array_length(p_rows) > 0 THEN"
+    "   INSERT INTO audit SELECT r.tenant_id, p_node, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
+    "    r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
+    "    FROM json_populate_recordset(NULL::audit, p_rows) r ON CONFLICT DO NOTHING;"
+    "  END IF;"
+    "  admitted := array_fill(false, ARRAY[json_array_length(p_starts)]);"
+    "  FOR s IN SELECT value->>0 AS tenant, (value->>1)::integer AS max, i::integer AS i"
+    "   FROM json_array_elements(p_starts) WITH ORDINALITY AS a(value, i) ORDER BY (value->>0) COLLATE \"C\", i LOOP"
+    "   admitted[s.i] := airlock_exec_start(s.tenant, p_node, s.max);"
+    "  END LOOP;"
+    "  RETURN admitted;"
+    " END $$;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
