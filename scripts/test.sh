@@ -60,8 +60,8 @@ TEST_JOBS=${TEST_JOBS:-$(( $(nproc) + 2 ))}
 # the spec files whose jobs take a minute or more (the closing "slowest" list of a run), longest
 # first: each of their jobs (every interpreter, ASan or not) starts before all others, so none of
 # them starts late and runs on alone at the end (a job's order does not change what it checks)
-LONG_SPECS=${LONG_SPECS:-"spec/server/templates_spec.lua spec/server/persistence_spec.lua spec/fleet/fleet_spec.lua
-  spec/integration/templates_spec.lua spec/fleet/templates_fleet_spec.lua spec/fleet/drain_spec.lua"}
+LONG_SPECS=${LONG_SPECS:-"spec/server/templates_matplotlib_spec.lua spec/fleet/templates_fleet_spec.lua spec/server/templates_spec.lua spec/server/persistence_spec.lua spec/fleet/fleet_spec.lua
+  spec/integration/templates_spec.lua spec/fleet/drain_spec.lua"}
 
 export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
 export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
