@@ -33,24 +33,6 @@ static bool image_path(const pause_deps *d, const char *id, char *out, size_t le
     return n > 0 && (size_t)n < len;
 }
 
-/* The bytes of the files directly in dir (runsc's image is flat). */
-static long long dir_bytes(const char *dir)
-{
-    long long total = 0;
-    DIR *dd = opendir(dir);
-    struct dirent *e;
-    while (dd && (e = readdir(dd)) != NULL) {
-        struct stat st;
-        char p[SESSION_PAUSE_DIR_MAX + 300];
-        if (e->d_name[0] != '.' && snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < (int)sizeof p &&
-            stat(p, &st) == 0 && S_ISREG(st.st_mode))
-            total += (long long)st.st_size;
-    }
-    if (dd)
-        closedir(dd);
-    return total;
-}
-
 void pause_forget_image(const pause_deps *d, const char *session_id)
 {
     char dir[SESSION_PAUSE_DIR_MAX];
@@ -202,7 +184,8 @@ static int sandbox_stop(const pause_deps *d, const session *s, session_pause_sta
             return rc;
         }
         keep_kernels(d, s, image->image_dir);
-        image->image_bytes = dir_bytes(image->image_dir);
+        long long used = fs_tree_usage(image->image_dir); /* (on the host: allocated bytes) */
+        image->image_bytes = used > 0 ? used : 0;
         return 0; /* its warm entry stays, lent to its kernels, for the restore */
     }
     if (d->warm)

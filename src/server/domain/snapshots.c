@@ -2,9 +2,9 @@
 #include "domain/snapshots.h"
 
 #include "drain/extents.h"
+#include "fs/walk.h"
 #include "log/log.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -150,22 +150,6 @@ static int copy_image(const char *img, const char *path, long long image_bytes, 
     return rc;
 }
 
-/* The bytes the files directly in dir take on the host (runsc's image is flat). */
-static long long dir_bytes(const char *dir)
-{
-    long long total = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        struct stat st;
-        if (e->d_name[0] != '.' && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
-            total += (long long)st.st_blocks * 512;
-    }
-    if (d)
-        closedir(d);
-    return total;
-}
-
 /* The workspace's copy: the session's filesystem frozen (its writers wait) while its image is
  * copied into the store, then thawed. */
 typedef struct {
@@ -213,7 +197,7 @@ static int take_parts(workspace_copy *c, const snapshot_memory *mem, snapshot_fl
     }
     /* (the checkpoint writes what the sandbox holds out to the workspace itself) */
     int rc = mem->checkpoint(mem->ctx, dir, copy_workspace, c, c->why, c->whylen);
-    if (rc == 0 && (*mem_bytes = dir_bytes(dir)) <= 0) {
+    if (rc == 0 && (*mem_bytes = fs_tree_usage(dir)) <= 0) {
         snprintf(c->why, c->whylen, "the memory image is empty");
         rc = -1;
     }
