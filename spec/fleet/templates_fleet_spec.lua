@@ -33,15 +33,21 @@ describe("templates in a 2-node fleet", function()
     return f.nodes[ids[i]]
   end
 
-  local function wait_ready(n, name)
+  -- the template's record on node n once its build there ended (ready or failed)
+  local function wait_built(n, name)
     local last
     local ok = proc.wait_until(600, function()
       last = http.request(n, "GET", "/v1/templates/" .. name, { key = KEY })
       return last.status == 200 and last.json.status ~= "building"
     end, 1)
     assert(ok, "still building on " .. n.url .. "; last seen: " .. tostring(last and last.body))
-    assert.are.equal("ready", last.json.status, last.json.log_tail)
     return last.json
+  end
+
+  local function wait_ready(n, name)
+    local t = wait_built(n, name)
+    assert.are.equal("ready", t.status, t.log_tail)
+    return t
   end
 
   -- a create that may wait for a build (the node waits up to 100 s)
@@ -82,6 +88,9 @@ describe("templates in a 2-node fleet", function()
     c = create_waiting(b, "badsetup")
     assert.are.equal(409, c.status, c.body)
     assert.truthy(c.json.detail:find("exited with 3", 1, true), c.body)
+    -- (the node it was posted to builds it too, at its own pace: a template is not deleted
+    -- while it builds, 409)
+    assert.are.equal("failed", wait_built(a, "badsetup").status)
     assert.are.equal(200, http.request(a, "DELETE", "/v1/templates/badsetup", { key = KEY }).status)
 
     -- through the router: every node has it ready now
