@@ -242,15 +242,7 @@ describe("kernels (SANDBOX_EXEC_MODE=session)", function()
     local s3 = r.json.session_id
     local k3 = new_kernel(s3)
     cell("v = 1", nil, s3, k3)
-    local root = host_state.cgroup_root(server.dir .. "/state")
-    local function leftovers()
-      local groups = {}
-      for _, g in ipairs(host_state.cgroups_under(root)) do
-        if g:find(s3, 1, true) then groups[#groups + 1] = g end
-      end
-      return { sandboxes = host_state.sandbox_ids(server, s3), cgroups = groups,
-               mounts = proc.output("grep -c " .. q(s3) .. " /proc/mounts || true"):gsub("%s+", "") }
-    end
+    local function leftovers() return host_state.session_leftovers(server, s3) end
     assert.are_not.same({}, leftovers().sandboxes)
     assert.are.equal(200, http_client.delete(server, key, s3).status)
     assert.eventually(function()

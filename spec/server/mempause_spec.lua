@@ -67,15 +67,7 @@ describe("pause with memory (kernels)", function()
   end
 
   -- what of sid runs or is mounted on the host
-  local function leftovers(sid)
-    local root = host_state.cgroup_root(server.dir .. "/state")
-    local groups = {}
-    for _, g in ipairs(host_state.cgroups_under(root)) do
-      if g:find(sid, 1, true) then groups[#groups + 1] = g end
-    end
-    return { sandboxes = host_state.sandbox_ids(server, sid), cgroups = groups,
-             mounts = proc.output("grep -c " .. q(sid) .. " /proc/mounts || true"):gsub("%s+", "") }
-  end
+  local function leftovers(sid) return host_state.session_leftovers(server, sid) end
 
   local function pause(sid)
     local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)

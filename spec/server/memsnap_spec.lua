@@ -50,14 +50,7 @@ describe("memory snapshots and forks (kernels)", function()
   end
 
   -- what of sid runs or is mounted on the host
-  local function leftovers(sid)
-    local groups = {}
-    for _, g in ipairs(host_state.cgroups_under(host_state.cgroup_root(server.dir .. "/state"))) do
-      if g:find(sid, 1, true) then groups[#groups + 1] = g end
-    end
-    return { sandboxes = host_state.sandbox_ids(server, sid), cgroups = groups,
-             mounts = proc.output("grep -c " .. q(sid) .. " /proc/mounts || true"):gsub("%s+", "") }
-  end
+  local function leftovers(sid) return host_state.session_leftovers(server, sid) end
 
   local function nothing_left(sid)
     assert.eventually(function()

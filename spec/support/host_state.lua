@@ -87,6 +87,18 @@ function M.sandbox_ids(server, prefix)
   return list
 end
 
+-- What of session sid the server holds on the host: {sandboxes = its runsc sandbox ids,
+-- cgroups = its groups under the server's cgroup root, mounts = how many /proc/mounts lines
+-- name it, as a string}.
+function M.session_leftovers(server, sid)
+  local groups = {}
+  for _, g in ipairs(M.cgroups_under(M.cgroup_root(server.dir .. "/state"))) do
+    if g:find(sid, 1, true) then groups[#groups + 1] = g end
+  end
+  return { sandboxes = M.sandbox_ids(server, sid), cgroups = groups,
+           mounts = proc.output("grep -c " .. q(sid) .. " /proc/mounts || true"):gsub("%s+", "") }
+end
+
 -- How many `runsc ... run` processes use the runsc root of the server in dir (a child that
 -- runsc forked and has not yet exec'd shows the same command line: not counted). A session's
 -- own sandbox (SANDBOX_EXEC_MODE=session: `runsc run --detach=false`, its agent on runsc's stdio) counts while it
