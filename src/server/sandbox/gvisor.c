@@ -107,7 +107,9 @@ int sbx_gvisor_hide_proc_sys_net(void *ctx)
     return sbx_hide_proc_sys_net();
 }
 
-int sbx_gvisor_network_flags(const sandbox *s, const char *argv[2])
+/* runsc's network flags for s: --network=none, or gVisor's stack on the spec's namespace for
+ * egress. */
+static int network_flags(const sandbox *s, const char *argv[2])
 {
     if (!s->network) {
         argv[0] = "--network=none";
@@ -119,6 +121,19 @@ int sbx_gvisor_network_flags(const sandbox *s, const char *argv[2])
      * its socket closed, and the failed save ends the sandbox) */
     argv[1] = "--net-disconnect-ok";
     return 2;
+}
+
+int sbx_gvisor_flags(const sandbox *s, const char *argv[SBX_GVISOR_FLAGS_MAX])
+{
+    int n = 0;
+    argv[n++] = s->b->runsc;
+    argv[n++] = "--root";
+    argv[n++] = s->b->runsc_root;
+    argv[n++] = "--platform=systrap";
+    n += network_flags(s, argv + n);
+    argv[n++] = "--overlay2=none";
+    argv[n++] = "--host-uds=none";
+    return n;
 }
 
 /* The spec and argv of a run: command is the run's (cold), or NULL for a sandbox booted ahead
@@ -158,14 +173,7 @@ static int write_spec(sandbox *s, const char *command, char *errbuf, size_t errl
  * it existing and leaves its limits alone). */
 static void runsc_run_argv(const sandbox *s, const char *argv[RUNSC_ARGV_MAX])
 {
-    const sandbox_backend *b = s->b;
-    int n = 0;
-    const char *head[] = {b->runsc, "--root", b->runsc_root, "--platform=systrap"};
-    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
-        argv[n++] = head[i];
-    n += sbx_gvisor_network_flags(s, argv + n);
-    argv[n++] = "--overlay2=none";
-    argv[n++] = "--host-uds=none";
+    int n = sbx_gvisor_flags(s, argv);
     argv[n++] = "run";
     if (s->agent) {
         /* the agent speaks on runsc's stdin and stdout (which `runsc restore` maps again; a

@@ -116,9 +116,11 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
 bool sbx_gvisor_state_left(const sandbox_backend *b, const char *id);
 void sbx_gvisor_delete(const sandbox_backend *b, const char *id);
 
-/* runsc's network flags for s (--network=none, or gVisor's stack on the spec's namespace for
- * egress: see gvisor.c) into argv; returns how many (at most 2). */
-int sbx_gvisor_network_flags(const sandbox *s, const char *argv[2]);
+/* runsc and its global flags for every call about s (run, restore, pause, checkpoint,
+ * resume: they must be the run's, its network's included; see gvisor.c) into argv; returns
+ * how many (at most SBX_GVISOR_FLAGS_MAX). */
+#define SBX_GVISOR_FLAGS_MAX 8
+int sbx_gvisor_flags(const sandbox *s, const char *argv[SBX_GVISOR_FLAGS_MAX]);
 /* runsc's pre-exec step for a sandbox with network (sbx_proc_opts.pre_exec; see
  * sbx_hide_proc_sys_net). */
 int sbx_gvisor_hide_proc_sys_net(void *ctx);

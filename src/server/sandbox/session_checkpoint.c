@@ -174,13 +174,8 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
     }
     /* the same flags as its `runsc run` (gvisor.c): the image must find the same sandbox */
     const char *argv[32];
-    int n = 0;
-    const char *head[] = {s->b->runsc, "--root", s->b->runsc_root, "--platform=systrap"};
-    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
-        argv[n++] = head[i];
-    n += sbx_gvisor_network_flags(s, argv + n);
-    const char *tail[] = {"--overlay2=none", "--host-uds=none", "restore", "--detach=false", "--image-path",
-                          image_dir, "--bundle", s->bundle, s->id, NULL};
+    int n = sbx_gvisor_flags(s, argv);
+    const char *tail[] = {"restore", "--detach=false", "--image-path", image_dir, "--bundle", s->bundle, s->id, NULL};
     for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
         argv[n++] = tail[i];
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .stdin_fd = in[0],

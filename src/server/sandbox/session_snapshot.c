@@ -23,12 +23,9 @@
  * them); 0, or -1 with runsc's message. */
 static int runsc_control(sandbox *s, const char *verb, const char *image_dir, char *errbuf, size_t errlen)
 {
-    const char *argv[16];
-    int n = 0;
-    const char *head[] = {s->b->runsc, "--root", s->b->runsc_root, "--platform=systrap", "--network=none",
-                          "--overlay2=none", "--host-uds=none", verb};
-    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++)
-        argv[n++] = head[i];
+    const char *argv[SBX_GVISOR_FLAGS_MAX + 8];
+    int n = sbx_gvisor_flags(s, argv);
+    argv[n++] = verb;
     if (image_dir) {
         argv[n++] = "--leave-running";
         argv[n++] = "--compression=none";
