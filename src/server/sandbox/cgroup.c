@@ -816,8 +816,7 @@ int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
     sbx_cg_oom_status(cg, &oom, &hit);
     if (oom || (hit && cg->tree->v2)) /* v2's "max" count cannot be reset */
         return -1;
-    if (sbx_cg_freeze(cg, false) != 0)
-        return -1;
+    /* the command's limits are in place before it thaws: it never runs a moment without them */
     char v[32];
     if (cg->tree->v2) {
         snprintf(v, sizeof v, "%u 100000", 1000u * lim->cpu_percent);
@@ -835,6 +834,8 @@ int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
                 return -1;
         }
     }
+    if (sbx_cg_freeze(cg, false) != 0)
+        return -1;
     tenant_runs(cg->tree, cg->group, 1);
     cg->counted = true;
     return 0;
