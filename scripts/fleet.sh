@@ -513,6 +513,11 @@ cmd_up() {
   up_dir=$dir
   trap 'cmd_down "$up_dir" >/dev/null 2>&1 || true' EXIT
   step "starting PostgreSQL"
+  # the nodes of one machine share the cached base of template builds (made once, not per node)
+  if [ -z "${SANDBOX_TEMPLATE_BASES:-}" ]; then
+    (umask 077; mkdir -p "$dir/template-bases")
+    export SANDBOX_TEMPLATE_BASES=$dir/template-bases
+  fi
   write_settings "$dir"
   start_postgres "$dir"
   # the fleet's secret for node-to-node moves (a drain), read by each node from this file

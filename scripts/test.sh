@@ -65,6 +65,9 @@ LONG_SPECS=${LONG_SPECS:-"spec/server/templates_matplotlib_spec.lua spec/fleet/t
 
 export LUA_PATH="$top/lua/?.lua;$top/lua/?/init.lua;$top/spec/?.lua;;"
 export AIRLOCK_RUNSC=${AIRLOCK_RUNSC:-$top/.deps/runsc/usr/bin/runsc}
+# the cached base of template builds, shared by the run's servers (made once a day, not per server)
+export AIRLOCK_TEST_TEMPLATE_BASES=${AIRLOCK_TEST_TEMPLATE_BASES:-$top/build/template-bases}
+(umask 077; mkdir -p "$AIRLOCK_TEST_TEMPLATE_BASES")
 plain_airlockd=${AIRLOCKD_BIN:-$top/build/airlockd}
 busted=(/usr/bin/busted -o spec/support/summary_handler.lua)
 

@@ -96,7 +96,9 @@ describe("templates", function()
   local s, acme, other, stamp
 
   lazy_setup(function()
-    s = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4, "max_template_builds": 2}}', SANDBOX_TEMPLATE_BUILDS = "2" } })
+    -- its own base (not the run's shared one): these specs watch it being made
+    s = airlockd.start({ private_template_bases = true,
+      env = { SANDBOX_TENANT_LIMITS = '{"*": {"max_templates": 4, "max_template_builds": 2}}', SANDBOX_TEMPLATE_BUILDS = "2" } })
     acme, other = s.tenants.acme, s.tenants.other
   end)
 
@@ -226,18 +228,42 @@ describe("templates", function()
     assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/nosuch", { key = acme }).status)
   end)
 
+  it("shares its base with another server of the machine (SANDBOX_TEMPLATE_BASES)", function()
+    local second
+    local ok, err = pcall(function()
+      second = airlockd.start({ env = { SANDBOX_TEMPLATE_BASES = s.dir .. "/state/templates/bases" } })
+      local key = second.tenants.acme
+      assert.are.equal(202, post(second, key, "/v1/templates", { name = "two", packages = { "jq" } }).status)
+      local t = wait_built(second, key, "two")
+      assert.are.equal("ready", t.status, t.log_tail)
+      local _, made = airlockd.log(second):gsub("making the base every template starts from", "")
+      assert.are.equal(0, made)
+      assert.are.equal(stamp, base_stamp(s)) -- the first server's, not made again
+      local sid = http_client.create(second, key, cjson.encode({ template = "two" })).json.session_id
+      assert.are.equal("7\n", http_client.exec(second, key, sid, "echo '{\"a\":7}' | jq .a").json.stdout)
+    end)
+    if second then airlockd.stop(second) end
+    assert(ok, err)
+  end)
+
   it("keeps templates across a restart, and deletes one no session uses", function()
     local id = get(s, acme, "/v1/templates/hello").json.id
     local builds = builds_cpu_group(s)
     assert.truthy(exists(builds))
     proc.stop_process(s.pid, 10)
     assert.falsy(exists(builds)) -- a stopping server removes its builds' group too
-    -- a base half-made when the server stopped, and one of other apt sources: both go at start
+    -- a base half-made when the server stopped and one of other apt sources made two days ago go
+    -- at start; one of other sources made today stays (another server sharing the directory's)
     local current = bases(s)
     local bdir = s.dir .. "/state/templates/bases/"
-    assert.truthy(proc.run("mkdir -p " .. bdir .. "0123456789abcdef.new/root " .. bdir .. "fedcba9876543210/root && touch "
-      .. bdir .. "fedcba9876543210/ready"))
-    s = airlockd.start({ dir = s.dir, tenants = s.tenants })
+    assert.truthy(proc.run("mkdir -p " .. bdir .. "0123456789abcdef.new/root " .. bdir .. "fedcba9876543210/root "
+      .. bdir .. "aaaabbbbccccdddd/root && touch -d '2 days ago' " .. bdir .. "fedcba9876543210/ready && touch "
+      .. bdir .. "aaaabbbbccccdddd/ready"))
+    s = airlockd.start({ dir = s.dir, tenants = s.tenants, private_template_bases = true })
+    local kept = bases(s)
+    assert.truthy(kept:find(current, 1, true) and kept:find("aaaabbbbccccdddd ", 1, true), kept)
+    assert.falsy(kept:find("fedcba9876543210", 1, true) or kept:find(".new", 1, true), kept)
+    assert.truthy(proc.run("rm -rf " .. bdir .. "aaaabbbbccccdddd"))
     assert.are.equal(current, bases(s))
     local t = get(s, acme, "/v1/templates/hello")
     assert.are.equal("ready", t.json.status, t.body)
@@ -247,6 +273,25 @@ describe("templates", function()
     assert.are.equal(200, http_client.request(s, "DELETE", "/v1/templates/hello", { key = acme }).status)
     assert.are.equal(404, get(s, acme, "/v1/templates/hello").status)
     assert.falsy(exists(s.dir .. "/state/templates/" .. id))
+  end)
+end)
+
+describe("template base settings", function()
+  local function start_fails(env)
+    local ok, err = pcall(airlockd.start, { env = env, private_template_bases = true })
+    if ok then airlockd.stop(err) end
+    assert.is_false(ok)
+    return tostring(err)
+  end
+
+  it("refuses a directory that another user may write to, or a relative one", function()
+    local dir = proc.make_temp_dir()
+    assert.truthy(proc.run("chmod 0777 " .. proc.shell_quote(dir)))
+    local err = start_fails({ SANDBOX_TEMPLATE_BASES = dir })
+    assert.truthy(err:find("SANDBOX_TEMPLATE_BASES " .. dir .. " must be a directory of this server's user that no one else may write to", 1, true), err)
+    err = start_fails({ SANDBOX_TEMPLATE_BASES = "bases" })
+    assert.truthy(err:find("SANDBOX_TEMPLATE_BASES", 1, true) and err:find("must be an absolute path", 1, true), err)
+    proc.remove_tree(dir)
   end)
 end)
 

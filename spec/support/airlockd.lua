@@ -24,6 +24,18 @@ function M.binary()
   return "build/airlockd"
 end
 
+-- The test run's shared template bases ($AIRLOCK_TEST_TEMPLATE_BASES, set by scripts/test.sh)
+-- put in env as SANDBOX_TEMPLATE_BASES, unless spec_env builds from other apt sources or names
+-- bases of its own: the servers of one run then make the base every template starts from once,
+-- not each its own (airlockd orders them with a file lock).
+function M.shared_template_bases(env, spec_env)
+  local shared = os.getenv("AIRLOCK_TEST_TEMPLATE_BASES")
+  spec_env = spec_env or {}
+  if shared and shared ~= "" and not spec_env.SANDBOX_TEMPLATE_SOURCES and not spec_env.SANDBOX_TEMPLATE_BASES then
+    env.SANDBOX_TEMPLATE_BASES = shared
+  end
+end
+
 -- opts.tenants: { acme = "key", ... } (default: tenants acme and other with random keys)
 -- opts.env: extra environment variables for the server
 -- opts.args: extra command-line arguments
@@ -32,6 +44,8 @@ end
 -- opts.launcher: a command line put before airlockd's (e.g. "prlimit --nofile=256 --")
 -- opts.wait: seconds to wait for it to listen (default 10)
 -- opts.binary: the airlockd to run (default M.binary(); an A/B bench runs two builds)
+-- opts.private_template_bases: the server keeps its own cached template base (in its state)
+--   instead of the run's shared one ($AIRLOCK_TEST_TEMPLATE_BASES, see M.shared_template_bases)
 function M.start(opts)
   opts = opts or {}
   local tenants = opts.tenants or { acme = "ak_" .. random_hex(16), other = "ok_" .. random_hex(16) }
@@ -49,6 +63,7 @@ function M.start(opts)
   -- (support.egress_upstream), the others get lookups that fail at once. A spec's own setting wins.
   local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ","), SANDBOX_DISK_TOTAL_MB = "8192",
                 SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
+  if not opts.private_template_bases then M.shared_template_bases(env, opts.env) end
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local env_words = {}
   for k, v in pairs(env) do env_words[#env_words + 1] = k .. "=" .. shell_quote(v) end

@@ -1,6 +1,7 @@
 -- A fleet for the specs: scripts/fleet.sh up in a fresh temporary directory (a private
 -- PostgreSQL, HAProxy, N airlockd nodes on 127.0.0.2..), its fleet.json decoded, and down,
 -- which always runs (call it from teardown / finally) and leaves nothing running.
+local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http = require "support.http_client"
 local log_secrets = require "support.log_secrets"
@@ -52,6 +53,7 @@ function M.up(opts)
                 SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   local shared = opts.shared_snapshots and proc.make_temp_dir() or nil
   if shared then env.SANDBOX_SNAPSHOT_DIR = shared .. "/snapshots" end
+  airlockd.shared_template_bases(env, opts.env)
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local ok, out = fleet_sh(env, { "up", dir, "--nodes", tostring(opts.nodes or 3) })
   local f = { dir = dir, env = env, up_output = out, shared = shared, snapshot_dir = env.SANDBOX_SNAPSHOT_DIR }

@@ -94,6 +94,7 @@ typedef struct config {
     int template_build_timeout; /* SANDBOX_TEMPLATE_BUILD_TIMEOUT: seconds per build step (900) */
     const char *template_sources; /* SANDBOX_TEMPLATE_SOURCES: apt sources file (glob); NULL: the host's */
     const char *template_suite;   /* SANDBOX_TEMPLATE_SUITE; NULL: the host's codename */
+    const char *template_bases;   /* SANDBOX_TEMPLATE_BASES: the cached bases' directory; NULL: the state's */
     /* the fleet (docs/fleet.md): all NULL / 0 without a database */
     char *database_url;         /* --database, SANDBOX_DATABASE_URL or the file SANDBOX_DATABASE_URL_FILE names */
     bool migrate_only;          /* --migrate-only: the database's schema, nothing else (run/migrate.c) */

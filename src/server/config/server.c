@@ -141,6 +141,9 @@ static int load_templates(config *c, const config_src *src)
 {
     c->template_sources = config_var(src, "SANDBOX_TEMPLATE_SOURCES");
     c->template_suite = config_var(src, "SANDBOX_TEMPLATE_SUITE");
+    c->template_bases = config_var(src, "SANDBOX_TEMPLATE_BASES");
+    if (c->template_bases && c->template_bases[0] != '/')
+        return config_fail(src->err, "SANDBOX_TEMPLATE_BASES", c->template_bases, "must be an absolute path");
     if (c->template_suite) {
         size_t n = strlen(c->template_suite);
         bool ok = n > 0 && n < 64;

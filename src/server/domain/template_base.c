@@ -1,8 +1,11 @@
 /* The cached base of template builds (see templates_internal.h): mmdebstrap's essential set,
  * built once per key (suite, architecture, apt sources, variant and options, the base's recipe
- * version) into <state>/templates/bases/<key>, aside first (<key>.new) and renamed in whole, so
- * a build killed halfway leaves nothing that could be taken for a base. One base build at a
- * time: the others wait for it and then copy it. Only the current key's base is kept. */
+ * version) into <bases>/<key> (SANDBOX_TEMPLATE_BASES, default <state>/templates/bases), aside
+ * first (<key>.new) and renamed in whole, so a build killed halfway leaves nothing that could be
+ * taken for a base. The directory may be shared by the servers of one machine, so the lock is
+ * the file system's: <bases>/.lock, taken shared while a build copies a base and exclusive while
+ * one makes, replaces or removes one (each user opens the file itself: threads of one server
+ * exclude one another as other servers do). */
 #include "domain/templates_internal.h"
 
 #include "disk/mounts.h"
@@ -11,11 +14,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <openssl/evp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -86,16 +92,60 @@ static void remove_tree(const char *dir)
         log_error("cannot remove %s: %s", dir, strerror(errno));
 }
 
-void tpl_base_sweep(templates *t, const char *keep)
+/* Whether name's base may be used: complete (its ready stamp) and younger than
+ * TPL_BASE_MAX_AGE (a build that finds it behind the archive removes the stamp). */
+static bool base_fresh(const templates *t, const char *name)
+{
+    char *stamp = base_path(t, name, "ready");
+    struct stat st;
+    bool ok = stamp && stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < TPL_BASE_MAX_AGE;
+    free(stamp);
+    return ok;
+}
+
+static bool stopping(templates *t)
+{
+    pthread_mutex_lock(&t->mu);
+    bool stop = t->stopping;
+    pthread_mutex_unlock(&t->mu);
+    return stop;
+}
+
+/* The lock file opened and locked (how: LOCK_SH or LOCK_EX), waiting for other holders while
+ * the server runs; the descriptor, or -1 with why. */
+static int lock_bases(templates *t, int how, char *why, size_t whylen)
+{
+    char *path = base_path(t, ".lock", NULL);
+    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    if (fd < 0)
+        snprintf(why, whylen, "cannot open %s: %s", path ? path : "the bases' lock", strerror(errno));
+    free(path);
+    while (fd >= 0 && flock(fd, how | LOCK_NB) != 0) {
+        if ((errno != EWOULDBLOCK && errno != EINTR) || stopping(t)) {
+            snprintf(why, whylen, errno == EWOULDBLOCK || errno == EINTR
+                                      ? "the build was stopped (the server is stopping)"
+                                      : "cannot lock the template bases: %s", strerror(errno));
+            close(fd);
+            return -1;
+        }
+        (void)poll(NULL, 0, 100); /* another build (of this server or another) holds it */
+    }
+    return fd;
+}
+
+/* Removes what no build may use: half-made or replaced bases (a dot in the name) and any
+ * base not fresh (another key's included: the servers sharing the directory keep theirs fresh
+ * by using it). Called holding the bases' lock exclusively. */
+static void sweep_locked(templates *t)
 {
     DIR *d = opendir(t->bases);
     struct dirent *e;
     while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && (!keep || strcmp(e->d_name, keep) != 0)) {
+        if (e->d_name[0] != '.' && (strchr(e->d_name, '.') || !base_fresh(t, e->d_name))) {
             char *p = base_path(t, e->d_name, NULL);
             if (p) {
                 remove_tree(p);
-                log_info("template base %s removed (not the current one)", e->d_name);
+                log_info("template base %s removed (half-made, replaced or out of date)", e->d_name);
             }
             free(p);
         }
@@ -103,20 +153,20 @@ void tpl_base_sweep(templates *t, const char *keep)
         closedir(d);
 }
 
-/* Whether key's base is there and may be used: complete, younger than TPL_BASE_MAX_AGE and not
- * found out of date by a build. Locked. */
-static bool base_fresh_locked(const templates *t, const char *key)
+void tpl_base_sweep(templates *t)
 {
-    char *stamp = base_path(t, key, "ready");
-    struct stat st;
-    bool ok = stamp && stat(stamp, &st) == 0 && time(NULL) - st.st_mtime < TPL_BASE_MAX_AGE &&
-              strcmp(t->base_stale, key) != 0;
-    free(stamp);
-    return ok;
+    char why[256];
+    int fd = lock_bases(t, LOCK_EX, why, sizeof why);
+    if (fd < 0) {
+        log_warn("template bases not swept: %s", why);
+        return;
+    }
+    sweep_locked(t);
+    close(fd);
 }
 
-/* Builds key's base aside and puts it in place of any older one; 0 or -1 with why. Called with
- * base_building set by this thread, unlocked. */
+/* Builds key's base aside and puts it in place of any older one; 0 or -1 with why. Called
+ * holding the bases' lock exclusively (no copy of the old one is under way). */
 static int build_base(templates *t, const char *key, tpl_base_maker make, void *ctx, char *why, size_t whylen)
 {
     char name[TPL_BASE_KEY_LEN + 8];
@@ -139,11 +189,7 @@ static int build_base(templates *t, const char *key, tpl_base_maker make, void *
                 snprintf(why, whylen, "cannot write %s: %s", stamp, strerror(errno));
         }
     }
-    if (rc == 0) { /* in place once no build copies the old one */
-        pthread_mutex_lock(&t->mu);
-        while (t->base_users > 0)
-            pthread_cond_wait(&t->changed, &t->mu);
-        pthread_mutex_unlock(&t->mu);
+    if (rc == 0) {
         char old[TPL_BASE_KEY_LEN + 8];
         snprintf(old, sizeof old, "%s.old", key);
         char *aside = base_path(t, old, NULL);
@@ -152,7 +198,7 @@ static int build_base(templates *t, const char *key, tpl_base_maker make, void *
             rc = -1;
         }
         free(aside);
-        tpl_base_sweep(t, key); /* the one before, and other keys' */
+        sweep_locked(t); /* the one before, and what aged meanwhile */
     }
     if (rc != 0 && dir)
         remove_tree(dir);
@@ -163,57 +209,55 @@ static int build_base(templates *t, const char *key, tpl_base_maker make, void *
     return rc;
 }
 
-int tpl_base_get(templates *t, const char *key, tpl_base_maker make, void *ctx, char **root, char *why,
+int tpl_base_get(templates *t, const char *key, tpl_base_maker make, void *ctx, char **root, int *hold, char *why,
                  size_t whylen)
 {
     *root = NULL;
-    pthread_mutex_lock(&t->mu);
+    *hold = -1;
     for (;;) {
-        if (t->stopping) {
-            snprintf(why, whylen, "the build was stopped (the server is stopping)");
-            break;
-        }
-        if (t->base_building) { /* another build makes it: this one waits and uses it */
-            pthread_cond_wait(&t->changed, &t->mu);
-            continue;
-        }
-        if (base_fresh_locked(t, key)) {
-            *root = base_path(t, key, "root");
-            if (*root)
-                t->base_users++;
-            else
+        int fd = lock_bases(t, LOCK_SH, why, whylen);
+        if (fd < 0)
+            return -1;
+        if (base_fresh(t, key)) {
+            if (!(*root = base_path(t, key, "root"))) {
                 snprintf(why, whylen, "out of memory");
-            break;
+                close(fd);
+                return -1;
+            }
+            *hold = fd; /* shared until tpl_base_put: no one replaces it while it is copied */
+            return 0;
         }
-        t->base_building = true;
-        pthread_mutex_unlock(&t->mu);
-        int rc = build_base(t, key, make, ctx, why, whylen);
-        pthread_mutex_lock(&t->mu);
-        t->base_building = false;
-        if (rc == 0 && strcmp(t->base_stale, key) == 0)
-            t->base_stale[0] = '\0';
-        pthread_cond_broadcast(&t->changed);
+        close(fd);
+        if ((fd = lock_bases(t, LOCK_EX, why, whylen)) < 0)
+            return -1;
+        /* another build may have made it while this one waited for the lock */
+        int rc = base_fresh(t, key) ? 0 : build_base(t, key, make, ctx, why, whylen);
+        close(fd);
         if (rc != 0) /* the next build tries again */
-            break;
+            return -1;
     }
-    pthread_mutex_unlock(&t->mu);
-    return *root ? 0 : -1;
 }
 
-void tpl_base_put(templates *t)
+void tpl_base_put(int hold)
 {
-    pthread_mutex_lock(&t->mu);
-    if (t->base_users > 0)
-        t->base_users--;
-    pthread_cond_broadcast(&t->changed);
-    pthread_mutex_unlock(&t->mu);
+    if (hold >= 0)
+        close(hold); /* releases the shared lock */
 }
 
 void tpl_base_mark_stale(templates *t, const char *key)
 {
-    pthread_mutex_lock(&t->mu);
-    snprintf(t->base_stale, sizeof t->base_stale, "%s", key);
-    pthread_mutex_unlock(&t->mu);
-    log_info("template base %s is out of date (the archive has newer essential packages): the next build makes it "
-             "again", key);
+    char why[256], *stamp = base_path(t, key, "ready");
+    int fd = lock_bases(t, LOCK_EX, why, sizeof why);
+    if (fd >= 0 && stamp && unlink(stamp) != 0 && errno != ENOENT)
+        snprintf(why, sizeof why, "cannot remove %s: %s", stamp, strerror(errno));
+    else if (fd >= 0)
+        why[0] = '\0';
+    if (fd >= 0)
+        close(fd);
+    free(stamp);
+    if (why[0])
+        log_warn("template base %s is out of date but stays: %s", key, why);
+    else
+        log_info("template base %s is out of date (the archive has newer essential packages): the next build makes "
+                 "it again", key);
 }

@@ -313,7 +313,7 @@ static int run_cp(templates *t, const char *a1, const char *a2, const char *from
 }
 
 /* The base's root copied to root_dir (reflinks where the filesystem has them) and its apt lists
- * linked beside it (lists_dir); 0, or -1 with why. */
+ * linked beside it (lists_dir; copied when the bases are on another file system); 0, or -1 with why. */
 static int copy_base(templates *t, const char *base, const char *root_dir, const char *lists_dir, char *why,
                      size_t whylen)
 {
@@ -321,7 +321,7 @@ static int copy_base(templates *t, const char *base, const char *root_dir, const
     struct stat st;
     int rc = lists ? run_cp(t, "-a", "--reflink=auto", base, root_dir, why, whylen) : -1;
     if (rc == 0 && stat(lists, &st) == 0) /* a base without lists: the build fetches them all */
-        rc = run_cp(t, "-al", "--no-target-directory", lists, lists_dir, why, whylen);
+        rc = run_cp(t, t->bases_linkable ? "-al" : "-a", "--no-target-directory", lists, lists_dir, why, whylen);
     if (!lists)
         snprintf(why, whylen, "out of memory");
     free(lists);
@@ -332,6 +332,7 @@ static int copy_base(templates *t, const char *base, const char *root_dir, const
 static int install(templates *t, reader *rd, const char *root_dir, const json_t *packages, char *why, size_t whylen)
 {
     char key[TPL_BASE_KEY_LEN], *base = NULL, *lists = sibling(root_dir, "lists");
+    int hold = -1;
     if (!lists) {
         snprintf(why, whylen, "out of memory");
         return -1;
@@ -341,12 +342,12 @@ static int install(templates *t, reader *rd, const char *root_dir, const json_t 
         free(lists);
         return -1;
     }
-    if (tpl_base_get(t, key, make_base, rd, &base, why, whylen) != 0) {
+    if (tpl_base_get(t, key, make_base, rd, &base, &hold, why, whylen) != 0) {
         free(lists);
         return -1;
     }
     int rc = copy_base(t, base, root_dir, lists, why, whylen);
-    tpl_base_put(t);
+    tpl_base_put(hold);
     free(base);
     rd->upgraded_essential = false;
     if (rc == 0)

@@ -608,6 +608,27 @@ static bool plain_path(const char *path)
     return path[0] == '/';
 }
 
+/* The bases' directory: dir (created when missing), else <state>/templates/bases. Bases become
+ * every template's root, so a directory another user could write to is refused. 0, or -1 with
+ * err. */
+static int open_bases(templates *t, const char *dir, char *err, size_t errlen)
+{
+    t->bases = dir ? strdup(dir) : tpl_path(t, "bases", NULL);
+    struct stat st, state;
+    if (!t->bases || (mkdir(t->bases, 0700) != 0 && errno != EEXIST) || stat(t->bases, &st) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", t->bases ? t->bases : "the template bases",
+                 strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022)) {
+        snprintf(err, errlen, "SANDBOX_TEMPLATE_BASES %s must be a directory of this server's user that no one "
+                 "else may write to (it holds the root every template starts from)", t->bases);
+        return -1;
+    }
+    t->bases_linkable = stat(t->dir, &state) == 0 && state.st_dev == st.st_dev;
+    return 0;
+}
+
 templates *templates_open(const templates_opts *o, char *err, size_t errlen)
 {
     templates *t = calloc(1, sizeof *t);
@@ -647,9 +668,7 @@ templates *templates_open(const templates_opts *o, char *err, size_t errlen)
         free(t->cache); /* builds fetch every package (the cache path cannot go into a hook) */
         t->cache = NULL;
     }
-    t->bases = tpl_path(t, "bases", NULL);
-    if (!t->bases || (mkdir(t->bases, 0700) != 0 && errno != EEXIST)) {
-        snprintf(err, errlen, "cannot create %s/templates/bases: %s", o->state_dir, strerror(errno));
+    if (open_bases(t, o->bases_dir, err, errlen) != 0) {
         templates_free(t);
         return NULL;
     }
@@ -661,9 +680,7 @@ templates *templates_open(const templates_opts *o, char *err, size_t errlen)
         t->why_not = "templates need SANDBOX_TEMPLATE_SUITE (the host's release has no codename)";
     else if (!t->cp)
         t->why_not = "templates need cp (coreutils), which is not found here";
-    char key[TPL_BASE_KEY_LEN];
-    /* the current key's base stays; the others (the sources changed) and a half-made one go */
-    tpl_base_sweep(t, !t->why_not && tpl_base_key(t, key) == 0 ? key : NULL);
+    tpl_base_sweep(t); /* a half-made base, and those out of date */
     load_index(t);
     int n = o->max_builds > 0 ? o->max_builds : 1;
     t->threads = calloc((size_t)n, sizeof *t->threads);

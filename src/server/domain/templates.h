@@ -27,6 +27,9 @@ typedef struct {
     int build_timeout;         /* SANDBOX_TEMPLATE_BUILD_TIMEOUT: seconds per build step */
     const char *sources;       /* SANDBOX_TEMPLATE_SOURCES: an apt sources file; NULL: the host's */
     const char *suite;         /* SANDBOX_TEMPLATE_SUITE; NULL: the host's codename */
+    /* SANDBOX_TEMPLATE_BASES: the cached bases, which the servers of one machine may share;
+     * NULL: <state_dir>/templates/bases */
+    const char *bases_dir;
     const char *search_path;   /* PATH, for mmdebstrap */
     /* A fleet's database (NULL: none): recipes are shared there, and a node builds a template
      * built elsewhere on its first use here (store/templates_pg.h). */

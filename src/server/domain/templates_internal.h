@@ -60,10 +60,8 @@ struct templates {
     char *sources;          /* NULL: the host's */
     char *mmdebstrap;
     char *cp;               /* copies the base into a new build */
-    char *bases;            /* <state>/templates/bases: the cached base (template_base.c) */
-    bool base_building;     /* a build makes the base: the others wait for it */
-    int base_users;         /* builds copying the base now */
-    char base_stale[TPL_BASE_KEY_LEN]; /* a base a build found out of date ("": none) */
+    char *bases;            /* SANDBOX_TEMPLATE_BASES or <state>/templates/bases (template_base.c) */
+    bool bases_linkable;    /* on the file system of dir: the base's apt lists are hard-linked */
     const char *why_not;    /* NULL: templates work here */
     sandbox_backend *sb;
     pg_pool *db;            /* a fleet's (NULL: none) */
@@ -93,25 +91,26 @@ int tpl_source_files(const templates *t, glob_t *g);
 
 /* ---- the cached base (template_base.c) ----
  * Every build starts from a copy of one base: mmdebstrap's essential set with the options every
- * template gets, built once per key and kept under <state>/templates/bases. */
+ * template gets, built once per key and kept in t->bases, which the servers of one machine may
+ * share (a file lock, not the server's mutex, orders them). */
 
 /* Makes a base into root (mmdebstrap); 0 or -1 with why. */
 typedef int (*tpl_base_maker)(void *ctx, const char *root, char *why, size_t whylen);
 /* The base's key: a hash of the suite, the architecture, the apt sources (names and contents),
  * TPL_BASE and TPL_BASE_RECIPE. 0, or -1 when the sources cannot be read. */
 int tpl_base_key(const templates *t, char key[TPL_BASE_KEY_LEN]);
-/* key's base, ready to copy: 0 with *root (malloc'd) and the use counted until tpl_base_put;
- * when it is missing, older than TPL_BASE_MAX_AGE or found out of date, this build makes it
- * with make (one base build at a time: the others wait for it). -1 with why when it cannot be
- * made (the next build tries again) or the server is stopping. Unlocked. */
-int tpl_base_get(templates *t, const char *key, tpl_base_maker make, void *ctx, char **root, char *why,
+/* key's base, ready to copy: 0 with *root (malloc'd) and *hold, which keeps it from being
+ * replaced until tpl_base_put(*hold); when it is missing, older than TPL_BASE_MAX_AGE or found
+ * out of date, this build makes it with make (one base build at a time in the directory: the
+ * others, of any server sharing it, wait for it). -1 with why when it cannot be made (the next
+ * build tries again) or the server is stopping. Unlocked. */
+int tpl_base_get(templates *t, const char *key, tpl_base_maker make, void *ctx, char **root, int *hold, char *why,
                  size_t whylen);
-void tpl_base_put(templates *t);
+void tpl_base_put(int hold);
 /* A build found key's base behind the archive (it had to upgrade essential packages). */
 void tpl_base_mark_stale(templates *t, const char *key);
-/* Removes every base but keep's (NULL: all), and anything half-made. Unlocked, with no base in
- * use or being built. */
-void tpl_base_sweep(templates *t, const char *keep);
+/* Removes half-made bases and those not fresh (any key's). Unlocked. */
+void tpl_base_sweep(templates *t);
 
 /* Builds r (status building), locked on entry and exit, the lock dropped while it works; ends
  * with r ready or failed, saved. */

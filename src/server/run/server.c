@@ -199,7 +199,7 @@ static int open_templates(server *s)
     app *a = &s->a;
     templates_opts to = {.state_dir = s->state, .sb = a->sb, .max_builds = c->template_builds,
                          .build_timeout = c->template_build_timeout, .sources = c->template_sources,
-                         .suite = c->template_suite, .search_path = c->sandbox.search_path,
+                         .suite = c->template_suite, .bases_dir = c->template_bases, .search_path = c->sandbox.search_path,
                          .users = template_users, .users_ctx = a->reg, .db = a->db};
     if (!(a->templates = templates_open(&to, s->err, sizeof s->err)))
         return -1;
