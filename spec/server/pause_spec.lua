@@ -191,74 +191,151 @@ describe("pause and resume", function()
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 
+  -- the kernels' and egress tests' helpers
+  local function call(method, path, body)
+    return http(server, method, path, { key = key, body = body and cjson.encode(body), max_time = 90 })
+  end
+  local function cell(sid, kid, code)
+    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 30 })
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal(cjson.null, r.json.error, r.body)
+    return r.json.results[1] and r.json.results[1]["text/plain"], r.json
+  end
+  -- a CONNECT through the session's proxy from the kernel (its pass from HTTPS_PROXY): the socket and the status
+  local TUNNEL = table.concat({
+    "import base64, os, socket, urllib.parse",
+    "def tunnel(target):",
+    "    u = urllib.parse.urlsplit(os.environ['HTTPS_PROXY'])",
+    "    cred = base64.b64encode((urllib.parse.unquote(u.username) + ':' + urllib.parse.unquote(u.password)).encode()).decode()",
+    "    s = socket.create_connection((u.hostname, u.port), timeout=15)",
+    "    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\nProxy-Authorization: Basic %s\\r\\n\\r\\n' % (target, target, cred)).encode())",
+    "    head = b''",
+    "    while b'\\r\\n\\r\\n' not in head:",
+    "        c = s.recv(4096)",
+    "        if not c:",
+    "            break",
+    "        head += c",
+    "    return s, int(head.split(b' ')[1]) if head else None",
+    "def status(target):",
+    "    s, st = tunnel(target)",
+    "    s.close()",
+    "    return st",
+  }, "\n")
+  local function decisions(sid, since)
+    local out = {}
+    for _, e in ipairs(egress.new_events(server, key, sid, since)) do out[#out + 1] = e.decision .. " " .. e.host end
+    table.sort(out)
+    return out
+  end
+  -- egress works from a command and from the kernel; a host the session does not allow is denied; both logged
+  -- what became of the tunnel the kernel holds as `held`: 'cut', 'open' or 'data'
+  local HELD = table.concat({
+    "try:",
+    "    held.settimeout(10)",
+    "    held.sendall(b'x')",
+    "    res = 'cut' if held.recv(1) == b'' else 'data'",
+    "except socket.timeout:",
+    "    res = 'open'",
+    "except OSError:",
+    "    res = 'cut'",
+    "res",
+  }, "\n")
+  local function egress_works(sid, kid)
+    local before -- (once the log is quiet: a tunnel the pause cut is logged as it closes)
+    assert.eventually(function()
+      local n = #egress.events(server, key, sid, 1000)
+      proc.sleep(1)
+      before = #egress.events(server, key, sid, 1000)
+      return n == before
+    end, { timeout = 20, what = "the session's log quiet" })
+    assert.are.equal("200", (cell(sid, kid, "status('sink.test:443')")))
+    assert.are.equal("403", (cell(sid, kid, "status('pypi.org:443')")))
+    local probe = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" }, { op = "connect", target = "pypi.org:443" } })
+    assert.are.same({ 200, 403 }, { probe[1].status, probe[2].status })
+    assert.eventually(function()
+      local seen = decisions(sid, before)
+      return #seen == 4, seen
+    end, { timeout = 20, what = "the four connections logged" })
+    assert.are.same({ "allow sink.test", "allow sink.test", "deny pypi.org", "deny pypi.org" }, decisions(sid, before))
+  end
+
+
+  it("takes a memory snapshot of a session with kernels and egress; its forks have x and egress of their own", function()
+    local sid = egress.session(server, key, { "sink.test" })
+    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
+    assert.are.equal(201, r.status, r.body)
+    local kid = r.json.kernel_id
+    cell(sid, kid, TUNNEL .. "\nx = 41")
+    local nets = egress.quiet_descriptors(server).net
+    -- a tunnel open while it is taken
+    assert.are.equal("200", (cell(sid, kid, "held, st = tunnel('sink.test:443')\nst")))
+    local snap = call("POST", "/v1/sessions/" .. sid .. "/snapshots", { memory = true })
+    assert.are.equal(201, snap.status, snap.body)
+    assert.is_true(snap.json.memory, snap.body)
+    local rules_file = server.dir .. "/state/snapshots/" .. snap.json.snapshot_id .. "/memory/egress.json"
+    local rules = cjson.decode(proc.read_file(rules_file) or proc.output("ls -la " .. server.dir .. "/state/snapshots/*/*"))
+    assert.are.same({ "sink.test" }, rules)
+
+    -- another egress than the snapshot's is refused; the same is the snapshot's
+    local other = call("POST", "/v1/sessions", { from_snapshot = snap.json.snapshot_id, egress = { "pypi" } })
+    assert.are.equal(422, other.status, other.body)
+    assert.are.same({ "body", "egress" }, other.json.detail[1].loc)
+    assert.truthy(other.json.detail[1].msg:find("sink.test", 1, true), other.body)
+    local function fork(body)
+      local f = call("POST", "/v1/sessions", body)
+      assert.are.equal(201, f.status, f.body .. airlockd.log(server):sub(-2000))
+      assert.are.same({ "sink.test" }, f.json.egress)
+      return f.json.session_id
+    end
+    local one = fork({ from_snapshot = snap.json.snapshot_id })
+    local two = fork({ from_snapshot = snap.json.snapshot_id, egress = { "sink.test" } })
+    -- each its own namespace (one more each in airlockd), the kernel's x in each
+    assert.eventually(function()
+      local d = egress.descriptors(server)
+      return d.net == nets + 2, d
+    end, { timeout = 20, what = "a namespace of each fork's own" })
+    assert.are.equal("42", (cell(one, kid, "x + 1")))
+    assert.are.equal("42", (cell(two, kid, "x + 1")))
+    assert.are.equal(cjson.null, (select(2, cell(one, kid, "x = 7"))).error)
+    assert.are.equal("42", (cell(two, kid, "x + 1")))
+    -- out through each fork's own proxy, from its commands and its kernel (logged as the fork's); denied elsewhere
+    egress_works(one, kid)
+    egress_works(two, kid)
+    -- the session it was taken of is untouched: its x, its egress
+    assert.are.equal("42", (cell(sid, kid, "x + 1")))
+    -- (the tunnel it held when taken was cut: runsc saves no connected endpoint, --net-disconnect-ok cuts them)
+    assert.are.equal("'cut'", (cell(sid, kid, HELD)))
+    egress_works(sid, kid)
+    -- a fork deleted, the other and the origin go on
+    assert.are.equal(200, http_client.delete(server, key, one).status)
+    assert.eventually(function() return #host_of(server, one) == 0, host_of(server, one) end,
+      { timeout = 20, what = "nothing of the deleted fork left" })
+    egress_works(two, kid)
+    egress_works(sid, kid)
+    -- a fork is paused with its memory and resumed as any session: its kernel's login still lets it out
+    assert.are.equal(200, post(server, key, two, "pause").status)
+    assert.are.equal("42", (cell(two, kid, "x + 1")))
+    egress_works(two, kid)
+    for _, id in ipairs({ two, sid }) do assert.are.equal(200, http_client.delete(server, key, id).status) end
+    assert.are.equal(200, call("DELETE", "/v1/snapshots/" .. snap.json.snapshot_id).status)
+    assert.eventually(function()
+      local d = egress.descriptors(server)
+      return d.net == nets - 1, d
+    end, { timeout = 20, what = "no namespace of the deleted sessions left" })
+  end)
+
   -- (last here: it restarts the server)
   it("pauses a session with kernels and egress with its memory; resumed (also by a new airlockd) its egress works", function()
-    local function call(method, path, body)
-      return http(server, method, path, { key = key, body = body and cjson.encode(body), max_time = 90 })
-    end
-    local kid
-    local function cell(sid, code)
-      local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 30 })
-      assert.are.equal(200, r.status, r.body)
-      assert.are.equal(cjson.null, r.json.error, r.body)
-      return r.json.results[1] and r.json.results[1]["text/plain"], r.json
-    end
-    -- a CONNECT through the session's proxy from the kernel (its pass from HTTPS_PROXY): the socket and the status
-    local TUNNEL = table.concat({
-      "import base64, os, socket, urllib.parse",
-      "def tunnel(target):",
-      "    u = urllib.parse.urlsplit(os.environ['HTTPS_PROXY'])",
-      "    cred = base64.b64encode((urllib.parse.unquote(u.username) + ':' + urllib.parse.unquote(u.password)).encode()).decode()",
-      "    s = socket.create_connection((u.hostname, u.port), timeout=15)",
-      "    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\nProxy-Authorization: Basic %s\\r\\n\\r\\n' % (target, target, cred)).encode())",
-      "    head = b''",
-      "    while b'\\r\\n\\r\\n' not in head:",
-      "        c = s.recv(4096)",
-      "        if not c:",
-      "            break",
-      "        head += c",
-      "    return s, int(head.split(b' ')[1]) if head else None",
-      "def status(target):",
-      "    s, st = tunnel(target)",
-      "    s.close()",
-      "    return st",
-    }, "\n")
-    local function decisions(sid, since)
-      local out = {}
-      for _, e in ipairs(egress.new_events(server, key, sid, since)) do out[#out + 1] = e.decision .. " " .. e.host end
-      table.sort(out)
-      return out
-    end
-    -- egress works from a command and from the kernel; a host the session does not allow is denied; both logged
-    local function egress_works(sid)
-      local before -- (once the log is quiet: a tunnel the pause cut is logged as it closes)
-      assert.eventually(function()
-        local n = #egress.events(server, key, sid, 1000)
-        proc.sleep(1)
-        before = #egress.events(server, key, sid, 1000)
-        return n == before
-      end, { timeout = 20, what = "the session's log quiet" })
-      assert.are.equal("200", (cell(sid, "status('sink.test:443')")))
-      assert.are.equal("403", (cell(sid, "status('pypi.org:443')")))
-      local probe = egress.probe(server, key, sid, { { op = "connect", target = "sink.test:443" }, { op = "connect", target = "pypi.org:443" } })
-      assert.are.same({ 200, 403 }, { probe[1].status, probe[2].status })
-      assert.eventually(function()
-        local seen = decisions(sid, before)
-        return #seen == 4, seen
-      end, { timeout = 20, what = "the four connections logged" })
-      assert.are.same({ "allow sink.test", "allow sink.test", "deny pypi.org", "deny pypi.org" }, decisions(sid, before))
-    end
-
     local host_before = egress.host_network()
     local base = egress.quiet_descriptors(server)
     local sid = egress.session(server, key, { "sink.test" })
     local r = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
     assert.are.equal(201, r.status, r.body)
-    kid = r.json.kernel_id
-    cell(sid, TUNNEL .. "\nx = 41")
-    egress_works(sid)
+    local kid = r.json.kernel_id
+    cell(sid, kid, TUNNEL .. "\nx = 41")
+    egress_works(sid, kid)
     -- a tunnel open at the pause, and one just closed (its socket waits in TIME_WAIT): the pause cuts them
-    assert.are.equal("200", (cell(sid, "held, st = tunnel('sink.test:443')\nstatus('sink.test:443') and st")))
+    assert.are.equal("200", (cell(sid, kid, "held, st = tunnel('sink.test:443')\nstatus('sink.test:443') and st")))
     local p = post(server, key, sid, "pause")
     assert.are.equal(200, p.status, p.body)
     assert.is_true(p.json.image_bytes > 0, p.body)
@@ -272,21 +349,19 @@ describe("pause and resume", function()
     assert.are.same(host_before, egress.host_network())
 
     -- resumed by its next cell: its memory is there, the tunnel it held was cut, new ones go out
-    assert.are.equal("42", (cell(sid, "x + 1")))
-    assert.are.equal("'cut'", (cell(sid, table.concat({
-      "try:",
-      "    held.settimeout(10)",
-      "    held.sendall(b'x')",
-      "    res = 'cut' if held.recv(1) == b'' else 'data'",
-      "except socket.timeout:",
-      "    res = 'open'",
-      "except OSError:",
-      "    res = 'cut'",
-      "res",
-    }, "\n"))))
-    egress_works(sid)
+    assert.are.equal("42", (cell(sid, kid, "x + 1")))
+    assert.are.equal("'cut'", (cell(sid, kid, HELD)))
+    egress_works(sid, kid)
     assert.is_false(exists(server.dir .. "/state/images/" .. sid .. ".ckpt"), "the image outlived its restore")
 
+    -- a fork of it, paused: after the restart below its kernel's login (the session's) is taken again
+    local snap = call("POST", "/v1/sessions/" .. sid .. "/snapshots", { memory = true })
+    assert.are.equal(201, snap.status, snap.body)
+    local fork = call("POST", "/v1/sessions", { from_snapshot = snap.json.snapshot_id })
+    assert.are.equal(201, fork.status, fork.body)
+    fork = fork.json.session_id
+    assert.are.equal(200, post(server, key, fork, "pause").status)
+    assert.are.equal(200, call("DELETE", "/v1/snapshots/" .. snap.json.snapshot_id).status)
     -- paused again, airlockd killed (-9) and started again: the new process makes its network and proxy again
     assert.are.equal(200, post(server, key, sid, "pause").status)
     os.execute("kill -9 " .. server.pid)
@@ -298,8 +373,11 @@ describe("pause and resume", function()
     base = egress.quiet_descriptors(server)
     assert.are.equal(1, base.net)
     assert.are.equal("paused", info(server, key, sid).state)
-    assert.are.equal("43", (cell(sid, "x + 2")))
-    egress_works(sid)
+    assert.are.equal("43", (cell(sid, kid, "x + 2")))
+    egress_works(sid, kid)
+    assert.are.equal("43", (cell(fork, kid, "x + 2")))
+    egress_works(fork, kid)
+    assert.are.equal(200, http_client.delete(server, key, fork).status)
     assert.are.equal(200, http_client.delete(server, key, sid).status)
     assert.eventually(function()
       local d = egress.descriptors(server)

@@ -241,7 +241,7 @@ static int run_on_root(app *a, session *s, const tenant_cfg *t, const exec_reque
     }
     egress_sandbox *net = NULL;
     if (json_array_size(s->egress) > 0 &&
-        !(net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, errbuf, errlen)))
+        !(net = egress_sandbox_open(a->egress, s->id, t->name, s->created_at, s->egress, NULL, errbuf, errlen)))
         return -1;
     if (net && registry_removed(a->reg, s)) /* deleted meanwhile: its egress ends now */
         egress_forget_session(a->egress, s->id);

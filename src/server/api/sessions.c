@@ -207,7 +207,8 @@ static void create_session(app *a, http_request *r, const api_call *c, snapshot_
         return;
     }
     json_t *empty = json_array();
-    json_t *expanded = egress_expand(egress_in ? egress_in : empty);
+    /* ours: a memory snapshot's session has its rules (its tenant's policy may have changed since) */
+    json_t *expanded = from->egress ? json_incref(from->egress) : egress_expand(egress_in ? egress_in : empty);
     json_decref(empty);
     json_t *refused = egress_refused(expanded, t->egress_allowed);
     if (json_array_size(refused)) {

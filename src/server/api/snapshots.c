@@ -6,6 +6,7 @@
 #include "api/handlers.h"
 #include "domain/pause.h"
 #include "drain/extents.h"
+#include "egress/policy.h"
 #include "log/log.h"
 #include "sandbox/session_checkpoint.h"
 
@@ -71,16 +72,23 @@ typedef struct {
     void *still_ctx;
 } memory_ctx;
 
-/* While the sandbox is held still: its kernels' list beside the image, then the workspace's copy. */
+/* While the sandbox is held still: its kernels' list and its egress rules beside the image (a
+ * fork's sandbox is restored on a network of its own with those rules: the image's processes
+ * expect one), then the workspace's copy. */
 static int keep_kernels_then(void *arg)
 {
     memory_ctx *m = arg;
-    char path[4200];
+    char path[4200], rules[4200];
+    json_t *none = json_array();
     if (snprintf(path, sizeof path, "%s/kernels.json", m->image_dir) >= (int)sizeof path ||
-        json_dump_file(m->kernels, path, JSON_COMPACT) != 0) {
+        snprintf(rules, sizeof rules, "%s/" SNAPSHOT_EGRESS, m->image_dir) >= (int)sizeof rules ||
+        json_dump_file(m->kernels, path, JSON_COMPACT) != 0 ||
+        json_dump_file(m->s->egress ? m->s->egress : none, rules, JSON_COMPACT) != 0) {
+        json_decref(none);
         log_session(LV_WARN, m->s->id, NULL, "cannot keep its kernels with a memory snapshot");
         return -1;
     }
+    json_decref(none);
     return m->still(m->still_ctx);
 }
 
@@ -281,10 +289,53 @@ static void send_field_error(http_request *r, json_t *body, const char *field, c
     send_validation(r, errs);
 }
 
+/* The egress rules a memory snapshot was taken with (SNAPSHOT_EGRESS beside its image: none
+ * when it has no such file, as before egress could be snapshotted); NULL when unreadable. */
+static json_t *memory_egress(const char *memory_dir)
+{
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/" SNAPSHOT_EGRESS, memory_dir) >= (int)sizeof path)
+        return NULL;
+    if (access(path, F_OK) != 0)
+        return json_array();
+    json_t *rules = json_load_file(path, 0, NULL);
+    bool ok = json_is_array(rules) && json_array_size(rules) <= SNAPSHOT_EGRESS_RULES_MAX;
+    size_t i;
+    json_t *v;
+    json_array_foreach(rules, i, v) ok = ok && json_is_string(v);
+    if (!ok) {
+        json_decref(rules);
+        return NULL;
+    }
+    return rules;
+}
+
+/* body's egress, when it has one, is the memory snapshot's rules (src->egress): false with a
+ * 422 sent. (The fork's sandbox is restored with the network its image was saved with: one
+ * with egress keeps it, one without has none.) */
+static bool same_egress(http_request *r, json_t *body, const snapshot_source *src)
+{
+    json_t *asked = json_object_get(body, "egress");
+    if (!asked)
+        return true;
+    json_t *expanded = egress_expand(asked);
+    bool same = expanded && json_equal(expanded, src->egress);
+    json_decref(expanded);
+    if (same)
+        return true;
+    char *rules = json_dumps(src->egress, JSON_COMPACT);
+    char msg[600];
+    snprintf(msg, sizeof msg, "A session from a memory snapshot has the egress rules it was taken with (%.400s): "
+             "leave egress out", rules ? rules : "[]");
+    free(rules);
+    send_field_error(r, body, "egress", msg);
+    return false;
+}
+
 /* A memory snapshot's session: this server's runsc made the image (else 409), in a sandbox of
- * its own (SANDBOX_EXEC_MODE=session), with no egress, of the snapshot's size (a size field
- * in body other than it: 422). spec takes the size; src the image's directory. false with the
- * answer sent. */
+ * its own (SANDBOX_EXEC_MODE=session), with the snapshot's egress rules and size (a size field
+ * or egress in body other than them: 422). spec takes the size; src the image's directory and
+ * its rules. false with the answer sent. */
 static bool memory_source_ok(app *a, http_request *r, json_t *body, snapshot_source *src, session_spec *spec)
 {
     char now[SNAPSHOT_RUNSC_VERSION_MAX] = "", msg[400];
@@ -300,12 +351,14 @@ static bool memory_source_ok(app *a, http_request *r, json_t *body, snapshot_sou
                                  "which this server does not give sessions.");
         return false;
     }
-    json_t *egress = json_object_get(body, "egress");
-    if (json_array_size(egress) > 0) {
-        send_field_error(r, body, "egress", "A session from a memory snapshot has no egress (its sandbox is restored "
-                                            "without a network): leave egress out");
+    if (!(src->memory_dir = snapshot_store_memory(snapshots_store(a->snapshots), rec->id)) ||
+        !(src->egress = memory_egress(src->memory_dir))) {
+        log_warn("memory snapshot %s: its egress rules cannot be read", rec->id);
+        http_send_500(r);
         return false;
     }
+    if (!same_egress(r, body, src))
+        return false;
     struct {
         const char *field;
         unsigned asked, is;
@@ -323,10 +376,6 @@ static bool memory_source_ok(app *a, http_request *r, json_t *body, snapshot_sou
     spec->size.memory_mb = rec->memory_mb;
     spec->size.cpu_percent = rec->cpu_percent;
     spec->size.max_processes = rec->max_processes;
-    if (!(src->memory_dir = snapshot_store_memory(snapshots_store(a->snapshots), rec->id))) {
-        http_send_500(r);
-        return false;
-    }
     return true;
 }
 
@@ -385,5 +434,6 @@ void snapshot_source_free(snapshot_source *src)
     free(src->rec.tenant);
     free(src->image);
     free(src->memory_dir);
+    json_decref(src->egress);
     memset(src, 0, sizeof *src);
 }

@@ -5,10 +5,12 @@
 #include "fleet/fleet.h"
 #include "fs/walk.h"
 #include "log/log.h"
+#include "sandbox/image_login.h"
 #include "sandbox/session_checkpoint.h"
 #include "../../agent/protocol.h"
 
 #include <dirent.h>
+#include <openssl/crypto.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -142,10 +144,19 @@ static int restore_anew(const pause_deps *d, const session *s, const char *image
         if (slot >= 0)
             slots |= 1u << slot;
     }
+    /* with egress: the proxy login its processes hold (a fork's: the session it was taken of) */
+    sandbox_proxy_login login;
+    int has_login = json_array_size(s->egress) > 0 ? sandbox_image_login(image_dir, &login) : 0;
+    if (has_login < 0) {
+        snprintf(errbuf, errlen, "the memory image's egress login is unreadable");
+        json_decref(list);
+        return -1;
+    }
     const char *tenant = tenants_get(d->tenants, s->tenant)->name;
     char *root = s->template_id[0] && d->templates ? templates_root(d->templates, s->template_id) : NULL;
     sandbox *sb = warm_session_restore_anew(d->warm, s, tenant, root, image_dir, slots, (int)json_array_size(list),
-                                            fork, errbuf, errlen);
+                                            fork, has_login ? &login : NULL, errbuf, errlen);
+    OPENSSL_cleanse(&login, sizeof login);
     json_array_foreach(list, i, k) {
         if (sb && !kernels_adopt(d->kernels, s, tenant, root, sb, json_string_value(json_object_get(k, "kernel_id")),
                                  (int)json_integer_value(json_object_get(k, "slot"))))

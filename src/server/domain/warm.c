@@ -145,7 +145,7 @@ static void start_boots(warm_pool *w)
         void *net = NULL;
         sandbox *sb = NULL;
         if (!e->egress || (w->ws.net.open && (net = w->ws.net.open(w->ws.net.ctx, e->key, e->tenant, e->created_at,
-                                                                   e->egress, &o.network, err, sizeof err)) != NULL))
+                                                                   e->egress, NULL, &o.network, err, sizeof err)) != NULL))
             sb = sandbox_prepare(w->b, &o, err, sizeof err);
         if (!sb && net)
             w->ws.net.close(w->ws.net.ctx, net);

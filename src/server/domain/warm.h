@@ -41,11 +41,12 @@ typedef struct {
 
 /* SANDBOX_EXEC_MODE=session, a session with egress rules: the network of its own sandbox
  * (egress/), open as long as that sandbox lives (its commands share it: their only way out
- * is the session's proxy). open gives a handle and *net, or NULL with a message; close ends
- * it, after the sandbox. */
+ * is the session's proxy). open gives a handle and *net, or NULL with a message (as: the proxy
+ * login a sandbox restored from a memory image is given, the one its processes hold; NULL: the
+ * session's own); close ends it, after the sandbox. */
 typedef struct {
     void *(*open)(void *ctx, const char *key, const char *tenant, double created_at, const json_t *rules,
-                  const sandbox_network **net, char *errbuf, size_t errlen);
+                  const sandbox_proxy_login *as, const sandbox_network **net, char *errbuf, size_t errlen);
     void (*close)(void *ctx, void *handle);
     void *ctx;
 } warm_session_network;
@@ -139,8 +140,10 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
  * checked, then lent to its borrowers kernels. The sandbox, or NULL with errbuf. */
 sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *tenant, const char *root,
                                    const char *image_dir, unsigned slots_busy, int borrowers, bool fork,
-                                   char *errbuf, size_t errlen);
-/* (fork: image_dir is a memory snapshot's, restored as s's own new sandbox: sandbox_session_from_image.) */
+                                   const sandbox_proxy_login *login, char *errbuf, size_t errlen);
+/* (fork: image_dir is a memory snapshot's, restored as s's own new sandbox: sandbox_session_from_image.
+ * login: with egress, the proxy login kept with the image, given to s's network when its egress
+ * state is made now; NULL: s's own.) */
 
 /* A memory snapshot of s's own sandbox while it runs (sandbox_session_snapshot): still(ctx)
  * runs while it is held still. Its 0 / 1 (not now) / -1; 1 too when s's sandbox cannot be had now. */

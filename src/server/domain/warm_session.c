@@ -191,8 +191,8 @@ int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_di
 /* The network of a restored sandbox of session s (with egress rules; none without): a new
  * handle and *network, or NULL (*network NULL too) when s has none. -1 with errbuf when it
  * cannot be made. */
-static int open_network(warm_pool *w, const session *s, const char *tenant, void **handle,
-                        const sandbox_network **network, char *errbuf, size_t errlen)
+static int open_network(warm_pool *w, const session *s, const char *tenant, const sandbox_proxy_login *login,
+                        void **handle, const sandbox_network **network, char *errbuf, size_t errlen)
 {
     *handle = NULL;
     *network = NULL;
@@ -203,7 +203,7 @@ static int open_network(warm_pool *w, const session *s, const char *tenant, void
         return -1;
     }
     char err[256] = "";
-    *handle = w->ws.net.open(w->ws.net.ctx, s->id, tenant, s->created_at, s->egress, network, err, sizeof err);
+    *handle = w->ws.net.open(w->ws.net.ctx, s->id, tenant, s->created_at, s->egress, login, network, err, sizeof err);
     if (!*handle) {
         snprintf(errbuf, errlen, "its egress network could not be made again: %s", err[0] ? err : "unknown");
         *network = NULL;
@@ -247,7 +247,7 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
         return 1;
     }
     /* (its entry is lent to its kernels: it keeps its tenant and stays sb's meanwhile) */
-    if (open_network(w, s, tenant, &net, &network, errbuf, errlen) != 0)
+    if (open_network(w, s, tenant, NULL, &net, &network, errbuf, errlen) != 0)
         return -1;
     pthread_mutex_lock(&w->mu);
     void *old = e->net; /* (none: the checkpoint closed it) */
@@ -280,7 +280,7 @@ int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir,
 
 sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *tenant, const char *root,
                                    const char *image_dir, unsigned slots_busy, int borrowers, bool fork,
-                                   char *errbuf, size_t errlen)
+                                   const sandbox_proxy_login *login, char *errbuf, size_t errlen)
 {
     if (!warm_sessions(w) || strlen(s->id) >= KEY_MAX || !s->id[0]) {
         snprintf(errbuf, errlen, "sessions have no sandbox of their own here");
@@ -309,7 +309,7 @@ sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *t
     sandbox *sb = NULL;
     if (json_array_size(s->egress) > 0 && !egress)
         snprintf(errbuf, errlen, "out of memory");
-    else if (open_network(w, s, tenant, &net, &o.network, errbuf, errlen) == 0)
+    else if (open_network(w, s, tenant, login, &net, &o.network, errbuf, errlen) == 0)
         sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, fork, errbuf, errlen);
     if (sb && check_restored(sb, errbuf, errlen) != 0) {
         sandbox_release(sb);

@@ -42,6 +42,7 @@ struct egress_sandbox {
     char netns_path[64];
     char *env_text[ENV_PROXY_MAX];
     const char *env[ENV_PROXY_MAX];
+    sandbox_proxy_login login;
     sandbox_network net;
 };
 
@@ -156,14 +157,17 @@ static egress_session *find_locked(egress_service *e, const char *id)
     return NULL;
 }
 
-/* The session's egress state with a reference for the caller, made on first use. */
+/* The session's egress state with a reference for the caller, made on first use (its proxy
+ * login as's, or its own). */
 static egress_session *session_get(egress_service *e, const char *id, const char *tenant,
-                                   double created_at, const json_t *rules, char *errbuf,
-                                   size_t errlen)
+                                   double created_at, const json_t *rules, const sandbox_proxy_login *as,
+                                   char *errbuf, size_t errlen)
 {
     pthread_mutex_lock(&e->mu);
     egress_session *s = find_locked(e, id);
     if (s) {
+        if (as && strcmp(as->user, s->user) != 0) /* (its sandboxes keep the one they were given) */
+            log_warn("session %s: its egress proxy login stays its own, not the memory image's", id);
         egress_session_ref(s);
         pthread_mutex_unlock(&e->mu);
         return s;
@@ -171,11 +175,16 @@ static egress_session *session_get(egress_service *e, const char *id, const char
     s = calloc(1, sizeof *s);
     if (!s || strlen(id) >= sizeof s->id || !(s->tenant = strdup(tenant)) ||
         !(s->rules = json_deep_copy(rules)) ||
-        !egress_pass_make(e->key, id, created_at, s->pass)) {
+        (!as && !egress_pass_make(e->key, id, created_at, s->pass))) {
         snprintf(errbuf, errlen, "cannot set up egress for %s: out of memory", id);
         goto fail;
     }
     snprintf(s->id, sizeof s->id, "%s", id);
+    snprintf(s->user, sizeof s->user, "%s", as ? as->user : id);
+    if (as) {
+        _Static_assert(sizeof s->pass == sizeof as->pass, "a login's pass is a session's");
+        memcpy(s->pass, as->pass, sizeof s->pass);
+    }
     s->log = egress_log_open(e->cfg->log_dir, id, errbuf, errlen);
     if (!s->log)
         goto fail;
@@ -200,6 +209,7 @@ fail:
 static void sandbox_free(egress_sandbox *sb)
 {
     egress_pair_close(&sb->pair);
+    OPENSSL_cleanse(sb->login.pass, sizeof sb->login.pass);
     for (size_t i = 0; i < ENV_PROXY_MAX; i++) {
         if (sb->env_text[i])
             OPENSSL_cleanse(sb->env_text[i], strlen(sb->env_text[i]));
@@ -209,10 +219,10 @@ static void sandbox_free(egress_sandbox *sb)
 }
 
 egress_sandbox *egress_sandbox_open(egress_service *e, const char *session_id, const char *tenant,
-                                    double created_at, const json_t *rules, char *errbuf,
-                                    size_t errlen)
+                                    double created_at, const json_t *rules,
+                                    const sandbox_proxy_login *as, char *errbuf, size_t errlen)
 {
-    egress_session *s = session_get(e, session_id, tenant, created_at, rules, errbuf, errlen);
+    egress_session *s = session_get(e, session_id, tenant, created_at, rules, as, errbuf, errlen);
     if (!s)
         return NULL;
     egress_sandbox *sb = calloc(1, sizeof *sb);
@@ -233,7 +243,7 @@ egress_sandbox *egress_sandbox_open(egress_service *e, const char *session_id, c
     bool ok = true;
     for (size_t i = 0; i < 4; i++) {
         char *v = NULL;
-        if (asprintf(&v, "%s=http://%s:%s@%s:%d", names[i], s->id, s->pass, EGRESS_PROXY_IP,
+        if (asprintf(&v, "%s=http://%s:%s@%s:%d", names[i], s->user, s->pass, EGRESS_PROXY_IP,
                      EGRESS_PROXY_PORT) < 0)
             v = NULL; /* asprintf leaves it undefined on failure */
         ok = ok && v;
@@ -255,6 +265,9 @@ egress_sandbox *egress_sandbox_open(egress_service *e, const char *session_id, c
     sb->env[n] = NULL;
     sb->net.netns_path = sb->netns_path;
     sb->net.env = sb->env;
+    snprintf(sb->login.user, sizeof sb->login.user, "%s", s->user);
+    memcpy(sb->login.pass, s->pass, sizeof sb->login.pass);
+    sb->net.login = &sb->login;
     /* the proxy owns the listener from here on */
     sb->listener = egress_proxy_add_listener(e->proxy, sb->pair.listener, s);
     sb->pair.listener = -1;

@@ -27,10 +27,13 @@ void egress_set_sink(egress_service *e, egress_log_sink sink, void *ctx);
 void egress_close(egress_service *e);
 
 /* The network of one sandbox run of a session with rules (its egress state is made on first
- * use). NULL with a message when the namespaces or the listener cannot be made. */
+ * use). as: the proxy login the session's sandboxes are given, when its state is made now
+ * (NULL: its own, the pass derived from its id and creation time; a sandbox restored from a
+ * memory image: the login kept with the image, which its processes hold). NULL with a message
+ * when the namespaces or the listener cannot be made. */
 egress_sandbox *egress_sandbox_open(egress_service *e, const char *session_id, const char *tenant,
-                                    double created_at, const json_t *rules, char *errbuf,
-                                    size_t errlen);
+                                    double created_at, const json_t *rules,
+                                    const sandbox_proxy_login *as, char *errbuf, size_t errlen);
 
 /* What the sandbox backend needs (valid until egress_sandbox_close). */
 const sandbox_network *egress_sandbox_network(const egress_sandbox *sb);

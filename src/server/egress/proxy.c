@@ -532,7 +532,7 @@ static bool host_syntax_ok(const char *h)
 
 static bool pass_valid(const conn *c)
 {
-    return c->req.auth && !atomic_load(&c->s->revoked) && strcmp(c->req.user, c->s->id) == 0 &&
+    return c->req.auth && !atomic_load(&c->s->revoked) && strcmp(c->req.user, c->s->user) == 0 &&
            egress_pass_equal(c->req.pass, c->s->pass);
 }
 

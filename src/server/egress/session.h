@@ -15,6 +15,8 @@ typedef struct egress_session {
     atomic_int refs;
     atomic_bool revoked;
     char id[17];
+    char user[17];                   /* the proxy user its sandboxes are given: id, or the
+                                      * session's a restored memory image was saved in */
     char *tenant;
     json_t *rules;                   /* the session's expanded rules */
     char pass[EGRESS_PASS_LEN + 1];

@@ -141,9 +141,9 @@ static int open_tenants(server *s)
 /* A session's own sandbox with egress (domain/warm.h): its network is egress's, for as long as
  * the sandbox lives. */
 static void *session_net_open(void *ctx, const char *key, const char *tenant, double created_at, const json_t *rules,
-                              const sandbox_network **net, char *errbuf, size_t errlen)
+                              const sandbox_proxy_login *as, const sandbox_network **net, char *errbuf, size_t errlen)
 {
-    egress_sandbox *sb = egress_sandbox_open(ctx, key, tenant, created_at, rules, errbuf, errlen);
+    egress_sandbox *sb = egress_sandbox_open(ctx, key, tenant, created_at, rules, as, errbuf, errlen);
     if (sb)
         *net = egress_sandbox_network(sb);
     return sb;

@@ -40,10 +40,21 @@ typedef struct {
     bool cancelled;     /* cancel_fd hung up: the whole sandbox was killed, streams empty */
 } sandbox_result;
 
+/* The user and pass a session's sandbox processes are given for its egress proxy (in
+ * HTTPS_PROXY): a memory image's processes keep them, so a sandbox restored from it (a fork of
+ * a memory snapshot, a paused session after a restart) is given the same again. */
+#define SANDBOX_PROXY_USER_MAX 17 /* a session id and its NUL */
+#define SANDBOX_PROXY_PASS_MAX 33 /* 32 hex characters and the NUL */
+typedef struct {
+    char user[SANDBOX_PROXY_USER_MAX];
+    char pass[SANDBOX_PROXY_PASS_MAX];
+} sandbox_proxy_login;
+
 /* The network of a sandbox of a session with egress (egress/egress.h makes it). */
 typedef struct {
     const char *netns_path;    /* the network namespace to run in (/proc/<pid>/fd/<n>) */
     const char *const *env;    /* extra "K=V" entries (the proxy settings), NULL-terminated */
+    const sandbox_proxy_login *login; /* the proxy's user and pass in env */
 } sandbox_network;
 
 /* Ours (streaming exec, spill to a file): who sees a command's output as it is read. The

@@ -9,6 +9,7 @@
 #include "log/log.h"
 #include "sandbox/internal.h"
 #include "sandbox/agent_stdio.h"
+#include "sandbox/image_login.h"
 #include "sandbox/oci.h"
 
 #include <dirent.h>
@@ -100,6 +101,10 @@ static void keep_spec_with_image(const sandbox *s, const char *image_dir)
     bool ok = f && fprintf(f, "%s\n", s->id) > 0;
     if ((f && fclose(f) != 0) || !ok)
         log_warn("cannot keep the container id with the memory image %s", image_dir);
+    /* and, with egress, the proxy login its processes hold (the restore's network takes it) */
+    char eb[200];
+    if (sandbox_image_keep_login(s->network, image_dir, eb, sizeof eb) != 0)
+        log_warn("%s (%s)", eb, image_dir);
 }
 
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)

@@ -29,7 +29,7 @@ void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
  * is gone): its container id and spec kept there, its workspace, tenant, size and network from o, the
  * slots in slots_busy (bit i: slot i) held by processes the image brings back. fork: a memory
  * snapshot's image restored as a new sandbox beside the one it was taken of (a container id,
- * bundle and cgroup of its own, the kept spec rebased on o's workspace and root; no network).
+ * bundle and cgroup of its own, the kept spec rebased on o's workspace and root, on o's network).
  * NULL with errbuf when it could not be restored (nothing of it left). */
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
                                     unsigned slots_busy, bool fork, char *errbuf, size_t errlen);

@@ -6,6 +6,7 @@
 #include "sandbox/session_snapshot.h"
 
 #include "log/log.h"
+#include "sandbox/image_login.h"
 #include "sandbox/internal.h"
 
 #include <jansson.h>
@@ -78,14 +79,12 @@ int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn
     } else if (s->running > 0) {
         snprintf(errbuf, errlen, "a command or cell runs in the session's sandbox");
         rc = 1;
-    } else if (s->network) {
-        snprintf(errbuf, errlen, "a sandbox with egress cannot be checkpointed");
-        rc = 1;
     } else {
         (void)sbx_cg_freeze(&s->cg, false); /* runsc talks to its sentry */
         if (runsc_control(s, "pause", NULL, errbuf, errlen) == 0) {
             if (runsc_control(s, "checkpoint", image_dir, errbuf, errlen) == 0 &&
-                keep_spec(s, image_dir, errbuf, errlen) == 0)
+                keep_spec(s, image_dir, errbuf, errlen) == 0 &&
+                sandbox_image_keep_login(s->network, image_dir, errbuf, errlen) == 0)
                 rc = still(ctx) == 0 ? 0 : -1;
             char eb[300];
             if (runsc_control(s, "resume", NULL, eb, sizeof eb) != 0) {

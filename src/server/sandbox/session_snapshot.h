@@ -13,9 +13,10 @@
 typedef int (*sandbox_still_fn)(void *ctx);
 
 /* A memory snapshot of running s: `runsc pause`, `runsc checkpoint --leave-running` into
- * image_dir (an existing, empty directory; s's spec kept there as sandbox.json), then still(ctx)
+ * image_dir (an existing, empty directory; s's spec kept there as sandbox.json, with egress its
+ * proxy login, sandbox/image_login.h), then still(ctx)
  * while nothing in s runs (its workspace is then as the image saw it), then `runsc resume`.
- * 0 when saved; 1 when it cannot be now (a command or cell runs, or it has egress); -1 failed
+ * 0 when saved; 1 when it cannot be now (a command or cell runs); -1 failed
  * (message in errbuf). s runs on in every case (it is thawed, frozen again once idle). */
 int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn still, void *ctx, char *errbuf,
                              size_t errlen);

@@ -16,6 +16,8 @@
 #define SNAPSHOT_TEMPLATE_MAX 128  /* room for a template's name and its NUL */
 #define SNAPSHOT_WORKSPACE "workspace.img"
 #define SNAPSHOT_MEMORY "memory"       /* a memory snapshot's runsc image directory */
+#define SNAPSHOT_EGRESS "egress.json"  /* in it: the session's egress rules, expanded */
+#define SNAPSHOT_EGRESS_RULES_MAX 256  /* (20 asked, presets expanded: far fewer) */
 #define SNAPSHOT_RUNSC_VERSION_MAX 128
 
 typedef struct {
