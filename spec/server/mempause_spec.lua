@@ -24,7 +24,10 @@ local q = proc.shell_quote
 describe("pause with memory (kernels)", function()
   local server, key, runsc_dir
 
-  -- the server's runsc: a script that runs the real one, or answers --version with `version`
+  -- the server's runsc: a script that runs the real one, or answers --version with `version`;
+  -- faults it makes once each, when their file is in runsc_dir: "fault-full" (the next checkpoint's
+  -- image directory is a 2 MB filesystem: the save fails, no space left) and "fault-resume" (the
+  -- next `runsc resume` fails)
   local real_runsc = os.getenv("AIRLOCK_RUNSC") or ".deps/runsc/usr/bin/runsc"
   if real_runsc:sub(1, 1) ~= "/" then real_runsc = proc.output("pwd"):gsub("%s+$", "") .. "/" .. real_runsc end
   local function install_runsc(version)
@@ -32,6 +35,17 @@ describe("pause with memory (kernels)", function()
     if version then
       script = script .. 'if [ "$1" = --version ]; then echo "runsc version ' .. version .. '"; exit 0; fi\n'
     end
+    local full, resume = q(runsc_dir .. "/fault-full"), q(runsc_dir .. "/fault-resume")
+    script = script .. table.concat({
+      "dir=; prev=; verb=",
+      'for a in "$@"; do [ "$prev" = --image-path ] && dir=$a; case "$a" in checkpoint|resume) verb=$a;; esac; prev=$a; done',
+      'if [ "$verb" = checkpoint ] && [ -n "$dir" ] && rm ' .. full .. ' 2>/dev/null; then',
+      '  mount -t tmpfs -o size=2m airlock-fault-full "$dir" || exit 99',
+      '  ' .. q(real_runsc) .. ' "$@"; rc=$?; umount -l "$dir"; exit $rc',
+      'fi',
+      'if [ "$verb" = resume ] && rm ' .. resume .. ' 2>/dev/null; then echo "resume refused (a fault the spec made)" >&2; exit 1; fi',
+      "",
+    }, "\n")
     proc.write_file(runsc_dir .. "/runsc.new", script .. "exec " .. q(real_runsc) .. ' "$@"\n')
     -- a new file in its place (never one runsc half written while the server runs it)
     assert.is_true(proc.run("chmod 755 " .. q(runsc_dir .. "/runsc.new") .. " && mv " .. q(runsc_dir .. "/runsc.new") .. " "
@@ -120,6 +134,60 @@ describe("pause with memory (kernels)", function()
     cell(sid, kid, "x = x + 100")
     pause(sid)
     assert.are.equal("142", cell(sid, kid, "x + 1").results[1]["text/plain"])
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("answers a pause or memory snapshot whose save failed as it left the session: whole when resumed, its kernels' memory lost when not", function()
+    local sid, kid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
+    local function fault(...)
+      for _, name in ipairs({ ... }) do proc.write_file(runsc_dir .. "/fault-" .. name, "") end
+    end
+    local function faults_used()
+      return not proc.run("ls " .. q(runsc_dir) .. " | grep -q '^fault-'")
+    end
+    -- the save fails (no space in its image directory): runsc held it paused, it is resumed, whole
+    fault("full")
+    local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
+    assert.are.equal(500, p.status, p.body)
+    assert.is_true(faults_used())
+    assert.truthy(p.json.detail:find("no space left on device", 1, true) and p.json.detail:find("still active, its kernels as they were", 1, true), p.body)
+    assert.are.equal("active", call("GET", "/v1/sessions/" .. sid).json.state)
+    local c = cell(sid, kid, "x + 1")
+    assert.are.equal("42", (c.results[1] or {})["text/plain"], cjson.encode(c))
+    assert.is_false(c.kernel_restarted)
+    assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the failed image was kept")
+    -- a memory snapshot's save the same
+    fault("full")
+    local s = call("POST", "/v1/sessions/" .. sid .. "/snapshots", { memory = true }, 90)
+    assert.are.equal(500, s.status, s.body)
+    assert.is_true(faults_used())
+    assert.truthy(s.json.detail:find("the session is untouched", 1, true), s.body)
+    assert.are.equal("42", (cell(sid, kid, "x + 1").results[1] or {})["text/plain"])
+    assert.are.equal(0, #call("GET", "/v1/snapshots").json.snapshots)
+    -- the save fails and its sandbox cannot be resumed: it is ended, and the answer says its kernels' memory is lost
+    fault("full", "resume")
+    p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
+    assert.are.equal(500, p.status, p.body)
+    assert.is_true(faults_used())
+    assert.truthy(p.json.detail:find("Its sandbox ended with the failed save", 1, true), p.body)
+    assert.are.equal("active", call("GET", "/v1/sessions/" .. sid).json.state)
+    c = cell(sid, kid, "x + 1")
+    assert.is_true(c.kernel_restarted, cjson.encode(c))
+    assert.are.equal("NameError", cell(sid, kid, "x").error.name)
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
+    -- a snapshot the same
+    assert.are.equal(cjson.null, cell(sid, kid, "x = 5").error)
+    fault("full", "resume")
+    s = call("POST", "/v1/sessions/" .. sid .. "/snapshots", { memory = true }, 90)
+    assert.are.equal(500, s.status, s.body)
+    assert.truthy(s.json.detail:find("sandbox ended with the failed save", 1, true), s.body)
+    assert.is_true(cell(sid, kid, "1").kernel_restarted)
+    -- and it pauses and resumes with its memory as before
+    assert.are.equal(cjson.null, cell(sid, kid, "x = 41").error)
+    pause(sid)
+    assert.are.equal("42", (cell(sid, kid, "x + 1").results[1] or {})["text/plain"])
+    assert.are.equal("", proc.output("grep airlock-fault-full /proc/self/mounts || true"))
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 

@@ -29,9 +29,16 @@ void api_sessions_pause(app *a, http_request *r, const api_call *c)
         http_send_detail(r, 404, "Session not found or expired");
     } else if (rc == SESSION_STORAGE) {
         send_not_saved(r, 507, "The paused state");
+    } else if (out.sandbox_lost) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "The session could not be paused: %s. Its sandbox ended with the failed save: its "
+                 "kernels' memory is lost (their next cell starts them anew and says kernel_restarted); its files "
+                 "are kept and it is active.", out.why);
+        http_send_detail(r, 500, msg);
     } else if (out.why[0]) {
         char msg[400];
-        snprintf(msg, sizeof msg, "The session could not be paused: %s. It is still active.", out.why);
+        snprintf(msg, sizeof msg, "The session could not be paused: %s. It is still active, its kernels as they were.",
+                 out.why);
         http_send_detail(r, 500, msg);
     } else {
         http_send_detail(r, 500, "The session could not be paused (logged); it is still active.");

@@ -70,6 +70,7 @@ typedef struct {
     json_t *kernels; /* their list, read before the sandbox's lock is taken */
     int (*still)(void *);
     void *still_ctx;
+    bool lost; /* the save failed and the session's sandbox ended with it */
 } memory_ctx;
 
 /* While the sandbox is held still: its kernels' list and its egress rules beside the image (a
@@ -106,6 +107,7 @@ static int checkpoint_session(void *ctx, const char *image_dir, int (*still)(voi
         return -1;
     }
     int rc = warm_session_snapshot(m->a->warm, m->s, image_dir, keep_kernels_then, m, why, whylen);
+    m->lost = rc == SANDBOX_SAVE_LOST;
     json_t *after = kernels_describe(m->a->kernels, m->s->id);
     if (rc == 0 && !json_equal(m->kernels, after)) {
         snprintf(why, whylen, "the session's kernels changed while it was taken");
@@ -216,6 +218,10 @@ void api_snapshots_create(app *a, http_request *r, const api_call *c)
         char msg[640];
         snprintf(msg, sizeof msg, "No room for the snapshot: %s. Try again later or delete snapshots.", why);
         http_send_json_header(r, 503, json_pack("{s:s}", "detail", msg), "retry-after", "5");
+    } else if (rc != SNAP_OK && mc.lost) {
+        http_send_detail(r, 500, "The snapshot could not be made (the server logged why), and the session's sandbox "
+                                 "ended with the failed save: its kernels' memory is lost (their next cell starts them "
+                                 "anew and says kernel_restarted); its files are kept and it is active.");
     } else if (rc != SNAP_OK) { /* the reason (host paths) is in the log, not the answer */
         http_send_detail(r, 500, "The snapshot could not be made (the server logged why); the session is untouched.");
     } else {

@@ -170,7 +170,8 @@ static int restore_anew(const pause_deps *d, const session *s, const char *image
 /* The sandbox's part of a pause: s's sandbox (and its network namespace and egress listener,
  * which live as long as it) is gone when this returns. With kernels, it is checkpointed into
  * an image first (described in *image; its egress network is made again at the restore);
- * files only, *image stays zero. 0, 1 (busy: a cell runs), -1 (failed; message in errbuf). */
+ * files only, *image stays zero. 0, 1 (busy: a cell runs), -1 (failed; message in errbuf: the
+ * sandbox runs on), SANDBOX_SAVE_LOST (failed, and the sandbox ended with it). */
 static int sandbox_stop(const pause_deps *d, const session *s, session_pause_state *image, char *errbuf,
                         size_t errlen)
 {
@@ -294,6 +295,7 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
         (void)registry_pause_end(d->reg, s, NULL); /* never left half paused */
         log_session(stopped > 0 ? LV_INFO : LV_WARN, s->id, NULL, "session %s not paused: %s", s->id, err);
         snprintf(out->why, sizeof out->why, "%s", err);
+        out->sandbox_lost = stopped == SANDBOX_SAVE_LOST;
         return stopped > 0 ? SESSION_BUSY : SESSION_ERROR;
     }
     rc = registry_pause_end(d->reg, s, &image);

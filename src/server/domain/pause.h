@@ -33,7 +33,9 @@ typedef struct {
     bool was_paused;        /* it was paused already: nothing was done */
     long long image_bytes;  /* its memory image (0: files only) */
     double pause_ms;        /* how long the pause took */
-    char why[300];          /* not paused: why (a cell runs, egress, runsc's message) */
+    char why[300];          /* not paused: why (a cell runs, runsc's message) */
+    bool sandbox_lost;      /* not paused, and its sandbox ended with the failed save (its
+                             * kernels' memory lost; its files kept, it is active) */
 } pause_outcome;
 
 /* Pauses s (the caller holds a reference): its sandbox stops, its disk is unmounted, and it is

@@ -121,6 +121,16 @@ void sbx_gvisor_delete(const sandbox_backend *b, const char *id);
  * how many (at most SBX_GVISOR_FLAGS_MAX). */
 #define SBX_GVISOR_FLAGS_MAX 8
 int sbx_gvisor_flags(const sandbox *s, const char *argv[SBX_GVISOR_FLAGS_MAX]);
+
+/* `runsc <verb> <id>` of running session sandbox s with the flags of its `runsc run`
+ * (--leave-running needs them): "pause", "resume", or with image_dir "checkpoint
+ * --leave-running --compression=none --image-path image_dir" (runsc_control.c: a sandbox
+ * paused before stays paused after it, saved or not). 0, or -1 with runsc's message. */
+int sbx_runsc_control(sandbox *s, const char *verb, const char *image_dir, char *errbuf, size_t errlen);
+/* `runsc resume` of s paused by sbx_runsc_control: 0; or, when it cannot be resumed, s's
+ * processes are killed and s takes nothing more (its memory is lost): SANDBOX_SAVE_LOST.
+ * Under s->agent_mu. */
+int sbx_resume_or_end(sandbox *s);
 /* runsc's pre-exec step for a sandbox with network (sbx_proc_opts.pre_exec; see
  * sbx_hide_proc_sys_net). */
 int sbx_gvisor_hide_proc_sys_net(void *ctx);

@@ -25,9 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* How long `runsc checkpoint` may take (~1 s per 100 MB of memory, well within). */
-#define CHECKPOINT_TIMEOUT_MS 60000
-
 static void close_fd(int *fd)
 {
     if (*fd >= 0) {
@@ -118,26 +115,22 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
         rc = 1;
     } else {
         (void)sbx_cg_freeze(&s->cg, false); /* a frozen sandbox cannot be saved */
-        const char *argv[] = {s->b->runsc, "--root", s->b->runsc_root, "checkpoint", "--compression=none", "--image-path", image_dir,
-                              s->id, NULL};
-        sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .timeout_ms = CHECKPOINT_TIMEOUT_MS};
-        sbx_proc_result r;
-        if (sbx_proc_run(&o, &r, errbuf, errlen) == 0) {
-            int code = sbx_proc_exit_code(r.status);
-            if (code == 0)
+        /* saved paused and left so (--leave-running): a save that fails leaves it whole, and
+         * it is resumed; nothing runs in it between the save and its end */
+        if (sbx_runsc_control(s, "pause", NULL, errbuf, errlen) == 0) {
+            if (sbx_runsc_control(s, "checkpoint", image_dir, errbuf, errlen) == 0)
                 rc = 0;
-            else
-                sbx_err_from_capture(&r.err, "runsc checkpoint failed", errbuf, errlen);
-            sbx_proc_result_free(&r);
+            else if (sbx_resume_or_end(s) != 0)
+                rc = SANDBOX_SAVE_LOST;
         }
         if (rc != 0) {
-            s->settling = true; /* still running: frozen again by the warm thread */
+            s->settling = true; /* still running (unless lost): frozen again by the warm thread */
             s->next_ready = true;
         } else {
-            /* the sandbox ended: its runsc (whose gofer would hold the workspace's mount), stdio
+            /* the sandbox ends: its runsc (whose gofer would hold the workspace's mount), stdio
              * and cgroup go; the struct waits for restore */
             keep_spec_with_image(s, image_dir);
-            (void)sbx_cg_kill_all_except(&s->cg, s->child.pid);
+            (void)sbx_cg_kill_all(&s->cg);
             reap_runsc(s);
             close_fd(&s->cmd_w);
             agent_stdio_free(s->io);

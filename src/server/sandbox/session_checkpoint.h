@@ -8,11 +8,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* `runsc checkpoint --image-path image_dir` of s (an existing, empty directory): 0 when saved
- * (s's sandbox, runsc, stdio and cgroup are then gone; s waits for sandbox_session_restore or
- * sandbox_release; its network, if any, is no longer used: its connections were cut), 1 when
- * it cannot be now (a command or cell runs: s runs on), -1 when it failed (s runs on, or
- * died; message in errbuf). */
+/* A save that failed and could not be undone: the sandbox was ended with it (its processes'
+ * memory lost; its workspace is untouched). */
+#define SANDBOX_SAVE_LOST (-2)
+
+/* `runsc pause`, then `runsc checkpoint --leave-running --image-path image_dir` of s (an
+ * existing, empty directory): 0 when saved (s's sandbox, still paused, is then ended: its
+ * runsc, stdio and cgroup are gone; s waits for sandbox_session_restore or sandbox_release;
+ * its network, if any, is no longer used: its connections were cut), 1 when it cannot be now
+ * (a command or cell runs: s runs on), -1 when it failed and s was resumed (it runs on as
+ * before, its memory whole; message in errbuf), SANDBOX_SAVE_LOST when it failed and s could
+ * not be resumed (ended, its memory lost). A failed save never ends s by itself: runsc ends a
+ * sandbox whose save without --leave-running fails (e.g. a full disk). */
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
 
 /* `runsc restore` of s from image_dir under the same id, bundle and cgroup, the agent on new

@@ -16,8 +16,9 @@ typedef int (*sandbox_still_fn)(void *ctx);
  * image_dir (an existing, empty directory; s's spec kept there as sandbox.json, with egress its
  * proxy login, sandbox/image_login.h), then still(ctx)
  * while nothing in s runs (its workspace is then as the image saw it), then `runsc resume`.
- * 0 when saved; 1 when it cannot be now (a command or cell runs); -1 failed
- * (message in errbuf). s runs on in every case (it is thawed, frozen again once idle). */
+ * 0 when saved; 1 when it cannot be now (a command or cell runs); -1 failed (message in
+ * errbuf): s runs on in these cases (it is thawed, frozen again once idle); SANDBOX_SAVE_LOST
+ * when s could not be resumed after it: s was ended, its processes' memory lost. */
 int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn still, void *ctx, char *errbuf,
                              size_t errlen);
 
