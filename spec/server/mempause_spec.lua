@@ -9,7 +9,10 @@
 -- the image is put right restores it, or discard_memory=1 gives the files; after a restart (SIGTERM or kill -9) the image is restored by the new
 -- process, the kernel under its id with its x; one made by another runsc version is refused (409, the
 -- session stays paused) until resume?discard_memory=1 takes the files only, also when runsc is
--- replaced under a running server (its version is asked again once its file changes). Real
+-- replaced under a running server (its version is asked again once its file changes). A pause
+-- or memory snapshot whose save fails (its image directory full) leaves the session whole, as
+-- its 500 says; one whose sandbox then cannot be resumed says its kernels' memory is lost, which
+-- their next cell shows. Real
 -- airlockd with gVisor (SANDBOX_EXEC_MODE=session, runsc through a wrapper script the spec can
 -- replace), loopback only.
 local airlockd = require "support.airlockd"

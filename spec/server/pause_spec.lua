@@ -8,7 +8,11 @@
 -- session leaves nothing. A session with kernels and egress is paused with its memory: nothing of
 -- its network is left while paused, and after the resume (and after airlockd is killed and
 -- started again) its kernel and its commands reach the allowed upstream and are denied another,
--- logged. Real airlockd, real runsc, loopback egress stand-ins. Lua 5.1-compatible.
+-- logged. A memory snapshot of such a session cuts the connections open in it and leaves its
+-- egress working; each fork of it has the kernel's x, the snapshot's rules and a namespace and
+-- proxy of its own (its commands and its kernel, whose HTTPS_PROXY login is the origin's, reach
+-- the allowed host, are denied another, logged as the fork's), also paused and resumed, and after
+-- a kill -9. Real airlockd, real runsc, loopback egress stand-ins. Lua 5.1-compatible.
 local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local egress = require "support.egress"
