@@ -52,7 +52,9 @@ int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn
                 sandbox_image_keep_login(s->network, image_dir, errbuf, errlen) == 0)
                 rc = still(ctx) == 0 ? 0 : -1;
             if (sbx_resume_or_end(s) != 0) { /* (a snapshot made of it is given up) */
-                size_t n = strlen(errbuf);
+                if (rc == 0 && errlen)
+                    errbuf[0] = '\0';
+                size_t n = errlen ? strlen(errbuf) : 0;
                 snprintf(errbuf + n, errlen - n, "%sits sandbox could not be resumed", n ? "; " : "");
                 rc = SANDBOX_SAVE_LOST;
             }
