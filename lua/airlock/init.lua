@@ -128,8 +128,10 @@ function Sandbox:start()
   local created = dropped.creating(s)
   local body = { { "template", s.template }, { "egress", engine.array(self.requested_egress) } }
   if s.from_snapshot then -- its template is the snapshot's unless one was asked for
-    body = { { "from_snapshot", s.from_snapshot }, { "egress", engine.array(self.requested_egress) } }
-    if s.template_given then body[3] = { "template", s.template } end
+    -- (no rules asked: none sent, so a memory snapshot's session gets the snapshot's rules)
+    body = { { "from_snapshot", s.from_snapshot } }
+    if #self.requested_egress > 0 then body[2] = { "egress", engine.array(self.requested_egress) } end
+    if s.template_given then body[#body + 1] = { "template", s.template } end
   end
   for _, name in ipairs(engine.SIZES) do -- only those asked for: the server's defaults otherwise
     if s.sizes[name] ~= nil then body[#body + 1] = { name, s.sizes[name] } end

@@ -320,6 +320,12 @@ describe("pause and resume", function()
     assert.are.equal(200, post(server, key, two, "pause").status)
     assert.are.equal("42", (cell(two, kid, "x + 1")))
     egress_works(two, kid)
+    -- the Lua SDK's airlock.sandbox{ from_snapshot } asks no rules of its own: the snapshot's are its
+    local sdk = require("airlock").sandbox({ api_key = key, base_url = server.url, from_snapshot = snap.json.snapshot_id })
+    sdk:start()
+    assert.are.same({ "sink.test" }, info(server, key, sdk.session_id).egress)
+    assert.are.equal("42", (cell(sdk.session_id, kid, "x + 1")))
+    sdk:close()
     for _, id in ipairs({ two, sid }) do assert.are.equal(200, http_client.delete(server, key, id).status) end
     assert.are.equal(200, call("DELETE", "/v1/snapshots/" .. snap.json.snapshot_id).status)
     assert.eventually(function()
