@@ -3,7 +3,9 @@
 -- paused on a node leaves its image in the store and no node holds it: the first node a call
 -- reaches takes it (of two racing, exactly one), a killed node does not lose it, a drain hands
 -- its paused and pause-when-idle sessions over without copying, and a deleted one leaves
--- nothing in the store.
+-- nothing in the store. A session paused with its kernel's memory (x = 41) goes to the store
+-- with its memory image: after its node's kill -9, another node restores the kernel (x + 1 is
+-- 42); a drain hands it over the same way, and pauses an idle one with a kernel into the store.
 local cjson = require "cjson"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
@@ -47,6 +49,44 @@ describe("paused sessions in a 3-node fleet's shared store", function()
 
   local function in_store(id) return proc.run("test -e " .. proc.shell_quote(store .. id .. ".img")) end
 
+  local function call(method, path, body)
+    return http.request(f.router, method, path, { key = KEY, body = body and cjson.encode(body), max_time = 120 })
+  end
+
+  -- a kernel cell's value through the router (its call resumes a paused session)
+  local function value(id, kid, code)
+    local r = call("POST", "/v1/sessions/" .. id .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 30 })
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal(cjson.null, r.json.error, r.body)
+    return (r.json.results[1] or {})["text/plain"], r
+  end
+
+  -- a session on node_id whose Python kernel holds x = 41, paused with its memory through the
+  -- router: its workspace and memory images are in the store, the row names both
+  local function memory_paused_on(node_id)
+    local id = fleet.create_on(f, ADMIN, KEY, node_id)
+    local k = call("POST", "/v1/sessions/" .. id .. "/kernels", { language = "python" })
+    assert.are.equal(201, k.status, k.body)
+    value(id, k.json.kernel_id, "x = 41")
+    local p = call("POST", "/v1/sessions/" .. id .. "/pause")
+    assert.are.same({ 200, "paused" }, { p.status, p.json.state }, p.body)
+    assert.is_true(p.json.image_bytes > 1000000, p.body) -- a Python process's pages
+    assert.are.equal(node_id .. " active paused/" .. id .. ".img", row(id))
+    assert.are.equal(string.format("paused/%s.ckpt %d", id, p.json.image_bytes),
+      fleet.sql(f, "SELECT stored->'memory'->>'dir' || ' ' || (stored->'memory'->>'bytes')"
+        .. " FROM sessions WHERE id = '" .. id .. "'"))
+    assert.is_true(proc.run("test -s " .. proc.shell_quote(store .. id .. ".ckpt/checkpoint.img")))
+    assert.is_false(proc.run("test -e " .. proc.shell_quote(f.dir .. "/nodes/" .. node_id .. "/state/images/" .. id
+      .. ".ckpt")))
+    return id, k.json.kernel_id
+  end
+
+  -- what of session id's memory image is left in the store and in every node's images
+  local function memory_left(id)
+    return proc.output("ls -d " .. proc.shell_quote(store .. id) .. ".ckpt* " .. proc.shell_quote(f.dir) .. "/nodes/*/state/images/"
+      .. proc.shell_quote(id) .. ".ckpt* 2>/dev/null || true")
+  end
+
   it("lets exactly one of two nodes racing for a paused session take it, with its files", function()
     local id = paused_on("node1", "raced")
     local path = "/v1/sessions/" .. id .. "/resume"
@@ -69,6 +109,7 @@ describe("paused sessions in a 3-node fleet's shared store", function()
 
   it("keeps a killed node's paused session: declared dead, it resumes through the router elsewhere", function()
     local id = paused_on("node3", "survives")
+    local mem, kid = memory_paused_on("node3")
     assert.is_true(proc.succeeded(os.execute("kill -9 " .. f.nodes.node3.pid)))
     assert.is_true(proc.wait_until(LOST_AFTER + 15, function()
       return fleet.sql(f, "SELECT state FROM nodes WHERE id = 'node3'") == "dead"
@@ -92,12 +133,32 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     end))
     assert.are.equal("survives\n", http.exec(f.router, KEY, id, "cat f.txt").json.stdout)
     assert.are.equal(200, http.delete(f.router, KEY, id).status)
+
+    -- paused with its memory: another node restores its kernel from the stored image (x kept)
+    assert.are.equal("node3 active paused/" .. mem .. ".img", row(mem))
+    local x, res
+    assert.is_true(proc.wait_until(30, function()
+      x, res = nil, call("POST", "/v1/sessions/" .. mem .. "/kernels/" .. kid .. "/execute", { code = "x + 1", timeout = 30 })
+      if res.status == 200 then x = (res.json.results[1] or {})["text/plain"] end
+      return res.status ~= 503
+    end), res and res.body)
+    assert.are.equal(200, res.status, res.body)
+    assert.are.equal("42", x, res.body)
+    assert.are.equal("1", res.headers["x-airlock-resumed"])
+    assert.matches("^node[12] active %-$", row(mem))
+    assert.are.equal("43", value(mem, kid, "x + 2"))
+    assert.is_true(proc.wait_until(20, function() return memory_left(mem) == "" end), memory_left(mem))
+    assert.are.equal(200, http.delete(f.router, KEY, mem).status)
   end)
 
   it("drains a node by handing over its paused and pause-when-idle sessions without copying", function()
     local paused = paused_on("node2", "was-paused")
+    local mem, kid = memory_paused_on("node2")
     local idle = fleet.create_on(f, ADMIN, KEY, "node2", '{"on_idle": "pause"}')
     assert.are.equal(0, http.exec(f.router, KEY, idle, "echo was-idle > f.txt").json.exit_code)
+    local k = call("POST", "/v1/sessions/" .. idle .. "/kernels", { language = "python" })
+    assert.are.equal(201, k.status, k.body)
+    value(idle, k.json.kernel_id, "y = 7")
     local d = http.request(f.router, "POST", "/v1/admin/nodes/node2/drain", { key = ADMIN })
     assert.are.equal(200, d.status, d.body)
     assert.is_true(proc.wait_until(30, function()
@@ -106,6 +167,7 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     -- both in the store, handed to node1 (the only active node), none reported unmoved
     assert.are.equal("node1 active paused/" .. paused .. ".img", row(paused))
     assert.are.equal("node1 active paused/" .. idle .. ".img", row(idle))
+    assert.are.equal("node1 active paused/" .. mem .. ".img", row(mem))
     local _, by_id = fleet.nodes(f, ADMIN)
     assert.are.same({}, by_id.node2.unmoved or {})
     for id, content in pairs{ [paused] = "was-paused\n", [idle] = "was-idle\n" } do
@@ -114,6 +176,11 @@ describe("paused sessions in a 3-node fleet's shared store", function()
       assert.are.equal("node1 active -", row(id))
       assert.is_false(in_store(id))
     end
+    -- with their kernels' memory: the paused one's x, the idle one's y (paused with it by the drain)
+    assert.are.equal("42", value(mem, kid, "x + 1"))
+    assert.are.equal("8", value(idle, k.json.kernel_id, "y + 1"))
+    assert.are.equal("node1 active -", row(mem))
+    assert.is_true(proc.wait_until(20, function() return memory_left(mem) == "" and memory_left(idle) == "" end))
   end)
 
   it("leaves nothing in the store when a paused session is deleted", function()
