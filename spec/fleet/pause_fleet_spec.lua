@@ -5,7 +5,9 @@
 -- its paused and pause-when-idle sessions over without copying, and a deleted one leaves
 -- nothing in the store. A session paused with its kernel's memory (x = 41) goes to the store
 -- with its memory image: after its node's kill -9, another node restores the kernel (x + 1 is
--- 42); a drain hands it over the same way, and pauses an idle one with a kernel into the store.
+-- 42); a drain hands it over the same way, and pauses an idle one with a kernel into the store;
+-- an image whose restore fails goes back to the store for another try; a deleted one leaves
+-- nothing.
 local cjson = require "cjson"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
@@ -183,9 +185,32 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     assert.is_true(proc.wait_until(20, function() return memory_left(mem) == "" and memory_left(idle) == "" end))
   end)
 
+  it("puts a memory image whose restore failed on the taking node back in the store, for another try", function()
+    local id, kid = memory_paused_on("node1")
+    -- damaged in the store: its state file cut short (its bytes kept aside, to be put back)
+    local img = store .. id .. ".ckpt/checkpoint.img"
+    local aside = f.dir .. "/checkpoint.aside"
+    assert.is_true(proc.run("cp " .. proc.shell_quote(img) .. " " .. proc.shell_quote(aside) .. " && truncate -s 4096 "
+      .. proc.shell_quote(img)))
+    local r = call("POST", "/v1/sessions/" .. id .. "/kernels/" .. kid .. "/execute", { code = "x + 1", timeout = 30 })
+    assert.are.equal(500, r.status, r.body)
+    assert.truthy(r.body:find("stays paused", 1, true), r.body)
+    -- back in the store, workspace and memory, for any node
+    assert.are.equal("node1 active paused/" .. id .. ".img", row(id))
+    assert.are.equal(store .. id .. ".ckpt\n", memory_left(id))
+    assert.is_true(proc.run("cp " .. proc.shell_quote(aside) .. " " .. proc.shell_quote(img)))
+    assert.are.equal("42", value(id, kid, "x + 1"))
+    assert.are.equal("node1 active -", row(id))
+    assert.are.equal(200, http.delete(f.router, KEY, id).status)
+    assert.is_true(proc.wait_until(20, function() return memory_left(id) == "" end), memory_left(id))
+  end)
+
   it("leaves nothing in the store when a paused session is deleted", function()
     local id = paused_on("node1", "gone")
+    local mem = memory_paused_on("node1")
     assert.are.equal(200, http.delete(f.router, KEY, id).status)
+    assert.are.equal(200, http.delete(f.router, KEY, mem).status)
+    assert.are.equal("", memory_left(mem))
     assert.is_false(in_store(id))
     assert.are.equal("", row(id))
     assert.are.equal(404, http.exec(f.router, KEY, id, "true").status)
