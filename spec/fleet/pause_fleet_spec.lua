@@ -85,8 +85,8 @@ describe("paused sessions in a 3-node fleet's shared store", function()
 
   -- what of session id's memory image is left in the store and in every node's images
   local function memory_left(id)
-    return proc.output("ls -d " .. proc.shell_quote(store .. id) .. ".ckpt* " .. proc.shell_quote(f.dir) .. "/nodes/*/state/images/"
-      .. proc.shell_quote(id) .. ".ckpt* 2>/dev/null || true")
+    return proc.output("ls -d " .. proc.shell_quote(store .. id) .. ".ckpt* " .. proc.shell_quote(f.dir)
+      .. "/nodes/*/state/images/" .. proc.shell_quote(id) .. ".ckpt* 2>/dev/null || true")
   end
 
   it("lets exactly one of two nodes racing for a paused session take it, with its files", function()
@@ -138,15 +138,16 @@ describe("paused sessions in a 3-node fleet's shared store", function()
 
     -- paused with its memory: another node restores its kernel from the stored image (x kept)
     assert.are.equal("node3 active paused/" .. mem .. ".img", row(mem))
-    local x, res
+    local x, cell
     assert.is_true(proc.wait_until(30, function()
-      x, res = nil, call("POST", "/v1/sessions/" .. mem .. "/kernels/" .. kid .. "/execute", { code = "x + 1", timeout = 30 })
-      if res.status == 200 then x = (res.json.results[1] or {})["text/plain"] end
-      return res.status ~= 503
-    end), res and res.body)
-    assert.are.equal(200, res.status, res.body)
-    assert.are.equal("42", x, res.body)
-    assert.are.equal("1", res.headers["x-airlock-resumed"])
+      x, cell = nil, call("POST", "/v1/sessions/" .. mem .. "/kernels/" .. kid .. "/execute",
+        { code = "x + 1", timeout = 30 })
+      if cell.status == 200 then x = (cell.json.results[1] or {})["text/plain"] end
+      return cell.status ~= 503
+    end), cell and cell.body)
+    assert.are.equal(200, cell.status, cell.body)
+    assert.are.equal("42", x, cell.body)
+    assert.are.equal("1", cell.headers["x-airlock-resumed"])
     assert.matches("^node[12] active %-$", row(mem))
     assert.are.equal("43", value(mem, kid, "x + 2"))
     assert.is_true(proc.wait_until(20, function() return memory_left(mem) == "" end), memory_left(mem))

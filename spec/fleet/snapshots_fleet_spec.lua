@@ -75,7 +75,8 @@ describe("snapshots in a 2-node fleet sharing SANDBOX_SNAPSHOT_DIR", function()
       return http.request(n, method, path, { key = KEY, body = body and cjson.encode(body), max_time = 120 })
     end
     local function value(n, sid, kid, code)
-      local r = call(n, "POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 30 })
+      local r = call(n, "POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute",
+        { code = code, timeout = 30 })
       assert.are.equal(200, r.status, r.body)
       assert.are.equal(cjson.null, r.json.error, r.body)
       return (r.json.results[1] or {})["text/plain"]
@@ -102,6 +103,7 @@ describe("snapshots in a 2-node fleet sharing SANDBOX_SNAPSHOT_DIR", function()
     assert.are.equal("42", value(f.router, sid, kid, "x + 1")) -- the origin runs on, its own
     assert.are.equal(200, http.delete(f.router, KEY, fid).status)
     assert.are.equal(200, http.delete(f.router, KEY, sid).status)
-    assert.are.equal(200, http.request(f.router, "DELETE", "/v1/snapshots/" .. s.json.snapshot_id, { key = KEY }).status)
+    local d = http.request(f.router, "DELETE", "/v1/snapshots/" .. s.json.snapshot_id, { key = KEY })
+    assert.are.equal(200, d.status, d.body)
   end)
 end)
