@@ -5,9 +5,9 @@
 -- its paused and pause-when-idle sessions over without copying, and a deleted one leaves
 -- nothing in the store. A session paused with its kernel's memory (x = 41) goes to the store
 -- with its memory image: after its node's kill -9, another node restores the kernel (x + 1 is
--- 42); a drain hands it over the same way, and pauses an idle one with a kernel into the store;
--- an image whose restore fails goes back to the store for another try; a deleted one leaves
--- nothing.
+-- 42); a drain hands it over the same way (with egress: its proxy pass is let out by the new
+-- node), and pauses an idle one with a kernel into the store; an image whose restore fails goes
+-- back to the store for another try; a deleted one leaves nothing.
 local cjson = require "cjson"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
@@ -16,13 +16,28 @@ local proc = require "support.proc"
 local KEY = "pause-fleet-" .. string.rep("c", 24)
 local ADMIN = "pause-admin-" .. string.rep("d", 30)
 local LOST_AFTER = 6
+-- a kernel's CONNECT through the session's egress proxy with the pass in its HTTPS_PROXY: the
+-- proxy's status line (407: the pass was refused; 502: let past, the upstream unreachable, as
+-- SANDBOX_EGRESS_DNS points nowhere in these fleets)
+local PROXY_PROBE = [[
+import socket, os, base64, urllib.parse
+def probe():
+    u = urllib.parse.urlparse(os.environ['HTTPS_PROXY'])
+    auth = base64.b64encode((u.username + ':' + u.password).encode()).decode()
+    nl = chr(13) + chr(10)
+    c = socket.create_connection(('10.0.2.0', 3128), timeout=20)
+    c.sendall(('CONNECT pypi.org:443 HTTP/1.1' + nl + 'Host: pypi.org:443' + nl
+               + 'Proxy-Authorization: Basic ' + auth + nl + nl).encode())
+    line = c.recv(200).decode().split(nl)[0]
+    c.close()
+    return line]]
 
 describe("paused sessions in a 3-node fleet's shared store", function()
   local f, store
 
   setup(function()
     f = fleet.up{ nodes = 3, shared_snapshots = true, env = {
-      SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_ADMIN_KEY = ADMIN,
+      SANDBOX_API_KEYS = "main:" .. KEY, SANDBOX_ADMIN_KEY = ADMIN, SANDBOX_EGRESS_POLICY = '{"*": ["pypi"]}',
       SANDBOX_FLEET_LOST_AFTER = tostring(LOST_AFTER),
       SANDBOX_TENANT_LIMITS = cjson.encode{ main = { max_sessions = 20, requests_per_minute = 100000 } },
     } }
@@ -63,13 +78,15 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     return (r.json.results[1] or {})["text/plain"], r
   end
 
-  -- a session on node_id whose Python kernel holds x = 41, paused with its memory through the
-  -- router: its workspace and memory images are in the store, the row names both
-  local function memory_paused_on(node_id)
-    local id = fleet.create_on(f, ADMIN, KEY, node_id)
+  -- a session on node_id (made with body) whose Python kernel holds x = 41 (and ran the cell
+  -- code, if given), paused with its memory through the router: its workspace and memory images
+  -- are in the store, the row names both
+  local function memory_paused_on(node_id, body, code)
+    local id = fleet.create_on(f, ADMIN, KEY, node_id, body)
     local k = call("POST", "/v1/sessions/" .. id .. "/kernels", { language = "python" })
     assert.are.equal(201, k.status, k.body)
     value(id, k.json.kernel_id, "x = 41")
+    if code then value(id, k.json.kernel_id, code) end
     local p = call("POST", "/v1/sessions/" .. id .. "/pause")
     assert.are.same({ 200, "paused" }, { p.status, p.json.state }, p.body)
     assert.is_true(p.json.image_bytes > 1000000, p.body) -- a Python process's pages
@@ -156,7 +173,9 @@ describe("paused sessions in a 3-node fleet's shared store", function()
 
   it("drains a node by handing over its paused and pause-when-idle sessions without copying", function()
     local paused = paused_on("node2", "was-paused")
-    local mem, kid = memory_paused_on("node2")
+    -- with egress: the proxy variables in its kernel's memory (its pass, the same on every node)
+    -- let it out through node1's proxy after the handover as through node2's before (no 407)
+    local mem, kid = memory_paused_on("node2", '{"egress": ["pypi"]}', PROXY_PROBE .. "\nbefore = probe()")
     local idle = fleet.create_on(f, ADMIN, KEY, "node2", '{"on_idle": "pause"}')
     assert.are.equal(0, http.exec(f.router, KEY, idle, "echo was-idle > f.txt").json.exit_code)
     local k = call("POST", "/v1/sessions/" .. idle .. "/kernels", { language = "python" })
@@ -181,6 +200,8 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     end
     -- with their kernels' memory: the paused one's x, the idle one's y (paused with it by the drain)
     assert.are.equal("42", value(mem, kid, "x + 1"))
+    local after = value(mem, kid, "(before, probe())")
+    assert.matches("^%('HTTP/1%.1 502 Bad Gateway', 'HTTP/1%.1 502 Bad Gateway'%)$", after)
     assert.are.equal("8", value(idle, k.json.kernel_id, "y + 1"))
     assert.are.equal("node1 active -", row(mem))
     assert.is_true(proc.wait_until(20, function() return memory_left(mem) == "" and memory_left(idle) == "" end))
