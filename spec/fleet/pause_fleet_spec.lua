@@ -7,7 +7,8 @@
 -- with its memory image: after its node's kill -9, another node restores the kernel (x + 1 is
 -- 42); a drain hands it over the same way (with egress: its proxy pass is let out by the new
 -- node), and pauses an idle one with a kernel into the store; an image whose restore fails goes
--- back to the store for another try; a deleted one leaves nothing.
+-- back to the store for another try, as does one another runsc version made (409); a deleted
+-- one leaves nothing.
 local cjson = require "cjson"
 local fleet = require "support.fleet"
 local http = require "support.http_client"
@@ -207,8 +208,25 @@ describe("paused sessions in a 3-node fleet's shared store", function()
     assert.is_true(proc.wait_until(20, function() return memory_left(mem) == "" and memory_left(idle) == "" end))
   end)
 
-  it("puts a memory image whose restore failed on the taking node back in the store, for another try", function()
+  it("puts a memory image of another runsc, or whose restore failed, back in the store, for another try", function()
     local id, kid = memory_paused_on("node1")
+    -- made by another runsc version (so the row says): the taking node refuses it (409 naming
+    -- both) before anything changes, and it goes back to the store
+    local version = "SELECT stored->'memory'->>'runsc_version' FROM sessions WHERE id = '" .. id .. "'"
+    local function set_version(v)
+      fleet.sql(f, "UPDATE sessions SET stored = jsonb_set(stored, '{memory,runsc_version}', to_jsonb('" .. v
+        .. "'::text)) WHERE id = '" .. id .. "'")
+    end
+    local real = fleet.sql(f, version)
+    assert.matches("^runsc version ", real)
+    set_version("runsc version release-0-other")
+    local v = call("POST", "/v1/sessions/" .. id .. "/resume")
+    assert.are.equal(409, v.status, v.body)
+    assert.truthy(v.body:find("release-0-other", 1, true) and v.body:find(real, 1, true), v.body)
+    assert.are.equal("node1 active paused/" .. id .. ".img", row(id))
+    assert.are.equal("runsc version release-0-other", fleet.sql(f, version))
+    assert.are.equal(store .. id .. ".ckpt\n", memory_left(id))
+    set_version(real)
     -- damaged in the store: its state file cut short (its bytes kept aside, to be put back)
     local img = store .. id .. ".ckpt/checkpoint.img"
     local aside = f.dir .. "/checkpoint.aside"
