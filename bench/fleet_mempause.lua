@@ -57,8 +57,8 @@ local ok, err = pcall(function()
   end
 
   local function resume_on(base, key, id, kid)
-    local ms, st = timed(function() return call(base, "POST", "/v1/sessions/" .. id .. "/resume", key, nil, 120) end)
-    check(st == 200, "resume: " .. tostring(st))
+    local ms, st, body = timed(function() return call(base, "POST", "/v1/sessions/" .. id .. "/resume", key, nil, 120) end)
+    check(st == 200, "resume: " .. tostring(st) .. " " .. cjson.encode(body))
     local st2, r = call(base, "POST", "/v1/sessions/" .. id .. "/kernels/" .. kid .. "/execute", key,
       '{"code": "x + 1", "timeout": 60}', 120)
     check(st2 == 200 and r.results[1]["text/plain"] == "42", "x + 1: " .. tostring(st2) .. " " .. cjson.encode(r))
