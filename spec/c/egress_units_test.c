@@ -256,6 +256,12 @@ static void test_passes(void)
     CHECK(!egress_pass_equal(shorter, a));
     k2[0] ^= 1;
     CHECK(egress_pass_make(k2, "sbx_0123456789ab", 1700000000.123456, b) && strcmp(a, b) != 0);
+    /* a fleet's key: the same on every node from one secret, another from another secret */
+    unsigned char f1[EGRESS_SECRET_LEN], f2[EGRESS_SECRET_LEN];
+    CHECK(egress_secret_derive("fleet-secret-0123456789abcdef0123456789", f1));
+    CHECK(egress_secret_derive("fleet-secret-0123456789abcdef0123456789", f2) && memcmp(f1, f2, sizeof f1) == 0);
+    CHECK(egress_secret_derive("fleet-secret-0123456789abcdef012345678X", f2) && memcmp(f1, f2, sizeof f1) != 0);
+    CHECK(memcmp(f1, k1, sizeof f1) != 0);
     /* a key file anyone else may read, or of the wrong size, is refused */
     CHECK(chmod(path, 0644) == 0);
     CHECK(egress_secret_load(dir, k2, err, sizeof err) == -1 && strstr(err, "mode 0600") != NULL);

@@ -1,12 +1,15 @@
 /* Unit test of airlockd's growable buffer (util/buf) and tree walker (fs/walk): limits and
  * sticky errors; visiting order, symlinks never followed, removal that stays inside the tree,
- * and a 3,000-level chain walked and removed under a 64-descriptor limit. Built and run by
- * spec/server/units_spec.lua. */
+ * and a 3,000-level chain walked and removed under a 64-descriptor limit. And util/move_file's
+ * move of a memory image's directory, within a filesystem and across two (/dev/shm to /tmp).
+ * Built and run by spec/server/units_spec.lua. */
 #include "check.h"
 #include "fs/walk.h"
 #include "util/buf.h"
+#include "util/move_file.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -288,9 +291,68 @@ static void test_walk(void)
     CHECK(fs_rmtree(base) == 0 && !exists(base));
 }
 
+/* A file at dir/name holding text, holed before it (a sparse image). */
+static void put(const char *dir, const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && pwrite(fd, text, strlen(text), 1 << 20) == (ssize_t)strlen(text));
+    if (fd >= 0)
+        close(fd);
+}
+
+static bool holds(const char *dir, const char *name, const char *text)
+{
+    char p[512], got[64] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    int fd = open(p, O_RDONLY);
+    struct stat st;
+    bool ok = fd >= 0 && fstat(fd, &st) == 0 && st.st_size == (off_t)((1 << 20) + strlen(text)) &&
+              st.st_blocks * 512 < (1 << 20) && pread(fd, got, strlen(text), 1 << 20) == (ssize_t)strlen(text) &&
+              strcmp(got, text) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+static void test_move_dir(void)
+{
+    char shm[] = "/dev/shm/move-unit-XXXXXX", tmp[] = "/tmp/move-unit-XXXXXX";
+    CHECK(mkdtemp(shm) != NULL && mkdtemp(tmp) != NULL);
+    char src[256], dst[256], back[256], sub[300];
+    snprintf(src, sizeof src, "%s/x.ckpt", shm);
+    snprintf(dst, sizeof dst, "%s/x.ckpt", tmp);
+    snprintf(back, sizeof back, "%s/y.ckpt", shm);
+    CHECK(mkdir(src, 0700) == 0);
+    put(src, "pages.img", "pages");
+    put(src, "checkpoint.img", "state");
+    /* across two filesystems: copied (sparse) and renamed into place, the source gone */
+    CHECK(move_dir(src, dst) == 0);
+    CHECK(!exists(src) && holds(dst, "pages.img", "pages") && holds(dst, "checkpoint.img", "state"));
+    snprintf(sub, sizeof sub, "%s.part", dst);
+    CHECK(!exists(sub));
+    /* and back, then within one filesystem: a rename */
+    CHECK(move_dir(dst, back) == 0 && !exists(dst) && holds(back, "pages.img", "pages"));
+    CHECK(move_dir(back, src) == 0 && !exists(back) && holds(src, "checkpoint.img", "state"));
+    /* a directory in it (no memory image has one): refused across filesystems, nothing half made */
+    snprintf(sub, sizeof sub, "%s/sub", src);
+    CHECK(mkdir(sub, 0700) == 0);
+    errno = 0;
+    CHECK(move_dir(src, dst) == -1 && errno == ENOTSUP && !exists(dst) && holds(src, "pages.img", "pages"));
+    snprintf(sub, sizeof sub, "%s.part", dst);
+    CHECK(!exists(sub));
+    /* a destination that exists is never written over */
+    CHECK(mkdir(dst, 0700) == 0);
+    put(dst, "other", "other");
+    CHECK(move_dir(src, dst) == -1 && holds(dst, "other", "other") && holds(src, "pages.img", "pages"));
+    CHECK(fs_rmtree(shm) == 0 && fs_rmtree(tmp) == 0);
+}
+
 int main(void)
 {
     test_buffer();
     test_walk();
+    test_move_dir();
     return CHECK_SUMMARY();
 }

@@ -1,5 +1,6 @@
--- airlockd's C units, tested alone: the growable buffer (src/server/util/buf.c) and the tree
--- walker (src/server/fs/walk.c) in spec/c/server_units_test.c; the output capture, the
+-- airlockd's C units, tested alone: the growable buffer (src/server/util/buf.c), the tree
+-- walker (src/server/fs/walk.c) and the moves of files and directories across filesystems
+-- (src/server/util/move_file.c) in spec/c/server_units_test.c; the output capture, the
 -- launcher's output budget and cancel descriptor, and the host-wide command slots
 -- (src/server/sandbox/capture.c, sandbox/proc.c, domain/slots.c) in
 -- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c;
@@ -13,8 +14,9 @@
 local c_unit = require "support.c_unit"
 
 describe("airlockd C units", function()
-  it("util/buf and fs/walk pass their checks", function()
-    local out, ok = c_unit.run({ "spec/c/server_units_test.c", "src/server/fs/walk.c", "src/server/util/buf.c" })
+  it("util/buf, fs/walk and util/move_file pass their checks", function()
+    local out, ok = c_unit.run({ "spec/c/server_units_test.c", "src/server/fs/walk.c", "src/server/util/buf.c",
+      "src/server/util/move_file.c", "src/server/util/sync.c" })
     assert.truthy(out:find(" checks, 0 failures", 1, true), out)
     assert.is_true(ok, out)
   end)

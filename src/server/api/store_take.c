@@ -1,6 +1,7 @@
 /* A call for a paused session no node holds (its image in the fleet's shared store, docs/fleet.md
  * "The shared store"): this node takes it from the store, then serves the call as if it had
- * always held it (paused: the call resumes it as on one machine). */
+ * always held it (paused: the call resumes it as on one machine; its memory image, if any, is
+ * restored into a sandbox of this node's). */
 #include "api/api.h"
 #include "api/handlers.h"
 #include "fleet/wire.h"
@@ -48,13 +49,26 @@ bool store_take_over(app *a, const char *id, size_t tenant)
     char src[4200];
     snprintf(src, sizeof src, "%s/%s.img", a->pause.store_dir, id);
     session_result rc = SESSION_ERROR;
-    if (template_here(a, tname, spec.template_name, rec.template_id))
+    session_pause_state memory = {.paused = false}; /* its memory image, if it was paused with one */
+    if (template_here(a, tname, spec.template_name, rec.template_id) && !registry_has(a->reg, id) &&
+        pause_image_from_store(&a->pause, id, stored, &memory) == 0) {
+        if (memory.image_dir[0]) {
+            memory.paused = true;
+            memory.paused_at = rec.pause.paused_at;
+            rec.pause = memory;
+        }
         rc = registry_adopt_paused(a->reg, &rec, src);
+        if (rc == SESSION_ERROR)
+            pause_image_to_store(&a->pause, id, &memory);
+        else if (rc == SESSION_NOT_FOUND) /* its paused TTL had ended: nothing of it is kept */
+            pause_forget_image(&a->pause, id);
+    }
     if (rc == SESSION_ERROR && fleet_store_put(a->fleet, id, stored) != 0) /* back for any node */
         log_session(LV_ERROR, id, NULL, "session %s: taken from the store but not held: its image stays in %s", id,
                     src);
     if (rc == SESSION_OK)
-        log_session(LV_INFO, id, NULL, "session %s taken from the shared store (paused)", id);
+        log_session(LV_INFO, id, NULL, "session %s taken from the shared store (paused%s)", id,
+                    memory.image_dir[0] ? ", with its memory image" : "");
     json_decref(row);
     return rc == SESSION_OK;
 }

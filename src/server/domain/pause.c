@@ -6,6 +6,7 @@
 #include "fs/walk.h"
 #include "log/log.h"
 #include "sandbox/image_login.h"
+#include "util/move_file.h"
 #include "sandbox/session_checkpoint.h"
 #include "../../agent/protocol.h"
 
@@ -220,9 +221,11 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
                      now);
             return 1;
         }
-        int rc = warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
+        /* one from the store was made for another node's sandbox (or this node's, gone since):
+         * restored as a sandbox of its own, as a memory snapshot's fork is */
+        int rc = p->image_moved ? 1 : warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
         if (rc == 1)
-            rc = restore_anew(d, s, p->image_dir, false, errbuf, errlen);
+            rc = restore_anew(d, s, p->image_dir, p->image_moved, errbuf, errlen);
         if (rc == 0)
             image_removed_soon(d, s->id);
         return rc;
@@ -237,39 +240,101 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
     return 0;
 }
 
+/* Where paused session id's part (suffix ".img": its workspace image, ".ckpt": its memory
+ * image) lies in the shared store. */
+static bool store_path(const pause_deps *d, const char *id, const char *suffix, char *out, size_t len)
+{
+    int n = d->store_dir ? snprintf(out, len, "%s/%s%s", d->store_dir, id, suffix) : -1;
+    return n > 0 && (size_t)n < len;
+}
+
 typedef struct {
     const pause_deps *d;
     const char *id;
     long long bytes;
+    const session_pause_state *p; /* its memory image, if any (image_dir "": files only) */
 } store_record;
 
 static bool record_in_store(void *ctx)
 {
     const store_record *sr = ctx;
-    /* the parts of the paused image, relative to the store (a memory image joins as "memory") */
-    char rel[64];
+    const session_pause_state *p = sr->p;
+    /* the parts of the paused session, relative to the store */
+    char rel[64], dst[SESSION_PAUSE_DIR_MAX + 300];
     snprintf(rel, sizeof rel, "paused/%s.img", sr->id);
     json_t *parts = json_pack("{s:s,s:I}", "workspace", rel, "bytes", (json_int_t)sr->bytes);
+    bool memory = p->image_dir[0] != '\0';
+    if (memory) { /* its memory image joins its workspace's in the store */
+        snprintf(rel, sizeof rel, "paused/%s.ckpt", sr->id);
+        if (!parts || !store_path(sr->d, sr->id, ".ckpt", dst, sizeof dst) || move_dir(p->image_dir, dst) != 0) {
+            log_session(LV_WARN, sr->id, NULL, "session %s: its memory image could not be moved to the shared store: %s",
+                        sr->id, strerror(errno));
+            json_decref(parts);
+            return false;
+        }
+        json_object_set_new(parts, "memory", json_pack("{s:s,s:I,s:s}", "dir", rel, "bytes", (json_int_t)p->image_bytes,
+                                                       "runsc_version", p->runsc_version));
+    }
     bool ok = parts && fleet_store_put(sr->d->fleet, sr->id, parts) == 0;
     json_decref(parts);
+    if (!ok && memory && move_dir(dst, p->image_dir) != 0) /* not recorded: it comes back with the workspace */
+        log_session(LV_ERROR, sr->id, NULL, "paused session %s: its memory image stays in %s", sr->id, dst);
     return ok;
 }
 
 /* In a fleet, paused s leaves this node for the shared store (docs/fleet.md "The shared
- * store"): any node takes it from there on its next call. Logged when it stays here. */
+ * store"), its memory image with it: any node takes it from there on its next call. Logged
+ * when it stays here. */
 static void hand_to_store(const pause_deps *d, session *s)
 {
     char dst[4200];
     snprintf(dst, sizeof dst, "%s/%s.img", d->store_dir, s->id);
     char *img = disk_image_path(registry_disk(d->reg), s->id);
     struct stat st;
-    store_record sr = {.d = d, .id = s->id, .bytes = img && stat(img, &st) == 0 ? (long long)st.st_size : 0};
+    session_pause_state p;
+    (void)registry_state(d->reg, s, &p);
+    store_record sr = {.d = d, .id = s->id, .bytes = img && stat(img, &st) == 0 ? (long long)st.st_size : 0, .p = &p};
     free(img);
     if (registry_hand_over(d->reg, s, dst, record_in_store, &sr))
-        log_session(LV_INFO, s->id, NULL, "session %s: its paused image is in the shared store", s->id);
+        log_session(LV_INFO, s->id, NULL, "session %s: its paused image%s in the shared store", s->id,
+                    p.image_dir[0] ? " and its memory image are" : " is");
     else
         log_session(LV_WARN, s->id, NULL, "session %s stays paused on this node (the shared store did not take it)",
                     s->id);
+}
+
+int pause_image_from_store(const pause_deps *d, const char *id, const json_t *stored, session_pause_state *p)
+{
+    memset(p, 0, sizeof *p);
+    const json_t *m = json_object_get(stored, "memory");
+    if (!m)
+        return 0; /* files only */
+    const char *version = json_string_value(json_object_get(m, "runsc_version"));
+    json_int_t bytes = json_integer_value(json_object_get(m, "bytes"));
+    char src[SESSION_PAUSE_DIR_MAX + 300], parent[SESSION_PAUSE_DIR_MAX];
+    if (!version || strlen(version) >= sizeof p->runsc_version || bytes < 0 ||
+        !store_path(d, id, ".ckpt", src, sizeof src) || !image_path(d, id, p->image_dir, sizeof p->image_dir) ||
+        snprintf(parent, sizeof parent, "%s/images", d->state_dir) >= (int)sizeof parent) {
+        log_session(LV_ERROR, id, NULL, "session %s: its stored memory image is not described whole", id);
+        return -1;
+    }
+    (void)fs_rmtree(p->image_dir); /* (one a restart of this node left: not this session's now) */
+    if ((mkdir(parent, 0700) != 0 && errno != EEXIST) || move_dir(src, p->image_dir) != 0) {
+        log_session(LV_WARN, id, NULL, "session %s: its memory image could not be taken from %s: %s", id, src,
+                    strerror(errno));
+        return -1;
+    }
+    snprintf(p->runsc_version, sizeof p->runsc_version, "%s", version);
+    p->image_bytes = (long long)bytes;
+    p->image_moved = true;
+    return 0;
+}
+
+void pause_image_to_store(const pause_deps *d, const char *id, const session_pause_state *p)
+{
+    char dst[SESSION_PAUSE_DIR_MAX + 300];
+    if (p->image_dir[0] && (!store_path(d, id, ".ckpt", dst, sizeof dst) || move_dir(p->image_dir, dst) != 0))
+        log_session(LV_ERROR, id, NULL, "session %s: its memory image stays in %s", id, p->image_dir);
 }
 
 session_result pause_session(const pause_deps *d, session *s, bool only_if_idle, pause_outcome *out)
@@ -310,8 +375,7 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
     out->pause_ms = ms_since(&t0);
     log_session(LV_INFO, s->id, NULL, "session %s paused in %.0f ms (%s)", s->id, out->pause_ms,
                 image.image_dir[0] ? "with its memory" : "files only");
-    /* a memory image is restored into its sandbox struct on this node only: it stays here */
-    if (d->fleet && d->store_dir && !image.image_dir[0])
+    if (d->fleet && d->store_dir)
         hand_to_store(d, s);
     return SESSION_OK;
 }
@@ -349,8 +413,11 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     clock_gettime(CLOCK_MONOTONIC, &t0);
     *resume_ms = 0;
     *resumed = false;
-    if (!discard_memory && image_of_other_runsc(d, s, why, whylen))
+    if (!discard_memory && image_of_other_runsc(d, s, why, whylen)) {
+        if (d->fleet && d->store_dir) /* back for a node of its runsc, never lost with this one */
+            hand_to_store(d, s);
         return SESSION_BUSY;
+    }
     session_pause_state p;
     session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
@@ -376,6 +443,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
         if (paused_again(d, s, &p)) {
             log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; it stays paused, its "
                         "image kept", s->id, err);
+            if (d->fleet && d->store_dir) /* for another try, on any node */
+                hand_to_store(d, s);
             return SESSION_ERROR;
         }
         /* its files are there (mounted); its kernels' memory is not: they end */
@@ -439,6 +508,9 @@ void pause_store_sweep(void *ctx)
         char img[4200];
         snprintf(img, sizeof img, "%s/%s.img", d->store_dir, id);
         if (unlink(img) != 0 && errno != ENOENT)
+            log_warn("cannot remove %s: %s", img, strerror(errno));
+        snprintf(img, sizeof img, "%s/%s.ckpt", d->store_dir, id); /* its memory image, if any */
+        if (fs_rmtree(img) != 0 && errno != ENOENT)
             log_warn("cannot remove %s: %s", img, strerror(errno));
         log_session(LV_INFO, id, NULL, "session %s deleted after %.0f s paused (in the shared store)", id,
                     d->paused_ttl);

@@ -24,7 +24,8 @@ typedef struct {
     kernels *kernels;       /* a session's kernels: a pause keeps their memory (an image) */
     sandbox_backend *sb;    /* runsc (its version names an image's maker) */
     const char *state_dir;  /* images/<id>.ckpt: a session's memory image */
-    struct fleet *fleet;    /* in a fleet: a paused session goes to the shared store (NULL: stays) */
+    struct fleet *fleet;    /* in a fleet: a paused session goes to the shared store, its memory image
+                             * with it (NULL: stays) */
     char *store_dir;        /* <SANDBOX_SNAPSHOT_DIR>/paused, in a fleet */
     double paused_ttl;      /* SANDBOX_PAUSED_TTL: stored sessions expire after it */
 } pause_deps;
@@ -68,6 +69,16 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
  * its own sandbox restored from the image, checked (its agent answers), and its kernels
  * adopted under their ids. 0, or -1 with a message (nothing of the sandbox left). */
 int pause_restore_fork(const pause_deps *d, const session *s, const char *image_dir, char *errbuf, size_t errlen);
+
+/* In a fleet, a session taken from the shared store: its memory image (stored's "memory" part,
+ * docs/fleet.md "The shared store") moved into this node's images and described in *p (its
+ * directory, size, runsc version, image_moved: restored as a sandbox of its own). 0 (*p all
+ * zero when stored has no memory part: files only), or -1 (logged; the image stays in the
+ * store). */
+int pause_image_from_store(const pause_deps *d, const char *id, const json_t *stored, session_pause_state *p);
+/* Undoes pause_image_from_store (the session could not be held here): its image back in the
+ * store. */
+void pause_image_to_store(const pause_deps *d, const char *id, const session_pause_state *p);
 
 /* Removes session_id's memory image, if any (its end). */
 void pause_forget_image(const pause_deps *d, const char *session_id);

@@ -70,6 +70,10 @@ static void session_free(session *s)
 /* The last reference is gone: the disk goes with the session (or stays, at shutdown). */
 static void session_destroy(registry *r, session *s)
 {
+    if (s->handed_over) { /* its files are in the store, its sandbox and kernels went before */
+        session_free(s);
+        return;
+    }
     if (!s->keep_disk && !s->moved_away && r->shared.release)
         r->shared.release(r->shared.ctx, s->id);
     if (r->on_destroy)
@@ -1167,6 +1171,9 @@ bool registry_hand_over(registry *r, session *s, const char *dst, bool (*recorde
     pthread_mutex_unlock(&r->mu);
     if (!ok)
         return false;
+    /* before any node can take it (this one included): nothing of it held here after that */
+    if (r->on_destroy)
+        r->on_destroy(r->on_destroy_ctx, s->id, true);
     ok = disk_hand_over(r->disk, s->id, dst) == 0;
     if (ok && !recorded(ctx)) { /* not recorded where it is: it comes back and stays here */
         ok = false;
@@ -1177,6 +1184,7 @@ bool registry_hand_over(registry *r, session *s, const char *dst, bool (*recorde
     bool destroy = false;
     if (ok) {
         s->moved_away = true; /* its fleet row stays: the store holds it now */
+        s->handed_over = true;
         destroy = unlink_locked(r, s);
     }
     turn_end_locked(r, s, SESSION_PAUSED);

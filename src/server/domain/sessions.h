@@ -41,6 +41,8 @@ typedef struct session {
     bool removed;           /* it has left the registry (deleted, expired, shut down) */
     bool moving;            /* a drain is moving it to another node: requests wait (503) */
     bool moved_away;        /* another node owns it now: its last release keeps the fleet's row */
+    bool handed_over;       /* in the fleet's shared store now: its last release touches nothing
+                             * under its id (which may be this node's again by then) */
     bool touched_in_flight; /* a touching request holds it: idle time starts when the last one ends */
     char template_id[SESSION_TEMPLATE_ID_MAX]; /* ours: the template it runs on ("": the default root) */
     bool on_idle_pause;     /* {"on_idle": "pause"}: its idle TTL pauses it instead of deleting it */
@@ -307,10 +309,13 @@ bool registry_tenant_of(registry *r, const char *id, size_t *tenant);
 /* The disks the registry's sessions live on. */
 disk_pool *registry_disk(registry *r);
 
-/* Paused s (the caller holds a reference) leaves this node: its image moves to dst, recorded(ctx)
- * says where it is now (false: the image comes back), and it is forgotten here without
- * releasing its fleet row (the store holds it). false (logged) when it is not paused, its
- * image could not move or it was not recorded: it stays here, paused. */
+/* Paused s (the caller holds a reference) leaves this node: what this process holds of it goes
+ * first (the destroy hook, as for a session kept: its kernels' hold, its sandbox entry), its
+ * image moves to dst, recorded(ctx) says where it is now (false: the image comes back), and it
+ * is forgotten here without releasing its fleet row (the store holds it); its last release
+ * then touches nothing of a session of its id taken back meanwhile. false (logged) when it is
+ * not paused, its image could not move or it was not recorded: it stays here, paused (a memory
+ * image then restored as after a restart). */
 bool registry_hand_over(registry *r, session *s, const char *dst, bool (*recorded)(void *ctx), void *ctx);
 
 /* A paused session from the store: its image moved from src into this node's images and rec

@@ -119,9 +119,9 @@ static void move_one(mover *m, const char *id)
     }
     if (!registry_move_out_begin(a->reg, id, &s))
         return;
-    /* it asked to be paused when idle: no copy (one with kernels, whose memory a pause would
-     * lose, moves whole) */
-    if (s->on_idle_pause && a->pause.store_dir && pause_kernels_in_the_way(&a->pause, s) == 0) {
+    /* it asked to be paused when idle: no copy (one with kernels is paused with their memory,
+     * which the store takes with its workspace) */
+    if (s->on_idle_pause && a->pause.store_dir) {
         registry_move_out_end(a->reg, s, false);
         if (!hand_over_paused(m, id))
             log_session(LV_WARN, id, NULL, "drain: could not pause it for another node; tried again");

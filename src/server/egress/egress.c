@@ -29,6 +29,8 @@ struct egress_service {
     const egress_settings *cfg;
     egress_proxy *proxy;
     unsigned char key[EGRESS_SECRET_LEN];
+    unsigned char fleet_key[EGRESS_SECRET_LEN]; /* in a fleet: the passes handed out */
+    bool fleet;
     int root_ns;               /* airlockd's own network namespace */
     pthread_mutex_t mu;        /* guards sessions */
     egress_session *sessions;  /* live sessions that used egress */
@@ -76,7 +78,8 @@ static int make_dir(const char *dir, char *errbuf, size_t errlen)
     return 0;
 }
 
-egress_service *egress_open(const egress_settings *s, const char *state_dir, char *errbuf, size_t errlen)
+egress_service *egress_open(const egress_settings *s, const char *state_dir, const char *fleet_secret, char *errbuf,
+                            size_t errlen)
 {
     /* every proxy connection holds two descriptors: keep the total under the open-file limit,
      * leaving room for the HTTP server, sandboxes and stores */
@@ -115,6 +118,12 @@ egress_service *egress_open(const egress_settings *s, const char *state_dir, cha
         return NULL;
     }
     pthread_mutex_init(&e->mu, NULL);
+    e->fleet = fleet_secret != NULL;
+    if (e->fleet && !egress_secret_derive(fleet_secret, e->fleet_key)) {
+        snprintf(errbuf, errlen, "cannot derive the egress key from the fleet's secret");
+        egress_close(e);
+        return NULL;
+    }
     if (egress_secret_load(state_dir, e->key, errbuf, errlen) != 0 ||
         !(e->proxy = egress_proxy_start(e->cfg, errbuf, errlen))) {
         egress_close(e);
@@ -144,6 +153,7 @@ void egress_close(egress_service *e)
         egress_session_unref(s);
     }
     OPENSSL_cleanse(e->key, sizeof e->key);
+    OPENSSL_cleanse(e->fleet_key, sizeof e->fleet_key);
     close(e->root_ns);
     pthread_mutex_destroy(&e->mu);
     free(e);
@@ -175,7 +185,8 @@ static egress_session *session_get(egress_service *e, const char *id, const char
     s = calloc(1, sizeof *s);
     if (!s || strlen(id) >= sizeof s->id || !(s->tenant = strdup(tenant)) ||
         !(s->rules = json_deep_copy(rules)) ||
-        (!as && !egress_pass_make(e->key, id, created_at, s->pass))) {
+        (!as && (!egress_pass_make(e->fleet ? e->fleet_key : e->key, id, created_at, s->pass) ||
+                 (e->fleet && !egress_pass_make(e->key, id, created_at, s->node_pass))))) {
         snprintf(errbuf, errlen, "cannot set up egress for %s: out of memory", id);
         goto fail;
     }

@@ -17,8 +17,12 @@ typedef struct egress_service egress_service;
 typedef struct egress_sandbox egress_sandbox;
 
 /* Starts the proxy thread; loads (or creates) the pass secret <state_dir>/egress.key; makes
- * SANDBOX_EGRESS_LOG_DIR. NULL with a message when anything is wrong. */
-egress_service *egress_open(const egress_settings *s, const char *state_dir, char *errbuf, size_t errlen);
+ * SANDBOX_EGRESS_LOG_DIR. fleet_secret (a fleet node's; NULL: none): sessions' passes are made
+ * from a key derived from it, the same on every node (egress/pass.h), and those of the node's
+ * own key are still let out (sandboxes started before). NULL with a message when anything is
+ * wrong. */
+egress_service *egress_open(const egress_settings *s, const char *state_dir, const char *fleet_secret, char *errbuf,
+                            size_t errlen);
 
 /* Every session's log from now on also tells sink (egress/log.h); set before serving. */
 void egress_set_sink(egress_service *e, egress_log_sink sink, void *ctx);

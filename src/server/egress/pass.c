@@ -106,6 +106,20 @@ int egress_secret_load(const char *state_dir, unsigned char key[EGRESS_SECRET_LE
     return -1;
 }
 
+bool egress_secret_derive(const char *fleet_secret, unsigned char key[EGRESS_SECRET_LEN])
+{
+    static const char label[] = "airlock-egress-key";
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    bool ok = HMAC(EVP_sha256(), fleet_secret, (int)strlen(fleet_secret), (const unsigned char *)label,
+                   sizeof label - 1, md, &mdlen) &&
+              mdlen >= EGRESS_SECRET_LEN;
+    if (ok)
+        memcpy(key, md, EGRESS_SECRET_LEN);
+    OPENSSL_cleanse(md, sizeof md);
+    return ok;
+}
+
 bool egress_pass_make(const unsigned char key[EGRESS_SECRET_LEN], const char *session_id,
                       double created_at, char out[EGRESS_PASS_LEN + 1])
 {

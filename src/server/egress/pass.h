@@ -15,6 +15,12 @@
 int egress_secret_load(const char *state_dir, unsigned char key[EGRESS_SECRET_LEN], char *err,
                        size_t errlen);
 
+/* A key every node of a fleet derives alike from the fleet's secret (HMAC-SHA256 of a fixed
+ * label): the passes it makes are the same on every node, so a sandbox restored from a memory
+ * image on another node than the one that made it (its proxy variables are in its processes'
+ * memory) is let out by that node's proxy. false when the HMAC failed. */
+bool egress_secret_derive(const char *fleet_secret, unsigned char key[EGRESS_SECRET_LEN]);
+
 /* The pass of a session: 32 lowercase hex characters, NUL-terminated (false if the HMAC
  * failed; out is then unusable). */
 bool egress_pass_make(const unsigned char key[EGRESS_SECRET_LEN], const char *session_id,

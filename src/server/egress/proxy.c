@@ -533,7 +533,8 @@ static bool host_syntax_ok(const char *h)
 static bool pass_valid(const conn *c)
 {
     return c->req.auth && !atomic_load(&c->s->revoked) && strcmp(c->req.user, c->s->user) == 0 &&
-           egress_pass_equal(c->req.pass, c->s->pass);
+           (egress_pass_equal(c->req.pass, c->s->pass) ||
+            (c->s->node_pass[0] && egress_pass_equal(c->req.pass, c->s->node_pass)));
 }
 
 static const egress_test_map *mapped(const egress_proxy *p, const char *host)

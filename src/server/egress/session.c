@@ -13,5 +13,6 @@ void egress_session_unref(egress_session *s)
     json_decref(s->rules);
     free(s->tenant);
     OPENSSL_cleanse(s->pass, sizeof s->pass);
+    OPENSSL_cleanse(s->node_pass, sizeof s->node_pass);
     free(s);
 }

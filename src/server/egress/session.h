@@ -19,7 +19,8 @@ typedef struct egress_session {
                                       * session's a restored memory image was saved in */
     char *tenant;
     json_t *rules;                   /* the session's expanded rules */
-    char pass[EGRESS_PASS_LEN + 1];
+    char pass[EGRESS_PASS_LEN + 1];  /* the one its sandboxes are given */
+    char node_pass[EGRESS_PASS_LEN + 1]; /* in a fleet: the node's own key's, still let out ("": none) */
     egress_log *log;
     int conns;                       /* proxy thread only: its connections open now */
     struct egress_session *next;     /* the service's table */

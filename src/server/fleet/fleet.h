@@ -166,8 +166,9 @@ int fleet_move_commit(fleet *f, const char *sid);
 /* ---- paused sessions in the shared store (fleet/store.c) ---- */
 
 /* Session id (this node's, paused) has its image in the shared store now: parts names its
- * files, relative to the store ({"workspace": "paused/<id>.img", "bytes": n}; a memory image
- * joins as another part). 0, or -1 (not recorded: the caller keeps it). */
+ * files, relative to the store ({"workspace": "paused/<id>.img", "bytes": n}, and for one paused
+ * with its kernels' memory "memory": {"dir": "paused/<id>.ckpt", "bytes": m, "runsc_version": v}).
+ * 0, or -1 (not recorded: the caller keeps it). */
 int fleet_store_put(fleet *f, const char *id, const json_t *parts);
 /* Takes session id of tenant from the store for this node, in one statement (of nodes racing,
  * one gets it): its row ({egress, quota_mb, created_at, last_used, shape, paused_at, stored:

@@ -120,7 +120,7 @@ static int open_disks(server *s)
 static int open_egress(server *s)
 {
     char why[512] = "";
-    if (!(s->a.egress = egress_open(&s->cfg->egress, s->state, why, sizeof why)))
+    if (!(s->a.egress = egress_open(&s->cfg->egress, s->state, s->cfg->fleet_secret, why, sizeof why)))
         return fail(s, "egress: %s", why);
     return 0;
 }

@@ -64,7 +64,7 @@ static bool optional_string(const json_t *o, const char *field, char *out, size_
     return true;
 }
 
-/* A paused session's {"paused_at", "image_dir", "image_bytes", "runsc_version"} (absent: active,
+/* A paused session's {"paused_at", "image_dir", "image_bytes", "runsc_version", "image_moved"} (absent: active,
  * a file from before pause); false when malformed. */
 static bool pause_from(const json_t *p, session_pause_state *out)
 {
@@ -72,9 +72,11 @@ static bool pause_from(const json_t *p, session_pause_state *out)
     if (!p)
         return true;
     const json_t *at = json_object_get(p, "paused_at"), *bytes = json_object_get(p, "image_bytes");
+    const json_t *moved = json_object_get(p, "image_moved");
     if (!json_is_object(p) || !json_is_number(at) || !isfinite(json_number_value(at)) ||
-        (bytes && (!json_is_integer(bytes) || json_integer_value(bytes) < 0)))
+        (bytes && (!json_is_integer(bytes) || json_integer_value(bytes) < 0)) || (moved && !json_is_boolean(moved)))
         return false;
+    out->image_moved = json_is_true(moved);
     out->paused = true;
     out->paused_at = json_number_value(at);
     out->image_bytes = bytes ? (long long)json_integer_value(bytes) : 0;
@@ -89,6 +91,8 @@ static json_t *pause_json(const session_pause_state *p)
         json_object_set_new(o, "image_dir", json_string(p->image_dir));
         json_object_set_new(o, "image_bytes", json_integer((json_int_t)p->image_bytes));
         json_object_set_new(o, "runsc_version", json_string(p->runsc_version));
+        if (p->image_moved)
+            json_object_set_new(o, "image_moved", json_true());
     }
     return o;
 }

@@ -27,6 +27,8 @@ typedef struct {
     char image_dir[SESSION_PAUSE_DIR_MAX];             /* "": files only */
     long long image_bytes;                             /* 0: files only */
     char runsc_version[SESSION_RUNSC_VERSION_MAX];     /* the image's maker ("" files only) */
+    bool image_moved; /* the image came from a fleet's shared store: made for a sandbox of another
+                       * node (or process), it is restored as a sandbox of its own here */
 } session_pause_state;
 
 typedef struct {
