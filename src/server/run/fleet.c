@@ -57,6 +57,16 @@ static void lost(void *ctx, const char *session_id)
                     session_id);
 }
 
+/* Another node asks for a tenant's exec slots (NULL: the database forgot this node's). */
+static void slots_wanted(void *ctx, const char *tenant)
+{
+    app *a = ctx;
+    if (tenant)
+        limits_slots_wanted(a->lim, tenant);
+    else
+        limits_slots_forgotten(a->lim);
+}
+
 static size_t count(void *ctx)
 {
     return registry_count(ctx);
@@ -95,6 +105,10 @@ int server_join_fleet(server *s)
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
+    if (fleet_listen_slots(a->fleet, slots_wanted, a) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot listen for the other nodes' exec slot requests");
+        return -1;
+    }
     /* the fleet's keys are in its database (a SANDBOX_KEYSTORE file would be this node's alone) */
     if (c->keystore_path)
         log_warn("fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database");
