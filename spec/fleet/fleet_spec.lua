@@ -331,7 +331,7 @@ describe("a 3-node fleet", function()
   -- slots"): seen from inside the commands (each prints when it ran, on the machine's one
   -- clock), never more than max_concurrent_exec (2) of the tenant run at once on the 3 nodes,
   -- and a node holding none gets one at once from the others' idle ones.
-  it("runs at most max_concurrent_exec of a tenant's commands at once on 3 nodes; a node without slots gets idle ones", function()
+  it("runs at most max_concurrent_exec of a tenant's commands at once; a node without slots gets idle ones", function()
     local on = {}
     for n = 1, 3 do on[n] = fleet.create_on(f, ADMIN, BUSY, "node" .. n) end
     local function ran(body) -- the interval a command printed: start and end, ns

@@ -16,9 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The pool's connections (made when first needed): with the key revocations' listener, a node
- * holds at most this plus one of the database's connections (docs/fleet.md). A plain call
- * needs none: only creates, deletes, execs, listings and the heartbeat take one. */
+/* The pool's connections (made when first needed): with the listening connection (key
+ * revocations, exec slot requests), a node holds at most this plus one of the database's
+ * connections (docs/fleet.md). A plain call needs none: only creates, deletes, execs (those
+ * taking a slot, or giving one back with their audit row), listings and the heartbeat take one. */
 #define FLEET_DB_CONNECTIONS 4
 
 /* seconds a node-to-node request still running at shutdown gets before it is cut */
