@@ -1,9 +1,9 @@
 -- A real 3-node fleet on loopback (scripts/fleet.sh: a private PostgreSQL, HAProxy, airlockd
 -- on 127.0.0.2-4), brought up once for this file and always taken down: routing by the slot
--- in a session id, spread of new sessions, exact limits under parallel load (with exec ends
--- group-committed: a freed slot and an audit row seen on every node at the answer), key revocation
--- across nodes, the Lua SDK's quick start through the router, a database outage, kill -9 of
--- a node, and nothing left running after `down`.
+-- in a session id, spread of new sessions, exact limits under parallel load (exec slots leased by
+-- the nodes and asked for by the others; audit rows group-committed: seen on every node at the
+-- answer), key revocation across nodes, the Lua SDK's quick start through the router, a
+-- database outage, kill -9 of a node, and nothing left running after `down`.
 local cjson = require "cjson"
 local egress = require "support.egress"
 local fleet = require "support.fleet"
@@ -385,9 +385,10 @@ describe("a 3-node fleet", function()
     for _, s in ipairs(on) do http.delete(f.router, BUSY, s) end
   end)
 
-  -- Each exec's end and audit row reach the database in a group commit with the others that
-  -- finish with it (fleet/audit.c), before the exec answers.
-  it("group-commits exec ends: a freed slot and its audit row are seen on every node when it answers", function()
+  -- Each exec's audit row (and a slot it gives back) reaches the database in a group commit with
+  -- the others that finish with it (fleet/audit.c), before the exec answers; a slot kept idle by
+  -- a node is had by another that asks.
+  it("group-commits exec ends: the audit row is seen on every node when it answers, its slot had by others", function()
     local a = fleet.create_on(f, ADMIN, BUSY, "node1")
     local b = fleet.create_on(f, ADMIN, BUSY, "node1")
     local c = fleet.create_on(f, ADMIN, BUSY, "node2")
