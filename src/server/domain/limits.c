@@ -364,10 +364,12 @@ void limits_exec_end(limits *l, size_t tenant)
         s->busy--;
         /* kept for the next command here, unless another node asked for the tenant's slots
          * lately and no thread here waits for one */
-        if (s->slot_waiting > 0)
+        if (s->slot_waiting > 0) {
             pthread_cond_broadcast(&l->slots);
-        else if (mono_now() < s->contended_until)
-            give_back = true, s->held--;
+        } else if (mono_now() < s->contended_until) {
+            give_back = true;
+            s->held--;
+        }
     }
     pthread_mutex_unlock(&l->mu);
     if (give_back)
