@@ -3,7 +3,8 @@
 -- applied by airlockd's own migrations (--migrate-only), and the schema's functions called
 -- from several connections at once: request-token leases (a refill is counted once, whatever
 -- the order the clock and the lock are reached in), exact session and command limits (a
--- node's group commit of ends, audit rows and starts included), the
+-- node's group commit of ends, audit rows and starts included; exec slots leased by nodes,
+-- their holders asked with a notice, a dead node's freed), the
 -- slots of the nodes, heartbeats that do not read the sessions, and many nodes declared dead at
 -- once without a deadlock.
 local pg_cluster = require "support.pg_cluster"
