@@ -28,6 +28,7 @@ typedef struct {
     double contended_until; /* monotonic: another node asked for slots; ends give theirs back */
     double ask_after;       /* monotonic: the next ask for a slot while others hold them all */
     int slot_waiting;       /* threads waiting for a slot */
+    int orphans;            /* commands running on slots the database forgot (limits_slots_forgotten) */
     bool started; /* a bucket starts full at the tenant's first request */
     /* a fleet's lease */
     double leased;        /* tokens leased and not spent yet */
@@ -360,6 +361,8 @@ void limits_exec_end(limits *l, size_t tenant)
     bool give_back = false;
     if (s->running > 0) { /* decided alone (the database was away) */
         s->running--;
+    } else if (s->orphans > 0) { /* its slot is counted nowhere: nothing to give back */
+        s->orphans--;
     } else if (s->busy > 0) {
         s->busy--;
         /* kept for the next command here, unless another node asked for the tenant's slots
@@ -403,15 +406,17 @@ void limits_slots_forgotten(limits *l)
 {
     size_t n = tenants_capacity(l->tenants);
     pthread_mutex_lock(&l->mu);
-    for (size_t i = 0; i < n; i++)
-        l->t[i].held = l->t[i].busy;
+    for (size_t i = 0; i < n; i++) { /* the running ones end without a slot to give back */
+        l->t[i].orphans += l->t[i].busy;
+        l->t[i].held = l->t[i].busy = 0;
+    }
     pthread_mutex_unlock(&l->mu);
 }
 
 int limits_running(limits *l, size_t tenant)
 {
     pthread_mutex_lock(&l->mu);
-    int n = l->t[tenant].running + l->t[tenant].busy;
+    int n = l->t[tenant].running + l->t[tenant].busy + l->t[tenant].orphans;
     pthread_mutex_unlock(&l->mu);
     return n;
 }

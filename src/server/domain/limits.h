@@ -74,7 +74,7 @@ void limits_return_leases(limits *l, bool all);
  * lease's time each command's slot goes back at its end instead of being kept. */
 void limits_slots_wanted(limits *l, const char *tenant);
 /* The fleet's database no longer counts this node's slots (it was declared dead): the idle
- * ones are forgotten. */
+ * ones are forgotten, and the commands running on the others end without giving one back. */
 void limits_slots_forgotten(limits *l);
 
 #endif
