@@ -2,13 +2,17 @@
  * refill): a node spends a lease locally and asks again only when it is spent, asks for more
  * as it spends more (never past limits_lease_max), refuses locally while the bucket is empty,
  * gives back what it did not spend, and decides alone when the database does not answer.
- * Three nodes sharing one bucket admit no more than it held. */
+ * Three nodes sharing one bucket admit no more than it held. Exec slots (docs/fleet.md "Exec
+ * slots"): a node keeps a slot for its next command (no statement), never holds more than
+ * the fake database granted, gets another node's idle slots once it asked for them, and is
+ * refused when they are all running. */
 #include "check.h"
 #include "domain/limits.h"
 #include "domain/tenants.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* tenants.c's links to the settings (runtime tenants never appear here) */
 bool config_runtime_tenant(const config *c, const char *name, tenant_cfg *out)
@@ -55,18 +59,48 @@ static int fake_lease(void *ctx, const char *tenant, int per_minute, int want, d
     return 0;
 }
 
+/* The fleet's exec slots of one tenant: the nodes that hold them (asked by a refusal) */
+typedef struct {
+    int held;            /* the sum of the nodes' counters */
+    int most;            /* the largest sum seen */
+    int takes;           /* take statements */
+    int given;           /* slots given back */
+    limits *nodes[3];    /* asked for their idle slots on a refusal (limits_slots_wanted) */
+    fake_db *db;
+} fake_slots;
+
+static fake_slots slots;
+
 static void fake_end(void *ctx, const char *tenant)
 {
     (void)ctx;
     (void)tenant;
+    slots.held--;
+    slots.given++;
+}
+
+static void fake_return(void *ctx, const char *tenant, int n)
+{
+    for (int i = 0; i < n; i++)
+        fake_end(ctx, tenant);
 }
 
 static int fake_begin(void *ctx, const char *tenant, int max)
 {
     (void)ctx;
-    (void)tenant;
-    (void)max;
-    return 1;
+    if (!slots.db)
+        return 1;
+    slots.takes++;
+    if (slots.held < max) {
+        slots.held++;
+        if (slots.held > slots.most)
+            slots.most = slots.held;
+        return 1;
+    }
+    for (int i = 0; i < 3; i++) /* the notice: every node gives back its idle ones */
+        if (slots.nodes[i])
+            limits_slots_wanted(slots.nodes[i], tenant);
+    return 2;
 }
 
 static int fake_nodes(void *ctx)
@@ -77,8 +111,8 @@ static int fake_nodes(void *ctx)
 static limits *node_of(const tenants *t, fake_db *db)
 {
     limits *l = limits_new(t);
-    limits_shared sh = {.lease = fake_lease, .exec_begin = fake_begin, .exec_end = fake_end, .nodes = fake_nodes,
-                        .ctx = db};
+    limits_shared sh = {.lease = fake_lease, .exec_begin = fake_begin, .exec_end = fake_end,
+                        .exec_return = fake_return, .nodes = fake_nodes, .ctx = db};
     limits_set_shared(l, &sh);
     return l;
 }
@@ -157,6 +191,56 @@ int main(void)
     CHECK(busy.last_want == 2 * (100 - 8 - 16 - 32));
     limits_free(l);
     tenants_free(bt);
+
+    /* exec slots, 2 for the tenant on 3 nodes */
+    fake_db sdb = {.tokens = 120, .nodes = 3};
+    slots.db = &sdb;
+    for (int i = 0; i < 3; i++)
+        slots.nodes[i] = node_of(t, &sdb);
+    limits **sn = slots.nodes;
+    CHECK(limits_exec_begin(sn[0], 0)); /* one statement: the slot taken */
+    limits_exec_end(sn[0], 0);          /* kept for its next command */
+    for (int i = 0; i < 20; i++) {
+        CHECK(limits_exec_begin(sn[0], 0));
+        limits_exec_end(sn[0], 0);
+    }
+    CHECK(slots.takes == 1);
+    CHECK(slots.held == 1 && slots.given == 0);
+    CHECK(limits_exec_begin(sn[0], 0)); /* two at once: a second slot */
+    CHECK(limits_exec_begin(sn[0], 0));
+    CHECK(limits_running(sn[0], 0) == 2 && slots.held == 2 && slots.takes == 2);
+    limits_exec_end(sn[0], 0);
+    limits_exec_end(sn[0], 0);
+    /* node 1 holds none: refused, it asks; node 0 gives its 2 idle ones back and node 1 takes
+     * one at its next ask (0.25 s), well before its 2 s */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(limits_exec_begin(sn[1], 0));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK((double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9 < LIMITS_SLOT_WAIT_S);
+    CHECK(slots.given == 2 && slots.held == 1);
+    /* asked lately, node 0 gives its slot back at its command's end instead of keeping it */
+    CHECK(limits_exec_begin(sn[0], 0));
+    limits_exec_end(sn[0], 0);
+    CHECK(slots.given == 3 && slots.held == 1);
+    /* both slots running (node 1 and node 2): node 0 asks, waits its 2 s, and is refused */
+    CHECK(limits_exec_begin(sn[2], 0));
+    CHECK(!limits_exec_begin(sn[0], 0));
+    CHECK(slots.most == 2); /* never more than the limit held */
+    /* node 1 declared dead and registered again: the database forgot its slot (the reap), so
+     * its running command ends giving none back */
+    int given = slots.given;
+    slots.held--;
+    limits_slots_forgotten(sn[1]);
+    limits_exec_end(sn[1], 0);
+    CHECK(slots.given == given && limits_running(sn[1], 0) == 0);
+    limits_exec_end(sn[2], 0);
+    for (int i = 0; i < 3; i++) /* at shutdown every idle slot goes back */
+        limits_return_leases(sn[i], true);
+    CHECK(slots.held == 0);
+    for (int i = 0; i < 3; i++)
+        limits_free(sn[i]);
+    slots.db = NULL;
 
     /* the database away: the node holds the tenant to its share (120 / 3 nodes) */
     fake_db away = {.tokens = 120, .nodes = 3, .away = true};

@@ -3,7 +3,8 @@
 -- applied by airlockd's own migrations (--migrate-only), and the schema's functions called
 -- from several connections at once: request-token leases (a refill is counted once, whatever
 -- the order the clock and the lock are reached in), exact session and command limits (a
--- node's group commit of ends, audit rows and starts included), the
+-- node's group commit of ends, audit rows and starts included; exec slots leased by nodes,
+-- their holders asked with a notice, a dead node's freed), the
 -- slots of the nodes, heartbeats that do not read the sessions, and many nodes declared dead at
 -- once without a deadlock.
 local pg_cluster = require "support.pg_cluster"
@@ -225,6 +226,60 @@ BEGIN PERFORM pg_sleep(1.5); RETURN t; END $$;
     assert.are.equal("{t,t}", pg.psql(group("grp-node1", "[]", "[]", '[["grp-a", 2], ["grp-a", 2]]')))
     assert.are.equal("{f}", pg.psql(group("grp-node2", "[]", "[]", '[["grp-a", 2]]')))
     assert.are.equal("{t}", pg.psql(group("grp-node1", "[]", '["grp-a"]', '[["grp-a", 2]]')))
+    pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM audit; DELETE FROM nodes")
+  end)
+
+  -- Exec slots leased (migration 16, docs/fleet.md "Exec slots"): a node's counter is the slots
+  -- it holds, running or idle, taken one at a time by airlock_exec_take and given back as ends.
+  it("leases exec slots: never more than the limit from two connections racing, holders asked, a dead node's freed", function()
+    for n = 1, 3 do pg.psql("SELECT airlock_node_register('sl-node" .. n .. "', 'http://127.0.0.9:1', 0)") end
+    -- two connections (two nodes) race for a tenant's 5 slots, each taking 12 and giving some
+    -- back, another node's statements checking the sum all along
+    local jobs = {}
+    for c = 1, 2 do
+      local node, calls = "sl-node" .. c, { "CREATE TEMP TABLE mine (n integer);" }
+      for i = 1, 12 do
+        calls[#calls + 1] = string.format("INSERT INTO mine SELECT 1 WHERE airlock_exec_take('sl-t', '%s', 5) = 1;", node)
+        calls[#calls + 1] = "SELECT CASE WHEN (SELECT sum(running) FROM command_counts WHERE tenant = 'sl-t') > 5"
+          .. " THEN 'over the limit' END;"
+        if i % 4 == 0 then -- one slot back, as a node's ends statement gives it
+          calls[#calls + 1] = "SELECT CASE WHEN count(*) > 0 THEN '[\"sl-t\"]' ELSE '[]' END AS gone FROM mine \\gset"
+          calls[#calls + 1] = ends(node, ":gone", "sl-" .. c .. "-" .. i):gsub("'(:gone)'", ":'gone'")
+          calls[#calls + 1] = "DELETE FROM mine WHERE ctid = (SELECT ctid FROM mine LIMIT 1);"
+        end
+      end
+      calls[#calls + 1] = "SELECT 'held ' || count(*) FROM mine;"
+      jobs[c] = pg.start(table.concat(calls, "\n"))
+    end
+    local out = wait_all(jobs, "a connection")
+    assert.is_nil(out:find("over the limit", 1, true), out)
+    local held = 0
+    for n in out:gmatch("held (%d+)") do held = held + tonumber(n) end
+    -- every slot granted is counted once, never beyond the limit
+    assert.is_true(held >= 1 and held <= 5, out)
+    assert.are.equal(tostring(held), pg.psql("SELECT sum(running) FROM command_counts WHERE tenant = 'sl-t'"))
+    -- all 5 held: a node holding none is refused and asks the holders (2, a notice); a node
+    -- holding every one is refused without asking (0: they all run there)
+    pg.psql("UPDATE command_counts SET running = CASE WHEN node = 'sl-node1' THEN 5 ELSE 0 END WHERE tenant = 'sl-t'")
+    local rc, asked = pg.start("LISTEN airlock_slots;\nSELECT airlock_exec_take('sl-t', 'sl-node3', 5);\nSELECT 'done';").wait(60)
+    assert.are.equal(0, rc, asked)
+    assert.matches("\n2\n", "\n" .. asked)
+    assert.matches('payload "want sl%-node3 sl%-t"', asked)
+    local rc0, alone = pg.start("LISTEN airlock_slots;\nSELECT airlock_exec_take('sl-t', 'sl-node1', 5);\nSELECT 'done';").wait(60)
+    assert.are.equal(0, rc0, alone)
+    assert.matches("\n0\n", "\n" .. alone)
+    assert.is_nil(alone:find("want", 1, true), alone)
+    -- a group's starts answer the same, each in its place
+    assert.are.equal("{2,0}", pg.psql("SELECT airlock_exec_group_take('sl-node2', '[]', '[]', '[[\"sl-t\", 5], [\"sl-u\", 0]]')"))
+    -- the holder gives two back: two takes elsewhere succeed, the third is refused
+    pg.psql(ends("sl-node1", '["sl-t", "sl-t"]', "sl-back"))
+    assert.are.equal("1", pg.psql("SELECT airlock_exec_take('sl-t', 'sl-node2', 5)"))
+    assert.are.equal("1", pg.psql("SELECT airlock_exec_take('sl-t', 'sl-node3', 5)"))
+    assert.are.equal("2", pg.psql("SELECT airlock_exec_take('sl-t', 'sl-node3', 5)"))
+    -- a dead node's slots are free again with its reap
+    pg.psql("UPDATE nodes SET heartbeat = now() - interval '1 hour' WHERE id = 'sl-node1'; SELECT airlock_nodes_reap(60)")
+    assert.are.equal("2", pg.psql("SELECT sum(running) FROM command_counts WHERE tenant = 'sl-t'"))
+    assert.are.equal("1", pg.psql("SELECT airlock_exec_take('sl-t', 'sl-node3', 5)"))
     pg.psql("DELETE FROM sessions; DELETE FROM commands; DELETE FROM command_counts; DELETE FROM audit; DELETE FROM nodes")
   end)
 

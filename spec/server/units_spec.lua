@@ -5,7 +5,7 @@
 -- (src/server/sandbox/capture.c, sandbox/proc.c, domain/slots.c) in
 -- spec/c/sandbox_units_test.c; the egress proxy's pure parts in spec/c/egress_units_test.c;
 -- the settings' parsers and loader (src/server/config/) in spec/c/config_units_test.c; the
--- leases of a fleet's request tokens (src/server/domain/limits.c) in spec/c/limits_units_test.c.
+-- leases of a fleet's request tokens and exec slots (src/server/domain/limits.c) in spec/c/limits_units_test.c.
 -- The agent protocol's frames (src/agent/protocol.h) in spec/c/agent_protocol_test.c. The
 -- per-session figures and the Prometheus counters (domain/figures.c, obs/metrics.c) in
 -- spec/c/obs_units_test.c. The OCI spec's network namespace set for a restore
@@ -41,7 +41,7 @@ describe("airlockd OCI spec C units (sandbox/oci)", function()
 end)
 
 describe("airlockd limits C units (domain/limits)", function()
-  it("lease a fleet's tokens: spent and refused locally, given back, bounded, alone without the database", function()
+  it("lease a fleet's tokens and exec slots: spent locally, given back, asked for, bounded, alone", function()
     local out, ok = c_unit.run({ "spec/c/limits_units_test.c", "src/server/domain/limits.c",
       "src/server/domain/tenants.c" },
       "-fsanitize=address,undefined -fno-sanitize-recover=undefined -ljansson -pthread")

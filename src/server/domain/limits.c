@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* how long a request waits for another thread's lease of the same tenant before it decides
@@ -18,8 +19,16 @@
 typedef struct {
     double tokens;
     double last; /* monotonic seconds of the last refill */
-    int running;  /* commands counted here (all of them without a fleet's shared counters) */
-    int shared;   /* commands counted in the fleet's shared counters */
+    int running;  /* commands counted here alone (all of them without a fleet's shared counters) */
+    /* a fleet's exec slots leased by this node (docs/fleet.md "Exec slots") */
+    int held;               /* slots leased (counted in the database): running or idle */
+    int busy;               /* of them, running a command */
+    int busy_peak;          /* most busy at once since the last idle check */
+    double idle_check;      /* monotonic: the next check for slots not used (0: none yet) */
+    double contended_until; /* monotonic: another node asked for slots; ends give theirs back */
+    double ask_after;       /* monotonic: the next ask for a slot while others hold them all */
+    int slot_waiting;       /* threads waiting for a slot */
+    int orphans;            /* commands running on slots the database forgot (limits_slots_forgotten) */
     bool started; /* a bucket starts full at the tenant's first request */
     /* a fleet's lease */
     double leased;        /* tokens leased and not spent yet */
@@ -36,6 +45,7 @@ struct limits {
     const tenants *tenants;
     pthread_mutex_t mu;
     pthread_cond_t leased; /* a lease came back (or failed) */
+    pthread_cond_t slots;  /* an exec slot may be free on this node (a command ended) */
     tenant_state *t;
     limits_shared sh; /* all NULL on one machine */
 };
@@ -61,6 +71,7 @@ limits *limits_new(const tenants *t)
     l->tenants = t;
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->leased, NULL);
+    pthread_cond_init(&l->slots, NULL);
     return l;
 }
 
@@ -70,6 +81,7 @@ void limits_free(limits *l)
         return;
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->leased);
+    pthread_cond_destroy(&l->slots);
     free(l->t);
     free(l);
 }
@@ -193,6 +205,32 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
     return ok;
 }
 
+/* The tenant's slots to give back now (l->mu held): every idle one (all), else those not used
+ * at all since the last check, a lease's time ago. */
+static int slots_to_return(tenant_state *s, double now, bool all)
+{
+    int n = 0;
+    if (all) {
+        n = s->held - s->busy;
+    } else if (s->held > s->busy && s->slot_waiting == 0) {
+        if (s->idle_check == 0) {
+            s->idle_check = now + LIMITS_LEASE_S;
+            s->busy_peak = s->busy;
+            return 0;
+        }
+        if (now < s->idle_check)
+            return 0;
+        n = s->held - (s->busy_peak > s->busy ? s->busy_peak : s->busy);
+    }
+    if (!all && now >= s->idle_check) { /* the next window */
+        s->idle_check = now + LIMITS_LEASE_S;
+        s->busy_peak = s->busy;
+    }
+    n = n > 0 ? n : 0;
+    s->held -= n;
+    return n;
+}
+
 void limits_return_leases(limits *l, bool all)
 {
     if (!l->sh.lease)
@@ -202,15 +240,20 @@ void limits_return_leases(limits *l, bool all)
         /* a batch of tenants with something to give back, taken under one lock */
         size_t idx[64], k = 0;
         double give_back[64];
+        int slots[64];
         pthread_mutex_lock(&l->mu);
         double now = mono_now();
         for (; from < n && k < 64; from++) {
             tenant_state *s = &l->t[from];
             /* a tenant still busy gives it back with its next lease (one statement, not two) */
-            if (s->leased > 0 && !s->leasing && (all || now >= s->lease_until + LIMITS_LEASE_S)) {
+            bool tokens = s->leased > 0 && !s->leasing && (all || now >= s->lease_until + LIMITS_LEASE_S);
+            int idle = l->sh.exec_return ? slots_to_return(s, now, all) : 0;
+            if (tokens || idle > 0) {
                 idx[k] = from;
-                give_back[k++] = s->leased;
-                s->leased = 0;
+                give_back[k] = tokens ? s->leased : 0;
+                slots[k++] = idle;
+                if (tokens)
+                    s->leased = 0;
             }
         }
         pthread_mutex_unlock(&l->mu);
@@ -218,22 +261,90 @@ void limits_return_leases(limits *l, bool all)
             const tenant_cfg *tc = tenants_get(l->tenants, idx[i]);
             int granted;
             double left, wait_s;
-            (void)l->sh.lease(l->sh.ctx, tc->name, tc->requests_per_minute, 0, give_back[i], &granted, &left, &wait_s);
+            if (give_back[i] > 0)
+                (void)l->sh.lease(l->sh.ctx, tc->name, tc->requests_per_minute, 0, give_back[i], &granted, &left,
+                                  &wait_s);
+            for (int j = 0; j < slots[i]; j++) /* they go with the heartbeat's shipment */
+                l->sh.exec_end(l->sh.ctx, tc->name);
         }
     }
+}
+
+static void wait_until(pthread_cond_t *c, pthread_mutex_t *mu, double mono_deadline)
+{
+    double in = mono_deadline - mono_now();
+    if (in <= 0)
+        return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long ns = (long long)until.tv_nsec + (long long)(in * 1e9);
+    until.tv_sec += (time_t)(ns / 1000000000LL);
+    until.tv_nsec = (long)(ns % 1000000000LL);
+    (void)pthread_cond_timedwait(c, mu, &until);
+}
+
+static void slot_taken(tenant_state *s)
+{
+    s->busy++;
+    if (s->busy > s->busy_peak)
+        s->busy_peak = s->busy;
+}
+
+/* A slot of the fleet's for this node (docs/fleet.md "Exec slots"): an idle one it holds, else
+ * one leased (a statement, merged with the node's other starts by the group commit). While
+ * other nodes hold them all, they are asked for their idle ones and this waits up to
+ * LIMITS_SLOT_WAIT_S, asking again every LIMITS_SLOT_ASK_S (a command ending here wakes it
+ * too). 1 taken, 0 refused, -1 the database did not answer. Called with l->mu held. */
+static int take_slot(limits *l, size_t tenant)
+{
+    const tenant_cfg *tc = tenants_get(l->tenants, tenant);
+    tenant_state *s = &l->t[tenant];
+    double deadline = 0;
+    int rc = 0;
+    s->slot_waiting++;
+    for (;;) {
+        if (s->busy < s->held) {
+            slot_taken(s);
+            rc = 1;
+            break;
+        }
+        double now = mono_now();
+        if (deadline > 0 && now >= deadline)
+            break;
+        if (deadline > 0 && now < s->ask_after) { /* another thread asked just now */
+            wait_until(&l->slots, &l->mu, s->ask_after < deadline ? s->ask_after : deadline);
+            continue;
+        }
+        s->ask_after = now + LIMITS_SLOT_ASK_S;
+        pthread_mutex_unlock(&l->mu);
+        int got = l->sh.exec_begin(l->sh.ctx, tc->name, tc->max_concurrent_exec);
+        pthread_mutex_lock(&l->mu);
+        if (got == 1) {
+            s->held++;
+            slot_taken(s);
+            rc = 1;
+            break;
+        }
+        if (got != 2) { /* refused with every slot running here, or unreachable */
+            rc = got;
+            break;
+        }
+        if (deadline == 0)
+            deadline = now + LIMITS_SLOT_WAIT_S;
+        wait_until(&l->slots, &l->mu, s->ask_after < deadline ? s->ask_after : deadline);
+    }
+    s->slot_waiting--;
+    return rc;
 }
 
 bool limits_exec_begin(limits *l, size_t tenant)
 {
     if (l->sh.exec_begin) {
-        const tenant_cfg *tc = tenants_get(l->tenants, tenant);
-        int rc = l->sh.exec_begin(l->sh.ctx, tc->name, tc->max_concurrent_exec);
-        if (rc >= 0) {
-            pthread_mutex_lock(&l->mu);
-            l->t[tenant].shared += rc;
-            pthread_mutex_unlock(&l->mu);
+        pthread_mutex_lock(&l->mu);
+        int rc = take_slot(l, tenant);
+        pthread_mutex_unlock(&l->mu);
+        if (rc >= 0)
             return rc == 1;
-        }
     }
     pthread_mutex_lock(&l->mu);
     bool ok = l->t[tenant].running < (int)local_share(l, tenants_get(l->tenants, tenant)->max_concurrent_exec);
@@ -246,20 +357,66 @@ bool limits_exec_begin(limits *l, size_t tenant)
 void limits_exec_end(limits *l, size_t tenant)
 {
     pthread_mutex_lock(&l->mu);
-    bool shared = l->t[tenant].running == 0 && l->t[tenant].shared > 0;
-    if (shared)
-        l->t[tenant].shared--;
-    else if (l->t[tenant].running > 0)
-        l->t[tenant].running--;
+    tenant_state *s = &l->t[tenant];
+    bool give_back = false;
+    if (s->running > 0) { /* decided alone (the database was away) */
+        s->running--;
+    } else if (s->orphans > 0) { /* its slot is counted nowhere: nothing to give back */
+        s->orphans--;
+    } else if (s->busy > 0) {
+        s->busy--;
+        /* kept for the next command here, unless another node asked for the tenant's slots
+         * lately and no thread here waits for one */
+        if (s->slot_waiting > 0) {
+            pthread_cond_broadcast(&l->slots);
+        } else if (mono_now() < s->contended_until) {
+            give_back = true;
+            s->held--;
+        }
+    }
     pthread_mutex_unlock(&l->mu);
-    if (shared)
+    if (give_back)
         l->sh.exec_end(l->sh.ctx, tenants_get(l->tenants, tenant)->name);
+}
+
+void limits_slots_wanted(limits *l, const char *tenant)
+{
+    if (!l->sh.exec_return)
+        return;
+    size_t n = tenants_count((tenants *)l->tenants), idx = n;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(tenants_get(l->tenants, i)->name, tenant) == 0) {
+            idx = i;
+            break;
+        }
+    if (idx == n)
+        return; /* none of its slots here */
+    pthread_mutex_lock(&l->mu);
+    tenant_state *s = &l->t[idx];
+    s->contended_until = mono_now() + LIMITS_LEASE_S;
+    int idle = s->slot_waiting > 0 ? 0 : s->held - s->busy;
+    idle = idle > 0 ? idle : 0;
+    s->held -= idle;
+    pthread_mutex_unlock(&l->mu);
+    if (idle > 0)
+        l->sh.exec_return(l->sh.ctx, tenants_get(l->tenants, idx)->name, idle);
+}
+
+void limits_slots_forgotten(limits *l)
+{
+    size_t n = tenants_capacity(l->tenants);
+    pthread_mutex_lock(&l->mu);
+    for (size_t i = 0; i < n; i++) { /* the running ones end without a slot to give back */
+        l->t[i].orphans += l->t[i].busy;
+        l->t[i].held = l->t[i].busy = 0;
+    }
+    pthread_mutex_unlock(&l->mu);
 }
 
 int limits_running(limits *l, size_t tenant)
 {
     pthread_mutex_lock(&l->mu);
-    int n = l->t[tenant].running + l->t[tenant].shared;
+    int n = l->t[tenant].running + l->t[tenant].busy + l->t[tenant].orphans;
     pthread_mutex_unlock(&l->mu);
     return n;
 }

@@ -13,13 +13,18 @@ typedef struct limits limits;
  * `want` tokens of the tenant's fleet-wide bucket (giving back `give_back` unused ones) and
  * answers 0 with *granted, the bucket's tokens left after it and, when none was granted, the
  * seconds until its next token; the node spends them here (docs/fleet.md "The cost of a
- * call"). exec_begin returns 1 granted, 0 refused; -1 from either means unreachable (then
- * this node's own counters decide, as on one machine, until the database answers again). */
+ * call"). Exec slots are leased too (docs/fleet.md "Exec slots"): exec_begin leases one of
+ * the tenant's max_concurrent_exec for this node: 1 granted, 0 refused, 2 refused while other
+ * nodes hold slots (they were asked for their idle ones); exec_end gives one back with the
+ * node's next shipment, exec_return gives n back at once. -1 from lease or exec_begin means
+ * unreachable (then this node's own counters decide, as on one machine, until the database
+ * answers again). */
 typedef struct {
     int (*lease)(void *ctx, const char *tenant, int per_minute, int want, double give_back, int *granted,
                  double *left, double *wait_s);
     int (*exec_begin)(void *ctx, const char *tenant, int max);
     void (*exec_end)(void *ctx, const char *tenant);
+    void (*exec_return)(void *ctx, const char *tenant, int n);
     /* how many nodes share the limits (≥ 1): each node's lease is at most the limit divided
      * by 8 times this, and while the database is unreachable this node holds each tenant to
      * its share, the limit divided by this (at least 1) */
@@ -45,7 +50,15 @@ void limits_set_shared(limits *l, const limits_shared *s);
  * tokens left), false with the whole seconds to wait in *retry_after (≥ 1). */
 bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_after);
 
-/* Reserves an exec slot; false when max_concurrent_exec commands are already running. */
+/* How long a request whose tenant's slots are all held waits for another node's idle ones
+ * (asked for by a notice) before it is refused (429), and how often it asks again meanwhile. */
+#define LIMITS_SLOT_WAIT_S 2.0
+#define LIMITS_SLOT_ASK_S 0.25
+
+/* Reserves an exec slot; false when max_concurrent_exec commands are already running. In a
+ * fleet the slot is leased for this node and kept after its command for the next one: it
+ * goes back once it was not used for a lease's time (LIMITS_LEASE_S, checked at each
+ * heartbeat by limits_return_leases), or at once when another node asks for it. */
 bool limits_exec_begin(limits *l, size_t tenant);
 void limits_exec_end(limits *l, size_t tenant);
 /* This node's running commands of the tenant (a fleet's are counted in its database). */
@@ -53,7 +66,15 @@ int limits_running(limits *l, size_t tenant);
 
 /* Gives the fleet's buckets back the leased tokens this node did not spend: those of leases
  * a lease's time past their end (a tenant still busy gives them back with its next lease), or
- * (all) every one (at shutdown). One statement per such tenant. */
+ * (all) every one (at shutdown). One statement per such tenant. The exec slots not used over
+ * the last check's window (all: every idle one) are queued to go back with the heartbeat's
+ * shipment. */
 void limits_return_leases(limits *l, bool all);
+/* Another node asks for the tenant's (by name) slots: the idle ones go back at once, and for a
+ * lease's time each command's slot goes back at its end instead of being kept. */
+void limits_slots_wanted(limits *l, const char *tenant);
+/* The fleet's database no longer counts this node's slots (it was declared dead): the idle
+ * ones are forgotten, and the commands running on the others end without giving one back. */
+void limits_slots_forgotten(limits *l);
 
 #endif

@@ -86,23 +86,23 @@ void fleet_set_outbox(fleet *f, audit_store *store)
     f->outbox = store;
 }
 
-/* Each start's answer from the group's boolean[] ("{t,f}"), in order; false when it does not
- * name one per start. */
+/* Each start's answer from the group's integer[] ("{1,0,2}": airlock_exec_take's), in order;
+ * false when it does not name one per start. */
 static bool read_admitted(const char *v, fleet_exec_start *starts)
 {
     fleet_exec_start *st = starts;
     for (; v && *v; v++) {
-        if (*v != 't' && *v != 'f')
+        if (*v < '0' || *v > '2')
             continue;
         if (!st)
             return false;
-        st->admitted = *v == 't';
+        st->admitted = *v - '0';
         st = st->next;
     }
     return st == NULL;
 }
 
-/* The starts as airlock_exec_group takes them: [[tenant, max], ...]; NULL when out of memory. */
+/* The starts as airlock_exec_group_take takes them: [[tenant, max], ...]; NULL when out of memory. */
 static char *starts_json(fleet_exec_start *starts)
 {
     json_t *a = json_array();
@@ -114,7 +114,7 @@ static char *starts_json(fleet_exec_start *starts)
 }
 
 /* One group (ship_mu held): the ends that wait, the first batch of the outbox and the starts,
- * in one statement (schema migration 15); what the outbox holds beyond its first batch (after
+ * in one statement (schema migrations 15 and 16); what the outbox holds beyond its first batch (after
  * an outage) follows in batches of its own. 0, or -1 with the starts -1. */
 static int ship_group(fleet *f, audit_store *store, fleet_exec_start *starts)
 {
@@ -145,11 +145,11 @@ static int ship_group(fleet *f, audit_store *store, fleet_exec_start *starts)
             ok = (!n && !ended) || (res = pg_query(f->db, FLEET_AUDIT_WITH_ENDS, 3, p)) != NULL;
         } else if (!starts->next && !n && !ended) {
             const char *p[] = {starts->tenant, f->id, max};
-            ok = (v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p)) &&
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_take($1, $2, $3::integer)", 3, p)) &&
                  read_admitted(v, starts);
         } else {
             const char *p[] = {f->id, rows_or, ended_or, st_text};
-            ok = (v = pg_value(f->db, "SELECT airlock_exec_group($1, $2::json, $3::json, $4::json)", 4, p)) &&
+            ok = (v = pg_value(f->db, "SELECT airlock_exec_group_take($1, $2::json, $3::json, $4::json)", 4, p)) &&
                  read_admitted(v, starts);
         }
         PQclear(res);

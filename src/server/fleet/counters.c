@@ -1,7 +1,8 @@
 /* The tenants' request rate and running commands, shared by the fleet's nodes in
- * PostgreSQL: request tokens leased a share at a time (one statement a lease), a command's
- * start one statement on its tenant's counter, its end taken off with the audit row that
- * follows it (fleet/audit.c). */
+ * PostgreSQL: request tokens leased a share at a time (one statement a lease); exec slots
+ * leased one at a time on the tenant's counter of the node, given back with an audit row that
+ * follows (fleet/audit.c), at a heartbeat, or at once when another node asks for them
+ * (NOTIFY airlock_slots). */
 #include "fleet/internal.h"
 
 #include <stdio.h>
@@ -40,9 +41,9 @@ int fleet_command_begin(fleet *f, const char *tenant, int max)
         char m[24];
         snprintf(m, sizeof m, "%d", max);
         const char *p[] = {tenant, f->id, m};
-        char *v = pg_value(f->db, "SELECT airlock_exec_start($1, $2, $3::integer)", 3, p);
+        char *v = pg_value(f->db, "SELECT airlock_exec_take($1, $2, $3::integer)", 3, p);
         if (v)
-            admitted = strcmp(v, "t") == 0;
+            admitted = atoi(v);
         free(v);
     }
     return admitted;
@@ -77,6 +78,34 @@ void fleet_command_end(fleet *f, const char *tenant)
         free(text);
         json_decref(one);
     }
+}
+
+void fleet_commands_return(fleet *f, const char *tenant, int n)
+{
+    for (int i = 0; i < n; i++)
+        fleet_command_end(f, tenant);
+    if (n > 0 && pg_reachable(f->db))
+        (void)fleet_group_commit(f, f->outbox, NULL); /* else the heartbeat's */
+}
+
+/* "want <node> <tenant>" from another node: its tenant's idle slots are asked for. */
+static void slots_notice(void *ctx, const char *payload)
+{
+    fleet *f = ctx;
+    if (!payload || strncmp(payload, "want ", 5) != 0)
+        return; /* a notice missed: idle slots go back by their time anyway */
+    const char *node = payload + 5, *sp = strchr(node, ' ');
+    if (!sp || ((size_t)(sp - node) == strlen(f->id) && strncmp(node, f->id, (size_t)(sp - node)) == 0))
+        return; /* its own request */
+    f->slots_fn(f->slots_ctx, sp + 1);
+}
+
+int fleet_listen_slots(fleet *f, fleet_slots_fn fn, void *ctx)
+{
+    f->slots_fn = fn;
+    f->slots_ctx = ctx;
+    f->slots_listener = pg_listen_start(f->db, "airlock_slots", slots_notice, f);
+    return f->slots_listener ? 0 : -1;
 }
 
 char *fleet_commands_ended(fleet *f)

@@ -206,11 +206,22 @@ void fleet_snapshot_backfill(fleet *f, const snapshot_record *v, size_t n);
  * when none was granted, the seconds until its next token; -1 unreachable. */
 int fleet_lease_tokens(fleet *f, const char *tenant, int per_minute, int want, double give_back, int *granted,
                        double *left, double *wait_s);
-/* A running command against max: 1 admitted, 0 refused, -1 unreachable (in a group commit
- * with the other requests' starts, ends and audit rows: fleet/audit.c). */
+/* A concurrent-exec slot of the tenant against max (docs/fleet.md "Exec slots"): 1 leased,
+ * 0 refused, 2 refused while other nodes hold slots of the tenant (they were asked for their
+ * idle ones), -1 unreachable (in a group commit with the other requests' starts, ends and
+ * audit rows: fleet/audit.c). */
 int fleet_command_begin(fleet *f, const char *tenant, int max);
-/* The command ended: it is taken off its tenant's count with the next audit shipment (the one
- * its audit row makes at once; the heartbeat's at the latest). */
+/* n of the tenant's slots go back at once (another node asked for them): one statement, with
+ * what else waits to ship. */
+void fleet_commands_return(fleet *f, const char *tenant, int n);
+/* Called with the tenant whose idle slots another node asks for (fn runs on a listener
+ * thread), and with NULL when the database forgot this node's slots (it was declared dead and
+ * registered again). */
+typedef void (*fleet_slots_fn)(void *ctx, const char *tenant);
+/* Listens for other nodes' requests for slots (NOTIFY airlock_slots); 0 or -1. */
+int fleet_listen_slots(fleet *f, fleet_slots_fn fn, void *ctx);
+/* A slot goes back: it is taken off its tenant's count with the next audit shipment (the one
+ * the ended command's audit row makes at once; the heartbeat's at the latest). */
 void fleet_command_end(fleet *f, const char *tenant);
 /* The tenants of the ended commands not yet taken off their counts, as a JSON array, taken
  * from the queue (NULL: none; free it); fleet_commands_unended puts them back when they

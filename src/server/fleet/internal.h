@@ -3,6 +3,7 @@
 #define AIRLOCKD_FLEET_INTERNAL_H
 
 #include "fleet/fleet.h"
+#include "store/pg_listen.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +48,9 @@ struct fleet {
     pthread_mutex_t view_mu; /* guards view and view_at (fleet/view.c) */
     json_t *view;            /* the nodes as last read from the database, or NULL */
     double view_at;
+    struct pg_listener *slots_listener; /* NOTIFY airlock_slots: other nodes asking for exec slots */
+    fleet_slots_fn slots_fn;
+    void *slots_ctx;
 };
 
 /* The audit rows $1 (a JSON array of outbox rows) of node $2 and, in the same transaction, the
@@ -60,8 +64,9 @@ struct fleet {
     " r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"                          \
     " FROM json_populate_recordset(NULL::audit, $1::json) r ON CONFLICT DO NOTHING"
 
-/* A command's start waiting in a group commit (fleet/audit.c): admitted 1, 0 refused, -1
- * the database did not answer. */
+/* A command's start waiting in a group commit (fleet/audit.c): admitted 1, 0 refused, 2
+ * refused while other nodes hold slots (asked for their idle ones), -1 the database did not
+ * answer. */
 typedef struct fleet_exec_start {
     const char *tenant;
     int max;

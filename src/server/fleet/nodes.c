@@ -103,6 +103,8 @@ static void beat(fleet *f)
         const char *rp[] = {f->id, f->url, cap};
         free(pg_value(f->db, "SELECT airlock_node_register($1, $2, $3::integer)", 3, rp));
         log_warn("this node had been declared dead; registered again");
+        if (f->slots_fn) /* its exec slots went with its counters */
+            f->slots_fn(f->slots_ctx, NULL);
     }
     atomic_store(&f->accepting, active);
     bool draining = state && strcmp(state, "draining") == 0;
@@ -219,6 +221,8 @@ void fleet_stop(fleet *f)
         return;
     fleet_agent_stop(f->agent);
     f->agent = NULL;
+    pg_listen_stop(f->slots_listener);
+    f->slots_listener = NULL;
     if (!f->beating)
         return;
     pthread_mutex_lock(&f->mu);

@@ -47,6 +47,11 @@ static void exec_end(void *ctx, const char *tenant)
     fleet_command_end(ctx, tenant);
 }
 
+static void exec_return(void *ctx, const char *tenant, int n)
+{
+    fleet_commands_return(ctx, tenant, n);
+}
+
 static int nodes(void *ctx)
 {
     return fleet_live_nodes(ctx);
@@ -55,7 +60,8 @@ static int nodes(void *ctx)
 void fleet_wire(fleet *f, registry_shared *rs, limits_shared *ls)
 {
     *rs = (registry_shared){.reserve = reserve, .ready = ready, .release = release, .paused = paused, .ctx = f};
-    *ls = (limits_shared){.lease = lease, .exec_begin = exec_begin, .exec_end = exec_end, .nodes = nodes,
+    *ls = (limits_shared){.lease = lease, .exec_begin = exec_begin, .exec_end = exec_end,
+                          .exec_return = exec_return, .nodes = nodes,
                           .ctx = f};
 }
 

@@ -16,9 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The pool's connections (made when first needed): with the key revocations' listener, a node
- * holds at most this plus one of the database's connections (docs/fleet.md). A plain call
- * needs none: only creates, deletes, execs, listings and the heartbeat take one. */
+/* The pool's connections (made when first needed): with the listening connection (key
+ * revocations, exec slot requests), a node holds at most this plus one of the database's
+ * connections (docs/fleet.md). A plain call needs none: only creates, deletes, execs (those
+ * taking a slot, or giving one back with their audit row), listings and the heartbeat take one. */
 #define FLEET_DB_CONNECTIONS 4
 
 /* seconds a node-to-node request still running at shutdown gets before it is cut */
@@ -55,6 +56,16 @@ static void lost(void *ctx, const char *session_id)
     if (registry_forget(a->reg, session_id))
         log_session(LV_WARN, session_id, NULL, "session %s was declared lost while this node was away; removed",
                     session_id);
+}
+
+/* Another node asks for a tenant's exec slots (NULL: the database forgot this node's). */
+static void slots_wanted(void *ctx, const char *tenant)
+{
+    app *a = ctx;
+    if (tenant)
+        limits_slots_wanted(a->lim, tenant);
+    else
+        limits_slots_forgotten(a->lim);
 }
 
 static size_t count(void *ctx)
@@ -95,6 +106,10 @@ int server_join_fleet(server *s)
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
+    if (fleet_listen_slots(a->fleet, slots_wanted, a) != 0) {
+        snprintf(s->err, sizeof s->err, "fleet: cannot listen for the other nodes' exec slot requests");
+        return -1;
+    }
     /* the fleet's keys are in its database (a SANDBOX_KEYSTORE file would be this node's alone) */
     if (c->keystore_path)
         log_warn("fleet: SANDBOX_KEYSTORE is ignored: self-service keys live in the database");

@@ -474,6 +474,48 @@ static const char *const MIGRATIONS[] = {
     "  END LOOP;"
     "  RETURN admitted;"
     " END $$;",
+    /* 16: concurrent-exec slots leased (docs/fleet.md "Exec slots"): a node's counter is the
+     * slots it holds, running or kept idle for its next commands, so a start with an idle
+     * slot needs no statement and its end is only its audit row; the sum over nodes stays at
+     * most max_concurrent_exec. A start the sum refuses while other nodes hold slots asks
+     * them for their idle ones (NOTIFY airlock_slots 'want <node> <tenant>'): 1 admitted, 0
+     * refused (the tenant's slots are all this node's, running), 2 refused and asked. The
+     * group's form answers one of these per start. */
+    "CREATE FUNCTION airlock_exec_take(p_tenant text, p_node text, p_max integer) RETURNS integer"
+    " LANGUAGE plpgsql AS $$ DECLARE mine integer; total integer; BEGIN"
+    "  PERFORM pg_advisory_xact_lock(hashtext('airlock.commands'), hashtext(p_tenant));"
+    "  SELECT coalesce(sum(running), 0), coalesce(sum(running) FILTER (WHERE node = p_node), 0)"
+    "   INTO total, mine FROM command_counts WHERE tenant = p_tenant;"
+    "  IF total >= p_max THEN"
+    "   IF total > mine THEN"
+    "    PERFORM pg_notify('airlock_slots', 'want ' || p_node || ' ' || p_tenant);"
+    "    RETURN 2;"
+    "   END IF;"
+    "   RETURN 0;"
+    "  END IF;"
+    "  UPDATE command_counts SET running = running + 1 WHERE tenant = p_tenant AND node = p_node;"
+    "  IF NOT FOUND THEN INSERT INTO command_counts VALUES (p_tenant, p_node, 1); END IF;"
+    "  RETURN 1;"
+    " END $$;"
+    "CREATE FUNCTION airlock_exec_group_take(p_node text, p_rows json, p_ends json, p_starts json) RETURNS integer[]"
+    " LANGUAGE plpgsql AS $$ DECLARE taken integer[]; s record; BEGIN"
+    "  IF json_array_length(p_ends) > 0 THEN"
+    "   UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
+    "    FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text(p_ends) GROUP BY value) e"
+    "    WHERE c.tenant = e.tenant AND c.node = p_node;"
+    "  END IF;"
+    "  IF json_array_length(p_rows) > 0 THEN"
+    "   INSERT INTO audit SELECT r.tenant_id, p_node, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
+    "    r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
+    "    FROM json_populate_recordset(NULL::audit, p_rows) r ON CONFLICT DO NOTHING;"
+    "  END IF;"
+    "  taken := array_fill(0, ARRAY[json_array_length(p_starts)]);"
+    "  FOR s IN SELECT value->>0 AS tenant, (value->>1)::integer AS max, i::integer AS i"
+    "   FROM json_array_elements(p_starts) WITH ORDINALITY AS a(value, i) ORDER BY (value->>0) COLLATE \"C\", i LOOP"
+    "   taken[s.i] := airlock_exec_take(s.tenant, p_node, s.max);"
+    "  END LOOP;"
+    "  RETURN taken;"
+    " END $$;",
 };
 
 #define N_MIGRATIONS (int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0])
