@@ -47,10 +47,6 @@ local function exec_true(server, id)
   check(type(r) == "table" and r.stdout == "" and r.exit_code == 0, cjson.encode(r))
 end
 
-local function loadavg()
-  return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
-end
-
 local ok, err = pcall(function()
   for _, s in pairs(servers) do
     check(airlockd.log(s):find("(isolation: gvisor)", 1, true), "airlockd is not on gVisor:\n" .. airlockd.log(s))
@@ -62,7 +58,7 @@ local ok, err = pcall(function()
   end
   proc.sleep(2) -- both pools have their next sandbox up
   local t = { a = { spaced = {}, b2b = {}, first = {} }, b = { spaced = {}, b2b = {}, first = {} } }
-  local load_before = loadavg()
+  local load_before = harness.loadavg()
   for round = 1, ROUNDS do
     for _, k in ipairs(round % 2 == 1 and { "a", "b" } or { "b", "a" }) do
       local s, m = servers[k], t[k]
@@ -86,7 +82,7 @@ local ok, err = pcall(function()
       end
     end
   end
-  local load_after = loadavg()
+  local load_after = harness.loadavg()
   print(string.format("\nA = %s\nB = %s\n%d rounds, interleaved; load average before %s, after %s\n",
     A, B, ROUNDS, load_before, load_after))
   local function p(list, pct)

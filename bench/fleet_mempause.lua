@@ -22,13 +22,6 @@ local RUNS = math.max(3, tonumber(arg and arg[1]) or 5)
 local KEY = "bench-mem-" .. string.rep("e", 24)
 local check, timed, call = harness.check, harness.timed, harness.call_url
 
-local function loadavg()
-  local fh = io.open("/proc/loadavg")
-  local l = fh and fh:read("*l") or "?"
-  if fh then fh:close() end
-  return l:match("^(%S+ %S+ %S+)") or l
-end
-
 local f = fleet.up{ nodes = 2, shared_snapshots = true, env = {
   SANDBOX_API_KEYS = "main:" .. KEY,
   SANDBOX_TENANT_LIMITS = cjson.encode{ main = { max_sessions = 1000, requests_per_minute = 1000000 } },
@@ -79,7 +72,7 @@ local ok, err = pcall(function()
       local t = times[name]
       t[#t + 1] = cases[name]()
     end
-    loads[#loads + 1] = loadavg()
+    loads[#loads + 1] = harness.loadavg()
   end
 end)
 if one then airlockd.stop(one) end

@@ -1,5 +1,6 @@
--- What the airlockd benchmarks share: a check that fails the bench, and one request over
--- lua-socket (support.fuzz's raw client: no curl process per call) with its JSON decoded.
+-- What the airlockd benchmarks share: a check that fails the bench, one request over
+-- lua-socket (support.fuzz's raw client: no curl process per call) with its JSON decoded,
+-- sessions, kernels and cells made with it, and the load average.
 local fuzz = require "support.fuzz"
 local cjson = require "cjson"
 local socket = require "socket"
@@ -24,6 +25,36 @@ function M.call(server, method, path, key, body)
   local ok, decoded = pcall(cjson.decode, rbody or "")
   M.check(status, "no answer: " .. tostring(raw))
   return status, ok and decoded or rbody
+end
+
+-- The load average's three figures ("1.20 0.80 0.50"), to print beside a bench's figures.
+function M.loadavg()
+  local f = io.open("/proc/loadavg")
+  local l = f and f:read("*l") or "?"
+  if f then f:close() end
+  return l:match("^(%S+ %S+ %S+)") or l
+end
+
+-- A new session on server (body: the create's JSON, "{}" when nil): its id.
+function M.session(server, key, body)
+  local status, res = M.call(server, "POST", "/v1/sessions", key, body or "{}")
+  M.check(status == 201, "create: " .. tostring(status) .. " " .. cjson.encode(res))
+  return res.session_id
+end
+
+-- A new Python kernel in session sid: its id.
+function M.kernel(server, key, sid)
+  local status, res = M.call(server, "POST", "/v1/sessions/" .. sid .. "/kernels", key, '{"language": "python"}')
+  M.check(status == 201, "kernel: " .. tostring(status))
+  return res.kernel_id
+end
+
+-- Runs code in kernel kid of session sid (60 s at most); its answer, checked to have no error.
+function M.cell(server, key, sid, kid, code)
+  local status, res = M.call(server, "POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", key,
+    cjson.encode({ code = code, timeout = 60 }))
+  M.check(status == 200 and res.error == cjson.null, "cell: " .. tostring(status) .. " " .. cjson.encode(res))
+  return res
 end
 
 -- One request to a base URL (http://host:port) on a connection of its own, for the fleet

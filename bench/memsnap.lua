@@ -28,22 +28,9 @@ local s = airlockd.start({ env = { SANDBOX_EXEC_MODE = "session", SANDBOX_WORKSP
   SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000,"max_snapshots":1000,"max_snapshot_mb":100000}}' }, wait = 60 })
 local key = s.tenants.acme
 
-local function session(body)
-  local status, res = call(s, "POST", "/v1/sessions", key, body or "{}")
-  harness.check(status == 201, "create: " .. tostring(status) .. " " .. cjson.encode(res))
-  return res.session_id
-end
-local function kernel(sid)
-  local status, res = call(s, "POST", "/v1/sessions/" .. sid .. "/kernels", key, '{"language": "python"}')
-  harness.check(status == 201, "kernel: " .. tostring(status))
-  return res.kernel_id
-end
-local function cell(sid, kid, code)
-  local status, res = call(s, "POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", key,
-    cjson.encode({ code = code, timeout = 60 }))
-  harness.check(status == 200 and res.error == cjson.null, "cell: " .. tostring(status) .. " " .. cjson.encode(res))
-  return res
-end
+local function session(body) return harness.session(s, key, body) end
+local function cell(sid, kid, code) return harness.cell(s, key, sid, kid, code) end
+local function kernel(sid) return harness.kernel(s, key, sid) end
 
 local origin = session()
 local kid = kernel(origin)

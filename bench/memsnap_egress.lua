@@ -23,28 +23,13 @@ local CHECK = "x + len(data) - 200000 + 1"
 
 local call, timed, summary = harness.call, harness.timed, stats.p50_p95
 
-local function loadavg()
-  local f = io.open("/proc/loadavg")
-  local l = f and f:read("*l") or "?"
-  if f then f:close() end
-  return l:match("^(%S+ %S+ %S+)") or l
-end
-
 local ctx = egress.start({ env = { SANDBOX_EXEC_MODE = "session", SANDBOX_WORKSPACE_QUOTA_MB = "64", SANDBOX_WARM_NEW = "0",
   SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":100000,"max_snapshots":1000,"max_snapshot_mb":100000}}' } })
 local s, key = ctx.server, ctx.key
 
-local function session(body)
-  local status, res = call(s, "POST", "/v1/sessions", key, body or "{}")
-  harness.check(status == 201, "create: " .. tostring(status) .. " " .. cjson.encode(res))
-  return res.session_id
-end
-local function cell(sid, kid, code)
-  local status, res = call(s, "POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", key,
-    cjson.encode({ code = code, timeout = 60 }))
-  harness.check(status == 200 and res.error == cjson.null, "cell: " .. tostring(status) .. " " .. cjson.encode(res))
-  return res
-end
+local function session(body) return harness.session(s, key, body) end
+local function cell(sid, kid, code) return harness.cell(s, key, sid, kid, code) end
+
 local function origin(body)
   local sid = session(body)
   local status, res = call(s, "POST", "/v1/sessions/" .. sid .. "/kernels", key, '{"language": "python"}')
@@ -55,7 +40,7 @@ end
 
 local plain, kid = origin()
 local with_egress, ekid = origin('{"egress": ["sink.test"]}')
-local load_before = loadavg()
+local load_before = harness.loadavg()
 local snap = { plain = {}, egress = {} }
 local fork = { plain = {}, egress = {} }
 local out = {}
@@ -84,7 +69,7 @@ for i = 1, RUNS do
     call(s, "DELETE", "/v1/snapshots/" .. body.snapshot_id, key)
   end
 end
-local load_after = loadavg()
+local load_after = harness.loadavg()
 egress.stop(ctx)
 
 local sp, se, fp, fe, o = summary(snap.plain), summary(snap.egress), summary(fork.plain), summary(fork.egress), summary(out)

@@ -42,10 +42,6 @@ local function now()
   return t
 end
 
-local function loadavg()
-  return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
-end
-
 local function median(t)
   table.sort(t)
   return t[math.ceil(#t / 2)]
@@ -169,7 +165,7 @@ local ok, err = pcall(function()
   for _, id in ipairs(ids) do delete(id) end
 end)
 
-print(string.format("templates bench (load average %s)", loadavg()))
+print(string.format("templates bench (load average %s)", harness.loadavg()))
 for _, r in ipairs(rows) do print(string.format("  %-72s %s", r[1], r[2])) end
 airlockd.stop(server)
 if not ok then error(err, 0) end

@@ -46,10 +46,6 @@ end
 local check = harness.check
 local call = harness.call
 
-local function loadavg()
-  return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
-end
-
 local timed = harness.timed
 
 local LIMITS = '{"*":{"max_sessions":100,"requests_per_minute":100000,"max_concurrent_exec":8}}'
@@ -130,7 +126,7 @@ local ok, err = pcall(function()
   for _, s in ipairs({ warm, cold, sess }) do
     check(airlockd.log(s):find("(isolation: gvisor)", 1, true), "airlockd is not on gVisor:\n" .. airlockd.log(s))
   end
-  local load_before = loadavg()
+  local load_before = harness.loadavg()
   local bare = bare_runsc.runner(warm, "-plain")
   local sessions = { warm = new_session(warm), cold = new_session(cold), sess = new_session(sess) }
   for _, kind in ipairs(KINDS) do exec(SERVERS[kind], sessions[kind], "true", "") end -- the next sandbox boots
@@ -174,7 +170,7 @@ local ok, err = pcall(function()
   b2b.bare = timed(function()
     for _ = 1, BACK_TO_BACK do check(bare("true") == "", "bare true") end
   end)
-  local load_after = loadavg()
+  local load_after = harness.loadavg()
 
   local s = {}
   for k, v in pairs(t) do s[k] = stats(v) end

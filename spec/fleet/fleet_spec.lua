@@ -517,7 +517,8 @@ describe("a 3-node fleet", function()
     assert.is_true(ok, out)
     local refused = http.create(f.router, KEY)
     assert.are.equal(503, refused.status, refused.body)
-    -- one of the texts docs/fleet.md shows for a create during an outage
+    -- one of the texts docs/fleet.md shows for a create during an outage (a node's, or HAProxy's own
+    -- once every node has failed its check: under load that can come first)
     local doc = proc.read_file(proc.repo_root() .. "/docs/fleet.md")
     assert.truthy(doc:find('`"' .. refused.json.detail .. '"`', 1, true), refused.json.detail)
     local ran = http.exec(f.router, KEY, s, "echo still here")
