@@ -293,6 +293,25 @@ describe("template base settings", function()
     assert.truthy(err:find("SANDBOX_TEMPLATE_BASES", 1, true) and err:find("must be an absolute path", 1, true), err)
     proc.remove_tree(dir)
   end)
+
+  it("starts while another server holds the bases' lock (as while it makes a base), and leaves the sweep to it", function()
+    local dir, aside = proc.make_temp_dir(), proc.make_temp_dir()
+    assert.truthy(proc.run("chmod 0700 " .. proc.shell_quote(dir) .. " && mkdir " .. proc.shell_quote(dir .. "/k.new")))
+    -- another server's base build: the exclusive lock held for longer than any start may wait
+    local holder = proc.spawn("exec flock -x " .. proc.shell_quote(dir .. "/.lock") .. " sleep 300",
+      aside .. "/flock.log", aside .. "/flock.pid")
+    assert.is_true(proc.wait_until(10, function()
+      return not proc.run("flock -n -x " .. proc.shell_quote(dir .. "/.lock") .. " true")
+    end, 0.05))
+    local s = airlockd.start({ env = { SANDBOX_TEMPLATE_BASES = dir }, private_template_bases = true })
+    local log = airlockd.log(s)
+    airlockd.stop(s)
+    proc.stop_process(holder, 5)
+    assert.truthy(log:find("template bases not swept at start: another server is using them", 1, true), log)
+    assert.truthy(proc.run("test -d " .. proc.shell_quote(dir .. "/k.new"))) -- not the starting server's to remove
+    proc.remove_tree(dir)
+    proc.remove_tree(aside)
+  end)
 end)
 
 describe("a template build whose mirror cannot be reached", function()

@@ -42,7 +42,7 @@ end
 -- opts.dir: the directory of a stopped server to start again on (its state in <dir>/state);
 --   default a fresh one
 -- opts.launcher: a command line put before airlockd's (e.g. "prlimit --nofile=256 --")
--- opts.wait: seconds to wait for it to listen (default 10)
+-- opts.wait: seconds to wait for it to listen (default 30)
 -- opts.binary: the airlockd to run (default M.binary(); an A/B bench runs two builds)
 -- opts.private_template_bases: the server keeps its own cached template base (in its state)
 --   instead of the run's shared one ($AIRLOCK_TEST_TEMPLATE_BASES, see M.shared_template_bases)

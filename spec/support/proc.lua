@@ -147,7 +147,7 @@ function M.spawn(command, log_path, pid_path)
 end
 
 -- Starts a loopback server that writes the port it listens on to <dir>/port, and waits up to
--- opts.wait seconds (default 10) for that port. opts:
+-- opts.wait seconds (default 30: a start at the height of a loaded CI run took over 10) for that port. opts:
 --   name     names the server in the error
 --   dir      a fresh directory of the server's own (its pid goes to <dir>/pid)
 --   command  the shell command line, quoted, without redirections
@@ -157,7 +157,7 @@ end
 -- Returns { dir, pid, port, url = "http://127.0.0.1:<port>" }.
 function M.start_server(opts)
   local server = { dir = opts.dir, pid = M.spawn(opts.command, opts.log, opts.dir .. "/pid") }
-  for _ = 1, math.ceil((opts.wait or 10) / 0.05) do
+  for _ = 1, math.ceil((opts.wait or 30) / 0.05) do
     local port = tonumber((M.read_file(opts.dir .. "/port") or ""):match("^%s*(%d+)%s*$"))
     if port then
       server.port = port

@@ -11,6 +11,7 @@
 #include "disk/mounts.h"
 #include "fs/walk.h"
 #include "log/log.h"
+#include "util/sync.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -153,16 +154,21 @@ static void sweep_locked(templates *t)
         closedir(d);
 }
 
+/* At start, only when no other server of the directory holds the lock: a start must not wait
+ * for another server's base build (minutes); the next build that makes a base sweeps too. */
 void tpl_base_sweep(templates *t)
 {
-    char why[256];
-    int fd = lock_bases(t, LOCK_EX, why, sizeof why);
-    if (fd < 0) {
-        log_warn("template bases not swept: %s", why);
-        return;
-    }
-    sweep_locked(t);
-    close(fd);
+    char *path = base_path(t, ".lock", NULL);
+    int fd = path ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+    if (fd < 0)
+        log_warn("template bases not swept: cannot open %s: %s", path ? path : "their lock", strerror(errno));
+    else if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        log_info("template bases not swept at start: another server is using them");
+    else
+        sweep_locked(t);
+    if (fd >= 0)
+        close(fd);
+    free(path);
 }
 
 /* Builds key's base aside and puts it in place of any older one; 0 or -1 with why. Called
@@ -181,12 +187,16 @@ static int build_base(templates *t, const char *key, tpl_base_maker make, void *
         if (mkdir(dir, 0755) != 0) {
             snprintf(why, whylen, "cannot create %s: %s", dir, strerror(errno));
         } else if (make(ctx, root, why, whylen) == 0) {
-            FILE *f = fopen(stamp, "we");
-            rc = f && fprintf(f, "%lld\n", (long long)time(NULL)) > 0 ? 0 : -1;
-            if (f && fclose(f) != 0)
-                rc = -1;
-            if (rc != 0)
-                snprintf(why, whylen, "cannot write %s: %s", stamp, strerror(errno));
+            if (sync_filesystem(root) != 0) { /* on disk before it is put in place */
+                snprintf(why, whylen, "cannot sync %s: %s", root, strerror(errno));
+            } else {
+                FILE *f = fopen(stamp, "we");
+                rc = f && fprintf(f, "%lld\n", (long long)time(NULL)) > 0 ? 0 : -1;
+                if (f && fclose(f) != 0)
+                    rc = -1;
+                if (rc != 0)
+                    snprintf(why, whylen, "cannot write %s: %s", stamp, strerror(errno));
+            }
         }
     }
     if (rc == 0) {

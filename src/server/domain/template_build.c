@@ -8,6 +8,7 @@
 #include "fs/walk.h"
 #include "log/log.h"
 #include "sandbox/build.h"
+#include "util/sync.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -21,7 +22,10 @@
 /* mmdebstrap's own hook that makes /usr merged with usr-is-merged */
 #define MERGED_USR_HOOKS "/usr/share/mmdebstrap/hooks/merged-usr"
 
+/* dpkg syncs every file it unpacks, and a build waits on each; the root is synced once
+ * instead, before it is said ready (tpl_build), and a base before it is put in place */
 static const char *const DPKG_OPTIONS[] = {
+    "--dpkgopt=force-unsafe-io",
     "--dpkgopt=path-exclude=/usr/share/man/*",
     "--dpkgopt=path-exclude=/usr/share/doc/*",
     "--dpkgopt=path-exclude=/usr/share/info/*",
@@ -412,6 +416,10 @@ void tpl_build(templates *t, tpl *r)
         }
         if (rc == 0 && (size = fs_tree_usage(root)) < 0) {
             snprintf(why, sizeof why, "cannot measure %s", root);
+            rc = -1;
+        }
+        if (rc == 0 && sync_filesystem(root) != 0) { /* ready is said once it is on disk */
+            snprintf(why, sizeof why, "cannot sync %s: %s", root, strerror(errno));
             rc = -1;
         }
         if (rd->len)

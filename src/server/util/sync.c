@@ -1,4 +1,5 @@
-/* Directory syncs: what makes a new name (a rename, a created file) survive a crash. */
+/* Directory syncs: what makes a new name (a rename, a created file) survive a crash; and one
+ * sync of a whole filesystem for a tree written without syncs of its own (a template's root). */
 #include "util/sync.h"
 
 #include <errno.h>
@@ -32,6 +33,18 @@ int sync_parent(const char *path)
     int rc = sync_dir(dir);
     int e = errno;
     free(dir);
+    errno = e;
+    return rc;
+}
+
+int sync_filesystem(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = syncfs(fd);
+    int e = errno;
+    close(fd);
     errno = e;
     return rc;
 }

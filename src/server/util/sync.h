@@ -12,4 +12,8 @@ int sync_dir(const char *dir);
 /* fsync of the directory holding path ("." for a bare name): 0, or -1 with errno. */
 int sync_parent(const char *path);
 
+/* syncfs of the filesystem holding path (everything written to it so far is on disk): 0, or
+ * -1 with errno. */
+int sync_filesystem(const char *path);
+
 #endif
