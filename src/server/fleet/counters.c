@@ -150,17 +150,18 @@ void fleet_commands_flush(fleet *f)
     free(ended);
 }
 
-int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *commands)
+int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *elsewhere)
 {
-    const char *p[] = {tenant};
+    const char *p[] = {tenant, f->id};
     PGresult *res = pg_query(f->db, "SELECT (SELECT count(*) FROM sessions WHERE tenant = $1 AND state = 'active'),"
-                                    " (SELECT coalesce(sum(running), 0) FROM command_counts WHERE tenant = $1)", 1, p);
+                                    " (SELECT coalesce(sum(running), 0) FROM command_counts"
+                                    " WHERE tenant = $1 AND node <> $2)", 2, p);
     if (!res || PQntuples(res) != 1) {
         PQclear(res);
         return -1;
     }
     *sessions = atol(PQgetvalue(res, 0, 0));
-    *commands = atol(PQgetvalue(res, 0, 1));
+    *elsewhere = atol(PQgetvalue(res, 0, 1));
     PQclear(res);
     return 0;
 }

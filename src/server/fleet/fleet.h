@@ -232,8 +232,10 @@ void fleet_commands_unended(fleet *f, const char *ended);
 bool fleet_commands_waiting(fleet *f);
 /* Takes the ended commands that wait off their counts (the heartbeat). */
 void fleet_commands_flush(fleet *f);
-/* The tenant's live sessions and running commands on every node, in one statement: 0 or -1. */
-int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *commands);
+/* The tenant's live sessions on every node and the exec slots the other nodes hold (running a
+ * command, or idle for up to ~2 s after one: Exec slots in docs/fleet.md), in one statement:
+ * 0 or -1. */
+int fleet_tenant_usage(fleet *f, const char *tenant, long *sessions, long *elsewhere);
 
 /* ---- the audit log (fleet/audit.c) ---- */
 
