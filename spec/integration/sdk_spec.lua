@@ -12,6 +12,21 @@ local expect_error = require "support.expect_error"
 -- A command that runs until the spec writes go into its workspace (30 s at most): two of them
 -- overlap for sure, however long each sandbox takes to boot.
 local UNTIL_GO = "for _ in $(seq 300); do [ -e go ] && break; sleep 0.1; done; "
+-- a command that says it started (the file started), then waits for go
+local STARTED_UNTIL_GO = "touch started; " .. UNTIL_GO
+
+-- Whether every one of the sandboxes' commands has started (a file each, read one at a time:
+-- those seen started are not asked again); seen is the caller's table, by index.
+local function all_started(sbxs, seen)
+  for i, sbx in ipairs(sbxs) do
+    if not seen[i] then
+      local ok = airlock.pcall(sbx.files.read, sbx.files, "started")
+      if not ok then return false end
+      seen[i] = true
+    end
+  end
+  return true
+end
 
 local function session_ids(opts)
   local ids = {}
@@ -214,16 +229,19 @@ describe("airlock SDK against airlockd", function()
     local function exec(sbx)
       return core.request(engine.build(settings, "POST",
         engine.session_path(sbx.session_id, "/exec"),
-        { { "command", UNTIL_GO .. "echo x" }, { "timeout_seconds", 60 } }, { timeout = 90 }))
+        { { "command", STARTED_UNTIL_GO .. "echo x" }, { "timeout_seconds", 60 } }, { timeout = 90 }))
     end
     local t = clock()
     local reqs = { exec(a), exec(b) }
-    -- the server sees both commands at once (a third request in flight), then both are let go:
-    -- the overlap itself, not a time, is what is checked
-    local released = false
+    -- both commands have started and wait (read by a third request in flight), then both are
+    -- let go: the overlap itself, not a time, is what is checked
+    local released, seen, asked = false, {}, 0
     while not (reqs[1]:done() and reqs[2]:done()) do
       core.step(100)
-      if not released and a:usage().commands_running == 2 then
+      if not released and clock() - asked >= 0.5 and (function()
+        asked = clock()
+        return all_started({ a, b }, seen)
+      end)() then
         a.files:write("go", "")
         b.files:write("go", "")
         released = true
@@ -248,23 +266,22 @@ describe("airlock SDK against airlockd", function()
           ids[i] = sbx.session_id
           -- the other task's sandbox may boot slowly on a loaded machine: the command waits
           -- for go longer than the default timeout would let it
-          local r = sbx:run(UNTIL_GO .. "echo task" .. i, { timeout = 60 })
+          local r = sbx:run(STARTED_UNTIL_GO .. "echo task" .. i, { timeout = 60 })
           outputs[i] = r.stdout
           return r.exit_code
         end)
       end)
     end
     assert.are.equal("running", tasks[1].status)
-    local polls, released, asked = 0, false, 0
-    local probe = airlock.attach("sbx_000000000000", opts)
+    local polls, released, asked, seen = 0, false, 0, {}
     while airlock.poll(50) > 0 do
       polls = polls + 1
-      -- both commands run at once (the server counts them), then both are let go: the overlap
-      -- itself, not a time, is what is checked (asked at most every 0.5 s: a slow boot must
-      -- not spend the tenant's 120 requests a minute)
-      if not released and clock() - asked >= 0.5 and (function()
+      -- both commands have started and wait, then both are let go: the overlap itself, not a
+      -- time, is what is checked (asked at most every 0.5 s, one request at a time: a slow boot
+      -- must not spend the tenant's 120 requests a minute)
+      if not released and ids[1] and ids[2] and clock() - asked >= 0.5 and (function()
         asked = clock()
-        return probe:usage().commands_running == 2
+        return all_started({ airlock.attach(ids[1], opts), airlock.attach(ids[2], opts) }, seen)
       end)() then
         for i = 1, 2 do airlock.attach(ids[i], opts).files:write("go", "") end
         released = true

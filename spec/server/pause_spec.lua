@@ -148,13 +148,15 @@ describe("pause and resume", function()
 
   it("refuses to pause while a command runs (409 saying why), and answers bad input clearly", function()
     local sid = http_client.create(server, key).json.session_id
-    local job = http_client.exec_async(server, key, sid, "touch started; sleep 4; echo done", 60)
-    assert.eventually(function() return http_client.read(server, key, sid, "started").status == 200 end,
+    -- the command runs until the spec lets it end (a sleep could end first on a loaded machine)
+    local job = http_client.exec_async(server, key, sid, "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done", 60)
+    assert.eventually(function() return http_client.exists(server, key, sid, "started") end,
       { timeout = 30, what = "the command started" })
     local busy = post(server, key, sid, "pause")
     assert.are.equal(409, busy.status, busy.body)
     assert.truthy(busy.json.detail:find("a command is running", 1, true), busy.body)
-    assert.are.equal("done\n", assert(job.wait(60)).stdout)
+    assert.are.equal(200, http_client.write(server, key, sid, "go", "").status)
+    assert.are.equal("done\n", assert(job.wait(90)).stdout)
     assert.are.equal(200, post(server, key, sid, "pause").status)
 
     assert.are.equal(404, post(server, key, "sbx_000000000000", "pause").status)

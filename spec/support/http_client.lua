@@ -84,6 +84,13 @@ function M.read(server, key, id, path)
   return M.request(server, "GET", "/v1/sessions/" .. id .. "/read?path=" .. M.urlencode(path), { key = key })
 end
 
+-- Whether file path is in session id's workspace (a missing file's read is a 200 too, whose
+-- content says so: contract 1.6).
+function M.exists(server, key, id, path)
+  local r = M.read(server, key, id, path)
+  return r.status == 200 and r.json ~= nil and r.json.content ~= "Error: File '" .. path .. "' does not exist."
+end
+
 function M.delete(server, key, id)
   return M.request(server, "DELETE", "/v1/sessions/" .. id, { key = key })
 end
