@@ -11,7 +11,8 @@
 #include <sys/wait.h>
 
 static const frame_type ALL[] = {FRAME_RUN,   FRAME_KILL,  FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT,  FRAME_FAIL,
-                                 FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT, FRAME_BOOTED, FRAME_IDLE};
+                                 FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT, FRAME_BOOTED, FRAME_IDLE,
+                                 FRAME_PING,  FRAME_PONG};
 #define NTYPES (sizeof ALL / sizeof ALL[0])
 
 /* A payload of n bytes of a pattern that depends on seed. */
@@ -224,8 +225,10 @@ static void exit_payloads(void)
  * FRAME_CREDIT's window round-trips. */
 static void directions(void)
 {
-    static const frame_type from_agent[] = {FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, FRAME_BOOTED, FRAME_IDLE};
-    static const frame_type to_agent[] = {FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL, FRAME_CREDIT};
+    static const frame_type from_agent[] = {FRAME_STDOUT, FRAME_STDERR, FRAME_EXIT, FRAME_FAIL,
+                                            FRAME_BOOTED, FRAME_IDLE,   FRAME_PONG};
+    static const frame_type to_agent[] = {FRAME_RUN,    FRAME_KILL,   FRAME_SPAWN, FRAME_STDIN,
+                                          FRAME_SIGNAL, FRAME_CREDIT, FRAME_PING};
     CHECK(sizeof from_agent / sizeof from_agent[0] + sizeof to_agent / sizeof to_agent[0] == NTYPES);
     for (size_t i = 0; i < sizeof from_agent / sizeof from_agent[0]; i++)
         CHECK(frame_from_agent(from_agent[i]));

@@ -337,6 +337,8 @@ int main(int argc, char **argv)
         }
         else if (h.type == FRAME_KILL || h.type == FRAME_STDIN || h.type == FRAME_SIGNAL || h.type == FRAME_CREDIT)
             pass_on(h.type, h.slot, h.len);
+        else if (h.type == FRAME_PING) /* the agent itself answers: no worker, no container */
+            (void)out_send(FRAME_PONG, h.slot, NULL, 0);
     }
     return 0;
 }

@@ -32,13 +32,17 @@
  *   FRAME_BOOTED agent -> airlockd  none: booted (slot 0), the first frame          0
  *   FRAME_IDLE   agent -> airlockd  none: the next command's container is ready    0
  *                                   (or cannot be made; slot 0)
+ *   FRAME_PING   airlockd -> agent  none: answered at once with FRAME_PONG on its  0
+ *                                   slot, no container made (a restored sandbox's
+ *                                   check: the agent answers)
+ *   FRAME_PONG   agent -> airlockd  none: the FRAME_PING of its slot came          0
  *
  * The channels (SANDBOX_EXEC_MODE=session): the agent's stdin and stdout, which `runsc restore`
  * maps again (descriptors passed with --pass-fd it cannot restore):
  *   fd 0         airlockd -> agent  FRAME_RUN, FRAME_KILL, FRAME_SPAWN, FRAME_STDIN, FRAME_SIGNAL,
- *                                   FRAME_CREDIT
+ *                                   FRAME_CREDIT, FRAME_PING
  *   fd 1         agent -> airlockd  FRAME_BOOTED once booted, then every slot's FRAME_STDOUT,
- *                                   FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, and FRAME_IDLE,
+ *                                   FRAME_STDERR, FRAME_EXIT, FRAME_FAIL, FRAME_PONG and FRAME_IDLE,
  *                                   interleaved frame by frame; each frame is one write under
  *                                   the agent's output lock (src/agent/out.c)
  * Flow control: a slot's process sends at most AGENT_WINDOW output payload bytes beyond what
@@ -94,6 +98,8 @@ typedef enum {
     FRAME_CREDIT = 'W',
     FRAME_BOOTED = 'B',
     FRAME_IDLE = 'I',
+    FRAME_PING = '?',
+    FRAME_PONG = '!',
 } frame_type;
 
 /* The highest signal number a FRAME_SIGNAL carries. */
@@ -171,6 +177,8 @@ static inline bool frame_bounds(int t, uint32_t *min, uint32_t *max)
         return true;
     case FRAME_BOOTED:
     case FRAME_IDLE:
+    case FRAME_PING:
+    case FRAME_PONG:
         *min = 0, *max = 0;
         return true;
     default:
@@ -182,7 +190,7 @@ static inline bool frame_bounds(int t, uint32_t *min, uint32_t *max)
 static inline bool frame_from_agent(frame_type t)
 {
     return t == FRAME_STDOUT || t == FRAME_STDERR || t == FRAME_EXIT || t == FRAME_FAIL || t == FRAME_BOOTED ||
-           t == FRAME_IDLE;
+           t == FRAME_IDLE || t == FRAME_PONG;
 }
 
 static inline void frame_head_put(unsigned char h[FRAME_HEADER], frame_type t, unsigned slot, uint32_t len)

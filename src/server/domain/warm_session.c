@@ -16,6 +16,8 @@
 #define SESSION_WAIT_MS 20000
 /* A waiting command looks at its client this often. */
 #define WAIT_SLICE_MS 50
+/* How long a restored sandbox's agent has to answer its check. */
+#define CHECK_TIMEOUT_S 30
 
 bool warm_sessions(const warm_pool *w)
 {
@@ -212,13 +214,18 @@ static int open_network(warm_pool *w, const session *s, const char *tenant, cons
     return 0;
 }
 
-/* The restored agent answers a command: the check (and its first settle and freeze). */
-static int check_restored(sandbox *sb, char *errbuf, size_t errlen)
+/* The restored agent answers (and so the restore is over: its image may go): a ping, answered
+ * by the agent itself, when the image says its agent knows it; else a command (its first settle
+ * and freeze follow either). A command would also make a container in the restored sandbox
+ * first (~0.1 s on a loaded host) before its answer. */
+static int check_restored(sandbox *sb, const char *image_dir, char *errbuf, size_t errlen)
 {
+    if (sandbox_image_agent_pings(image_dir))
+        return sandbox_session_ping(sb, CHECK_TIMEOUT_S * 1000, errbuf, errlen);
     sandbox_opts o = {.cancel_fd = -1};
     sandbox_result r;
     memset(&r, 0, sizeof r);
-    int rc = sandbox_session_run(sb, &o, "true", 30, &r, errbuf, errlen);
+    int rc = sandbox_session_run(sb, &o, "true", CHECK_TIMEOUT_S, &r, errbuf, errlen);
     bool ok = rc == 0 && r.exit_code == 0;
     if (rc == 0 && !ok)
         snprintf(errbuf, errlen, "the restored sandbox's agent did not run a command (exit %d)", r.exit_code);
@@ -258,7 +265,7 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
         w->ws.net.close(w->ws.net.ctx, old);
     if (sandbox_session_restore(sb, image_dir, errbuf, errlen) != 0)
         return -1;
-    return check_restored(sb, errbuf, errlen);
+    return check_restored(sb, image_dir, errbuf, errlen);
 }
 
 int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir, sandbox_still_fn still, void *ctx,
@@ -311,7 +318,7 @@ sandbox *warm_session_restore_anew(warm_pool *w, const session *s, const char *t
         snprintf(errbuf, errlen, "out of memory");
     else if (open_network(w, s, tenant, login, &net, &o.network, errbuf, errlen) == 0)
         sb = sandbox_session_from_image(w->b, &o, image_dir, slots_busy, fork, errbuf, errlen);
-    if (sb && check_restored(sb, errbuf, errlen) != 0) {
+    if (sb && check_restored(sb, image_dir, errbuf, errlen) != 0) {
         sandbox_release(sb);
         sb = NULL;
     }

@@ -77,6 +77,27 @@ static void forget_runsc_state(const sandbox *s)
     closedir(d);
 }
 
+/* The mark beside an image whose agent answers FRAME_PING (this build's: one made by an older
+ * build has none, and its agent would end on a ping). */
+#define PING_MARK "agent_pings"
+
+int sandbox_image_keep_agent_ping(const char *image_dir)
+{
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s/" PING_MARK, image_dir) >= (int)sizeof p)
+        return -1;
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    return close(fd);
+}
+
+bool sandbox_image_agent_pings(const char *image_dir)
+{
+    char p[PATH_MAX];
+    return snprintf(p, sizeof p, "%s/" PING_MARK, image_dir) < (int)sizeof p && access(p, F_OK) == 0;
+}
+
 /* s's OCI spec (its root, mounts, cgroup path, the agent's argv) linked beside its image as
  * sandbox.json: the bundles are cleared when airlockd starts, and a restore by another
  * airlockd process needs the same spec (runsc restore takes the bundle of the checkpointed
@@ -98,6 +119,9 @@ static void keep_spec_with_image(const sandbox *s, const char *image_dir)
     bool ok = f && fprintf(f, "%s\n", s->id) > 0;
     if ((f && fclose(f) != 0) || !ok)
         log_warn("cannot keep the container id with the memory image %s", image_dir);
+    /* (without it the restore's check runs a command, as for an older image) */
+    if (sandbox_image_keep_agent_ping(image_dir) != 0)
+        log_warn("cannot mark the memory image %s as one whose agent answers a ping", image_dir);
     /* and, with egress, the proxy login its processes hold (the restore's network takes it) */
     char eb[200];
     if (sandbox_image_keep_login(s->network, image_dir, eb, sizeof eb) != 0)

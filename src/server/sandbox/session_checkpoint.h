@@ -41,6 +41,12 @@ void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
                                     unsigned slots_busy, bool fork, char *errbuf, size_t errlen);
 
+/* The mark beside an image (in image_dir) made of a sandbox whose agent answers FRAME_PING
+ * (sandbox_session_ping): its restore is checked with a ping; one without (an older build's
+ * image) with a command. keep: 0, or -1. */
+int sandbox_image_keep_agent_ping(const char *image_dir);
+bool sandbox_image_agent_pings(const char *image_dir);
+
 /* runsc's version (the first line of `runsc --version`: "runsc version release-..."): an
  * image is restored only by the version that made it. Asked of runsc once, and again when its
  * file changes (another inode, size or mtime: a runsc replaced under a running airlockd). 0, or

@@ -433,6 +433,41 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
     return 0;
 }
 
+int sandbox_session_ping(sandbox *s, int timeout_ms, char *errbuf, size_t errlen)
+{
+    if (!sandbox_session_usable(s)) {
+        snprintf(errbuf, errlen, "sandbox %s cannot take a command", s->id);
+        return -1;
+    }
+    int slot = take_slot(s, errbuf, errlen); /* (thawed, with its command's limits, as for a command) */
+    if (slot < 0) {
+        if (slot == -1)
+            snprintf(errbuf, errlen, "sandbox %s has no free slot", s->id);
+        return -1;
+    }
+    pthread_mutex_lock(&s->cmd_mu);
+    bool sent = frame_send(s->cmd_w, FRAME_PING, (unsigned)slot, NULL, 0) == 0;
+    pthread_mutex_unlock(&s->cmd_mu);
+    int64_t until = now_ms() + timeout_ms;
+    bool pong = false, gone = !sent;
+    unsigned char payload[FRAME_FAIL_MAX]; /* (a free slot gets nothing else: larger breaks it) */
+    while (!pong && !gone) {
+        int64_t left = until - now_ms();
+        if (left <= 0)
+            break;
+        frame_head h;
+        bool cancelled = false;
+        int rc = sandbox_session_proc_read(s, slot, (int)left, -1, &cancelled, &h, payload, sizeof payload);
+        gone = rc < 0;
+        pong = rc == 1 && h.type == FRAME_PONG;
+    }
+    bool limit_hit;
+    (void)give_slot(s, slot, !pong, &limit_hit); /* (no answer: it cannot be trusted with a command) */
+    if (!pong)
+        snprintf(errbuf, errlen, "the agent of sandbox %s %s", s->id, gone ? "is gone" : "did not answer");
+    return pong ? 0 : -1;
+}
+
 int sandbox_session_settle(sandbox *s, int64_t *until_ms)
 {
     pthread_mutex_lock(&s->agent_mu);

@@ -27,6 +27,13 @@ int sandbox_session_run(sandbox *s, const sandbox_opts *o, const char *command, 
  * release it; the session's next command needs a new one. */
 bool sandbox_session_usable(sandbox *s);
 
+/* Whether s's agent answers (FRAME_PING, on a free slot, within timeout_ms): it answers itself,
+ * with no command and no container, so a restored sandbox's check costs neither. 0, or -1 with
+ * a message (then s is killed: sandbox_session_usable is false). An agent older than the ping
+ * would end on it: only an image marked as made with one that answers
+ * (sandbox_image_agent_pings) is checked so. */
+int sandbox_session_ping(sandbox *s, int timeout_ms, char *errbuf, size_t errlen);
+
 /* After a session sandbox's last command, s stays thawed for a second (the session's next
  * command answers faster) and until its agent's next container is ready (at most two), so the
  * freeze never leaves it half made and no result waits for it. Freezes s when that time has

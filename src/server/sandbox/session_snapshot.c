@@ -5,6 +5,7 @@
  * (session_checkpoint.h, sandbox_session_from_image with fork). */
 #include "sandbox/session_snapshot.h"
 
+#include "log/log.h"
 #include "sandbox/image_login.h"
 #include "sandbox/internal.h"
 #include "sandbox/session_checkpoint.h"
@@ -49,8 +50,12 @@ int sandbox_session_snapshot(sandbox *s, const char *image_dir, sandbox_still_fn
         if (sbx_runsc_control(s, "pause", NULL, errbuf, errlen) == 0) {
             if (sbx_runsc_control(s, "checkpoint", image_dir, errbuf, errlen) == 0 &&
                 keep_spec(s, image_dir, errbuf, errlen) == 0 &&
-                sandbox_image_keep_login(s->network, image_dir, errbuf, errlen) == 0)
+                sandbox_image_keep_login(s->network, image_dir, errbuf, errlen) == 0) {
+                /* (without it a fork's check runs a command, as for an older image) */
+                if (sandbox_image_keep_agent_ping(image_dir) != 0)
+                    log_warn("cannot mark the memory image %s as one whose agent answers a ping", image_dir);
                 rc = still(ctx) == 0 ? 0 : -1;
+            }
             if (sbx_resume_or_end(s) != 0) { /* (a snapshot made of it is given up) */
                 if (rc == 0 && errlen)
                     errbuf[0] = '\0';
