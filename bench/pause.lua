@@ -26,6 +26,10 @@
 --   allocation       a cell allocating 150 MB of bytes and dropping them: not a rebuild (no agent
 --                    state is a bytes object made from nothing), a floor printed beside it; the
 --                    bench measured this as its "rebuild" before
+--   bare restore     `runsc restore` of a bare Python process holding x, checkpointed once outside
+--                    airlockd (support.bare_runsc.restorer, as the issue measured it): restored with
+--                    "x + 1" on its stdin, answered, ended. runsc's own floor for a small resume:
+--                    the small kernel's resume is printed against it too
 -- and prints p50/p95 and the ratios of the p50s. This machine is shared and loaded: only figures
 -- taken together mean anything (the load average is printed with them). No assertion.
 --
@@ -172,8 +176,9 @@ local ok, err = pcall(function()
   local before = tonumber(run_cell(big, kb, "import json\n" .. RSS_MB).results[1]["text/plain"])
   run_cell(big, kb, BUILD)
   local held = tonumber(run_cell(big, kb, RSS_MB).results[1]["text/plain"]) - before
+  local bare_restore, bare_restore_stop = bare_runsc.restorer(server, "-pause")
   local m = { pause_small = {}, resume_small = {}, pause_big = {}, resume_big = {}, rebuild = {}, allocate = {}, bare = {},
-    bare_cg = {} }
+    bare_cg = {}, bare_restore = {} }
   local bytes_small, bytes_big = 0, 0
   local load_mem = load_average()
   for _ = 1, ROUNDS do
@@ -191,7 +196,9 @@ local ok, err = pcall(function()
     m.allocate[#m.allocate + 1] = timed(function() run_cell(big, kb, ALLOCATE) end)
     m.bare[#m.bare + 1] = timed(bare_true(plain))
     m.bare_cg[#m.bare_cg + 1] = timed(bare_true(in_cg))
+    m.bare_restore[#m.bare_restore + 1] = timed(function() check(bare_restore() == "42\n", "bare restore: x + 1") end)
   end
+  bare_restore_stop()
   local ms = {}
   for k, v in pairs(m) do ms[k] = stats(v) end
   print(string.format("pause and resume with memory (kernels): %d rounds interleaved; load average %s before, %s after",
@@ -207,7 +214,11 @@ local ok, err = pcall(function()
   row("floor, not a rebuild: cell allocating 150 MB of bytes", ms.allocate)
   row("bare runsc run true (--ignore-cgroups)", ms.bare)
   row("bare runsc run true (in a cgroup of its own)", ms.bare_cg)
+  row("bare runsc restore of a Python process: x + 1", ms.bare_restore)
   ratios("resume → cell (small kernel)", ms.resume_small.p50, ms, "1.2x")
+  ratios("bare runsc restore → answer", ms.bare_restore.p50, ms)
+  print(string.format("resume → cell (small kernel) / bare runsc restore → answer: %.2fx",
+    ms.resume_small.p50 / ms.bare_restore.p50))
   ratios("resume → cell (150 MB)", ms.resume_big.p50, ms, "2.5x")
   print(string.format("resume → cell (150 MB) / rebuilding it (parsing the records): %.2fx (goal <= 0.5x)",
     ms.resume_big.p50 / ms.rebuild.p50))

@@ -82,6 +82,46 @@ function M.runner(server, tag, cgroup_root)
   end
 end
 
+-- A bare `runsc restore` beside the airlockd `server`, as the issue measured one: a Python
+-- process holding x = 41 that answers each line of its stdin with eval(line), run once under
+-- bare runsc (the runner's flags, --ignore-cgroups; its stdout a pipe, as a restored one's is)
+-- and checkpointed (--compression=none, as airlockd's are). restore() brings that image back
+-- under a new id with "x + 1" on its stdin and returns what it wrote ("42\n"): the restore, the
+-- answer and its end (the end of its stdin ends it), as `runsc run true` is a boot and an end.
+-- stop() removes what it made.
+function M.restorer(server, tag)
+  local rootfs = server.dir .. "/state/sandbox-root"
+  local dir = server.dir .. "/restore" .. (tag or "")
+  local flags = table.concat({ q(M.runsc), "--root", q(dir .. "/root"), "--platform=systrap", "--network=none",
+    "--overlay2=none", "--ignore-cgroups", "--host-uds=none" }, " ")
+  assert(proc.run("mkdir -p " .. q(dir .. "/ws") .. " " .. q(dir .. "/root") .. " " .. q(dir .. "/b") .. " "
+    .. q(dir .. "/img") .. " && chown 1000:1000 " .. q(dir .. "/ws") .. " && mkfifo " .. q(dir .. "/in")))
+  local program = "exec python3 -c 'import sys\nx = 41\nprint(\"ready\", flush=True)\n"
+    .. "for line in sys.stdin:\n    print(eval(line), flush=True)'"
+  proc.write_file(dir .. "/b/config.json", M.config(rootfs, dir .. "/ws", program, nil))
+  -- its stdin a FIFO held open by a sleep of ours (ended by its pid once checkpointed)
+  assert(proc.run("sh -c " .. q("sleep 600 > " .. q(dir .. "/in") .. " & echo $! > " .. q(dir .. "/sleep.pid") .. "; "
+    .. flags .. " run --bundle " .. q(dir .. "/b") .. " base < " .. q(dir .. "/in") .. " 2>&1 | cat > "
+    .. q(dir .. "/run.out") .. " &")))
+  -- checkpointed once it waits for its input (it said "ready" just before)
+  local ready = proc.wait_until(60, function() return (proc.read_file(dir .. "/run.out") or ""):find("ready") end, 0.1)
+  local saved = ready and proc.run(flags .. " checkpoint --compression=none --image-path " .. q(dir .. "/img")
+    .. " base >/dev/null 2>&1")
+  local sleeper = tonumber(proc.read_file(dir .. "/sleep.pid") or "")
+  if sleeper then os.execute("kill " .. sleeper .. " 2>/dev/null") end
+  assert(saved, "the bare Python process could not be checkpointed")
+  local n = 0
+  local function restore()
+    n = n + 1
+    return proc.output("echo 'x + 1' | " .. flags .. " restore --image-path " .. q(dir .. "/img") .. " --bundle "
+      .. q(dir .. "/b") .. " r" .. n .. " 2>&1")
+  end
+  local function stop()
+    proc.remove_tree(dir)
+  end
+  return restore, stop
+end
+
 -- Removes what runners with cgroup_root left (its tenant-less root in every hierarchy).
 function M.remove_cgroup_root(cgroup_root)
   os.execute("for h in /sys/fs/cgroup/*; do [ -d $h/" .. cgroup_root .. " ] && rmdir $h/" .. cgroup_root .. "; done 2>/dev/null")
