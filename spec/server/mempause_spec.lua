@@ -122,9 +122,13 @@ describe("pause with memory (kernels)", function()
       local left = leftovers(sid)
       return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0", left
     end, { timeout = 20, what = "nothing of the paused session running or mounted" })
+    -- marked as made with an agent that answers a ping: the restore is checked with one
+    assert.is_true(proc.run("test -e " .. q(image_dir(sid) .. "/agent_pings")))
     local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
     assert.are.equal(200, r.status, r.body)
     assert.is_true(r.json.resumed)
+    assert.truthy(airlockd.log(server):find("session " .. sid .. " resumed in %d+ ms %(disk %d+ ms; sandbox restored, its "
+      .. "agent checked with a ping"), "the resume's check")
     assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
     assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
     assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the image outlived its restore")
@@ -133,10 +137,14 @@ describe("pause with memory (kernels)", function()
       local left = proc.output("ls " .. q(server.dir .. "/state/images") .. " | grep -F " .. q(sid .. ".ckpt") .. " || true")
       return left == "", left
     end, { timeout = 20, what = "the restored image removed" })
-    -- again, resumed by its next cell this time
+    -- again, resumed by its next cell this time, from an image without the mark (as an older
+    -- build's, whose agent does not know the ping): checked with a command
     cell(sid, kid, "x = x + 100")
     pause(sid)
+    assert.is_true(proc.run("rm " .. q(image_dir(sid) .. "/agent_pings")))
     assert.are.equal("142", cell(sid, kid, "x + 1").results[1]["text/plain"])
+    assert.truthy(airlockd.log(server):find("session " .. sid .. " resumed in %d+ ms %(disk %d+ ms; sandbox restored, its "
+      .. "agent checked with a command"), "the resume's check of an unmarked image")
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 

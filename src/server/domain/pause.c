@@ -432,6 +432,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
         memset(&p, 0, sizeof p);
     }
     char err[300] = "";
+    /* (an image an older build made has no mark: its check is a command) */
+    bool pings = p.image_dir[0] && sandbox_image_agent_pings(p.image_dir);
     int started = sandbox_start(d, s, &p, err, sizeof err);
     if (started != 0) {
         /* what this process held of its sandbox and kernels is gone with the failed restore;
@@ -455,7 +457,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     *resume_ms = ms_since(&t0);
     if (p.image_dir[0])
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored, its agent "
-                    "checked and its image removed %.0f ms)", s->id, *resume_ms, disk_ms, *resume_ms - disk_ms);
+                    "checked with %s and its image removed %.0f ms)", s->id, *resume_ms, disk_ms,
+                    pings ? "a ping" : "a command", *resume_ms - disk_ms);
     else
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; its sandbox boots for its "
                     "next command)", s->id, *resume_ms, disk_ms);
