@@ -30,6 +30,11 @@
 --                    airlockd (support.bare_runsc.restorer, as the issue measured it): restored with
 --                    "x + 1" on its stdin, answered, ended. runsc's own floor for a small resume:
 --                    the small kernel's resume is printed against it too
+--   image restore    `runsc restore` of a copy of the small kernel's own memory image (taken at
+--                    its first pause), outside airlockd (support.bare_runsc.image_restorer): its
+--                    agent's answer to a ping. Beside the small kernel's resume it says what of
+--                    the resume is runsc restoring that sandbox and what is airlockd's; run as the
+--                    plain bare runs are (--ignore-cgroups) and printed against both bare runs
 -- and prints p50/p95 and the ratios of the p50s. This machine is shared and loaded: only figures
 -- taken together mean anything (the load average is printed with them). No assertion.
 --
@@ -177,13 +182,18 @@ local ok, err = pcall(function()
   run_cell(big, kb, BUILD)
   local held = tonumber(run_cell(big, kb, RSS_MB).results[1]["text/plain"]) - before
   local bare_restore, bare_restore_stop = bare_runsc.restorer(server, "-pause")
+  local image_restore, image_restore_stop
   local m = { pause_small = {}, resume_small = {}, pause_big = {}, resume_big = {}, rebuild = {}, allocate = {}, bare = {},
-    bare_cg = {}, bare_restore = {} }
+    bare_cg = {}, bare_restore = {}, image_restore = {} }
   local bytes_small, bytes_big = 0, 0
   local load_mem = load_average()
   for _ = 1, ROUNDS do
     proc.sleep(0.3)
     m.pause_small[#m.pause_small + 1] = timed(function() bytes_small = pause_bytes(small) end)
+    if not image_restore then -- (its image copied while it is paused, once)
+      image_restore, image_restore_stop = bare_runsc.image_restorer(server, server.dir .. "/state/images/" .. small .. ".ckpt",
+        "-pause")
+    end
     m.resume_small[#m.resume_small + 1] = timed(function()
       check(run_cell(small, ks, "x + 1").results[1]["text/plain"] == "42", "x + 1 after the resume")
     end)
@@ -197,8 +207,13 @@ local ok, err = pcall(function()
     m.bare[#m.bare + 1] = timed(bare_true(plain))
     m.bare_cg[#m.bare_cg + 1] = timed(bare_true(in_cg))
     m.bare_restore[#m.bare_restore + 1] = timed(function() check(bare_restore() == "42\n", "bare restore: x + 1") end)
+    m.image_restore[#m.image_restore + 1] = timed(function()
+      local answer = image_restore()
+      check(answer:find("^ ! 001"), "the restored image's agent did not answer its ping: " .. answer)
+    end)
   end
   bare_restore_stop()
+  image_restore_stop()
   local ms = {}
   for k, v in pairs(m) do ms[k] = stats(v) end
   print(string.format("pause and resume with memory (kernels): %d rounds interleaved; load average %s before, %s after",
@@ -215,10 +230,14 @@ local ok, err = pcall(function()
   row("bare runsc run true (--ignore-cgroups)", ms.bare)
   row("bare runsc run true (in a cgroup of its own)", ms.bare_cg)
   row("bare runsc restore of a Python process: x + 1", ms.bare_restore)
+  row("bare runsc restore of the small kernel's image: ping", ms.image_restore)
   ratios("resume → cell (small kernel)", ms.resume_small.p50, ms, "1.2x")
   ratios("bare runsc restore → answer", ms.bare_restore.p50, ms)
   print(string.format("resume → cell (small kernel) / bare runsc restore → answer: %.2fx",
     ms.resume_small.p50 / ms.bare_restore.p50))
+  ratios("bare runsc restore of the small kernel's image → ping", ms.image_restore.p50, ms)
+  print(string.format("resume → cell (small kernel) / bare runsc restore of its image → ping: %.2fx",
+    ms.resume_small.p50 / ms.image_restore.p50))
   ratios("resume → cell (150 MB)", ms.resume_big.p50, ms, "2.5x")
   print(string.format("resume → cell (150 MB) / rebuilding it (parsing the records): %.2fx (goal <= 0.5x)",
     ms.resume_big.p50 / ms.rebuild.p50))

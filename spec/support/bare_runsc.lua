@@ -122,6 +122,40 @@ function M.restorer(server, tag)
   return restore, stop
 end
 
+-- A bare `runsc restore` of a copy of an airlockd session's memory image (image_dir, taken
+-- while its session is paused), outside airlockd: its kept spec (sandbox.json) with no cgroup
+-- (--ignore-cgroups, as the runner's) and its workspace an empty directory of its own. restore()
+-- brings it back under a new id with a FRAME_PING (src/agent/protocol.h) on its agent's stdin
+-- and returns the agent's first frame ("!" and a zero slot and length: its FRAME_PONG), the end of
+-- its stdin ending it: runsc's own cost of restoring that very sandbox to its first answer.
+-- Needs an image made by a build whose agent answers a ping (its agent_pings mark). stop()
+-- removes the copy.
+function M.image_restorer(server, image_dir, tag)
+  local dir = server.dir .. "/image-restore" .. (tag or "")
+  assert(proc.run("mkdir -p " .. q(dir .. "/ws") .. " " .. q(dir .. "/root") .. " " .. q(dir .. "/b") .. " && chown 1000:1000 "
+    .. q(dir .. "/ws") .. " && cp -a " .. q(image_dir) .. " " .. q(dir .. "/img") .. " && test -e " .. q(dir .. "/img/agent_pings")))
+  -- (rewritten by the host's python3: lua-cjson would write its empty capability lists as objects)
+  assert(proc.run("python3 -c " .. q("import json, sys\n"
+    .. "spec = json.load(open(sys.argv[1]))\n"
+    .. "spec['linux'].pop('cgroupsPath', None)\n"
+    .. "for m in spec['mounts']:\n"
+    .. "    if m['destination'] == '/workspace': m['source'] = sys.argv[2]\n"
+    .. "json.dump(spec, open(sys.argv[3], 'w'))") .. " " .. q(dir .. "/img/sandbox.json") .. " " .. q(dir .. "/ws") .. " "
+    .. q(dir .. "/b/config.json")))
+  local flags = table.concat({ q(M.runsc), "--root", q(dir .. "/root"), "--platform=systrap", "--network=none",
+    "--overlay2=none", "--ignore-cgroups", "--host-uds=none" }, " ")
+  local n = 0
+  local function restore()
+    n = n + 1
+    return proc.output("printf '?\\001\\000\\000\\000\\000' | " .. flags .. " restore --image-path " .. q(dir .. "/img")
+      .. " --bundle " .. q(dir .. "/b") .. " i" .. n .. " 2>/dev/null | head -c 6 | od -An -c | tr -s ' \\n' ' '")
+  end
+  local function stop()
+    proc.remove_tree(dir)
+  end
+  return restore, stop
+end
+
 -- Removes what runners with cgroup_root left (its tenant-less root in every hierarchy).
 function M.remove_cgroup_root(cgroup_root)
   os.execute("for h in /sys/fs/cgroup/*; do [ -d $h/" .. cgroup_root .. " ] && rmdir $h/" .. cgroup_root .. "; done 2>/dev/null")
