@@ -10,8 +10,10 @@
 --   * the same request again (the cache hit): POST to answer;
 --   * create + first command (`true`) on that template against the default root, alternated
 --     round by round, medians and their ratio;
---   * examples/data_template.lua (python3-numpy and python3-matplotlib, a plot read back), then
---     `python3 -c "import numpy"` on the data template and on the default root;
+--   * examples/data_template.lua (python3-numpy, python3-pandas and python3-matplotlib, a plot
+--     read back), then `python3 -c "import numpy"` and `"import pandas"` on the data template and
+--     on the default root (the host's /usr: numpy is there when the host has python3-matplotlib,
+--     as install-deps gives it for the kernels' charts);
 --   * commands per second of 8 busy sessions (each running `true` back to back) alone and then
 --     beside a build (a template of jq, hello and python3: over the base a smaller build may end
 --     within the window), in pairs of 10 s windows, the median ratio.
@@ -125,15 +127,18 @@ local ok, err = pcall(function()
     local rc, out = proc.run_capture(string.format("SANDBOX_API_URL=%s SANDBOX_API_KEY=%s %s examples/data_template.lua 2>/dev/null",
       q(server.url), q(KEY), q(proc.lua_interpreter())))
     check(rc == 0 and out:find("sine.png is a PNG", 1, true), "examples/data_template.lua: " .. tostring(out))
-    row("examples/data_template.lua: numpy + matplotlib built, plotted (s)", string.format("%.0f", now() - d0))
+    row("examples/data_template.lua: numpy + pandas + matplotlib built, plotted (s)", string.format("%.0f", now() - d0))
     local _, rec = call(server, "GET", "/v1/templates/data", KEY)
     row("  the data template's size (MB)", string.format("%.0f", rec.size / 1048576))
     local d, p = create("data"), create(nil)
-    local rd, rp = exec(d, 'python3 -c "import numpy"'), exec(p, 'python3 -c "import numpy"')
-    row('python3 -c "import numpy" on the data template', string.format("exit %d", rd.exit_code))
-    local missing = rp.stderr:find("ModuleNotFoundError", 1, true)
-    row('python3 -c "import numpy" on the default root', string.format("exit %d", rp.exit_code) .. (missing
-      and ", ModuleNotFoundError" or ""))
+    for _, module in ipairs({ "numpy", "pandas" }) do
+      local cmd = 'python3 -c "import ' .. module .. '"'
+      local rd, rp = exec(d, cmd), exec(p, cmd)
+      row(cmd .. " on the data template", string.format("exit %d", rd.exit_code))
+      local missing = rp.stderr:find("ModuleNotFoundError", 1, true)
+      row(cmd .. " on the default root", string.format("exit %d", rp.exit_code) .. (missing
+        and ", ModuleNotFoundError" or ""))
+    end
     delete(d)
     delete(p)
   end

@@ -1,5 +1,6 @@
--- A data template (airlockd): numpy and matplotlib from Debian's packages, built once into a
--- read-only root, then a session on it plots a sine and the PNG comes back. Needs
+-- A data template (airlockd): numpy, pandas and matplotlib from Debian's packages, built once
+-- into a read-only root, then a session on it plots a sine from a pandas frame and the PNG
+-- comes back. Needs
 -- SANDBOX_API_URL and SANDBOX_API_KEY (`scripts/with-airlockd.sh` sets both). The first run
 -- builds the template (a few minutes: ~100 packages); the next ones find it built at once.
 -- Runs on Lua 5.1 through 5.4 and LuaJIT.
@@ -7,7 +8,7 @@ local airlock = require "airlock"
 
 local t = airlock.templates.build{
   name = "data",
-  packages = { "python3-numpy", "python3-matplotlib" },
+  packages = { "python3-numpy", "python3-pandas", "python3-matplotlib" },
   -- run once at build time, as root, without network
   setup = { "python3 -c 'import matplotlib.font_manager'" },
 }
@@ -24,10 +25,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 x = np.linspace(0, 2 * np.pi, 200)
-plt.plot(x, np.sin(x))
+frame = pd.DataFrame({"x": x, "sin": np.sin(x)})
+plt.plot(frame["x"], frame["sin"])
 plt.savefig("sine.png")
-print("numpy", np.__version__)
+print("numpy", np.__version__, "pandas", pd.__version__)
 ]])
   local r = sbx:run("python3 plot.py"):check()
   io.write(r.stdout)
