@@ -289,11 +289,12 @@ image_result image_mount(const image_tools *t, const char *image, const char *mn
     char holder[64];
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (loop_serving(image, holder, sizeof holder) && ms_since(&t0) < HELD_WAIT_MS) {
+    bool held; /* (a scan of every loop device: once when none serves it, as at nearly every mount) */
+    while ((held = loop_serving(image, holder, sizeof holder)) && ms_since(&t0) < HELD_WAIT_MS) {
         struct timespec nap = {0, HELD_POLL_MS * 1000000L};
         nanosleep(&nap, NULL);
     }
-    if (loop_serving(image, holder, sizeof holder)) {
+    if (held) {
         snprintf(err, errlen, "%s is still attached to /dev/%s (a copy of its mount in another mount "
                               "namespace holds it); not mounting it a second time",
                  image, holder);
