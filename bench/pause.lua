@@ -108,15 +108,7 @@ local function pause_bytes(id)
   return r.image_bytes
 end
 
-local function stats(t)
-  table.sort(t)
-  local function at(p) return t[math.max(1, math.min(#t, math.ceil(p / 100 * #t)))] end
-  return { p50 = at(50), p95 = at(95) }
-end
-
-local function load_average()
-  return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
-end
+local stats, load_average = require("stats").p50_p95, harness.loadavg
 
 local function row(label, st)
   print(string.format("%-52s %10.1f %10.1f", label, st.p50, st.p95))

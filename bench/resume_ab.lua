@@ -61,15 +61,7 @@ local function kernel_session(s, body, setup, ask, want)
   end
 end
 
-local function stats(t)
-  table.sort(t)
-  local function at(p) return t[math.max(1, math.min(#t, math.ceil(p / 100 * #t)))] end
-  return { p50 = at(50), p95 = at(95) }
-end
-
-local function load_average()
-  return (proc.read_file("/proc/loadavg") or "?"):match("^(%S+ %S+ %S+)")
-end
+local stats, load_average = require("stats").p50_p95, harness.loadavg
 
 local A = start(os.getenv("BENCH_A") or "/work/main/build/airlockd")
 local B = start(os.getenv("BENCH_B") or "build/airlockd")
