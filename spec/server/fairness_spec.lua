@@ -127,7 +127,7 @@ describe("airlockd cgroups per tenant", function()
     with_server({ tenants = { ["we ird/../x"] = key } }, function(weird)
       local wroot = host_state.cgroup_root(weird.dir .. "/state")
       local id = http_client.create(weird, key).json.session_id
-      local job = http_client.exec_async(weird, key, id, "sleep 3", 30)
+      local job = http_client.exec_async(weird, key, id, http_client.until_go(), 60)
       assert.truthy(wait_runs(weird, 1) >= 1)
       local groups = {}
       for _, dir in ipairs(host_state.cgroups_under(wroot)) do
@@ -138,7 +138,8 @@ describe("airlockd cgroups per tenant", function()
       assert.are.equal(2, #groups, table.concat(groups, " "))
       assert.are.equal("internal", groups[1])
       assert.truthy(groups[2]:match("^t%-_%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$"), groups[2])
-      assert.are.equal(0, job.wait(60).exit_code)
+      assert.are.equal(200, http_client.write(weird, key, id, "go", "").status)
+      assert.are.equal(0, job.wait(90).exit_code)
     end)
   end)
 end)

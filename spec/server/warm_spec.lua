@@ -134,13 +134,14 @@ describe("warm sandboxes", function()
     assert.are.equal(SESSION_MODE and "1024" or "128", host_state.cgroup_value(cpu_dir, "cpu.shares"))
     assert.are.equal(tostring(256 * 1024 * 1024), host_state.cgroup_value(mem_dir, "memory.limit_in_bytes"))
     -- once its command runs: thawed, one CPU, the full weight
-    local job = http_client.exec_async(a, key, id, "sleep 3; echo slept", 20)
+    local job = http_client.exec_async(a, key, id, http_client.until_go() .. "echo slept", 60)
     assert.is_true(proc.wait_until(20, function()
       return host_state.cgroup_value(waiting[1], "freezer.state") == "THAWED"
     end, 0.05))
     assert.are.equal("100000", host_state.cgroup_value(cpu_dir, "cpu.cfs_quota_us"))
     assert.are.equal("1024", host_state.cgroup_value(cpu_dir, "cpu.shares"))
-    assert.are.equal("slept\n", job.wait(60).stdout)
+    assert.are.equal(200, http_client.write(a, key, id, "go", "").status)
+    assert.are.equal("slept\n", job.wait(90).stdout)
 
     -- an OOM kill is the command's own and not the next one's
     assert.are.equal(1, #wait_waiting(root, 1, id))

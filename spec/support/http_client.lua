@@ -91,6 +91,13 @@ function M.exists(server, key, id, path)
   return r.status == 200 and r.json ~= nil and r.json.content ~= "Error: File '" .. path .. "' does not exist."
 end
 
+-- The start of a command that waits (up to `seconds`, default 60) for the file go in its
+-- workspace, which the spec writes (M.write) once it has checked what it must while the command
+-- runs: a sleep could end first on a loaded machine.
+function M.until_go(seconds)
+  return string.format("for _ in $(seq %d); do [ -e go ] && break; sleep 0.1; done; ", (seconds or 60) * 10)
+end
+
 function M.delete(server, key, id)
   return M.request(server, "DELETE", "/v1/sessions/" .. id, { key = key })
 end
