@@ -283,13 +283,13 @@ int main(void)
     gate_set(&g, false);
     CHECK(gate_reaches(&g, 0, 2));
     CHECK(!g.timed_out); /* no request waited for the statement */
-    CHECK(g.db.last_want == 2 * 5 - 3 && g.last_give_back == 0); /* to twice what was spent, nothing given back */
-    for (int i = 0; i < 2; i++) /* of the 7 topped up: no request asks */
+    CHECK(g.db.last_want == 4 * 5 && g.last_give_back == 0); /* 4 times what was spent, nothing given back */
+    for (int i = 0; i < 2; i++) /* of the 20 topped up: no request asks */
         CHECK(limits_take_token(l, 0, &avail, &retry));
     CHECK(g.db.statements == 2);
     limits_stop_renewer(l);
     limits_return_leases(l, true);
-    CHECK(g.db.tokens == 1200000 - 10); /* 10 spent of the 15 leased, the rest back */
+    CHECK(g.db.tokens == 1200000 - 10); /* 10 spent of the 28 leased, the rest back */
     limits_free(l);
     pthread_cond_destroy(&g.changed);
     tenants_free(bt);

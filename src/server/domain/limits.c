@@ -126,7 +126,7 @@ static long whole_seconds_up(double s)
 
 /* With the renewer running, a tenant whose requests keep coming never waits for the database
  * (l->mu held, after a token was spent): fewer tokens left than it spent since its lease was
- * taken, topped up or extended, and the renewer tops the lease up to twice that in the
+ * taken, topped up or extended, and the renewer tops the lease up by four times that in the
  * background; enough left but the lease in its last quarter, and it is extended here. A
  * node never holds more than limits_lease_max of a tenant either way, so the bound is a
  * lease's (docs/fleet.md "The cost of a call"). */
@@ -235,9 +235,13 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
     return ok;
 }
 
-/* Tops up one tenant's lease (l->mu held, released during the statement): to twice what it
- * spent since its lease was taken, topped up or extended, within the bound; nothing is given
- * back, the requests spend what it holds meanwhile. */
+/* Tops up one tenant's lease (l->mu held, released during the statement) by four times what
+ * the requests spent since it was taken, topped up or extended (more than is left: so what
+ * it holds at least doubles while they spend it that fast, as a lease asked for by a request
+ * does; with twice, a tenant ramping up took more statements than without the renewer),
+ * within the bound; nothing is given back, the requests spend what it holds meanwhile. */
+#define TOP_UP_FACTOR 4.0
+
 static void top_up(limits *l, size_t tenant)
 {
     const tenant_cfg *tc = tenants_get(l->tenants, tenant);
@@ -246,7 +250,7 @@ static void top_up(limits *l, size_t tenant)
     if (s->leasing || s->leased < 1) /* a request asks now, or it ran out: the request path asks */
         return;
     int most = limits_lease_max(tc->requests_per_minute, l->sh.nodes ? l->sh.nodes(l->sh.ctx) : 1);
-    double want = 2.0 * s->lease_spent - s->leased, room = most - s->leased;
+    double want = TOP_UP_FACTOR * s->lease_spent, room = most - s->leased;
     want = want < room ? want : room;
     if (want < 1)
         return;

@@ -53,7 +53,8 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
 
 /* Starts the renewer (in a fleet, after limits_set_shared): a thread that tops up a tenant's
  * lease once the requests spent more of it than is left, so that a tenant whose requests keep
- * coming is never kept waiting for the database; a lease that still holds enough is extended
+ * coming waits for the database only while it spends faster than the top-ups grow (a lease
+ * at least doubles each); a lease that still holds enough is extended
  * by the request that finds it in its last quarter. 0, or -1 without a thread. Without it a
  * lease is taken again only when it is spent or past its time, by the request that finds it
  * so. */
