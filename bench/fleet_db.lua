@@ -109,6 +109,18 @@ local ok, err = pcall(function()
   local on_each = { { url = node.url, sid = sid_node } } -- a session on each node
   for i = 2, #f.info.nodes do on_each[i] = { url = f.info.nodes[i].url, sid = session_on(f.info.nodes[i].url) } end
 
+  -- pg_stat_statements: calls and time of each statement the fleet's role ran
+  local STATEMENTS = "SELECT queryid, calls, total_exec_time + total_plan_time,"
+    .. " left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements WHERE toplevel"
+  local function statements()
+    local ok_s, out = pcall(fleet.sql, f, STATEMENTS)
+    local rows = {}
+    if not ok_s or not out:match("^%-?%d+|") then return nil end
+    for id, calls, ms, text in out:gmatch("(%-?%d+)|(%d+)|([%d.e+-]+)|([^\n]*)") do
+      rows[id] = { calls = tonumber(calls), ms = tonumber(ms), text = text }
+    end
+    return rows
+  end
   -- 1. reads on one keep-alive connection
   local function reads(url, sid)
     local out = proc.output(string.format("%s %s %s %d", RAW, q(url .. "/v1/sessions/" .. sid .. "/read?path=ten.txt"),
@@ -120,6 +132,15 @@ local ok, err = pcall(function()
   local cpu = { single = 0, node = 0, db = 0, haproxy = 0, router_node = 0, router_db = 0 }
   reads(single.url, sid_single) -- warm
   reads(node.url, sid_node)
+  -- the lease statements the rounds took (node1's: the other nodes serve none of them)
+  local function leases(rows)
+    local n = 0
+    for _, row in pairs(rows or {}) do
+      if row.text:find("airlock_lease_tokens", 1, true) then n = n + row.calls end
+    end
+    return n
+  end
+  local leases0 = leases(statements())
   for _ = 1, ROUNDS do
     local c0 = cpu_of(single.pid)
     rate.single[#rate.single + 1] = reads(single.url, sid_single)
@@ -162,6 +183,8 @@ local ok, err = pcall(function()
       for i, x in ipairs(rate.direct_x) do t[i] = string.format("%.2f", x) end
       return t
     end)(), " ")))
+  print(string.format("  lease statements during the rounds: %d (%d reads on node1, straight and through the router)",
+    leases(statements()) - leases0, 2 * all))
   print("load average " .. harness.loadavg())
   if READS_ONLY then return end
 
@@ -210,18 +233,6 @@ local ok, err = pcall(function()
   print(string.format("idle fleet (3 nodes and the router program): %.1f transactions/s, %.2f%% of a core in PostgreSQL", idle_rate,
     idle_cpu * 100))
   local cost = {}
-  -- pg_stat_statements: calls and time of each statement the fleet's role ran
-  local STATEMENTS = "SELECT queryid, calls, total_exec_time + total_plan_time,"
-    .. " left(regexp_replace(query, '\\s+', ' ', 'g'), 70) FROM pg_stat_statements WHERE toplevel"
-  local function statements()
-    local ok_s, out = pcall(fleet.sql, f, STATEMENTS)
-    local rows = {}
-    if not ok_s or not out:match("^%-?%d+|") then return nil end
-    for id, calls, ms, text in out:gmatch("(%-?%d+)|(%d+)|([%d.e+-]+)|([^\n]*)") do
-      rows[id] = { calls = tonumber(calls), ms = tonumber(ms), text = text }
-    end
-    return rows
-  end
   local function measure(name, fn, show)
     local s0 = show and statements()
     local n, x, c, t, all_t, nd, on_node = phase(fn)
