@@ -252,8 +252,10 @@ static void top_up(limits *l, size_t tenant)
     int most = limits_lease_max(tc->requests_per_minute, l->sh.nodes ? l->sh.nodes(l->sh.ctx) : 1);
     double want = TOP_UP_FACTOR * s->lease_spent, room = most - s->leased;
     want = want < room ? want : room;
-    if (want < 1)
+    if (want < 1) { /* it holds the bound's worth: counted again from here */
+        s->lease_spent = 0;
         return;
+    }
     s->leasing = true;
     s->lease_spent = 0; /* what is spent from now on sizes the next one */
     pthread_mutex_unlock(&l->mu);
@@ -264,7 +266,7 @@ static void top_up(limits *l, size_t tenant)
     s->leasing = false;
     pthread_cond_broadcast(&l->leased);
     if (rc != 0)
-        return; /* the request path asks when what is held is spent */
+        return; /* asked again once more is spent than left, and by the request that finds it all spent */
     double now = mono_now();
     s->bucket_left = left > 0 ? left : 0;
     if (granted < 1) {
