@@ -124,12 +124,13 @@ static long whole_seconds_up(double s)
     return whole < 1 ? 1 : whole;
 }
 
-/* With the renewer running, a tenant whose requests keep coming never waits for the database
- * (l->mu held, after a token was spent): fewer tokens left than it spent since its lease was
- * taken, topped up or extended, and the renewer tops the lease up by four times that in the
- * background; enough left but the lease in its last quarter, and it is extended here. A
- * node never holds more than limits_lease_max of a tenant either way, so the bound is a
- * lease's (docs/fleet.md "The cost of a call"). */
+/* With the renewer running, a tenant whose requests keep coming seldom waits for the database
+ * (only while it spends faster than the top-ups grow). Called with l->mu held, after a token
+ * was spent: fewer tokens left than it spent since its lease was taken, topped up or
+ * extended, and the renewer tops the lease up by four times that in the background; enough
+ * left but the lease in its last quarter, and it is extended here. A node never holds more
+ * than limits_lease_max of a tenant either way, so the bound is a lease's (docs/fleet.md
+ * "The cost of a call"). */
 static void keep_ahead(limits *l, tenant_state *s, double now)
 {
     if (s->leased < s->lease_spent) {
