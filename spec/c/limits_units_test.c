@@ -10,6 +10,7 @@
 #include "domain/limits.h"
 #include "domain/tenants.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -38,12 +39,24 @@ typedef struct {
     int nodes;
 } fake_db;
 
+/* the renewers' threads call the fake database too */
+static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int fake_lease_locked(fake_db *db, int want, double give_back, int *granted, double *left, double *wait_s);
+
 static int fake_lease(void *ctx, const char *tenant, int per_minute, int want, double give_back, int *granted,
                       double *left, double *wait_s)
 {
-    fake_db *db = ctx;
     (void)tenant;
     (void)per_minute;
+    pthread_mutex_lock(&fake_mu);
+    int rc = fake_lease_locked(ctx, want, give_back, granted, left, wait_s);
+    pthread_mutex_unlock(&fake_mu);
+    return rc;
+}
+
+static int fake_lease_locked(fake_db *db, int want, double give_back, int *granted, double *left, double *wait_s)
+{
     if (db->away)
         return -1;
     db->statements++;
@@ -115,6 +128,67 @@ static limits *node_of(const tenants *t, fake_db *db)
                         .exec_return = fake_return, .nodes = fake_nodes, .ctx = db};
     limits_set_shared(l, &sh);
     return l;
+}
+
+/* A database whose statements wait at a gate while it is shut (up to 10 s: then the test
+ * fails instead of hanging), to see what the requests do while a lease statement is under
+ * way. */
+typedef struct {
+    fake_db db;
+    bool shut;
+    int waiting;   /* statements waiting at the gate */
+    bool timed_out;
+    double last_give_back;
+    pthread_cond_t changed;
+} gated_db;
+
+static int gated_lease(void *ctx, const char *tenant, int per_minute, int want, double give_back, int *granted,
+                       double *left, double *wait_s)
+{
+    gated_db *g = ctx;
+    (void)tenant;
+    (void)per_minute;
+    pthread_mutex_lock(&fake_mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    g->waiting++;
+    pthread_cond_broadcast(&g->changed);
+    while (g->shut && !g->timed_out)
+        g->timed_out = pthread_cond_timedwait(&g->changed, &fake_mu, &until) != 0;
+    g->waiting--;
+    g->last_give_back = give_back;
+    int rc = fake_lease_locked(&g->db, want, give_back, granted, left, wait_s);
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&fake_mu);
+    return rc;
+}
+
+static int gated_nodes(void *ctx)
+{
+    return ((gated_db *)ctx)->db.nodes;
+}
+
+/* Waits (up to 10 s) until the gate's statements waiting or answered reach the counts. */
+static bool gate_reaches(gated_db *g, int waiting, int statements)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&fake_mu);
+    bool ok = true;
+    while (ok && (g->waiting != waiting || g->db.statements != statements))
+        ok = pthread_cond_timedwait(&g->changed, &fake_mu, &until) == 0;
+    pthread_mutex_unlock(&fake_mu);
+    return ok;
+}
+
+static void gate_set(gated_db *g, bool shut)
+{
+    pthread_mutex_lock(&fake_mu);
+    g->shut = shut;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&fake_mu);
 }
 
 int main(void)
@@ -190,7 +264,53 @@ int main(void)
     CHECK(busy.statements == 6);   /* the give-back, then one lease */
     CHECK(busy.last_want == 2 * (100 - 8 - 16 - 32));
     limits_free(l);
+
+    /* the renewer: a tenant whose requests keep coming never waits for a lease statement */
+    gated_db g = {.db = {.tokens = 1200000, .nodes = 3}};
+    pthread_cond_init(&g.changed, NULL);
+    l = limits_new(bt);
+    limits_shared gsh = {.lease = gated_lease, .nodes = gated_nodes, .ctx = &g};
+    limits_set_shared(l, &gsh);
+    CHECK(limits_renew_ahead(l) == 0);
+    CHECK(limits_take_token(l, 0, &avail, &retry)); /* its first lease (8): the request asks */
+    CHECK(g.db.statements == 1 && g.db.last_want == 8);
+    gate_set(&g, true);
+    for (int i = 0; i < 4; i++) /* 3 left of the 8, 5 spent: the renewer tops it up */
+        CHECK(limits_take_token(l, 0, &avail, &retry));
+    CHECK(gate_reaches(&g, 1, 1)); /* its statement waits at the gate */
+    for (int i = 0; i < 3; i++)    /* meanwhile the requests spend what the node holds */
+        CHECK(limits_take_token(l, 0, &avail, &retry));
+    gate_set(&g, false);
+    CHECK(gate_reaches(&g, 0, 2));
+    CHECK(!g.timed_out); /* no request waited for the statement */
+    CHECK(g.db.last_want == 4 * 5 && g.last_give_back == 0); /* 4 times what was spent, nothing given back */
+    for (int i = 0; i < 2; i++) /* of the 20 topped up: no request asks */
+        CHECK(limits_take_token(l, 0, &avail, &retry));
+    CHECK(g.db.statements == 2);
+    limits_stop_renewer(l);
+    limits_return_leases(l, true);
+    CHECK(g.db.tokens == 1200000 - 10); /* 10 spent of the 28 leased, the rest back */
+    limits_free(l);
+    pthread_cond_destroy(&g.changed);
     tenants_free(bt);
+
+    /* three nodes with renewers on one bucket: never more than it held */
+    fake_db rshared = {.tokens = 120, .nodes = 3};
+    limits *rn[3] = {node_of(t, &rshared), node_of(t, &rshared), node_of(t, &rshared)};
+    for (int i = 0; i < 3; i++)
+        CHECK(limits_renew_ahead(rn[i]) == 0);
+    admitted = 0;
+    for (int i = 0; i < 600; i++)
+        admitted += limits_take_token(rn[i % 3], 0, &avail, &retry);
+    CHECK(admitted <= 120);
+    CHECK(admitted >= 120 - 3 * 4);
+    for (int i = 0; i < 3; i++) {
+        limits_stop_renewer(rn[i]);
+        limits_return_leases(rn[i], true);
+    }
+    CHECK((double)admitted + rshared.tokens == 120);
+    for (int i = 0; i < 3; i++)
+        limits_free(rn[i]);
 
     /* exec slots, 2 for the tenant on 3 nodes */
     fake_db sdb = {.tokens = 120, .nodes = 3};

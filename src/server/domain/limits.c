@@ -39,6 +39,7 @@ typedef struct {
     double refused_until; /* monotonic: the fleet's bucket had no token before then */
     double bucket_left;   /* the fleet's bucket after the last lease (requests_available) */
     bool leasing;         /* a thread is asking the database for this tenant now */
+    bool top_up;          /* running low: the renewer tops the lease up (limits_renew_ahead) */
 } tenant_state;
 
 struct limits {
@@ -48,6 +49,10 @@ struct limits {
     pthread_cond_t slots;  /* an exec slot may be free on this node (a command ended) */
     tenant_state *t;
     limits_shared sh; /* all NULL on one machine */
+    /* the renewer (limits_renew_ahead): tops up the leases running low, off the requests */
+    pthread_t renewer;
+    pthread_cond_t renew; /* a tenant's lease runs low, or stop */
+    bool renewing, renew_stop, renew_due;
 };
 
 static double mono_now(void)
@@ -72,6 +77,7 @@ limits *limits_new(const tenants *t)
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->leased, NULL);
     pthread_cond_init(&l->slots, NULL);
+    pthread_cond_init(&l->renew, NULL);
     return l;
 }
 
@@ -79,9 +85,11 @@ void limits_free(limits *l)
 {
     if (!l)
         return;
+    limits_stop_renewer(l);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->leased);
     pthread_cond_destroy(&l->slots);
+    pthread_cond_destroy(&l->renew);
     free(l->t);
     free(l);
 }
@@ -116,6 +124,27 @@ static long whole_seconds_up(double s)
     return whole < 1 ? 1 : whole;
 }
 
+/* With the renewer running, a tenant whose requests keep coming seldom waits for the database
+ * (only while it spends faster than the top-ups grow). Called with l->mu held, after a token
+ * was spent: fewer tokens left than it spent since its lease was taken, topped up or
+ * extended, and the renewer tops the lease up by four times that in the background; enough
+ * left but the lease in its last quarter, and it is extended here. A node never holds more
+ * than limits_lease_max of a tenant either way, so the bound is a lease's (docs/fleet.md
+ * "The cost of a call"). */
+static void keep_ahead(limits *l, tenant_state *s, double now)
+{
+    if (s->leased < s->lease_spent) {
+        if (!s->top_up && !s->leasing && now >= s->refused_until) {
+            s->top_up = true;
+            l->renew_due = true;
+            pthread_cond_signal(&l->renew);
+        }
+    } else if (now >= s->lease_until - LIMITS_LEASE_S / 4) {
+        s->lease_until = now + LIMITS_LEASE_S;
+        s->lease_spent = 0;
+    }
+}
+
 /* The token from the fleet's bucket through this node's lease: 1 granted, 0 refused, -1 the
  * database did not answer (then the caller decides alone). Called with l->mu held; one
  * thread per tenant asks the database, the others wait for its answer. */
@@ -129,6 +158,8 @@ static int take_leased(limits *l, size_t tenant, long *available, long *retry_af
             s->leased -= 1;
             s->lease_spent++;
             *available = (long)(s->bucket_left + s->leased);
+            if (l->renewing)
+                keep_ahead(l, s, now);
             return 1;
         }
         if (now < s->refused_until) { /* the bucket was empty: no need to ask again yet */
@@ -203,6 +234,92 @@ bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_af
     }
     pthread_mutex_unlock(&l->mu);
     return ok;
+}
+
+/* Tops up one tenant's lease (l->mu held, released during the statement) by four times what
+ * the requests spent since it was taken, topped up or extended (more than is left: so what
+ * it holds at least doubles while they spend it that fast, as a lease asked for by a request
+ * does; with twice, a tenant ramping up took more statements than without the renewer),
+ * within the bound; nothing is given back, the requests spend what it holds meanwhile. */
+#define TOP_UP_FACTOR 4.0
+
+static void top_up(limits *l, size_t tenant)
+{
+    const tenant_cfg *tc = tenants_get(l->tenants, tenant);
+    tenant_state *s = &l->t[tenant];
+    s->top_up = false;
+    if (s->leasing || s->leased < 1) /* a request asks now, or it ran out: the request path asks */
+        return;
+    int most = limits_lease_max(tc->requests_per_minute, l->sh.nodes ? l->sh.nodes(l->sh.ctx) : 1);
+    double want = TOP_UP_FACTOR * s->lease_spent, room = most - s->leased;
+    want = want < room ? want : room;
+    if (want < 1) { /* it holds the bound's worth: counted again from here */
+        s->lease_spent = 0;
+        return;
+    }
+    s->leasing = true;
+    s->lease_spent = 0; /* what is spent from now on sizes the next one */
+    pthread_mutex_unlock(&l->mu);
+    int granted = 0;
+    double left = 0, wait_s = 0;
+    int rc = l->sh.lease(l->sh.ctx, tc->name, tc->requests_per_minute, (int)want, 0, &granted, &left, &wait_s);
+    pthread_mutex_lock(&l->mu);
+    s->leasing = false;
+    pthread_cond_broadcast(&l->leased);
+    if (rc != 0)
+        return; /* asked again once more is spent than left, and by the request that finds it all spent */
+    double now = mono_now();
+    s->bucket_left = left > 0 ? left : 0;
+    if (granted < 1) {
+        s->refused_until = now + wait_s; /* what is held is spent, then refused locally */
+        return;
+    }
+    s->leased += granted;
+    s->lease_until = now + LIMITS_LEASE_S;
+}
+
+static void *renewer_main(void *arg)
+{
+    limits *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->renew_stop) {
+        if (!l->renew_due) {
+            pthread_cond_wait(&l->renew, &l->mu);
+            continue;
+        }
+        l->renew_due = false;
+        size_t n = tenants_capacity(l->tenants);
+        for (size_t i = 0; i < n && !l->renew_stop; i++)
+            if (l->t[i].top_up)
+                top_up(l, i);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+int limits_renew_ahead(limits *l)
+{
+    if (!l->sh.lease || l->renewing)
+        return 0;
+    l->renew_stop = false;
+    if (pthread_create(&l->renewer, NULL, renewer_main, l) != 0)
+        return -1;
+    pthread_mutex_lock(&l->mu);
+    l->renewing = true;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+void limits_stop_renewer(limits *l)
+{
+    pthread_mutex_lock(&l->mu);
+    bool running = l->renewing;
+    l->renewing = false;
+    l->renew_stop = true;
+    pthread_cond_signal(&l->renew);
+    pthread_mutex_unlock(&l->mu);
+    if (running)
+        pthread_join(l->renewer, NULL);
 }
 
 /* The tenant's slots to give back now (l->mu held): every idle one (all), else those not used

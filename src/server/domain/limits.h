@@ -32,7 +32,8 @@ typedef struct {
     void *ctx;
 } limits_shared;
 
-/* How long a node keeps leased tokens before what is left goes back to the fleet's bucket. */
+/* How long a node keeps leased tokens before what is left goes back to the fleet's bucket
+ * (a lease still in use is extended or topped up first: limits_renew_ahead). */
 #define LIMITS_LEASE_S 2.0
 
 /* The most tokens one node leases at once of a tenant allowed per_minute requests in a fleet
@@ -49,6 +50,17 @@ void limits_set_shared(limits *l, const limits_shared *s);
 /* Takes one request token. Returns true when granted (then *available = floor of the
  * tokens left), false with the whole seconds to wait in *retry_after (≥ 1). */
 bool limits_take_token(limits *l, size_t tenant, long *available, long *retry_after);
+
+/* Starts the renewer (in a fleet, after limits_set_shared): a thread that tops up a tenant's
+ * lease once the requests spent more of it than is left, so that a tenant whose requests keep
+ * coming waits for the database only while it spends faster than the top-ups grow (a lease
+ * at least doubles each); a lease that still holds enough is extended
+ * by the request that finds it in its last quarter. 0, or -1 without a thread. Without it a
+ * lease is taken again only when it is spent or past its time, by the request that finds it
+ * so. */
+int limits_renew_ahead(limits *l);
+/* Stops the renewer (waits for a statement under way); limits_free does it too. */
+void limits_stop_renewer(limits *l);
 
 /* How long a request whose tenant's slots are all held waits for another node's idle ones
  * (asked for by a notice) before it is refused (429), and how often it asks again meanwhile. */

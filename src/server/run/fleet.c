@@ -106,6 +106,10 @@ int server_join_fleet(server *s)
     limits_shared ls;
     fleet_wire(a->fleet, &s->shared, &ls);
     limits_set_shared(a->lim, &ls);
+    if (limits_renew_ahead(a->lim) != 0) { /* a busy tenant's requests never wait for a lease */
+        snprintf(s->err, sizeof s->err, "fleet: cannot start the request tokens' renewer");
+        return -1;
+    }
     if (fleet_listen_slots(a->fleet, slots_wanted, a) != 0) {
         snprintf(s->err, sizeof s->err, "fleet: cannot listen for the other nodes' exec slot requests");
         return -1;
@@ -225,8 +229,10 @@ int server_start_fleet(server *s)
 
 void server_stop_fleet(server *s)
 {
-    if (s->a.fleet) /* what this node leased and did not spend is the other nodes' again */
+    if (s->a.fleet) { /* what this node leased and did not spend is the other nodes' again */
+        limits_stop_renewer(s->a.lim);
         limits_return_leases(s->a.lim, true);
+    }
     fleet_stop(s->a.fleet); /* first: the heartbeat wakes the mover */
     if (s->a.fleet && pg_reachable(s->a.db)) { /* what the requests queued and did not ship goes now */
         fleet_audit_ship(s->a.fleet, s->a.audit);
