@@ -199,7 +199,7 @@ end)
 describe("airlockd and the request rate", function()
   local server, key
   setup(function()
-    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":3}}' } })
+    server = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = '{"*":{"requests_per_minute":3}}' }, lean = true })
     key = server.tenants.acme
   end)
   teardown(function() if server then airlockd.stop(server) end end)

@@ -45,7 +45,7 @@ describe("binary files through the SDK", function()
   local server, opts
 
   setup(function()
-    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "200" } })
+    server = airlockd.start({ env = { SANDBOX_WORKSPACE_QUOTA_MB = "200" }, lean = true }) -- (files alone)
     opts = { base_url = server.url, api_key = server.tenants.acme }
   end)
   teardown(function() if server then airlockd.stop(server) end end)

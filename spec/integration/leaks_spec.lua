@@ -20,10 +20,10 @@ describe("no session outlives its handle", function()
   local created = 0
 
   setup(function()
-    srv = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+    srv = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS }, lean = true }) -- (no command runs here)
     opts = { api_key = srv.tenants.acme, base_url = srv.url }
     -- sessions of this one expire after 2 s idle
-    expiring = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_SESSION_TTL = "2" } })
+    expiring = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_SESSION_TTL = "2" }, lean = true })
     short_opts = { api_key = expiring.tenants.acme, base_url = expiring.url }
   end)
 

@@ -10,7 +10,7 @@ describe("<close> leaves no session behind", function()
   local created = 0
 
   setup(function()
-    srv = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS } })
+    srv = airlockd.start({ env = { SANDBOX_TENANT_LIMITS = LIMITS }, lean = true }) -- (no command runs here)
     opts = { api_key = srv.tenants.acme, base_url = srv.url }
   end)
 

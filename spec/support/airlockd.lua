@@ -44,6 +44,9 @@ end
 -- opts.launcher: a command line put before airlockd's (e.g. "prlimit --nofile=256 --")
 -- opts.wait: seconds to wait for it to listen (default 30)
 -- opts.binary: the airlockd to run (default M.binary(); an A/B bench runs two builds)
+-- opts.lean: for a spec that runs no command (sessions, files, keys, the SDK's handles): its
+--   sessions get no sandbox of their own and no spares are made ahead (each is a gVisor boot:
+--   most of the CPU of such a spec); SANDBOX_EXEC_MODE=command, SANDBOX_WARM_NEW=0
 -- opts.private_template_bases: the server keeps its own cached template base (in its state)
 --   instead of the run's shared one ($AIRLOCK_TEST_TEMPLATE_BASES, see M.shared_template_bases)
 function M.start(opts)
@@ -64,6 +67,9 @@ function M.start(opts)
   local env = { SANDBOX_API_KEYS = table.concat(pairs_list, ","), SANDBOX_DISK_TOTAL_MB = "8192",
                 SANDBOX_EGRESS_DNS = "127.0.0.1:1" }
   if not opts.private_template_bases then M.shared_template_bases(env, opts.env) end
+  if opts.lean then -- no sandbox booted per session nor per spare: a spec that runs no command
+    env.SANDBOX_EXEC_MODE, env.SANDBOX_WARM_NEW = "command", "0"
+  end
   for k, v in pairs(opts.env or {}) do env[k] = v end
   local env_words = {}
   for k, v in pairs(env) do env_words[#env_words + 1] = k .. "=" .. shell_quote(v) end
