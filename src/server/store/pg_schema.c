@@ -519,18 +519,15 @@ static const char *const MIGRATIONS[] = {
     /* 17: a group's ends took their tenants' counter rows before the tenants' locks its starts
      * take, while a start on another connection of the node takes the lock first and then the
      * row: each waited for the other (sql_spec, 2 connections per node, under load: "deadlock
-     * detected"). A group now takes the lock of every tenant it touches first, in tenant
-     * order, as the starts do (an advisory lock is taken again at no cost by its holder). */
-    "CREATE FUNCTION airlock_group_lock(p_ends json, p_starts json) RETURNS void"
+     * detected"). A group now begins (airlock_group_begin) with the lock of every tenant it
+     * touches, in tenant order as the starts take them (an advisory lock is taken again at no
+     * cost by its holder), then its ends and audit rows; both group functions begin so. */
+    "CREATE FUNCTION airlock_group_begin(p_node text, p_rows json, p_ends json, p_starts json) RETURNS void"
     " LANGUAGE plpgsql AS $$ DECLARE t text; BEGIN"
     "  FOR t IN SELECT u.tenant FROM (SELECT value AS tenant FROM json_array_elements_text(p_ends)"
     "   UNION SELECT value->>0 FROM json_array_elements(p_starts)) u ORDER BY u.tenant COLLATE \"C\" LOOP"
     "   PERFORM pg_advisory_xact_lock(hashtext('airlock.commands'), hashtext(t));"
     "  END LOOP;"
-    " END $$;"
-    "CREATE OR REPLACE FUNCTION airlock_exec_group(p_node text, p_rows json, p_ends json, p_starts json)"
-    " RETURNS boolean[] LANGUAGE plpgsql AS $$ DECLARE admitted boolean[]; s record; BEGIN"
-    "  PERFORM airlock_group_lock(p_ends, p_starts);"
     "  IF json_array_length(p_ends) > 0 THEN"
     "   UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
     "    FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text(p_ends) GROUP BY value) e"
@@ -541,6 +538,10 @@ static const char *const MIGRATIONS[] = {
     "    r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
     "    FROM json_populate_recordset(NULL::audit, p_rows) r ON CONFLICT DO NOTHING;"
     "  END IF;"
+    " END $$;"
+    "CREATE OR REPLACE FUNCTION airlock_exec_group(p_node text, p_rows json, p_ends json, p_starts json)"
+    " RETURNS boolean[] LANGUAGE plpgsql AS $$ DECLARE admitted boolean[]; s record; BEGIN"
+    "  PERFORM airlock_group_begin(p_node, p_rows, p_ends, p_starts);"
     "  admitted := array_fill(false, ARRAY[json_array_length(p_starts)]);"
     "  FOR s IN SELECT value->>0 AS tenant, (value->>1)::integer AS max, i::integer AS i"
     "   FROM json_array_elements(p_starts) WITH ORDINALITY AS a(value, i) ORDER BY (value->>0) COLLATE \"C\", i LOOP"
@@ -550,17 +551,7 @@ static const char *const MIGRATIONS[] = {
     " END $$;"
     "CREATE OR REPLACE FUNCTION airlock_exec_group_take(p_node text, p_rows json, p_ends json, p_starts json)"
     " RETURNS integer[] LANGUAGE plpgsql AS $$ DECLARE taken integer[]; s record; BEGIN"
-    "  PERFORM airlock_group_lock(p_ends, p_starts);"
-    "  IF json_array_length(p_ends) > 0 THEN"
-    "   UPDATE command_counts c SET running = greatest(c.running - e.n, 0)"
-    "    FROM (SELECT value AS tenant, count(*)::integer AS n FROM json_array_elements_text(p_ends) GROUP BY value) e"
-    "    WHERE c.tenant = e.tenant AND c.node = p_node;"
-    "  END IF;"
-    "  IF json_array_length(p_rows) > 0 THEN"
-    "   INSERT INTO audit SELECT r.tenant_id, p_node, r.sk, r.ts_us, r.session_id, r.actor, r.kind, r.command,"
-    "    r.truncated, r.exit_code, r.duration_s, r.timed_out, r.oom_killed, r.detail"
-    "    FROM json_populate_recordset(NULL::audit, p_rows) r ON CONFLICT DO NOTHING;"
-    "  END IF;"
+    "  PERFORM airlock_group_begin(p_node, p_rows, p_ends, p_starts);"
     "  taken := array_fill(0, ARRAY[json_array_length(p_starts)]);"
     "  FOR s IN SELECT value->>0 AS tenant, (value->>1)::integer AS max, i::integer AS i"
     "   FROM json_array_elements(p_starts) WITH ORDINALITY AS a(value, i) ORDER BY (value->>0) COLLATE \"C\", i LOOP"

@@ -8,15 +8,21 @@
 #include <string.h>
 #include <unistd.h>
 
-int sync_close(int fd)
+/* sync(fd) (fsync or syncfs), then close: 0, or -1 with sync's errno (or open's: fd < 0). */
+static int synced_close(int fd, int (*sync)(int))
 {
     if (fd < 0)
         return -1;
-    int rc = fsync(fd);
+    int rc = sync(fd);
     int e = errno;
     close(fd);
     errno = e;
     return rc;
+}
+
+int sync_close(int fd)
+{
+    return synced_close(fd, fsync);
 }
 
 int sync_dir(const char *dir)
@@ -39,12 +45,5 @@ int sync_parent(const char *path)
 
 int sync_filesystem(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = syncfs(fd);
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc;
+    return synced_close(open(path, O_RDONLY | O_CLOEXEC), syncfs);
 }
