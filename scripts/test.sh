@@ -164,13 +164,14 @@ run_job() {
   # (valgrind's exit 99), counts as one failure
   if [ ! -s "$sum" ]; then
     echo "0 1 0" >> "$sum"; echo "(died before its summary, exit status $rc)" >> "$work/jobs/$n.failed"
+    tail -n 6 "$log" | cut -c1-200 | sed 's/^/    /' >> "$work/jobs/$n.failed"
   elif [ $rc -ne 0 ] && [ "$(awk '{ f += $2 } END { print f }' "$sum")" = 0 ]; then
     echo "0 1 0" >> "$sum"; echo "(exit status $rc after the specs)" >> "$log"
     echo "(exit status $rc after the specs)" >> "$work/jobs/$n.failed"
   fi
   # each failure line names its job, so the closing lines say what failed and where
   if [ -s "$work/jobs/$n.failed" ]; then
-    sed -i "s|^|$kind $args: |" "$work/jobs/$n.failed"
+    sed -i "/^    /! s|^|$kind $args: |" "$work/jobs/$n.failed" # (indented: why, from the handler)
   fi
   local secs
   secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')

@@ -26,6 +26,14 @@ return function(options)
           local where = t.trace and t.trace.short_src and
             (t.trace.short_src .. ":" .. tostring(t.trace.currentline)) or "?"
           f:write(string.format("%s  %s\n", where, t.name or "?"))
+          -- and why, briefly: CI's record keeps only the closing lines of the run
+          local why = tostring(t.message or ""):sub(1, 600)
+          local n = 0
+          for line in why:gmatch("[^\n]+") do
+            n = n + 1
+            if n > 8 then break end
+            f:write("    ", line, "\n")
+          end
         end
       end
       f:close()
