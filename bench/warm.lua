@@ -7,7 +7,7 @@
 -- command, in one run, interleaved round by round (this machine is shared and loaded: only
 -- figures taken together mean anything; the load average is printed with them).
 --
---   make bench        (or: lua5.4 bench/warm.lua [runs])      BENCH_SMOKE=1: 3 runs, pause 0.2 s
+--   make bench        (or: lua5.4 bench/warm.lua [runs])      BENCH_SMOKE=1: 2 runs, pause 0.2 s, 2 in parallel
 --   BENCH_PAUSE=s: the pause between spaced commands (default 0.3 s, the issue's)
 --
 -- Rows: exec `true` and `python3 -c pass` end to end over HTTP (lua-socket, no curl process),
@@ -28,10 +28,10 @@ local proc = require "support.proc"
 local cjson = require "cjson"
 
 local SMOKE = os.getenv("BENCH_SMOKE") == "1"
-local RUNS = SMOKE and 3 or math.max(10, tonumber(arg and arg[1]) or 20)
+local RUNS = SMOKE and 2 or math.max(10, tonumber(arg and arg[1]) or 20)
 local PAUSE = SMOKE and 0.2 or tonumber(os.getenv("BENCH_PAUSE")) or 0.3
-local PARALLEL = 8
-local BACK_TO_BACK = SMOKE and 4 or 20
+local PARALLEL = SMOKE and 2 or 8
+local BACK_TO_BACK = SMOKE and 3 or 20
 
 local function percentile(sorted, p)
   local idx = math.max(1, math.min(#sorted, math.ceil(p / 100 * #sorted)))
@@ -166,7 +166,7 @@ local ok, err = pcall(function()
   local idle = idle_cost(warm)
   local idle_sess = idle_cost(sess, "%-s%-")
   local rate = {}
-  for _, kind in ipairs(KINDS) do rate[kind] = parallel_rate(SERVERS[kind], SMOKE and 3 or BACK_TO_BACK) end
+  for _, kind in ipairs(KINDS) do rate[kind] = parallel_rate(SERVERS[kind], SMOKE and 2 or BACK_TO_BACK) end
   b2b.bare = timed(function()
     for _ = 1, BACK_TO_BACK do check(bare("true") == "", "bare true") end
   end)
