@@ -80,15 +80,20 @@ local function strings(what, list, allow_nil)
   return engine.array(out)
 end
 
--- templates.build{ name=, packages={...}, setup={...}, <connection options> } → Template. Starts
--- the build (or finds the same one: the same name and recipe answer at once with the same id);
--- t.status is "building", "ready" or "failed".
+-- templates.build{ name=, packages={...}, setup={...}, recommends=true, <connection options> }
+-- → Template. Starts the build (or finds the same one: the same name and recipe answer at once
+-- with the same id); t.status is "building", "ready" or "failed". recommends=true: apt also
+-- installs what the packages recommend (as apt-get does; by default only their dependencies).
 function M.build(opts)
-  local settings, f = split(opts, { name = true, packages = true, setup = true }, "options")
+  local settings, f = split(opts, { name = true, packages = true, setup = true, recommends = true }, "options")
   engine.check_string("name", f.name, { non_empty = true, utf8 = true })
   local body = { { "name", f.name }, { "packages", strings("packages", f.packages) } }
   local setup = strings("setup", f.setup, true)
-  if setup then body[3] = { "setup", setup } end
+  if setup then body[#body + 1] = { "setup", setup } end
+  if f.recommends ~= nil then
+    if type(f.recommends) ~= "boolean" then engine.bad_argument("recommends", "a boolean", f.recommends) end
+    body[#body + 1] = { "recommends", f.recommends }
+  end
   return new_template(settings, call(settings, "POST", "/v1/templates", body))
 end
 

@@ -29,6 +29,9 @@ describe("airlock.templates", function()
     expect_error("ValidationError", airlock.templates.build, with({ name = "x", packages = { "hello" }, bogus = 1 }))
     expect_error("ValidationError", airlock.templates.build, with({ packages = { "hello" } }))
     expect_error("ValidationError", airlock.templates.build, with({ name = "x", packages = "hello" }))
+    local err = expect_error("ValidationError", airlock.templates.build,
+      with({ name = "x", packages = { "hello" }, recommends = "no" }))
+    assert.truthy(tostring(err.message):find("recommends", 1, true), tostring(err.message))
     expect_error("ValidationError", airlock.templates.get, "", opts)
   end)
 
@@ -43,8 +46,9 @@ describe("airlock.templates", function()
   it("builds a template inside a task, reports progress, and runs a sandbox on it #build", function()
     local seen, last = 0, nil
     local task = airlock.spawn(function()
-      local t = airlock.templates.build(with({ name = "hello", packages = { "hello" } }))
+      local t = airlock.templates.build(with({ name = "hello", packages = { "hello" }, recommends = true }))
       assert.are.equal("building", t.status)
+      assert.are.equal(true, t.recommends)
       return t:wait{ on_progress = function(p) seen = seen + 1; last = p end, timeout = 900 }
     end)
     while airlock.poll(50) > 0 do end
@@ -55,8 +59,11 @@ describe("airlock.templates", function()
     assert.are.equal("ready", last.phase)
     assert.are.equal(100, last.percent)
 
-    local again = airlock.templates.build(with({ name = "hello", packages = { "hello" } }))
+    local again = airlock.templates.build(with({ name = "hello", packages = { "hello" }, recommends = true }))
     assert.are.equal(t.id, again.id)
+    -- without what hello recommends (nothing): another recipe, so a conflict on the same name
+    assert.are.equal(409, expect_error("SandboxError", airlock.templates.build,
+      with({ name = "hello", packages = { "hello" } })).status)
     assert.are.equal("ready", again.status)
 
     local names = {}

@@ -1,7 +1,8 @@
 -- Issue 25's "a matplotlib plot returns a PNG on a template with python3-matplotlib": a real
--- template of that package built from the archive (225 packages with what it recommends, ~190
--- MB of downloads), a session on it, a Python kernel there (the kernel program is copied into
--- every template's root) drawing a chart and importing numpy from the template's own /usr.
+-- template of that package built from the archive (with its dependencies, not what it only
+-- recommends: 225 packages, ~190 MB of downloads), a session on it, a Python kernel there (the
+-- kernel program is copied into every template's root) drawing a chart and importing numpy from
+-- the template's own /usr.
 -- With the cached base the whole file took 73 s on the quiet 2-CPU development machine (its
 -- own job, started first: scripts/test.sh LONG_SPECS); at load average 25 to 45, before the
 -- base, its build took 600 to 1380 s, hence the generous bounds.

@@ -119,6 +119,7 @@ describe("templates", function()
       { { name = "x", packages = many }, "packages" },
       { { name = "x", packages = { "hello" }, setup = { string.rep("x", 5000) } }, "setup" },
       { { name = "x", packages = { "hello" }, setup = "echo hi" }, "setup" },
+      { { name = "x", packages = { "hello" }, recommends = "no" }, "recommends" },
     }
     for _, c in ipairs(cases) do
       local res = post(s, acme, "/v1/templates", c[1])
@@ -129,15 +130,17 @@ describe("templates", function()
   end)
 
   it("builds a template, streams its progress, and answers the same request again at once", function()
-    local body = { name = "hello", packages = { "hello", "jq" }, setup = { "echo made-by-setup > /etc/made-by-setup" } }
+    -- (procps recommends psmisc: not in this one; in "second", which asks for what is recommended)
+    local body = { name = "hello", packages = { "hello", "jq", "procps" }, setup = { "echo made-by-setup > /etc/made-by-setup" } }
     local res = post(s, acme, "/v1/templates", body)
     assert.are.equal(202, res.status, res.body)
     assert.are.equal("building", res.json.status)
     local id = res.json.id
     assert.truthy(id:match("^tpl_%x+$"))
     -- another build at the same time: both need the base, one build makes it
-    local second = post(s, acme, "/v1/templates", { name = "second", packages = { "jq" } })
+    local second = post(s, acme, "/v1/templates", { name = "second", packages = { "procps" }, recommends = true })
     assert.are.equal(202, second.status, second.body)
+    assert.are.equal(true, second.json.recommends)
     assert.truthy(check_build_processes(s) > 0)
     -- the stream ends when the build does; its last event is the end
     local log = http_client.request(s, "GET", "/v1/templates/hello/log", { key = acme, max_time = 600 })
@@ -154,11 +157,17 @@ describe("templates", function()
 
     local t = wait_built(s, acme, "hello")
     assert.are.equal("ready", t.status, t.log_tail)
-    assert.are.same({ "hello", "jq" }, t.packages)
+    assert.are.same({ "hello", "jq", "procps" }, t.packages)
+    assert.are.equal(false, t.recommends)
     assert.truthy(t.size > 10 * 1024 * 1024)
     assert.truthy(exists(s.dir .. "/state/templates/" .. id .. "/root/usr/bin/hello"))
     -- the first builds made the base (once, one, complete), and left nothing of theirs beside the root
-    assert.are.equal("ready", wait_built(s, acme, "second").status)
+    local built = wait_built(s, acme, "second")
+    assert.are.equal("ready", built.status, built.log_tail)
+    local second_id = built.id
+    assert.truthy(exists(s.dir .. "/state/templates/" .. id .. "/root/usr/bin/ps"))
+    assert.falsy(exists(s.dir .. "/state/templates/" .. id .. "/root/usr/bin/killall"))
+    assert.truthy(exists(s.dir .. "/state/templates/" .. second_id .. "/root/usr/bin/killall")) -- psmisc, recommended
     local _, made = airlockd.log(s):gsub("making the base every template starts from", "")
     assert.are.equal(1, made)
     assert.truthy(bases(s):match("^%x+ $"), bases(s))
@@ -171,12 +180,17 @@ describe("templates", function()
       assert.truthy(exists(s.dir .. "/state/templates/" .. id .. "/root/airlock/" .. f), f)
     end
 
-    local again = post(s, acme, "/v1/templates", { name = "hello", packages = { "jq", "hello" }, setup = body.setup })
+    local again = post(s, acme, "/v1/templates", { name = "hello", packages = { "procps", "jq", "hello" }, setup = body.setup })
     assert.are.equal(200, again.status, again.body)
     assert.are.equal(id, again.json.id)
     assert.are.equal("ready", again.json.status)
-    -- the same name with another recipe is a conflict
+    again = post(s, acme, "/v1/templates", { name = "hello", packages = { "procps", "jq", "hello" }, setup = body.setup, recommends = false })
+    assert.are.equal(id, again.json.id, again.body)
+    -- the same name with another recipe is a conflict: other packages, or with what they recommend
     assert.are.equal(409, post(s, acme, "/v1/templates", { name = "hello", packages = { "hello" } }).status)
+    local recommended = post(s, acme, "/v1/templates", { name = "hello", packages = { "procps", "jq", "hello" }, setup = body.setup, recommends = true })
+    assert.are.equal(409, recommended.status, recommended.body)
+    assert.truthy(recommended.json.detail:find("another recipe", 1, true), recommended.body)
   end)
 
   it("runs a session's commands on the template, isolated as on the default root", function()

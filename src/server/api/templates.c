@@ -63,8 +63,9 @@ static void too_long(json_t *errs, const char *field, json_t *v, size_t max)
                                                "actual_length", (json_int_t)json_array_size(v))));
 }
 
-/* name, packages, setup checked; each fault named by its field (422). */
-static bool validate(json_t *errs, json_t *body, const char **name, json_t **packages, json_t **setup)
+/* name, packages, setup, recommends checked; each fault named by its field (422). */
+static bool validate(json_t *errs, json_t *body, const char **name, json_t **packages, json_t **setup,
+                     bool *recommends)
 {
     size_t nlen = 0;
     if (!body_is_object(errs, body))
@@ -99,6 +100,7 @@ static bool validate(json_t *errs, json_t *body, const char **name, json_t **pac
                                                  "'-', '.', starting with a letter or digit)", item, NULL));
         }
     }
+    v_bool(errs, body, "recommends", false, recommends);
     json_t *su = json_object_get(body, "setup");
     *setup = su;
     if (su && !json_is_null(su)) {
@@ -162,15 +164,17 @@ static void create_as(app *a, http_request *r, const api_call *c, const char *ow
 {
     json_t *errs = json_array(), *packages = NULL, *setup = NULL;
     const char *name = NULL;
-    if (!validate(errs, c->body, &name, &packages, &setup)) {
+    bool recommends = false;
+    if (!validate(errs, c->body, &name, &packages, &setup, &recommends)) {
         send_validation(r, errs);
         return;
     }
     json_decref(errs);
     json_t *none = json_array(), *answer = NULL;
     char msg[300] = "";
-    templates_result rc = templates_build(a->templates, owner, q, name, packages,
-                                          setup && !json_is_null(setup) ? setup : none, &answer, msg, sizeof msg);
+    templates_recipe recipe = {.packages = packages, .setup = setup && !json_is_null(setup) ? setup : none,
+                               .recommends = recommends};
+    templates_result rc = templates_build(a->templates, owner, q, name, &recipe, &answer, msg, sizeof msg);
     json_decref(none);
     send_result(r, rc, answer, msg, name);
 }

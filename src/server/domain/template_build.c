@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ARGV_MAX 40
 /* mmdebstrap's own hook that makes /usr merged with usr-is-merged */
@@ -44,6 +45,7 @@ typedef struct {
     size_t len;
     bool cut; /* the line went past LINE_MAX_KEPT: the rest of it is dropped */
     bool upgraded_essential; /* mmdebstrap over the base had to install essential packages */
+    bool recommends;         /* the recipe's: apt installs what the packages recommend */
 } reader;
 
 /* mmdebstrap's line when its essential step has packages to install: over a base, the archive
@@ -157,6 +159,8 @@ static int debootstrap(templates *t, reader *rd, const char *root_dir, const jso
         argv[a++] = DPKG_OPTIONS[i];
     argv[a++] = "--aptopt=Acquire::http::Timeout \"30\"";
     argv[a++] = "--aptopt=Acquire::Retries \"1\"";
+    if (packages && rd->recommends) /* (mmdebstrap's own default: without) */
+        argv[a++] = "--aptopt=APT::Install-Recommends \"true\"";
     if (packages)
         argv[a++] = include;
     /* the package cache and the base's apt lists go in and out as hard links (the same
@@ -276,6 +280,21 @@ static char *sibling(const char *path, const char *leaf)
     return p;
 }
 
+/* Removes root/rel, a file the copy of the base brought, when there; 0, or -1 with why. */
+static int remove_in_root(const char *root, const char *rel, char *why, size_t whylen)
+{
+    char *p = NULL;
+    if (asprintf(&p, "%s/%s", root, rel) < 0) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    int rc = unlink(p) == 0 || errno == ENOENT ? 0 : -1;
+    if (rc != 0)
+        snprintf(why, whylen, "cannot remove %s: %s", p, strerror(errno));
+    free(p);
+    return rc;
+}
+
 /* tpl_base_maker: the essential set into root, its /dev emptied (mmdebstrap fills it again over
  * each copy, and refuses to find it filled). */
 static int make_base(void *ctx, const char *root, char *why, size_t whylen)
@@ -353,6 +372,10 @@ static int install(templates *t, reader *rd, const char *root_dir, const json_t 
     int rc = copy_base(t, base, root_dir, lists, why, whylen);
     tpl_base_put(hold);
     free(base);
+    /* mmdebstrap writes its --aptopt file only where there is none: the base's would hide this
+     * build's (Install-Recommends) */
+    if (rc == 0 && remove_in_root(root_dir, "etc/apt/apt.conf.d/99mmdebstrap", why, whylen) != 0)
+        rc = -1;
     rd->upgraded_essential = false;
     if (rc == 0)
         rc = debootstrap(t, rd, root_dir, packages, lists, why, whylen);
@@ -388,6 +411,7 @@ void tpl_build(templates *t, tpl *r)
     char id[SESSION_TEMPLATE_ID_MAX];
     memcpy(id, r->id, sizeof id);
     json_t *packages = json_incref(r->packages), *setup = json_incref(r->setup);
+    bool recommends = r->recommends;
     long long max_bytes = r->max_bytes;
     pthread_mutex_unlock(&t->mu);
 
@@ -401,6 +425,7 @@ void tpl_build(templates *t, tpl *r)
     } else {
         rd->t = t;
         rd->r = r;
+        rd->recommends = recommends;
         tpl_remove_files(t, id);
         if (mkdir(dir, 0755) != 0 || chmod(dir, 0755) != 0)
             snprintf(why, sizeof why, "cannot create %s: %s", dir, strerror(errno));

@@ -40,6 +40,8 @@ static json_t *record_json(const tpl *r, bool with_private)
     json_t *o = json_pack("{s:s,s:s,s:O,s:O,s:s,s:f,s:I,s:s}", "id", r->id, "name", r->name, "packages",
                           r->packages, "setup", r->setup, "status", tpl_status_name(r->status), "created",
                           r->created, "size", (json_int_t)r->size, "log_tail", r->log.len ? r->log.data : "");
+    if (o)
+        json_object_set_new(o, "recommends", json_boolean(r->recommends));
     if (o && with_private)
         json_object_set_new(o, "owner", json_string(r->owner));
     if (o && !with_private) {
@@ -80,7 +82,8 @@ static void tpl_free(tpl *r)
     free(r);
 }
 
-static tpl *tpl_new(const char *id, const char *owner, const char *name, const json_t *packages, const json_t *setup)
+static tpl *tpl_new(const char *id, const char *owner, const char *name, const json_t *packages, const json_t *setup,
+                    bool recommends)
 {
     tpl *r = calloc(1, sizeof *r);
     if (!r)
@@ -90,6 +93,7 @@ static tpl *tpl_new(const char *id, const char *owner, const char *name, const j
     r->name = strdup(name);
     r->packages = json_deep_copy(packages);
     r->setup = json_deep_copy(setup);
+    r->recommends = recommends;
     r->events = json_array();
     buf_init(&r->log, TPL_LOG_TAIL * 2);
     template_progress_init(&r->progress);
@@ -130,7 +134,8 @@ static void load_index(templates *t)
         if (!id || strlen(id) >= SESSION_TEMPLATE_ID_MAX || !owner || !name || !status || !json_is_array(pk) ||
             !json_is_array(su) || t->n >= TPL_MAX_RECORDS)
             continue;
-        tpl *r = tpl_new(id, owner, name, pk, su);
+        /* (an index from before the field: without) */
+        tpl *r = tpl_new(id, owner, name, pk, su, json_is_true(json_object_get(o, "recommends")));
         if (!r)
             continue;
         r->created = json_number_value(json_object_get(o, "created"));
@@ -198,12 +203,27 @@ static tpl *find_locked(templates *t, const char *owner, const char *name, bool 
     return NULL;
 }
 
+/* The recipe as the fleet's database and the content address hold it: "recommends" only when
+ * true, so that the ids of recipes from before the field stay the same. */
+static json_t *recipe_json(const json_t *packages, const json_t *setup, bool recommends)
+{
+    json_t *doc = json_pack("{s:O,s:O}", "packages", packages, "setup", setup);
+    if (doc && recommends)
+        json_object_set_new(doc, "recommends", json_true());
+    return doc;
+}
+
 /* The content address: "tpl_" + 16 hex of SHA-256 over owner, suite, base and the recipe. */
 static int recipe_id(const templates *t, const char *owner, const json_t *packages, const json_t *setup,
-                     char id[SESSION_TEMPLATE_ID_MAX])
+                     bool recommends, char id[SESSION_TEMPLATE_ID_MAX])
 {
-    json_t *doc = json_pack("{s:s,s:s,s:s,s:O,s:O}", "owner", owner, "suite", t->suite, "base", TPL_BASE,
-                            "packages", packages, "setup", setup);
+    json_t *doc = recipe_json(packages, setup, recommends);
+    if (doc && (json_object_set_new(doc, "owner", json_string(owner)) != 0 ||
+                json_object_set_new(doc, "suite", json_string(t->suite)) != 0 ||
+                json_object_set_new(doc, "base", json_string(TPL_BASE)) != 0)) {
+        json_decref(doc);
+        doc = NULL;
+    }
     char *text = doc ? json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(doc);
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -250,17 +270,17 @@ bool templates_available(const templates *t, const char **why)
 }
 
 templates_result templates_build(templates *t, const char *owner, const templates_quota *q, const char *name,
-                                 const json_t *packages, const json_t *setup, json_t **answer, char *msg,
-                                 size_t msglen)
+                                 const templates_recipe *recipe, json_t **answer, char *msg, size_t msglen)
 {
     const char *why;
     if (!templates_available(t, &why)) {
         snprintf(msg, msglen, "%s", why);
         return TPL_UNAVAILABLE;
     }
-    json_t *sorted = sorted_packages(packages);
+    const json_t *setup = recipe->setup;
+    json_t *sorted = sorted_packages(recipe->packages);
     char id[SESSION_TEMPLATE_ID_MAX];
-    if (!sorted || recipe_id(t, owner, sorted, setup, id) != 0) {
+    if (!sorted || recipe_id(t, owner, sorted, setup, recipe->recommends, id) != 0) {
         json_decref(sorted);
         return TPL_ERROR;
     }
@@ -290,7 +310,7 @@ templates_result templates_build(templates *t, const char *owner, const template
         } else if (!r && t->n >= TPL_MAX_RECORDS) {
             snprintf(msg, msglen, "This server holds %d templates, its most; delete one first.", TPL_MAX_RECORDS);
             rc = TPL_LIMIT;
-        } else if (!r && !(r = tpl_new(id, owner, name, sorted, setup))) {
+        } else if (!r && !(r = tpl_new(id, owner, name, sorted, setup, recipe->recommends))) {
             rc = TPL_ERROR;
         } else {
             if (t->n < TPL_MAX_RECORDS && !find_locked(t, owner, name, false))
@@ -311,10 +331,10 @@ templates_result templates_build(templates *t, const char *owner, const template
         *answer = record_json(r, false);
     pthread_mutex_unlock(&t->mu);
     if ((rc == TPL_OK || rc == TPL_BUILDING) && t->db) { /* every node of the fleet can build it */
-        json_t *recipe = json_pack("{s:O,s:O}", "packages", sorted, "setup", setup);
-        if (!recipe || templates_pg_save(t->db, owner, name, id, recipe) != 0)
+        json_t *shared = recipe_json(sorted, setup, recipe->recommends);
+        if (!shared || templates_pg_save(t->db, owner, name, id, shared) != 0)
             log_warn("template %s: its recipe could not be shared with the fleet", name);
-        json_decref(recipe);
+        json_decref(shared);
     }
     json_decref(sorted);
     return rc;
@@ -332,7 +352,9 @@ static bool build_from_fleet(templates *t, const char *owner, const char *name)
         templates_quota q = {.max_templates = TPL_MAX_RECORDS, .max_builds = TPL_MAX_RECORDS, .max_bytes = 0};
         json_t *answer = NULL;
         char msg[256];
-        templates_result rc = templates_build(t, rec_owner, &q, name, pk, su, &answer, msg, sizeof msg);
+        templates_recipe recipe = {.packages = pk, .setup = su,
+                                   .recommends = json_is_true(json_object_get(rec, "recommends"))};
+        templates_result rc = templates_build(t, rec_owner, &q, name, &recipe, &answer, msg, sizeof msg);
         json_decref(answer);
         started = rc == TPL_BUILDING || rc == TPL_OK;
         if (started)

@@ -67,13 +67,19 @@ typedef enum {
     TPL_ERROR,
 } templates_result;
 
-/* Starts the build of owner's ("" : the admin's) template name from packages (array of valid
- * package names) and setup (array of commands), or finds the same one: TPL_BUILDING (a new
- * build, or one under way) or TPL_OK (built), with the record in *answer; TPL_CONFLICT,
- * TPL_LIMIT (msg), TPL_UNAVAILABLE. A failed build of the same recipe is built again. */
+/* What a template is built from (with its owner, the suite and the base: its content address). */
+typedef struct {
+    const json_t *packages; /* array of valid package names */
+    const json_t *setup;    /* array of commands */
+    bool recommends;        /* apt installs what the packages recommend too (mmdebstrap does not) */
+} templates_recipe;
+
+/* Starts the build of owner's ("" : the admin's) template name from recipe, or finds the same
+ * one: TPL_BUILDING (a new build, or one under way) or TPL_OK (built), with the record in
+ * *answer; TPL_CONFLICT, TPL_LIMIT (msg), TPL_UNAVAILABLE. A failed build of the same recipe is
+ * built again. */
 templates_result templates_build(templates *t, const char *owner, const templates_quota *q, const char *name,
-                                 const json_t *packages, const json_t *setup, json_t **answer, char *msg,
-                                 size_t msglen);
+                                 const templates_recipe *recipe, json_t **answer, char *msg, size_t msglen);
 
 /* The templates owner may use (its own, then the admin's), each as GET shows it. */
 json_t *templates_list(templates *t, const char *owner);

@@ -36,6 +36,7 @@ typedef struct {
     char *name;
     json_t *packages;     /* sorted, distinct */
     json_t *setup;
+    bool recommends;      /* the packages' recommends installed too */
     tpl_status status;
     bool started;         /* a build thread took it */
     double created;
