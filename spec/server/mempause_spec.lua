@@ -145,6 +145,13 @@ describe("pause with memory (kernels)", function()
     assert.are.equal("142", cell(sid, kid, "x + 1").results[1]["text/plain"])
     assert.truthy(airlockd.log(server):find("session " .. sid .. " resumed in %d+ ms %(disk %d+ ms; sandbox restored, its "
       .. "agent checked with a command"), "the resume's check of an unmarked image")
+    -- the restored sandbox is in the session's cgroups (runsc restores it where airlockd started
+    -- it): its memory limit (256 MB) still ends a kernel that goes past it
+    local big = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute",
+      { code = "b = bytearray(400 * 1024 * 1024)", timeout = 30 }, 90)
+    assert.are.equal(200, big.status, big.body)
+    assert.is_true(big.json.oom_killed, big.body)
+    assert.is_true(big.json.kernel_restarted, big.body)
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 

@@ -197,6 +197,10 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
     /* the same flags as its `runsc run` (gvisor.c): the image must find the same sandbox */
     const char *argv[32];
     int n = sbx_gvisor_flags(s, argv);
+    /* runsc starts in the session's cgroups (sbx_proc_start joins them before the exec), and
+     * every process it makes stays there: its own joins of every hierarchy again (the spec's
+     * cgroupsPath) are ~15 ms of a resume (the kernel's RCU waits), for nothing a restore needs */
+    argv[n++] = "--ignore-cgroups";
     const char *tail[] = {"restore", "--detach=false", "--image-path", image_dir, "--bundle", s->bundle, s->id, NULL};
     for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
         argv[n++] = tail[i];
