@@ -98,6 +98,13 @@ tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; getent hosts example.com; ec
       exec("touch /x").stderr)
   end)
 
+  it("finds the host's alternatives (awk through /etc/alternatives, bound read-only) and cannot change them", function()
+    local r = exec("awk 'BEGIN { print 6 * 7 }'; readlink /usr/bin/awk; " ..
+      "ln -sf /bin/sh /etc/alternatives/awk 2>/dev/null && echo CHANGED || echo denied; " ..
+      "touch /etc/alternatives/x 2>/dev/null && echo WROTE || echo denied")
+    assert.are.equal("42\n/etc/alternatives/awk\ndenied\ndenied\n", r.stdout, r.stderr)
+  end)
+
   it("kills a memory bomb with the memory warning", function()
     local r = exec("python3 -c 'x = bytearray(1024 * 1024 * 1024)'", 30)
     assert.are.equal(137, r.exit_code)

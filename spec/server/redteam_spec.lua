@@ -244,6 +244,13 @@ EOF]]
       assert.are.equal("denied /\ndenied /usr\ndenied /etc\ndenied /bin\ndenied /usr/bin\ndenied /proc\ndenied /sys\ndenied passwd\n", r.stdout)
     end)
 
+    it("finds the host's alternatives (awk through /etc/alternatives, bound read-only) and cannot change them", function()
+      local r = exec("awk 'BEGIN { print 6 * 7 }'; readlink /usr/bin/awk; " ..
+        "ln -sf /bin/sh /etc/alternatives/awk 2>/dev/null && echo CHANGED || echo denied; " ..
+        "touch /etc/alternatives/x 2>/dev/null && echo WROTE || echo denied")
+      assert.are.equal("42\n/etc/alternatives/awk\ndenied\ndenied\n", r.stdout, r.stderr)
+    end)
+
     it("cannot chmod, chown or mount", function()
       local r = exec("touch mine; chmod 4777 /etc/passwd; echo chmod=$?; chown 0:0 mine; echo chown=$?; " ..
         "mount -t tmpfs none /tmp; echo mount=$?; umount /workspace; echo umount=$?")

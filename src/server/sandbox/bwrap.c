@@ -134,6 +134,11 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
         argv[n++] = head[i];
     if (s->network)
         argv[n++] = "--share-net";
+    if (access(SBX_HOST_ALTERNATIVES, F_OK) == 0) { /* (the root's is a mount point: rootfs.h) */
+        argv[n++] = "--ro-bind";
+        argv[n++] = SBX_HOST_ALTERNATIVES;
+        argv[n++] = SBX_HOST_ALTERNATIVES;
+    }
     /* The root's merged-/usr symlinks (bin -> usr/bin ...) or read-only binds. */
     static const char *const tops[] = {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
     char targets[6][PATH_MAX];

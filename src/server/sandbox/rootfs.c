@@ -154,30 +154,6 @@ static int copy_link(const char *src, const char *root, const char *rel, char *e
     return 0;
 }
 
-/* /etc/alternatives is a directory of symlinks (awk -> mawk...); reproduce each. */
-static int copy_alternatives(const char *root, char *errbuf, size_t errlen)
-{
-    DIR *d = opendir("/etc/alternatives");
-    if (!d)
-        return 0;
-    int rc = 0;
-    struct dirent *e;
-    while (rc == 0 && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char src[PATH_MAX], rel[PATH_MAX];
-        struct stat st;
-        if (join(src, sizeof src, "/etc/alternatives", e->d_name) != 0 ||
-            join(rel, sizeof rel, "etc/alternatives", e->d_name) != 0)
-            continue;
-        if (lstat(src, &st) != 0 || !S_ISLNK(st.st_mode))
-            continue;
-        rc = copy_link(src, root, rel, errbuf, errlen);
-    }
-    closedir(d);
-    return rc;
-}
-
 /* /etc/python3 and /etc/python3.X hold Debian's sitecustomize and install-scheme config. */
 static int copy_python_dirs(const char *root, char *errbuf, size_t errlen)
 {
@@ -251,8 +227,6 @@ static int build_etc(const char *root, char *errbuf, size_t errlen)
         snprintf(errbuf, errlen, "cannot create %s/etc/mtab: %s", root, strerror(errno));
         return -1;
     }
-    if (copy_alternatives(root, errbuf, errlen) != 0)
-        return -1;
     return copy_python_dirs(root, errbuf, errlen);
 }
 
@@ -303,6 +277,11 @@ int sbx_rootfs_build(const char *dir, sbx_rootfs *out, char *errbuf, size_t errl
             out->binds[out->nbinds++] = top_links[i];
         }
     }
+    /* /etc/alternatives (awk -> mawk...: hundreds of symlinks, an inode each) is the host's,
+     * bound read-only: one mount per sandbox instead of copies made at every start */
+    struct stat alt;
+    if (stat(SBX_HOST_ALTERNATIVES, &alt) == 0 && S_ISDIR(alt.st_mode) && out->nbinds < SBX_ROOTFS_MAX_BINDS)
+        out->binds[out->nbinds++] = SBX_HOST_ALTERNATIVES + 1;
     return build_etc(dir, errbuf, errlen);
 }
 

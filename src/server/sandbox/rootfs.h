@@ -8,9 +8,13 @@
 
 #define SBX_ROOTFS_MAX_BINDS 8
 
+/* The host's alternatives (symlinks into /usr), bound read-only at the same path. */
+#define SBX_HOST_ALTERNATIVES "/etc/alternatives"
+
 typedef struct {
-    /* Top-level host directories that are real directories (not symlinks into /usr) on this
-     * host and therefore must be bind-mounted read-only, e.g. "bin" on a non-merged system. */
+    /* Host directories bound read-only at the same path (names without the leading "/"):
+     * top-level ones that are real directories (not symlinks into /usr) on this host, e.g.
+     * "bin" on a non-merged system, and SBX_HOST_ALTERNATIVES's. */
     const char *binds[SBX_ROOTFS_MAX_BINDS];
     size_t nbinds;
 } sbx_rootfs;
