@@ -109,8 +109,10 @@ int router_read_moves(PGconn *c, router_move **out, size_t *n, char *err, size_t
 
 int router_write_map(const char *path, const router_move *m, size_t n, char *err, size_t errlen)
 {
+    /* a name of this process's own: the follower and a one-off `router sync` (fleet.sh drain)
+     * may write the map at the same time, and one's rename must not take the other's file */
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) {
         snprintf(err, errlen, "the map path is too long");
         return -1;
     }
