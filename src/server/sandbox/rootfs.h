@@ -1,6 +1,7 @@
 /* The sandbox's read-only root directory (private to the sandbox backend): mount points, the
- * merged-/usr symlinks and a generated minimal /etc. Host /usr is bind-mounted on top at run
- * time; nothing else of the host (no /root, /home, /etc/shadow, server state) is reachable. */
+ * merged-/usr symlinks and a generated minimal /etc. Host /usr and /etc/alternatives (symlinks
+ * into /usr) are bind-mounted on top at run time; nothing else of the host (no /root, /home,
+ * /etc/shadow, server state) is reachable. */
 #ifndef AIRLOCKD_SANDBOX_ROOTFS_H
 #define AIRLOCKD_SANDBOX_ROOTFS_H
 
