@@ -122,31 +122,25 @@ describe("a fleet's views", function()
   end)
 
   it("answers the admin views from the node's last view while the database is down, marked stale", function()
+    -- waits until every node's view (its /healthz) counts n sessions
+    local function every_view_counts(n)
+      local counted
+      assert.is_true(proc.wait_until(20, function()
+        counted = {}
+        for id, node in pairs(f.nodes) do
+          local h = http.request(node, "GET", "/healthz").json
+          if not (h and h.scope == "fleet" and h.active_sessions == n) then return false end
+          counted[#counted + 1] = id
+        end
+        return true
+      end, 0.2), "every node's view counts " .. n .. " sessions; those that did: " .. table.concat(counted or {}, " "))
+    end
     -- each node's view sums the nodes' own counts as of their last heartbeats: first every view
     -- without the sessions earlier tests deleted (else a node still counting one of those, and the
-    -- new session's node not yet counting it, add up to the 1 waited for below)
-    local settled
-    assert.is_true(proc.wait_until(20, function()
-      settled = {}
-      for id, n in pairs(f.nodes) do
-        local h = http.request(n, "GET", "/healthz").json
-        if not (h and h.scope == "fleet" and h.active_sessions == 0) then return false end
-        settled[#settled + 1] = id
-      end
-      return true
-    end, 0.2), "every node's view without sessions; those that were: " .. table.concat(settled or {}, " "))
+    -- new session's node not yet counting it, add up to the 1 waited for next)
+    every_view_counts(0)
     local s = http.create(f.router, KEY).json.session_id
-    -- every node has a view with the session in it before the outage
-    local views
-    assert.is_true(proc.wait_until(20, function()
-      views = {}
-      for id, n in pairs(f.nodes) do
-        local h = http.request(n, "GET", "/healthz").json
-        if not (h and h.scope == "fleet" and h.active_sessions == 1) then return false end
-        views[#views + 1] = id
-      end
-      return true
-    end, 0.2), "every node's view counts the session; those that did: " .. table.concat(views or {}, " "))
+    every_view_counts(1) -- every node has a view with the session in it before the outage
     local before = admin_nodes()
     assert.are.same({ 200, false }, { before.status, before.json.stale })
     local ok, out = fleet.sh(f.env, { "db-stop", f.dir })
