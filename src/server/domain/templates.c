@@ -37,11 +37,10 @@ char *tpl_path(const templates *t, const char *id, const char *leaf)
 
 static json_t *record_json(const tpl *r, bool with_private)
 {
-    json_t *o = json_pack("{s:s,s:s,s:O,s:O,s:s,s:f,s:I,s:s}", "id", r->id, "name", r->name, "packages",
-                          r->packages, "setup", r->setup, "status", tpl_status_name(r->status), "created",
-                          r->created, "size", (json_int_t)r->size, "log_tail", r->log.len ? r->log.data : "");
-    if (o)
-        json_object_set_new(o, "recommends", json_boolean(r->recommends));
+    json_t *o = json_pack("{s:s,s:s,s:O,s:O,s:b,s:s,s:f,s:I,s:s}", "id", r->id, "name", r->name, "packages",
+                          r->packages, "setup", r->setup, "recommends", r->recommends, "status",
+                          tpl_status_name(r->status), "created", r->created, "size", (json_int_t)r->size, "log_tail",
+                          r->log.len ? r->log.data : "");
     if (o && with_private)
         json_object_set_new(o, "owner", json_string(r->owner));
     if (o && !with_private) {

@@ -134,12 +134,9 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
         argv[n++] = head[i];
     if (s->network)
         argv[n++] = "--share-net";
-    if (access(SBX_HOST_ALTERNATIVES, F_OK) == 0) { /* (the root's is a mount point: rootfs.h) */
-        argv[n++] = "--ro-bind";
-        argv[n++] = SBX_HOST_ALTERNATIVES;
-        argv[n++] = SBX_HOST_ALTERNATIVES;
-    }
-    /* The root's merged-/usr symlinks (bin -> usr/bin ...) or read-only binds. */
+    /* The root's merged-/usr symlinks (bin -> usr/bin ...), then the host directories the
+     * root binds read-only, as gVisor's spec does (sandbox/rootfs.h: a non-merged host's top
+     * directories, /etc/alternatives) */
     static const char *const tops[] = {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
     char targets[6][PATH_MAX];
     for (size_t i = 0; i < 6; i++) {
@@ -149,11 +146,14 @@ static int bwrap_run(sandbox *s, const char *command, int timeout_seconds, sandb
             argv[n++] = "--symlink";
             argv[n++] = targets[i];
             argv[n++] = tops[i];
-        } else if (access(tops[i], F_OK) == 0) {
-            argv[n++] = "--ro-bind";
-            argv[n++] = tops[i];
-            argv[n++] = tops[i];
         }
+    }
+    char binds[SBX_ROOTFS_MAX_BINDS][64];
+    for (size_t i = 0; i < b->rootfs.nbinds && i < SBX_ROOTFS_MAX_BINDS; i++) {
+        snprintf(binds[i], sizeof binds[i], "/%s", b->rootfs.binds[i]);
+        argv[n++] = "--ro-bind";
+        argv[n++] = binds[i];
+        argv[n++] = binds[i];
     }
     argv[n++] = "--remount-ro";
     argv[n++] = "/";
