@@ -5,7 +5,8 @@
 -- the weaker backend: the first log line and the x-airlock-isolation header on /healthz (the
 -- healthz body is the contract's, unchanged). Without that setting it never runs on it: no
 -- working runsc means no start. airlockd finds the checkout's fetched runsc by itself.
--- Egress works on bubblewrap too (the sandbox joins its namespace pair).
+-- Egress works on bubblewrap too (the sandbox joins its namespace pair). A start's probe of
+-- runsc is kept until the next boot (/run/airlockd) and made again once runsc's file changes.
 -- Lua 5.1-compatible (no <close>).
 local root_checks = require "support.root_checks"
 local airlockd = require "support.airlockd"
@@ -227,6 +228,44 @@ describe("the isolation settings (SANDBOX_ISOLATION, SANDBOX_REQUIRE_GVISOR) and
     local out = airlockd.messages(run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=yes timeout 60 " .. airlockd.shell_quote(bin) ..
       " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") .. " --runsc /nonexistent/runsc"))
     assert.are.equal("airlockd: invalid configuration: SANDBOX_REQUIRE_GVISOR: must be 1 (refuse to run without gVisor) or 0, got 'yes'\nrc=2\n", out)
+  end)
+
+  it("probes a runsc once per boot, and again once its file changed (a broken one is refused)", function()
+    local real = os.getenv("AIRLOCK_RUNSC") or ".deps/runsc/usr/bin/runsc"
+    local wrapper = proc.temp_path() .. "-runsc"
+    local function write_wrapper(body)
+      local f = assert(io.open(wrapper .. ".new", "w"))
+      f:write("#!/bin/sh\n", body, "\n")
+      f:close()
+      assert.is_true(proc.run("chmod 755 " .. airlockd.shell_quote(wrapper .. ".new") .. " && mv " ..
+        airlockd.shell_quote(wrapper .. ".new") .. " " .. airlockd.shell_quote(wrapper)))
+    end
+    local proven = "isolation: gvisor proven earlier on this boot"
+    local function start_log()
+      local s = airlockd.start({ env = { SANDBOX_LOG_LEVEL = "debug", SANDBOX_REQUIRE_GVISOR = "1" }, args = { "--runsc", wrapper } })
+      local log = airlockd.log(s)
+      airlockd.stop(s)
+      return log
+    end
+    write_wrapper("exec " .. airlockd.shell_quote(real) .. ' "$@"')
+    local ok, err = pcall(function()
+      -- a new file (its own inode and time): never proven, so probed; then proven
+      local first = start_log()
+      assert.truthy(first:find("(isolation: gvisor)", 1, true), first)
+      assert.falsy(first:find(proven, 1, true), first)
+      local second = start_log()
+      assert.truthy(second:find(proven, 1, true), second)
+      -- the same path, another file that boots nothing: probed again and refused
+      write_wrapper('case "$*" in *--version*) exec ' .. airlockd.shell_quote(real) .. ' "$@" ;; esac\n' ..
+        'echo "broken on purpose" >&2; exit 1')
+      local out = airlockd.messages(run_capture("SANDBOX_API_KEYS=a:k1 SANDBOX_REQUIRE_GVISOR=1 timeout 60 " ..
+        airlockd.shell_quote(bin) .. " --listen 127.0.0.1:0 --state-dir " .. airlockd.shell_quote(dir .. "-state") ..
+        " --runsc " .. airlockd.shell_quote(wrapper)))
+      assert.truthy(out:find("gVisor is required (SANDBOX_REQUIRE_GVISOR=1) but does not work", 1, true), out)
+      assert.truthy(out:find("rc=1\n", 1, true), out)
+    end)
+    os.remove(wrapper)
+    assert(ok, err)
   end)
 
   it("starts on gVisor when runsc works", function()

@@ -9,6 +9,7 @@
 #include "obs/metrics.h"
 #include "sandbox/leftovers.h"
 #include "sandbox/programs.h"
+#include "sandbox/proven.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -368,6 +369,23 @@ static int probe_backend(sandbox_backend *b, const char *state_dir, char *errbuf
     return rc;
 }
 
+/* The probe, unless this boot already proved the same backend (sandbox/proven.h): kind and
+ * program name it ("gvisor" and runsc, "bubblewrap" and bwrap). */
+static int prove_backend(sandbox_backend *b, const char *kind, const char *program, const char *state_dir,
+                         char *errbuf, size_t errlen)
+{
+    char name[SBX_PROVEN_NAME_MAX];
+    bool named = sbx_proven_name(kind, program, state_dir, name, sizeof name);
+    if (named && sbx_proven(name)) {
+        log_debug("isolation: %s proven earlier on this boot (" SBX_PROVEN_DIR "/%s): no probe", kind, name);
+        return 0;
+    }
+    int rc = probe_backend(b, state_dir, errbuf, errlen);
+    if (rc == 0 && named)
+        sbx_proven_keep(name);
+    return rc;
+}
+
 void sandbox_backend_close(sandbox_backend *b)
 {
     if (!b)
@@ -441,7 +459,7 @@ static int open_bwrap(sandbox_backend *b, const sandbox_settings *set, const cha
     }
     b->ops = &sandbox_bwrap_ops;
     char why[512] = "";
-    if (probe_backend(b, state_dir, why, sizeof why) != 0) {
+    if (prove_backend(b, "bubblewrap", b->bwrap, state_dir, why, sizeof why) != 0) {
         snprintf(errbuf, errlen, "no sandbox available: %s; bubblewrap: %s", why_not_gvisor, why);
         return -1;
     }
@@ -462,7 +480,7 @@ static int choose_isolation(sandbox_backend *b, const sandbox_settings *set, con
     char why[512] = "";
     if ((b->runsc = sbx_find_runsc(set, why, sizeof why))) {
         b->ops = &sandbox_gvisor_ops;
-        if (probe_backend(b, state_dir, why, sizeof why) == 0) {
+        if (prove_backend(b, "gvisor", b->runsc, state_dir, why, sizeof why) == 0) {
             snprintf(b->summary, sizeof b->summary, "gvisor (runsc %s)", b->runsc);
             return 0;
         }
