@@ -137,10 +137,21 @@ for j in "${jobs[@]}"; do
 done
 jobs=("${long[@]}" "${rest[@]}")
 
+# Each job's CPU seconds (all it starts, sandboxes included) when the host has a cgroup v2
+# hierarchy beside its v1 ones (/sys/fs/cgroup/unified): a group per job there, which airlockd
+# and runsc never move anything out of (they use the v1 hierarchies); printed with its time.
+cpu_root=
+if [ -f /sys/fs/cgroup/unified/cgroup.procs ] && [ -f /sys/fs/cgroup/unified/cpu.stat ] &&
+   mkdir "/sys/fs/cgroup/unified/airlock-test-$$" 2>/dev/null; then
+  cpu_root=/sys/fs/cgroup/unified/airlock-test-$$
+fi
+job_cpu() { [ -f "$1/cpu.stat" ] && awk '$1 == "usage_usec" { printf "%.1f", $2 / 1e6 }' "$1/cpu.stat"; }
+
 # Runs job number $1 ("KIND ARGS..."), output to its log, counts to its summary file.
 run_job() {
-  local n=$1 kind=${2%% *} args=${2#* } rc start
+  local n=$1 kind=${2%% *} args=${2#* } rc start cg='' cpu=''
   local log=$work/jobs/$n.log sum=$work/jobs/$n.sum
+  if [ -n "$cpu_root" ] && mkdir "$cpu_root/$n" 2>/dev/null && echo "$BASHPID" > "$cpu_root/$n/cgroup.procs"; then cg=$cpu_root/$n; fi
   local -a cmd
   case $kind in
     plain)    cmd=(env LUA_CPATH="$top/build/?.so;;" AIRLOCKD_BIN="$plain_airlockd" "${LUA:-lua5.4}") ;;
@@ -175,14 +186,17 @@ run_job() {
   fi
   local secs
   secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+  [ -z "$cg" ] || cpu=$(job_cpu "$cg")
   printf '%6.1f s  %-8s %s\n' "$secs" "$kind" "$args" >> "$work/times"
+  [ -z "$cpu" ] || printf '%6.1f CPU-s  %-8s %s\n' "$cpu" "$kind" "$args" >> "$work/cpu"
   {
     flock 9
     # progress: how many jobs have ended, of all, as each ends
     local ended
     ended=$(( $(cat "$work/ended" 2>/dev/null || echo 0) + 1 ))
     echo "$ended" > "$work/ended"
-    printf '== %d of %d: %s: busted %s (%.1f s, exit %d)\n' "$ended" "${#jobs[@]}" "$kind" "$args" "$secs" "$rc"
+    printf '== %d of %d: %s: busted %s (%.1f s%s, exit %d)\n' "$ended" "${#jobs[@]}" "$kind" "$args" "$secs" \
+      "${cpu:+, $cpu CPU-s}" "$rc"
     cat "$log"
   } 9> "$work/lock"
 }
@@ -205,6 +219,11 @@ fi
 echo
 echo "== $n spec jobs in $(( $(date +%s) - started )) s, $TEST_JOBS at a time; the slowest:"
 sort -rn "$work/times" | head -12
+if [ -s "$work/cpu" ]; then
+  echo "== CPU: $(awk '{ t += $1 } END { printf "%.0f", t }' "$work/cpu") s over all jobs (the machine's: $(nproc) CPUs); the most:"
+  sort -rn "$work/cpu" | head -12
+fi
+if [ -n "$cpu_root" ]; then rmdir "$cpu_root"/* "$cpu_root" 2>/dev/null; fi
 if ls "$work"/jobs/*.failed >/dev/null 2>&1; then
   echo "== failed:"
   cat "$work"/jobs/*.failed | cut -c1-300

@@ -369,8 +369,9 @@ static int open_tree(sbx_cg_tree *t, const char *root_name, char *errbuf, size_t
     if (left)
         log_warn("%d cgroup(s) under %s left by a previous run could not be removed",
                  left, t->root);
-    int limited[4] = {t->memory, t->pids, t->cpu, t->v2 ? -1 : t->cpuacct}; /* and the runs' CPU time */
-    for (int k = 0; k < 4; k++) {
+    /* and the runs' CPU time, and the freezer that holds sandboxes booted ahead (v1) */
+    int limited[5] = {t->memory, t->pids, t->cpu, t->v2 ? -1 : t->cpuacct, t->v2 ? -1 : t->freezer};
+    for (int k = 0; k < 5; k++) {
         if (limited[k] < 0 || (k > 0 && limited[k] == limited[0] && t->v2))
             continue;
         char dir[SBX_CG_PATH_MAX];
