@@ -356,8 +356,15 @@ describe("pause and resume", function()
       { timeout = 20, what = "nothing of the paused session on the host" })
     assert.eventually(function()
       local d = egress.descriptors(server)
-      return d.net == base.net and d.socket == base.socket, d
-    end, { timeout = 60, what = "no namespace or socket of the paused session in airlockd" }) -- (ASan, loaded: > 20 s)
+      if d.net == base.net and d.socket == base.socket then return true end
+      -- what stays, and the session's last lines in the server's log (one a line: CI keeps 8)
+      local lines = {}
+      for line in airlockd.log(server):gmatch("[^\n]+") do
+        if line:find(sid, 1, true) then lines[#lines + 1] = airlockd.messages(line):sub(1, 280) end
+      end
+      return false, string.format("net %d socket %d (before it: %d, %d)\n%s", d.net, d.socket, base.net, base.socket,
+        table.concat(lines, "\n", math.max(1, #lines - 5)))
+    end, { timeout = 60, step = 0.2, what = "no namespace or socket of the paused session in airlockd" }) -- (ASan, loaded: > 20 s)
     assert.are.same(host_before, egress.host_network())
 
     -- resumed by its next cell: its memory is there, the tunnel it held was cut, new ones go out
