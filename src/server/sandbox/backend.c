@@ -411,9 +411,7 @@ void sandbox_backend_close(sandbox_backend *b)
     free(b);
 }
 
-/* "<prefix><16 hex of SHA-256(text)>": names host objects (cgroups, a runsc root outside
- * the state dir) that belong to one state directory. */
-static int state_name(const char *prefix, const char *text, char *out, size_t outlen)
+int sbx_hashed_name(const char *prefix, const char *text, char *out, size_t outlen)
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
@@ -430,7 +428,7 @@ static int state_name(const char *prefix, const char *text, char *out, size_t ou
 static char *runsc_root_in_tmp(const char *state_dir, char *errbuf, size_t errlen)
 {
     char name[64];
-    if (state_name("/tmp/airlockd-runsc-", state_dir, name, sizeof name) != 0) {
+    if (sbx_hashed_name("/tmp/airlockd-runsc-", state_dir, name, sizeof name) != 0) {
         snprintf(errbuf, errlen, "cannot name a runsc root: SHA-256 failed");
         return NULL;
     }
@@ -535,7 +533,7 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
      * cgroup root, then runsc processes of our runsc root that escaped them, then the
      * containers' state. Only this state dir's names are touched. */
     char cg_root[SBX_CG_NAME_MAX];
-    if (state_name("airlockd-", state_dir, cg_root, sizeof cg_root) != 0) {
+    if (sbx_hashed_name("airlockd-", state_dir, cg_root, sizeof cg_root) != 0) {
         snprintf(errbuf, errlen, "cannot name the cgroup root: SHA-256 failed");
         goto fail;
     }

@@ -158,6 +158,10 @@ extern const char *const launcher_env[];
 
 /* a + "/" + b, malloc'd. */
 char *sbx_path_join(const char *a, const char *b);
+/* "<prefix><16 hex of SHA-256(text)>" into out: names host objects that belong to one state
+ * directory (cgroups, a runsc root outside it) or one proven backend (sandbox/proven.h).
+ * 0, or -1 (SHA-256 failed, or out too small). */
+int sbx_hashed_name(const char *prefix, const char *text, char *out, size_t outlen);
 
 /* errbuf = prefix + ": " + the launcher's stderr (trimmed, at most 400 bytes). */
 void sbx_err_from_capture(const capture *err, const char *prefix, char *errbuf, size_t errlen);

@@ -2,61 +2,44 @@
 #include "sandbox/proven.h"
 
 #include "log/log.h"
+#include "sandbox/internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* "<dev>:<ino>:<size>:<mtime>" of path (stat: through symlinks) after its tag; false if unreadable. */
-static bool add_file(char *text, size_t len, const char *tag, const char *path, bool dev_only)
-{
-    struct stat st;
-    if (!path || stat(path, &st) != 0)
-        return false;
-    size_t used = strlen(text);
-    int n = dev_only ? snprintf(text + used, len - used, " %s=%llu", tag, (unsigned long long)st.st_dev)
-                     : snprintf(text + used, len - used, " %s=%s:%llu:%llu:%lld:%lld.%09ld", tag, path,
-                                (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-                                (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    return n > 0 && (size_t)n < len - used;
-}
-
-/* This boot's id (the kernel makes a new one at every boot) after "boot=". */
-static bool add_boot_id(char *text, size_t len)
+/* This boot's id into id (the kernel makes a new one at every boot); false when unreadable. */
+static bool boot_id(char *id, size_t len)
 {
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-    char id[64] = "";
-    bool ok = f && fgets(id, sizeof id, f) != NULL;
+    bool ok = f && fgets(id, (int)len, f) != NULL;
     if (f)
         fclose(f);
-    id[strcspn(id, "\n")] = '\0';
-    size_t used = strlen(text);
-    int n = ok ? snprintf(text + used, len - used, " boot=%s", id) : -1;
-    return n > 0 && (size_t)n < len - used && id[0];
+    if (ok)
+        id[strcspn(id, "\n")] = '\0';
+    return ok && id[0];
 }
 
 bool sbx_proven_name(const char *kind, const char *program, const char *state_dir, char *out, size_t len)
 {
-    char text[4096];
-    int n = snprintf(text, sizeof text, "kind=%s", kind);
-    if (n < 0 || (size_t)n >= sizeof text || !add_boot_id(text, sizeof text) ||
-        !add_file(text, sizeof text, "program", program, false) ||
-        !add_file(text, sizeof text, "airlockd", "/proc/self/exe", false) ||
-        !add_file(text, sizeof text, "state", state_dir, true))
+    char boot[64], text[PATH_MAX + 512];
+    struct stat prog, self, state;
+    if (!program || !boot_id(boot, sizeof boot) || stat(program, &prog) != 0 || stat("/proc/self/exe", &self) != 0 ||
+        stat(state_dir, &state) != 0)
         return false;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned mdlen = 0;
-    if (EVP_Digest(text, strlen(text), md, &mdlen, EVP_sha256(), NULL) != 1 || mdlen < 16 || len < 40)
-        return false;
-    int w = snprintf(out, len, "proven-");
-    for (unsigned i = 0; i < 16 && w > 0; i++)
-        w += snprintf(out + w, len - (size_t)w, "%02x", md[i]);
-    return w > 0 && (size_t)w < len;
+    /* each file by path, device, inode, size and time: a replaced one is another */
+    int n = snprintf(text, sizeof text, "kind=%s boot=%s program=%s:%llu:%llu:%lld:%lld.%09ld "
+                     "airlockd=%llu:%llu:%lld:%lld.%09ld state=%llu", kind, boot, program,
+                     (unsigned long long)prog.st_dev, (unsigned long long)prog.st_ino, (long long)prog.st_size,
+                     (long long)prog.st_mtim.tv_sec, prog.st_mtim.tv_nsec, (unsigned long long)self.st_dev,
+                     (unsigned long long)self.st_ino, (long long)self.st_size, (long long)self.st_mtim.tv_sec,
+                     self.st_mtim.tv_nsec, (unsigned long long)state.st_dev);
+    return n > 0 && (size_t)n < sizeof text && sbx_hashed_name("proven-", text, out, len) == 0;
 }
 
 /* SBX_PROVEN_DIR, made when missing: a directory owned by root, mode 0700; false when it is

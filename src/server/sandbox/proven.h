@@ -2,7 +2,7 @@
  * whole sandbox running `true`, ~0.15 CPU-s of gVisor) is skipped when a start on the same
  * boot already proved the same isolation program, run by the same airlockd binary, with its
  * state on the same filesystem. The proof is an empty root-owned file under SBX_PROVEN_DIR
- * (tmpfs: gone at reboot) named after the SHA-256 of what it proved. */
+ * (tmpfs: gone at reboot) named after the SHA-256 of what it proved (sbx_hashed_name). */
 #ifndef AIRLOCK_SANDBOX_PROVEN_H
 #define AIRLOCK_SANDBOX_PROVEN_H
 
@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #define SBX_PROVEN_DIR "/run/airlockd"
-#define SBX_PROVEN_NAME_MAX 96
+#define SBX_PROVEN_NAME_MAX 64
 /* proofs kept at most: one more clears the others (each is a tmpfs inode) */
 #define SBX_PROVEN_MAX 64
 
