@@ -111,6 +111,15 @@ function M.descriptors(server)
   return counts
 end
 
+-- The network namespaces airlockd holds open: a set of their links ("net:[4026532...]").
+function M.namespaces(server)
+  local set = {}
+  for target in proc.output("ls -l /proc/" .. server.pid .. "/fd 2>/dev/null"):gmatch("%-> (net:[^\n]+)") do
+    set[target] = true
+  end
+  return set
+end
+
 -- descriptors() once it has not changed for a second (requests just answered settle first).
 function M.quiet_descriptors(server)
   local last, same = M.descriptors(server), 0
