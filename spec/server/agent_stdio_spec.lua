@@ -126,7 +126,7 @@ describe("a session sandbox's agent on stdin and stdout (SANDBOX_EXEC_MODE=sessi
     local pid = tonumber(proc.read_file(base .. ".pid"))
     assert.truthy(pid)
     os.execute("kill " .. pid)
-    assert.is_true(proc.wait_until(30, function() return usage(server, key).commands_running == 0 end))
+    assert.is_true(proc.wait_until(30, function() return usage(server, key).commands_running == 0 end, 0.5)) -- (0.5 s: the tenant has 120 requests a minute)
     assert.is_true(proc.wait_until(30, function() return proc.read_file(base .. ".done") ~= nil end))
     assert.are.equal("ok\n", http_client.exec(server, key, sid, "echo ok").json.stdout)
     for _, ext in ipairs({ ".pid", ".out", ".done" }) do os.remove(base .. ext) end
@@ -140,7 +140,7 @@ describe("a session sandbox's agent on stdin and stdout (SANDBOX_EXEC_MODE=sessi
     assert.is_true(rf.timed_out, rf.output and rf.output:sub(1, 200))
     assert.is_false(ro.timed_out)
     assert.are.equal("fine\n", ro.stdout)
-    assert.is_true(proc.wait_until(30, function() return usage(server, key).commands_running == 0 end))
+    assert.is_true(proc.wait_until(30, function() return usage(server, key).commands_running == 0 end, 0.5)) -- (0.5 s: the tenant has 120 requests a minute)
     assert.are.equal("ok\n", http_client.exec(server, key, sid, "echo ok").json.stdout)
   end)
 
