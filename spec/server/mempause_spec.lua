@@ -128,7 +128,7 @@ describe("pause with memory (kernels)", function()
     assert.are.equal(200, r.status, r.body)
     assert.is_true(r.json.resumed)
     assert.truthy(airlockd.log(server):find("session " .. sid .. " resumed in %d+ ms %(disk %d+ ms; sandbox restored, its "
-      .. "agent checked with a ping"), "the resume's check")
+      .. "agent checked with a ping and 1 kernel%(s%) with theirs"), "the resume's check")
     assert.are.equal("42", cell(sid, kid, "x + 1").results[1]["text/plain"])
     assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
     assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the image outlived its restore")
@@ -137,14 +137,18 @@ describe("pause with memory (kernels)", function()
       local left = proc.output("ls " .. q(server.dir .. "/state/images") .. " | grep -F " .. q(sid .. ".ckpt") .. " || true")
       return left == "", left
     end, { timeout = 20, what = "the restored image removed" })
-    -- again, resumed by its next cell this time, from an image without the mark (as an older
-    -- build's, whose agent does not know the ping): checked with a command
+    -- again, resumed by its next cell this time, from an image without the marks (as an older
+    -- build's, whose agent and kernel do not know the ping): checked with a command
     cell(sid, kid, "x = x + 100")
     pause(sid)
     assert.is_true(proc.run("rm " .. q(image_dir(sid) .. "/agent_pings")))
+    local listed = image_dir(sid) .. "/kernels.json"
+    local unmarked = proc.read_file(listed):gsub(',"pings":true', "")
+    assert.is_nil(unmarked:find("pings", 1, true), unmarked)
+    proc.write_file(listed, unmarked)
     assert.are.equal("142", cell(sid, kid, "x + 1").results[1]["text/plain"])
     assert.truthy(airlockd.log(server):find("session " .. sid .. " resumed in %d+ ms %(disk %d+ ms; sandbox restored, its "
-      .. "agent checked with a command"), "the resume's check of an unmarked image")
+      .. "agent checked with a command and 0 kernel%(s%) with theirs"), "the resume's check of an unmarked image")
     -- the restored sandbox is in the session's cgroups (runsc restores it where airlockd started
     -- it): its memory limit (256 MB) still ends a kernel that goes past it
     local big = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute",
@@ -259,6 +263,35 @@ describe("pause with memory (kernels)", function()
     assert.are.equal(404, call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = "1" }).status)
     assert.is_false(proc.run("test -e " .. q(image_dir(sid))), "the discarded image is still there")
     os.remove(aside)
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
+  it("checks each restored kernel with a ping: one that does not answer fails the restore (500 naming it, still paused, image kept)", function()
+    local sid, kid = session_with_x41()
+    assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)
+    -- the kernel stopped (SIGSTOP) by a child of its own, which says so after it: saved stopped, restored stopped
+    assert.are.equal(cjson.null, cell(sid, kid, "import subprocess\nsubprocess.Popen(['sh', '-c', "
+      .. "'while [ ! -e /workspace/go ]; do sleep 0.05; done; kill -STOP $PPID; touch /workspace/stopped'])").error)
+    assert.are.equal(0, http_client.exec(server, key, sid, "touch /workspace/go").json.exit_code)
+    assert.eventually(function() return http_client.exec(server, key, sid, "test -e /workspace/stopped").json.exit_code == 0 end,
+      { timeout = 30, what = "the kernel stopped" })
+    pause(sid)
+    local kernels = cjson.decode(proc.output("cat " .. q(image_dir(sid) .. "/kernels.json")))
+    assert.are.same({ { kernel_id = kid, language = "python", slot = kernels[1].slot, pings = true } }, kernels)
+    local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 120)
+    assert.are.equal(500, r.status, r.body)
+    assert.truthy(r.body:find("kernel " .. kid .. " did not answer its ping within 30 s of the restore", 1, true)
+      and r.body:find("stays paused", 1, true), r.body)
+    assert.are.equal("paused", call("GET", "/v1/sessions/" .. sid).json.state)
+    assert.is_true(proc.run("test -s " .. q(image_dir(sid) .. "/checkpoint.img")), "the image went with the failed restore")
+    assert.eventually(function()
+      local left = leftovers(sid)
+      return #left.sandboxes == 0 and #left.cgroups == 0 and left.mounts == "0", left
+    end, { timeout = 20, what = "nothing of the session left on the host after the failed restore" })
+    -- its files, without its memory
+    r = call("POST", "/v1/sessions/" .. sid .. "/resume?discard_memory=1", nil, 90)
+    assert.are.equal(200, r.status, r.body)
+    assert.are.equal("kept\n", http_client.exec(server, key, sid, "cat /workspace/f").json.stdout)
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 

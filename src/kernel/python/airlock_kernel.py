@@ -2,9 +2,10 @@
 
 airlockd's agent starts it inside a session's sandbox as `python3 -u /airlock/kernel.py` and
 talks to it over its original fd 0 (requests, one JSON object a line) and fd 1 (events, one JSON
-object a line). The wire is written down in docs/api.md ("Kernels") and agreed in
-KERNEL_WIRE.md: requests {"op": "execute", "id", "code"} and {"op": "shutdown"}; events ready,
-stream, result, error and done (always a cell's last event).
+object a line): requests {"op": "execute", "id", "code"}, {"op": "ping", "id"} (airlockd's
+check after a restore: answered with a pong) and {"op": "shutdown"}; events ready, stream,
+result, error, done (always a cell's last event) and pong (src/server/domain/kernels.c reads
+them; docs/api.md, "Kernels", is what users see of it).
 
 User code's fd 1 and fd 2 (and so its children's: os.system, subprocess) are pipes read by a
 thread of ours that turns what arrives into `stream` events, so nothing user code writes can
@@ -545,6 +546,8 @@ def main():
             op = req.get("op")
             if op == "execute":
                 kernel.execute(req.get("id"), req.get("code"))
+            elif op == "ping":  # airlockd's check after a restore: this process and its memory are back
+                channel.send({"type": "pong", "id": req.get("id")})
             elif op == "shutdown":
                 break
             else:

@@ -9,6 +9,7 @@
 #include "../../agent/protocol.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -132,6 +133,8 @@ static void take_event(cell *c, const char *line, size_t len)
                              json_object_get(e, "value"), "traceback", json_object_get(e, "traceback"));
         if (c->error && c->ev && c->ev->error)
             c->ev->error(c->ev->ctx, c->error);
+    } else if (ours && strcmp(type, "pong") == 0) {
+        c->done = true;
     } else if (ours && strcmp(type, "done") == 0) {
         json_t *n = json_object_get(e, "execution_count");
         c->execution_count = json_is_integer(n) ? json_integer_value(n) : 0;
@@ -453,8 +456,8 @@ json_t *kernels_describe(kernels *t, const char *session_id)
     pthread_mutex_lock(&t->mu);
     for (kernel *k = t->head; list && k; k = k->next)
         if (strcmp(k->session_id, session_id) == 0 && !k->ended)
-            json_array_append_new(list, json_pack("{s:s,s:s,s:i}", "kernel_id", k->id, "language", "python", "slot",
-                                                  k->sb ? k->slot : -1));
+            json_array_append_new(list, json_pack("{s:s,s:s,s:i,s:b}", "kernel_id", k->id, "language", "python",
+                                                  "slot", k->sb ? k->slot : -1, "pings", 1));
     pthread_mutex_unlock(&t->mu);
     return list;
 }
@@ -815,4 +818,75 @@ out:
     pthread_mutex_unlock(&t->mu);
     pthread_mutex_unlock(&k->run_mu);
     return answer;
+}
+
+/* ---- the check after a restore ------------------------------------------------------- */
+
+/* How long a restored kernel has to answer its ping (its first run after the restore maps its
+ * pages again: tens of ms, seconds on a loaded host). */
+#define PING_TIMEOUT_S 30
+
+/* k's process answers a ping ({"op":"ping"} -> {"type":"pong"}, its request loop's own). */
+static int ping(kernel *k, char *errbuf, size_t errlen)
+{
+    pthread_mutex_lock(&k->run_mu);
+    int rc = -1;
+    cell c;
+    cell_init(&c, ++k->next_cell, 64, NULL);
+    char line[64];
+    int n = snprintf(line, sizeof line, "{\"op\":\"ping\",\"id\":%d}\n", c.id);
+    if (k->slot < 0 || !k->sb || !sandbox_session_usable(k->sb)) {
+        snprintf(errbuf, errlen, "kernel %s has no process after the restore", k->id);
+    } else if (sandbox_session_proc_begin(k->sb, errbuf, errlen) == 0) {
+        /* (no interrupt at the deadline, as a cell's: what does not answer is ended with the
+         * restored sandbox, its image kept) */
+        read_rc got = sandbox_session_proc_send(k->sb, k->slot, FRAME_STDIN, line, (size_t)n) == 0 ? READ_NOTHING
+                                                                                                : READ_GONE;
+        int64_t deadline = now_ms() + PING_TIMEOUT_S * 1000;
+        int code = 0;
+        bool cancelled = false;
+        while (!c.done && (got == READ_NOTHING || got == READ_FRAME) && now_ms() < deadline)
+            got = read_frame(k, &c, 1000, -1, &cancelled, &code);
+        bool hit;
+        (void)sandbox_session_proc_end(k->sb, got == READ_GONE, &hit);
+        if (c.done)
+            rc = 0;
+        else if (got == READ_NOTHING || got == READ_FRAME)
+            snprintf(errbuf, errlen, "kernel %s did not answer its ping within %d s of the restore", k->id,
+                     PING_TIMEOUT_S);
+        else
+            snprintf(errbuf, errlen, "kernel %s did not answer its ping after the restore (%s)", k->id,
+                     got == READ_ENDED ? "its process ended" : "its sandbox is gone");
+    }
+    cell_free(&c);
+    pthread_mutex_unlock(&k->run_mu);
+    return rc;
+}
+
+int kernels_check_restored(kernels *t, const char *session_id, const char *image_dir, char *errbuf, size_t errlen)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/kernels.json", image_dir) >= (int)sizeof path) {
+        snprintf(errbuf, errlen, "the memory image's path is too long");
+        return -1;
+    }
+    json_t *list = json_load_file(path, 0, NULL);
+    int answered = 0;
+    size_t i;
+    json_t *entry;
+    json_array_foreach(list, i, entry) { /* (none: nothing said which kernels answer) */
+        const char *id = json_string_value(json_object_get(entry, "kernel_id"));
+        if (answered < 0 || !id || !json_is_true(json_object_get(entry, "pings")))
+            continue;
+        kernel *k = kernels_get(t, session_id, id);
+        if (!k) {
+            snprintf(errbuf, errlen, "kernel %s was not restored", id);
+            answered = -1;
+        } else {
+            answered = ping(k, errbuf, errlen) == 0 ? answered + 1 : -1;
+        }
+        kernels_put(t, k);
+    }
+    json_decref(list);
+    return answered;
 }

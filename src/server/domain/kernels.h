@@ -48,9 +48,16 @@ kernel_start_rc kernels_start(kernels *t, const session *s, const char *tenant, 
 /* s's kernels as [{"kernel_id","language","state"}] (new reference). */
 json_t *kernels_list(kernels *t, const char *session_id);
 
-/* s's kernels as [{"kernel_id","language","slot"}] (new reference): what a resume after a
- * restart needs (slot -1: none has its process). */
+/* s's kernels as [{"kernel_id","language","slot","pings"}] (new reference): what a resume
+ * after a restart needs (slot -1: none has its process); "pings": its program answers a ping
+ * (this build's: a kernel in an image an older one made does not). */
 json_t *kernels_describe(kernels *t, const char *session_id);
+
+/* After session_id's sandbox was restored from image_dir: every kernel its kernels.json says
+ * answers a ping does, from its own process (what proves that process and its memory came
+ * back). How many answered (0: none was to, as in an image an older build made), or -1 with
+ * errbuf naming the kernel that did not. */
+int kernels_check_restored(kernels *t, const char *session_id, const char *image_dir, char *errbuf, size_t errlen);
 
 /* A kernel id of s whose process runs on slot of sb, restored with its memory (slot -1: none,
  * its next cell starts one); it holds sb, borrowed (warm_session_restore_anew). false when out

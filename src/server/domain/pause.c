@@ -211,9 +211,10 @@ static int sandbox_stop(const pause_deps *d, const session *s, session_pause_sta
  * paused with its memory (p's image), it is restored from that image (on a namespace and proxy
  * made again the same way), which another runsc version cannot read (refused). 0, 1 (refused:
  * errbuf), -1 (the restore failed: errbuf). */
-static int sandbox_start(const pause_deps *d, const session *s, const session_pause_state *p, char *errbuf,
-                         size_t errlen)
+static int sandbox_start(const pause_deps *d, const session *s, const session_pause_state *p, int *kernels_pinged,
+                         char *errbuf, size_t errlen)
 {
+    *kernels_pinged = 0;
     if (p && p->image_dir[0]) {
         char now[SESSION_RUNSC_VERSION_MAX];
         if (sandbox_runsc_version(d->sb, now, sizeof now) != 0 || strcmp(now, p->runsc_version) != 0) {
@@ -226,6 +227,8 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
         int rc = p->image_moved ? 1 : warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
         if (rc == 1)
             rc = restore_anew(d, s, p->image_dir, p->image_moved, errbuf, errlen);
+        if (rc == 0 && (*kernels_pinged = kernels_check_restored(d->kernels, s->id, p->image_dir, errbuf, errlen)) < 0)
+            rc = -1; /* (the image stays for another try: the caller ends what was restored) */
         if (rc == 0)
             image_removed_soon(d, s->id);
         return rc;
@@ -365,10 +368,11 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
     }
     rc = registry_pause_end(d->reg, s, &image);
     if (rc != SESSION_OK) {
-        if (image.image_dir[0] && sandbox_start(d, s, &image, err, sizeof err) != 0)
+        int pinged;
+        if (image.image_dir[0] && sandbox_start(d, s, &image, &pinged, err, sizeof err) != 0)
             log_session(LV_WARN, s->id, NULL, "session %s: its sandbox could not be restored: %s", s->id, err);
         else if (!image.image_dir[0])
-            (void)sandbox_start(d, s, NULL, err, sizeof err); /* active again: its sandbox comes back */
+            (void)sandbox_start(d, s, NULL, &pinged, err, sizeof err); /* active again: its sandbox comes back */
         return rc;
     }
     out->image_bytes = image.image_bytes;
@@ -434,7 +438,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     char err[300] = "";
     /* (an image an older build made has no mark: its check is a command) */
     bool pings = p.image_dir[0] && sandbox_image_agent_pings(p.image_dir);
-    int started = sandbox_start(d, s, &p, err, sizeof err);
+    int pinged;
+    int started = sandbox_start(d, s, &p, &pinged, err, sizeof err);
     if (started != 0) {
         /* what this process held of its sandbox and kernels is gone with the failed restore;
          * the image (kernels.json in it) is kept for another try, as after a restart */
@@ -457,8 +462,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     *resume_ms = ms_since(&t0);
     if (p.image_dir[0])
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored, its agent "
-                    "checked with %s and its image removed %.0f ms)", s->id, *resume_ms, disk_ms,
-                    pings ? "a ping" : "a command", *resume_ms - disk_ms);
+                    "checked with %s and %d kernel(s) with theirs, its image removed %.0f ms)", s->id, *resume_ms,
+                    disk_ms, pings ? "a ping" : "a command", pinged, *resume_ms - disk_ms);
     else
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; its sandbox boots for its "
                     "next command)", s->id, *resume_ms, disk_ms);
@@ -473,7 +478,13 @@ session_result resume_session(const pause_deps *d, session *s, bool *resumed, do
 
 int pause_restore_fork(const pause_deps *d, const session *s, const char *image_dir, char *errbuf, size_t errlen)
 {
-    return restore_anew(d, s, image_dir, true, errbuf, errlen);
+    if (restore_anew(d, s, image_dir, true, errbuf, errlen) != 0)
+        return -1;
+    if (kernels_check_restored(d->kernels, s->id, image_dir, errbuf, errlen) >= 0)
+        return 0;
+    kernels_forget_session(d->kernels, s->id);
+    warm_forget(d->warm, s->id);
+    return -1;
 }
 
 size_t pause_kernels_in_the_way(const pause_deps *d, const session *s)

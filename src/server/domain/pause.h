@@ -66,8 +66,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
                                    double *resume_ms, char *why, size_t whylen);
 
 /* A new session s from a memory snapshot (its image in image_dir, kernels.json beside it):
- * its own sandbox restored from the image, checked (its agent answers), and its kernels
- * adopted under their ids. 0, or -1 with a message (nothing of the sandbox left). */
+ * its own sandbox restored from the image, checked (its agent answers, then each kernel), and
+ * its kernels adopted under their ids. 0, or -1 with a message (nothing of the sandbox left). */
 int pause_restore_fork(const pause_deps *d, const session *s, const char *image_dir, char *errbuf, size_t errlen);
 
 /* In a fleet, a session taken from the shared store: its memory image (stored's "memory" part,
