@@ -876,7 +876,9 @@ int kernels_check_restored(kernels *t, const char *session_id, const char *image
     json_t *entry;
     json_array_foreach(list, i, entry) { /* (none: nothing said which kernels answer) */
         const char *id = json_string_value(json_object_get(entry, "kernel_id"));
-        if (answered < 0 || !id || !json_is_true(json_object_get(entry, "pings")))
+        /* (one without a process, slot -1, had no memory to bring back: its next cell starts one) */
+        if (answered < 0 || !id || !json_is_true(json_object_get(entry, "pings")) ||
+            json_integer_value(json_object_get(entry, "slot")) < 0)
             continue;
         kernel *k = kernels_get(t, session_id, id);
         if (!k) {
