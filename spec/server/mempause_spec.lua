@@ -266,6 +266,30 @@ describe("pause with memory (kernels)", function()
     assert.are.equal(200, http_client.delete(server, key, sid).status)
   end)
 
+  it("resumes a paused session once for calls that come together (two cells and a command): each waits for that resume, x kept", function()
+    local sid, kid = session_with_x41()
+    for round = 1, 2 do
+      pause(sid)
+      local cell_path = "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute"
+      local calls = {
+        http_client.post_async(server, key, cell_path, { code = "x + 1", timeout = 30 }, 120),
+        http_client.post_async(server, key, cell_path, { code = "x + 1", timeout = 30 }, 120),
+        http_client.exec_async(server, key, sid, "echo hi", 30),
+      }
+      for i = 1, 2 do
+        local r, raw = calls[i].wait(150)
+        assert.truthy(r and r.results, "round " .. round .. ", cell " .. i .. ": " .. tostring(raw))
+        assert.are.equal("42", r.results[1] and r.results[1]["text/plain"], raw)
+        assert.is_false(r.kernel_restarted, raw)
+      end
+      local e, raw = calls[3].wait(150)
+      assert.are.equal("hi\n", e and e.stdout, raw)
+    end
+    local resumes = select(2, airlockd.log(server):gsub("session " .. sid .. " resumed in", ""))
+    assert.are.equal(2, resumes, "one resume a round")
+    assert.are.equal(200, http_client.delete(server, key, sid).status)
+  end)
+
   it("checks each restored kernel with a ping: one that does not answer fails the restore (500 naming it, still paused, image kept)", function()
     local sid, kid = session_with_x41()
     assert.are.equal(0, http_client.exec(server, key, sid, "echo kept > /workspace/f").json.exit_code)

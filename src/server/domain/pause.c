@@ -400,16 +400,6 @@ static int image_of_other_runsc(const pause_deps *d, const session *s, char *why
     return 1;
 }
 
-/* After a failed restore of p's image: s (its disk mounted, nothing running) paused again with
- * that image, for another resume. false when it cannot be (a request uses it, its disk). */
-static bool paused_again(const pause_deps *d, session *s, const session_pause_state *p)
-{
-    bool already = false;
-    if (!p->image_dir[0] || registry_pause_begin(d->reg, s, false, &already) != SESSION_OK || already)
-        return false;
-    return registry_pause_end(d->reg, s, p) == SESSION_OK;
-}
-
 session_result resume_session_with(const pause_deps *d, session *s, bool discard_memory, bool *resumed,
                                    double *resume_ms, char *why, size_t whylen)
 {
@@ -426,7 +416,7 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
         return rc;
-    double disk_ms = ms_since(&t0); /* its disk mounted, its state saved */
+    double disk_ms = ms_since(&t0); /* its disk mounted (its state saved at the end) */
     if (discard_memory && p.image_dir[0]) {
         /* files only, as asked: its kernels and their memory end */
         log_session(LV_INFO, s->id, NULL, "session %s resumed without its memory (discard_memory)", s->id);
@@ -447,7 +437,7 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
         warm_forget(d->warm, s->id);
         if (why)
             snprintf(why, whylen, "%s", err);
-        if (paused_again(d, s, &p)) {
+        if (p.image_dir[0] && registry_resume_end(d->reg, s, &p) == SESSION_OK) {
             log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; it stays paused, its "
                         "image kept", s->id, err);
             if (d->fleet && d->store_dir) /* for another try, on any node */
@@ -455,10 +445,13 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
             return SESSION_ERROR;
         }
         /* its files are there (mounted); its kernels' memory is not: they end */
+        if (!p.image_dir[0])
+            (void)registry_resume_end(d->reg, s, NULL);
         log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; its kernels end", s->id, err);
         pause_forget_image(d, s->id);
         return SESSION_ERROR;
     }
+    (void)registry_resume_end(d->reg, s, NULL);
     *resume_ms = ms_since(&t0);
     if (p.image_dir[0])
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored, its agent "

@@ -1133,16 +1133,27 @@ session_result registry_resume(registry *r, session *s, bool *resumed, session_p
     if (dr == DISK_OK) {
         memset(&s->pause, 0, sizeof s->pause);
         s->last_accessed_at = epoch_now(); /* resuming resets its idle clock */
+    } else {
+        turn_end_locked(r, s, SESSION_PAUSED);
     }
-    turn_end_locked(r, s, dr == DISK_OK ? SESSION_ACTIVE : SESSION_PAUSED);
     pthread_mutex_unlock(&r->mu);
     if (dr != DISK_OK)
         return SESSION_ERROR;
+    *resumed = true; /* the turn stays the caller's: registry_resume_end */
+    return SESSION_OK;
+}
+
+session_result registry_resume_end(registry *r, session *s, const session_pause_state *again)
+{
+    if (again)
+        return registry_pause_end(r, s, again);
+    pthread_mutex_lock(&r->mu);
+    turn_end_locked(r, s, SESSION_ACTIVE);
+    pthread_mutex_unlock(&r->mu);
     /* not saved: a restart finds it paused, its files in its image, and resumes it then */
     save(r);
     if (r->shared.paused)
         r->shared.paused(r->shared.ctx, s->id, 0);
-    *resumed = true;
     return SESSION_OK;
 }
 

@@ -240,12 +240,18 @@ session_result registry_pause_begin(registry *r, session *s, bool only_if_idle, 
 session_result registry_pause_end(registry *r, session *s, const session_pause_state *state);
 /* (state NULL: the pause is given up, s is ACTIVE again: SESSION_ERROR.) */
 
-/* Makes s (the caller holds a reference) ACTIVE: waits for a pause or resume under way; when
- * it is PAUSED, mounts its disk again, resets its idle clock and saves it (*resumed true).
- * SESSION_OK; SESSION_ERROR when its disk cannot be mounted (it stays PAUSED, image kept);
- * SESSION_NOT_FOUND when it was deleted meanwhile. */
+/* Resumes s (the caller holds a reference): waits for a pause or resume under way; when it is
+ * PAUSED, mounts its disk again and resets its idle clock (*resumed true), and s stays RESUMING
+ * (every other request's resume waits) until the caller, its sandbox restored and checked,
+ * calls registry_resume_end. SESSION_OK; SESSION_ERROR when its disk cannot be mounted (it
+ * stays PAUSED, image kept); SESSION_NOT_FOUND when it was deleted meanwhile. */
 session_result registry_resume(registry *r, session *s, bool *resumed, session_pause_state *was);
 /* (was, unless NULL: the pause it resumed from, its memory image included; zeros otherwise.) */
+
+/* Ends the resume registry_resume began (*resumed): again NULL, s is ACTIVE and saved so;
+ * else (its restore failed) PAUSED once more on again's image, as registry_pause_end makes it
+ * (its result: not SESSION_OK when s could not be paused again, and is ACTIVE). */
+session_result registry_resume_end(registry *r, session *s, const session_pause_state *again);
 
 /* Whether session id is here and paused (or pausing, or resuming). */
 bool registry_paused(registry *r, const char *id);
