@@ -863,18 +863,30 @@ static int ping(kernel *k, char *errbuf, size_t errlen)
     return rc;
 }
 
-int kernels_check_restored(kernels *t, const char *session_id, const char *image_dir, char *errbuf, size_t errlen)
+json_t *kernels_of_image(const char *image_dir, char *errbuf, size_t errlen)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof path, "%s/kernels.json", image_dir) >= (int)sizeof path) {
         snprintf(errbuf, errlen, "the memory image's path is too long");
-        return -1;
+        return NULL;
     }
     json_t *list = json_load_file(path, 0, NULL);
+    if (!json_is_array(list)) {
+        snprintf(errbuf, errlen, "the memory image has no list of its kernels");
+        json_decref(list);
+        return NULL;
+    }
+    return list;
+}
+
+int kernels_check_restored(kernels *t, const char *session_id, const char *image_dir, char *errbuf, size_t errlen)
+{
+    char unlisted[64];
+    json_t *list = kernels_of_image(image_dir, unlisted, sizeof unlisted);
     int answered = 0;
     size_t i;
     json_t *entry;
-    json_array_foreach(list, i, entry) { /* (none: nothing said which kernels answer) */
+    json_array_foreach(list, i, entry) { /* (no list, its keeping failed: none is asked) */
         const char *id = json_string_value(json_object_get(entry, "kernel_id"));
         /* (one without a process, slot -1, had no memory to bring back: its next cell starts one) */
         if (answered < 0 || !id || !json_is_true(json_object_get(entry, "pings")) ||

@@ -53,6 +53,10 @@ json_t *kernels_list(kernels *t, const char *session_id);
  * (this build's: a kernel in an image an older one made does not). */
 json_t *kernels_describe(kernels *t, const char *session_id);
 
+/* The kernels.json beside the memory image in image_dir (kernels_describe's list, as a pause or
+ * memory snapshot kept it): a new reference to a JSON array, or NULL with errbuf saying why. */
+json_t *kernels_of_image(const char *image_dir, char *errbuf, size_t errlen);
+
 /* After session_id's sandbox was restored from image_dir: every kernel its kernels.json says
  * answers a ping does, from its own process (what proves that process and its memory came
  * back). How many answered (0: none was to, as in an image an older build made), or -1 with

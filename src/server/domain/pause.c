@@ -121,17 +121,14 @@ static int restore_anew(const pause_deps *d, const session *s, const char *image
         snprintf(errbuf, errlen, "the session's checkpointed sandbox is gone");
         return -1;
     }
-    char path[SESSION_PAUSE_DIR_MAX + 20];
-    if (snprintf(path, sizeof path, "%s/kernels.json", image_dir) >= (int)sizeof path) {
-        snprintf(errbuf, errlen, "the memory image's path is too long");
-        return -1;
-    }
-    json_t *list = json_load_file(path, 0, NULL);
+    json_t *list = kernels_of_image(image_dir, errbuf, errlen);
     unsigned slots = 0;
     size_t i;
     json_t *k;
-    if (!json_is_array(list) || json_array_size(list) > AGENT_SLOTS) {
-        snprintf(errbuf, errlen, "the memory image has no list of its kernels");
+    if (!list)
+        return -1;
+    if (json_array_size(list) > AGENT_SLOTS) {
+        snprintf(errbuf, errlen, "the memory image lists more kernels than a sandbox has slots");
         json_decref(list);
         return -1;
     }
