@@ -124,8 +124,11 @@ describe("pause with memory (kernels)", function()
     end, { timeout = 20, what = "nothing of the paused session running or mounted" })
     -- marked as made with an agent that answers a ping: the restore is checked with one
     assert.is_true(proc.run("test -e " .. q(image_dir(sid) .. "/agent_pings")))
+    -- (the resume primes the kernel's wait for its cgroup join by moving airlockd where it is: it stays there)
+    local groups = proc.read_file("/proc/" .. server.pid .. "/cgroup")
     local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
     assert.are.equal(200, r.status, r.body)
+    assert.are.equal(groups, proc.read_file("/proc/" .. server.pid .. "/cgroup"))
     assert.is_true(r.json.resumed)
     assert.truthy(airlockd.log(server):find("session " .. sid .. " resumed in %d+ ms %(disk %d+ ms; sandbox restored, its "
       .. "agent checked with a ping and 1 kernel%(s%) with theirs"), "the resume's check")

@@ -410,6 +410,8 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
         return SESSION_BUSY;
     }
     session_pause_state p;
+    if (registry_state(d->reg, s, NULL) == SESSION_PAUSED)
+        sandbox_prime_cgroup_join(d->sb); /* (its wait beside the disk's mount) */
     session_result rc = registry_resume(d->reg, s, resumed, &p);
     if (rc != SESSION_OK || !*resumed)
         return rc;

@@ -310,6 +310,12 @@ void sandbox_set_command(sandbox *s, const sandbox_opts *o)
     s->tap = o->tap;
 }
 
+void sandbox_prime_cgroup_join(sandbox_backend *b)
+{
+    if (b && b->have_cgroups)
+        sbx_cg_prime_join(&b->cgroups);
+}
+
 void sandbox_abandon(sandbox *s)
 {
     if (s && s->have_cg)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -760,6 +761,54 @@ int sbx_cg_join_self(const sbx_cgroup *cg)
             return -1;
     }
     return 0;
+}
+
+/* sbx_cg_prime_join's thread: arg (freed here) is the cgroup.procs file to write its pid to. */
+static void *prime_join(void *arg)
+{
+    char pid[24];
+    int n = snprintf(pid, sizeof pid, "%d", (int)getpid());
+    int fd = open(arg, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)!write(fd, pid, (size_t)n);
+        close(fd);
+    }
+    free(arg);
+    return NULL;
+}
+
+void sbx_cg_prime_join(const sbx_cg_tree *t)
+{
+    if (t->v2 || t->memory < 0)
+        return;
+    /* this process's memory group: the line "<n>:<controllers>:<path>" naming memory */
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[SBX_CG_PATH_MAX], *procs = NULL;
+    while (f && !procs && fgets(line, sizeof line, f)) {
+        char *ctl = strchr(line, ':');
+        char *path = ctl ? strchr(ctl + 1, ':') : NULL;
+        if (!path)
+            continue;
+        *path++ = '\0';
+        path[strcspn(path, "\n")] = '\0';
+        bool memory = false;
+        for (char *tok = strtok(ctl + 1, ","); tok && !memory; tok = strtok(NULL, ","))
+            memory = strcmp(tok, "memory") == 0;
+        if (memory && asprintf(&procs, "%s%s/cgroup.procs", t->hier[t->memory], strcmp(path, "/") == 0 ? "" : path) < 0)
+            procs = NULL; /* (asprintf leaves it undefined on failure) */
+    }
+    if (f)
+        fclose(f);
+    pthread_attr_t a;
+    pthread_t th;
+    if (!procs || pthread_attr_init(&a) != 0) {
+        free(procs);
+        return;
+    }
+    (void)pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &a, prime_join, procs) != 0)
+        free(procs);
+    pthread_attr_destroy(&a);
 }
 
 void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit)

@@ -171,6 +171,12 @@ void sbx_cg_end_command(sbx_cgroup *cg);
 /* Moves the calling process into the groups. Async-signal-safe (for a forked child). */
 int sbx_cg_join_self(const sbx_cgroup *cg);
 
+/* Starts, in a thread of its own, what the next join (sbx_cg_join_self) would wait for: on
+ * cgroup v1 the first move of a process after a quiet while waits ~15 ms for an RCU grace
+ * period (the global lock every move takes), and moves right after it do not. The thread moves
+ * this server's process into the memory group it is in already (nothing changes). v1 only. */
+void sbx_cg_prime_join(const sbx_cg_tree *t);
+
 /* True when the kernel's OOM killer killed a task of this group; failcnt_hit tells whether
  * the memory limit was reached at all (a weaker hint). */
 void sbx_cg_oom_status(const sbx_cgroup *cg, bool *oom_killed, bool *limit_hit);

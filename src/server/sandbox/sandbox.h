@@ -236,6 +236,10 @@ void sandbox_boot_hurry(sandbox *s);
  * budget, the cancel descriptor and the tap of o (the rest of o was fixed at its boot). */
 void sandbox_set_command(sandbox *s, const sandbox_opts *o);
 
+/* A sandbox of the caller's is about to be restored (a resume): the kernel's wait its cgroup
+ * join would pay starts now, beside what comes first (sbx_cg_prime_join). */
+void sandbox_prime_cgroup_join(sandbox_backend *b);
+
 /* For a server exiting without cleanup: kills s's processes at once (thawed first: a frozen
  * task cannot die) and leaves the rest (cgroups, state) to the next start. s stays allocated. */
 void sandbox_abandon(sandbox *s);
