@@ -99,11 +99,15 @@ function M.new_events(server, key, sid, before)
   return out
 end
 
+-- What each of airlockd's descriptors links to ("socket:[...]", "net:[...]", a path).
+local function descriptor_targets(server)
+  return proc.output("ls -l /proc/" .. server.pid .. "/fd 2>/dev/null"):gmatch("%-> ([^\n]+)")
+end
+
 -- What airlockd holds, from /proc/<pid>/fd: sockets, namespace descriptors, all of them.
 function M.descriptors(server)
   local counts = { socket = 0, net = 0, total = 0 }
-  local listing = proc.output("ls -l /proc/" .. server.pid .. "/fd 2>/dev/null")
-  for target in listing:gmatch("%-> ([^\n]+)") do
+  for target in descriptor_targets(server) do
     counts.total = counts.total + 1
     if target:find("^socket:") then counts.socket = counts.socket + 1 end
     if target:find("^net:") then counts.net = counts.net + 1 end
@@ -114,8 +118,8 @@ end
 -- The network namespaces airlockd holds open: a set of their links ("net:[4026532...]").
 function M.namespaces(server)
   local set = {}
-  for target in proc.output("ls -l /proc/" .. server.pid .. "/fd 2>/dev/null"):gmatch("%-> (net:[^\n]+)") do
-    set[target] = true
+  for target in descriptor_targets(server) do
+    if target:find("^net:") then set[target] = true end
   end
   return set
 end

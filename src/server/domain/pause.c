@@ -206,12 +206,13 @@ static int sandbox_stop(const pause_deps *d, const session *s, session_pause_sta
 /* The sandbox's part of a resume: s's sandbox boots again over its workspace, on its template,
  * with its size and (through the warm pool's network hook) its egress namespace and proxy; or,
  * paused with its memory (p's image), it is restored from that image (on a namespace and proxy
- * made again the same way), which another runsc version cannot read (refused). 0, 1 (refused:
- * errbuf), -1 (the restore failed: errbuf). */
+ * made again the same way), which another runsc version cannot read (refused), then checked
+ * (its agent, and each kernel: how many answered in *kernels_pinged, unless NULL). 0, 1
+ * (refused: errbuf), -1 (the restore failed: errbuf). */
 static int sandbox_start(const pause_deps *d, const session *s, const session_pause_state *p, int *kernels_pinged,
                          char *errbuf, size_t errlen)
 {
-    *kernels_pinged = 0;
+    int pinged = 0;
     if (p && p->image_dir[0]) {
         char now[SESSION_RUNSC_VERSION_MAX];
         if (sandbox_runsc_version(d->sb, now, sizeof now) != 0 || strcmp(now, p->runsc_version) != 0) {
@@ -224,10 +225,12 @@ static int sandbox_start(const pause_deps *d, const session *s, const session_pa
         int rc = p->image_moved ? 1 : warm_session_restore(d->warm, s, p->image_dir, errbuf, errlen);
         if (rc == 1)
             rc = restore_anew(d, s, p->image_dir, p->image_moved, errbuf, errlen);
-        if (rc == 0 && (*kernels_pinged = kernels_check_restored(d->kernels, s->id, p->image_dir, errbuf, errlen)) < 0)
+        if (rc == 0 && (pinged = kernels_check_restored(d->kernels, s->id, p->image_dir, errbuf, errlen)) < 0)
             rc = -1; /* (the image stays for another try: the caller ends what was restored) */
         if (rc == 0)
             image_removed_soon(d, s->id);
+        if (kernels_pinged)
+            *kernels_pinged = pinged;
         return rc;
     }
     if (!d->warm)
@@ -365,11 +368,10 @@ session_result pause_session(const pause_deps *d, session *s, bool only_if_idle,
     }
     rc = registry_pause_end(d->reg, s, &image);
     if (rc != SESSION_OK) {
-        int pinged;
-        if (image.image_dir[0] && sandbox_start(d, s, &image, &pinged, err, sizeof err) != 0)
+        if (image.image_dir[0] && sandbox_start(d, s, &image, NULL, err, sizeof err) != 0)
             log_session(LV_WARN, s->id, NULL, "session %s: its sandbox could not be restored: %s", s->id, err);
         else if (!image.image_dir[0])
-            (void)sandbox_start(d, s, NULL, &pinged, err, sizeof err); /* active again: its sandbox comes back */
+            (void)sandbox_start(d, s, NULL, NULL, err, sizeof err); /* active again: its sandbox comes back */
         return rc;
     }
     out->image_bytes = image.image_bytes;
@@ -427,25 +429,24 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     char err[300] = "";
     /* (an image an older build made has no mark: its check is a command) */
     bool pings = p.image_dir[0] && sandbox_image_agent_pings(p.image_dir);
-    int pinged;
+    int pinged = 0;
     int started = sandbox_start(d, s, &p, &pinged, err, sizeof err);
-    if (started != 0) {
+    if (started != 0) { /* (only a restore from an image fails) */
         /* what this process held of its sandbox and kernels is gone with the failed restore;
          * the image (kernels.json in it) is kept for another try, as after a restart */
         kernels_forget_session(d->kernels, s->id);
         warm_forget(d->warm, s->id);
         if (why)
             snprintf(why, whylen, "%s", err);
-        if (p.image_dir[0] && registry_resume_end(d->reg, s, &p) == SESSION_OK) {
+        if (registry_resume_end(d->reg, s, &p) == SESSION_OK) {
             log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; it stays paused, its "
                         "image kept", s->id, err);
             if (d->fleet && d->store_dir) /* for another try, on any node */
                 hand_to_store(d, s);
             return SESSION_ERROR;
         }
-        /* its files are there (mounted); its kernels' memory is not: they end */
-        if (!p.image_dir[0])
-            (void)registry_resume_end(d->reg, s, NULL);
+        /* not paused again (the turn ended active): its files are there (mounted); its kernels'
+         * memory is not: they end */
         log_session(LV_WARN, s->id, NULL, "session %s: its memory was not restored: %s; its kernels end", s->id, err);
         pause_forget_image(d, s->id);
         return SESSION_ERROR;

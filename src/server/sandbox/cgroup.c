@@ -781,7 +781,8 @@ void sbx_cg_prime_join(const sbx_cg_tree *t)
 {
     if (t->v2 || t->memory < 0)
         return;
-    /* this process's memory group: the line "<n>:<controllers>:<path>" naming memory */
+    /* this process's memory group: the line "<n>:<controllers>:<path>" naming memory (read
+     * each time: an operator may have moved airlockd since) */
     FILE *f = fopen("/proc/self/cgroup", "re");
     char line[SBX_CG_PATH_MAX], *procs = NULL;
     while (f && !procs && fgets(line, sizeof line, f)) {
@@ -792,7 +793,8 @@ void sbx_cg_prime_join(const sbx_cg_tree *t)
         *path++ = '\0';
         path[strcspn(path, "\n")] = '\0';
         bool memory = false;
-        for (char *tok = strtok(ctl + 1, ","); tok && !memory; tok = strtok(NULL, ","))
+        char *save = NULL; /* (strtok_r: resumes run on several threads at once) */
+        for (char *tok = strtok_r(ctl + 1, ",", &save); tok && !memory; tok = strtok_r(NULL, ",", &save))
             memory = strcmp(tok, "memory") == 0;
         if (memory && asprintf(&procs, "%s%s/cgroup.procs", t->hier[t->memory], strcmp(path, "/") == 0 ? "" : path) < 0)
             procs = NULL; /* (asprintf leaves it undefined on failure) */
