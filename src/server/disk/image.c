@@ -193,12 +193,15 @@ static long long usable_bytes(const char *path)
 
 /* mke2fs on the image at path: -m 0: no blocks reserved for root (the files API writes as
  * root, commands as uid 1000: one limit for both); -i 8192: inodes are part of the quota;
- * a small journal; nodiscard keeps the reserved blocks; lazy init: mke2fs writes ~0.4 MB,
- * whatever the size. */
+ * a small journal; nodiscard keeps the reserved blocks. The image is always a new file
+ * fallocated whole (image_reserve), which reads as zeros: assume_storage_prezeroed marks its
+ * inode tables and journal zeroed, so mke2fs writes ~0.4 MB whatever the size, and no mount
+ * has the kernel's lazy init write them (a 512 MB workspace's 16 MB of inode tables,
+ * measured: 17 MB written through the loop device in its first 15 s, 0 with the mark). */
 static int make_fs(const image_tools *t, const char *path, bool big, char *err, size_t errlen)
 {
     char *argv[] = {t->mke2fs, "-q", "-F", "-t", "ext4", "-b", big ? "4096" : "1024", "-m", "0", "-i", "8192",
-                    "-J", big ? "size=4" : "size=1", "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
+                    "-J", big ? "size=4" : "size=1", "-E", "nodiscard,assume_storage_prezeroed=1",
                     "-L", "airlock-ws", (char *)path, NULL};
     return run_tool(argv, err, errlen);
 }
