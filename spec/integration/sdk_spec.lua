@@ -8,10 +8,11 @@ local dropped = require "airlock.dropped_sessions"
 local function clock() return require("socket").gettime() end
 
 local expect_error = require "support.expect_error"
+local http_client = require "support.http_client"
 
 -- A command that runs until the spec writes go into its workspace (30 s at most): two of them
 -- overlap for sure, however long each sandbox takes to boot.
-local UNTIL_GO = "for _ in $(seq 300); do [ -e go ] && break; sleep 0.1; done; "
+local UNTIL_GO = http_client.until_go(30)
 -- a command that says it started (the file started), then waits for go
 local STARTED_UNTIL_GO = "touch started; " .. UNTIL_GO
 

@@ -31,8 +31,8 @@ describe("a session's parallel commands in its own sandbox (SANDBOX_EXEC_MODE=se
   -- A command that says it started (its file in /workspace), waits until the other one did
   -- too (at most 40 s), then prints whether it saw it, its PID and its PID namespace.
   local function meeting(me, other)
-    return string.format("echo $$ > /workspace/%s; for i in $(seq 800); do [ -e /workspace/%s ] && break; sleep 0.05; done; "
-      .. "[ -e /workspace/%s ] && echo met; echo pid $$; readlink /proc/self/ns/pid; echo %s done; exit 7", me, other, other, me)
+    return string.format("echo $$ > /workspace/%s; ", me) .. http_client.until_file("/workspace/" .. other, 40)
+      .. string.format("[ -e /workspace/%s ] && echo met; echo pid $$; readlink /proc/self/ns/pid; echo %s done; exit 7", other, me)
   end
 
   it("runs two long commands of one session at once, in different PID namespaces of the same sandbox", function()
@@ -79,7 +79,7 @@ describe("a session's parallel commands in its own sandbox (SANDBOX_EXEC_MODE=se
   it("times out one of two parallel commands without touching the other", function()
     local a = http_client.exec_async(server, key, sid, "echo $$ > /workspace/c1; sleep 1000", 3)
     local b = http_client.exec_async(server, key, sid,
-      "for i in $(seq 1200); do [ -e /workspace/c1 ] && break; sleep 0.05; done; sleep 8; echo survived", 60)
+      http_client.until_file("/workspace/c1") .. "sleep 8; echo survived", 60)
     local ra, rb = a.wait(120), b.wait(120)
     assert.truthy(ra and rb)
     assert.is_true(ra.timed_out, ra.output)

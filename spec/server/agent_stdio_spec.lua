@@ -78,8 +78,9 @@ describe("a session sandbox's agent on stdin and stdout (SANDBOX_EXEC_MODE=sessi
     local counts = { 200000, 200000, 200000, 600000 }
     local runs = {}
     for i, n in ipairs(counts) do
-      local cmd = string.format("touch /workspace/m%d; for i in $(seq 1200); do [ $(ls /workspace | grep -c '^m[0-9]$') = 4 ] && break; sleep 0.05; done; "
-        .. "seq -f 's%d-%%g' 1 %d; seq -f 'e%d-%%g' 1 1000 >&2; exit %d", i, i, n, i, i)
+      local cmd = string.format("touch /workspace/m%d; ", i)
+        .. http_client.until_in_sandbox([[len([f for f in os.listdir("/workspace") if re.fullmatch("m[0-9]", f)]) == 4]])
+        .. string.format("seq -f 's%d-%%g' 1 %d; seq -f 'e%d-%%g' 1 1000 >&2; exit %d", i, n, i, i)
       runs[i] = http_client.exec_async(server, key, sid, cmd, 60)
     end
     for i, n in ipairs(counts) do

@@ -33,7 +33,7 @@ end
 
 -- A command that runs until the spec writes the file go in its workspace (50 s at most): it
 -- holds its slot for as long as the spec needs, whatever the machine's load.
-local UNTIL_GO = "for _ in $(seq 500); do [ -e go ] && break; sleep 0.1; done"
+local UNTIL_GO = http_client.until_go(50)
 
 -- Commands the tenant of key has begun, those waiting for a slot included (GET /v1/usage).
 local function commands_running(server, key)
@@ -178,7 +178,7 @@ describe("airlockd host-wide command cap", function()
       local o = http_client.create(server, other).json.session_id
       -- each command prints when it began and when it ended (ns): one slot, so no two overlap
       local SPAN = "date +%s%N; sleep 0.3; date +%s%N"
-      local first = http_client.exec_async(server, acme, a, UNTIL_GO .. "; date +%s%N", 60)
+      local first = http_client.exec_async(server, acme, a, UNTIL_GO .. "date +%s%N", 60)
       assert.is_true(proc.wait_until(30, function() return commands_running(server, acme) == 1 end))
       -- acme's second command waits for the slot first, then the other tenant's
       local second = http_client.exec_async(server, acme, a, SPAN, 60)

@@ -194,7 +194,11 @@ describe("airlockd file reads (SANDBOX_READ_MAX_MB=1)", function()
   end)
 
   it("reads a file that grows while it is read without following it", function()
-    local job = http_client.exec_async(server, key, id, "for i in $(seq 400); do head -c 250000 /dev/zero | tr '\\0' g >> growing; done", 60)
+    -- (one process appending 400 chunks of 250 kB, unbuffered, a little apart: a shell loop of
+    -- `head | tr` spawned 800 processes, most of this file's CPU in gVisor)
+    local writer = "import time\nwith open('growing', 'ab', buffering=0) as f:\n" ..
+      "    for i in range(400):\n        f.write(b'g' * 250000)\n        time.sleep(0.005)\n"
+    local job = http_client.exec_async(server, key, id, "python3 -c \"" .. writer .. "\"", 60)
     local answers, seen = 0, {}
     local growth = peak_growth_mb(server, function()
       for _ = 1, 200 do

@@ -149,7 +149,7 @@ describe("pause and resume", function()
   it("refuses to pause while a command runs (409 saying why), and answers bad input clearly", function()
     local sid = http_client.create(server, key).json.session_id
     -- the command runs until the spec lets it end (a sleep could end first on a loaded machine)
-    local job = http_client.exec_async(server, key, sid, "touch started; while [ ! -e go ]; do sleep 0.05; done; echo done", 60)
+    local job = http_client.exec_async(server, key, sid, "touch started; " .. http_client.until_go() .. "echo done", 60)
     assert.eventually(function() return http_client.exists(server, key, sid, "started") end,
       { timeout = 30, what = "the command started" })
     local busy = post(server, key, sid, "pause")

@@ -41,7 +41,7 @@ describe("airlockd robustness", function()
     -- each command runs until the spec writes go (50 s at most): the calls below happen while
     -- they run, however long the calls take
     for i = 1, 4 do
-      jobs[i] = http_client.exec_async(server, key, id, "for _ in $(seq 500); do [ -e go ] && break; sleep 0.1; done; echo done " .. i, 60)
+      jobs[i] = http_client.exec_async(server, key, id, http_client.until_go(50) .. "echo done " .. i, 60)
     end
     -- wait until all four hold their slots (a probe racing them could take one), then a fifth is
     -- refused; counted by airlockd, so in either SANDBOX_EXEC_MODE (in session mode the four run

@@ -60,7 +60,7 @@ local ALLOCATE = "python3 -c 'x = b\"\\x01\" * (50 * 1024 * 1024); import time; 
 local BUSY = "python3 -c 'i = 0\nwhile i < 10000000: i += 1\nprint(i)'"
 -- Runs until the spec writes `go` into the workspace (a minute at most): it is running for
 -- sure while the spec looks, however slow the machine.
-local UNTIL_GO = "for _ in $(seq 600); do [ -e go ] && break; sleep 0.1; done"
+local UNTIL_GO = http_client.until_go(60)
 
 for _, mode in ipairs({ "session", "command" }) do
   describe("per-session figures (SANDBOX_EXEC_MODE=" .. mode .. ")", function()

@@ -76,7 +76,7 @@ describe("airlockd on SIGTERM", function()
     with_server(nil, function(server, key, id)
       -- the command runs until the spec puts go in its workspace (from the host: airlockd
       -- takes no new connection now), so it is still running whatever the machine's load
-      local job = exec_in_background(server, key, id, "for _ in $(seq 400); do [ -e go ] && break; sleep 0.1; done; echo done")
+      local job = exec_in_background(server, key, id, http_client.until_go(40) .. "echo done")
       assert.is_true(proc.wait_until(30, function() return running_commands(server) >= 1 end))
       os.execute("kill -TERM " .. server.pid)
       -- the listening socket is closed at once: a new client is refused, not queued
