@@ -886,22 +886,29 @@ int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
                 return -1;
         }
     }
-    if (sbx_cg_freeze(cg, false) != 0)
-        return -1;
+    /* counted in its tenant's weight before it thaws, too: it never runs a moment outside it */
     tenant_runs(cg->tree, cg->group, 1);
     cg->counted = true;
+    if (sbx_cg_freeze(cg, false) != 0) {
+        sbx_cg_end_command(cg);
+        return -1;
+    }
     return 0;
 }
 
 int sbx_cg_next_command(sbx_cgroup *cg)
 {
-    if (sbx_cg_freeze(cg, false) != 0)
-        return -1;
     if (cg->tree && !cg->tree->v2 && cg->dirs[0][0] && write_file(cg->dirs[0], "memory.failcnt", "0") != 0)
         return -1;
-    if (cg->tree && !cg->counted) {
+    bool counted_now = cg->tree && !cg->counted;
+    if (counted_now) {
         tenant_runs(cg->tree, cg->group, 1);
         cg->counted = true;
+    }
+    if (sbx_cg_freeze(cg, false) != 0) {
+        if (counted_now)
+            sbx_cg_end_command(cg);
+        return -1;
     }
     return 0;
 }

@@ -137,9 +137,9 @@ void sbx_cg_group_name(const char *tenant, char out[SBX_CG_NAME_MAX]);
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
                   const sbx_cg_limits *lim, char *errbuf, size_t errlen);
 
-/* A group made ahead (sbx_cg_limits.ahead) becomes its command's: thawed, the command's CPU
- * quota and weight, its memory failure count reset, and counted as a running command of the
- * tenant. -1 when the boot already hit the memory limit (an OOM kill or a failure that the
+/* A group made ahead (sbx_cg_limits.ahead) becomes its command's: the command's CPU quota and
+ * weight, its memory failure count reset, counted as a running command of the tenant (its
+ * tenant's weight written), then thawed: it never runs a moment without them. -1 when the boot already hit the memory limit (an OOM kill or a failure that the
  * command's oom_killed would inherit): the caller discards the sandbox. */
 int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim);
 
@@ -151,8 +151,8 @@ void sbx_cg_hurry(const sbx_cgroup *cg);
 int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen);
 
 /* A later command of a session's long-lived sandbox (after sbx_cg_begin_command for its
- * first): thaws it, forgets the memory failure count of the commands before (cgroup v1;
- * v2's cannot be reset) and counts a running command of its tenant again. 0, or -1. */
+ * first): forgets the memory failure count of the commands before (cgroup v1; v2's cannot be
+ * reset), counts a running command of its tenant again, then thaws it. 0, or -1. */
 int sbx_cg_next_command(sbx_cgroup *cg);
 
 /* A command of a session's long-lived sandbox ended: its tenant has one running command fewer
