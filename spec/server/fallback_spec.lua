@@ -116,7 +116,9 @@ tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; getent hosts example.com; ec
     assert.is_false(r.timed_out)
     local procs = tonumber(r.stdout:match("^procs (%d+)\n$"))
     -- 64 sandboxed processes plus bwrap's own init
-    assert.truthy(procs and procs <= 66, r.stdout)
+    -- (what the command ended with, should it print no count: seen once in CI, not reproduced)
+    assert.truthy(procs and procs <= 66, require("cjson").encode({ exit_code = r.exit_code, stdout = r.stdout,
+      stderr_head = r.stderr:sub(1, 300), warnings = r.warnings, oom_killed = r.oom_killed }))
     assert.truthy(r.stderr:find("fork: retry: Resource temporarily unavailable", 1, true), r.stderr)
     assert.are.equal("ok\n", exec("echo ok").stdout)
   end)
