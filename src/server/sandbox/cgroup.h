@@ -139,8 +139,9 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
 
 /* A group made ahead (sbx_cg_limits.ahead) becomes its command's: the command's CPU quota and
  * weight, its memory failure count reset, counted as a running command of the tenant (its
- * tenant's weight written), then thawed: it never runs a moment without them. -1 when the boot already hit the memory limit (an OOM kill or a failure that the
- * command's oom_killed would inherit): the caller discards the sandbox. */
+ * tenant's weight written), then thawed: it never runs a moment without them. -1 when the
+ * boot already hit the memory limit (an OOM kill or a failure that the command's oom_killed
+ * would inherit): the caller discards the sandbox. */
 int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim);
 
 /* A group made ahead whose boot a command now waits for: the full CPU weight from now on. */
