@@ -92,10 +92,16 @@ function M.events(server, key, sid, limit)
 end
 
 -- The events added since `before` events were there.
-function M.new_events(server, key, sid, before)
-  local all = M.events(server, key, sid, 1000)
-  local out = {}
-  for i = before + 1, #all do out[#out + 1] = all[i] end
+-- With want, waits (20 s at most) until there are that many: a tunnel's event is logged when
+-- it closes, which can come just after the command that opened it has answered.
+function M.new_events(server, key, sid, before, want)
+  local out
+  proc.wait_until(20, function()
+    local all = M.events(server, key, sid, 1000)
+    out = {}
+    for i = before + 1, #all do out[#out + 1] = all[i] end
+    return not want or #out >= want
+  end, 0.1)
   return out
 end
 
