@@ -130,7 +130,7 @@ describe("egress proxy robustness", function()
       end
       -- one event per attempt (tunnels that opened are logged when they close, at the latest
       -- when the command's sandbox ends)
-      local events = egress.new_events(server, key, sid, before)
+      local events = egress.new_events(server, key, sid, before, #cases)
       assert.are.equal(#cases, #events)
       for _, e in ipairs(events) do
         assert.truthy(e.decision == "allow" or (e.decision == "deny" and type(e.reason) == "string"), cjson.encode(e))
