@@ -860,6 +860,24 @@ void sbx_cg_hurry(const sbx_cgroup *cg)
         (void)write_file(cg->dirs[2], "cpu.shares", "1024");
 }
 
+/* A command's group counted as a running command of its tenant (unless it is already), then
+ * thawed: counted first, so it never runs a moment outside its tenant's weight; a thaw that
+ * fails uncounts what it counted. 0, or -1. */
+static int count_and_thaw(sbx_cgroup *cg)
+{
+    bool counted_now = cg->tree && !cg->counted;
+    if (counted_now) {
+        tenant_runs(cg->tree, cg->group, 1);
+        cg->counted = true;
+    }
+    if (sbx_cg_freeze(cg, false) != 0) {
+        if (counted_now)
+            sbx_cg_end_command(cg);
+        return -1;
+    }
+    return 0;
+}
+
 int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
 {
     if (!cg->ahead || !cg->tree)
@@ -886,31 +904,14 @@ int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim)
                 return -1;
         }
     }
-    /* counted in its tenant's weight before it thaws, too: it never runs a moment outside it */
-    tenant_runs(cg->tree, cg->group, 1);
-    cg->counted = true;
-    if (sbx_cg_freeze(cg, false) != 0) {
-        sbx_cg_end_command(cg);
-        return -1;
-    }
-    return 0;
+    return count_and_thaw(cg);
 }
 
 int sbx_cg_next_command(sbx_cgroup *cg)
 {
     if (cg->tree && !cg->tree->v2 && cg->dirs[0][0] && write_file(cg->dirs[0], "memory.failcnt", "0") != 0)
         return -1;
-    bool counted_now = cg->tree && !cg->counted;
-    if (counted_now) {
-        tenant_runs(cg->tree, cg->group, 1);
-        cg->counted = true;
-    }
-    if (sbx_cg_freeze(cg, false) != 0) {
-        if (counted_now)
-            sbx_cg_end_command(cg);
-        return -1;
-    }
-    return 0;
+    return count_and_thaw(cg);
 }
 
 void sbx_cg_end_command(sbx_cgroup *cg)
