@@ -17,8 +17,10 @@
 -- and, paused with memory (a session with a kernel: runsc checkpoint / restore), side by side
 -- with the same bare runsc:
 --   kernel pause     POST /pause of a session whose kernel holds x (small) or 150 MB
---   kernel resume    the paused session's next cell (resume: disk mounted, sandbox restored,
---                    the cell answered)
+--   kernel resume    the paused session's next cell, 0.5 s after its pause (resume: disk mounted,
+--                    sandbox restored into the one made ahead for its tenant at the pause, the
+--                    cell answered; how many resumes found one is printed), and the same on an
+--                    airlockd with SANDBOX_RESTORE_AHEAD=0 (runsc restore makes its own sandbox)
 --   rebuild          what the kernel would redo without its memory: the 150 MB it holds are an
 --                    agent's loaded data, records parsed from a JSON file in its workspace
 --                    (json.load of ~30 MB into 225,000 dicts, ~150 MB of Python objects; the
@@ -67,6 +69,9 @@ local BUILD = "rows = json.load(open('/workspace/data.json'))"
 local ALLOCATE = "c = bytes(range(256)) * (150 * 4096)\ndel c"
 local cold = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) },
   env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "session", SANDBOX_WARM_NEW = "0" } })
+-- resumes that restore the usual way: no sandbox made ahead for them (SANDBOX_RESTORE_AHEAD=0)
+local usual = airlockd.start({ tenants = { bench = "bk_" .. airlockd.random_hex(16) },
+  env = { SANDBOX_TENANT_LIMITS = LIMITS, SANDBOX_EXEC_MODE = "session", SANDBOX_RESTORE_AHEAD = "0" } })
 local key = server.tenants.bench
 
 local function new_session(on, body)
@@ -88,24 +93,37 @@ local function pause(id)
   check(status == 200 and r.state == "paused", cjson.encode(r))
 end
 
-local function new_kernel(id)
-  local status, r = call(server, "POST", "/v1/sessions/" .. id .. "/kernels", key, cjson.encode({ language = "python" }))
+local function new_kernel(id, on)
+  on = on or server
+  local status, r = call(on, "POST", "/v1/sessions/" .. id .. "/kernels", on.tenants.bench, cjson.encode({ language = "python" }))
   check(status == 201, cjson.encode(r))
   return r.kernel_id
 end
 
 -- (a minute for the answer: writing or parsing the records takes seconds, more on a loaded host)
-local function run_cell(id, kid, code)
-  local status, r = harness.call_url(server.url, "POST", "/v1/sessions/" .. id .. "/kernels/" .. kid .. "/execute", key,
+local function run_cell(id, kid, code, on)
+  on = on or server
+  local status, r = harness.call_url(on.url, "POST", "/v1/sessions/" .. id .. "/kernels/" .. kid .. "/execute", on.tenants.bench,
     cjson.encode({ code = code, timeout = 60 }), 65)
   check(status == 200 and r and r.error == cjson.null, cjson.encode(r or { status = status }))
   return r
 end
 
-local function pause_bytes(id)
-  local status, r = harness.call_url(server.url, "POST", "/v1/sessions/" .. id .. "/pause", key, nil, 65)
+local function pause_bytes(id, on)
+  on = on or server
+  local status, r = harness.call_url(on.url, "POST", "/v1/sessions/" .. id .. "/pause", on.tenants.bench, nil, 65)
   check(status == 200 and r and r.state == "paused", cjson.encode(r or { status = status }))
   return r.image_bytes
+end
+
+-- How many of session id's resumes went into a sandbox made ahead, of all its resumes (its log lines).
+local function resumes_ahead(on, id)
+  local all, ahead = 0, 0
+  for line in airlockd.log(on):gmatch("session " .. id .. " resumed in [^\n]*") do
+    all = all + 1
+    if line:find("into one made ahead", 1, true) then ahead = ahead + 1 end
+  end
+  return ahead, all
 end
 
 local stats, load_average = require("stats").p50_p95, harness.loadavg
@@ -168,7 +186,10 @@ local ok, err = pcall(function()
   -- workspace (more memory than the default 256 MB: the allocation floor adds 150 MB)
   local small, big = new_session(), new_session(nil, cjson.encode({ memory_mb = 1024 }))
   local ks, kb = new_kernel(small), new_kernel(big)
+  local small_usual = new_session(usual)
+  local ks_usual = new_kernel(small_usual, usual)
   run_cell(small, ks, "x = 41")
+  run_cell(small_usual, ks_usual, "x = 41", usual)
   run_cell(big, kb, WRITE_DATA)
   local before = tonumber(run_cell(big, kb, "import json\n" .. RSS_MB).results[1]["text/plain"])
   run_cell(big, kb, BUILD)
@@ -176,7 +197,7 @@ local ok, err = pcall(function()
   local bare_restore, bare_restore_stop = bare_runsc.restorer(server, "-pause")
   local image_restore, image_restore_stop
   local m = { pause_small = {}, resume_small = {}, pause_big = {}, resume_big = {}, rebuild = {}, allocate = {}, bare = {},
-    bare_cg = {}, bare_restore = {}, image_restore = {} }
+    bare_cg = {}, bare_restore = {}, image_restore = {}, resume_usual = {} }
   local bytes_small, bytes_big = 0, 0
   local load_mem = load_average()
   for _ = 1, ROUNDS do
@@ -186,11 +207,20 @@ local ok, err = pcall(function()
       image_restore, image_restore_stop = bare_runsc.image_restorer(server, server.dir .. "/state/images/" .. small .. ".ckpt",
         "-pause")
     end
+    -- (a paused session is resumed later, not at once: the sandbox made ahead at its pause, in
+    -- ~0.15 s, is there by then; the same wait before the usual restore)
+    proc.sleep(0.5)
     m.resume_small[#m.resume_small + 1] = timed(function()
       check(run_cell(small, ks, "x + 1").results[1]["text/plain"] == "42", "x + 1 after the resume")
     end)
+    pause_bytes(small_usual, usual)
+    proc.sleep(0.5)
+    m.resume_usual[#m.resume_usual + 1] = timed(function()
+      check(run_cell(small_usual, ks_usual, "x + 1", usual).results[1]["text/plain"] == "42", "x + 1 after the usual resume")
+    end)
     proc.sleep(0.3)
     m.pause_big[#m.pause_big + 1] = timed(function() bytes_big = pause_bytes(big) end)
+    proc.sleep(0.5)
     m.resume_big[#m.resume_big + 1] = timed(function()
       check(run_cell(big, kb, "len(rows)").results[1]["text/plain"] == tostring(RECORDS), "len(rows) after the resume")
     end)
@@ -215,6 +245,7 @@ local ok, err = pcall(function()
   print(string.format("%-52s %10s %10s", "", "p50 ms", "p95 ms"))
   row("pause, kernel holding x", ms.pause_small)
   row("paused: cell x + 1 (resume + answer)", ms.resume_small)
+  row("the same, restored the usual way (none made ahead)", ms.resume_usual)
   row("pause, kernel holding the records", ms.pause_big)
   row("paused: cell len(rows) (resume + answer)", ms.resume_big)
   row("rebuild: cell parsing the records again", ms.rebuild)
@@ -223,7 +254,13 @@ local ok, err = pcall(function()
   row("bare runsc run true (in a cgroup of its own)", ms.bare_cg)
   row("bare runsc restore of a Python process: x + 1", ms.bare_restore)
   row("bare runsc restore of the small kernel's image: ping", ms.image_restore)
+  local ahead_small, all_small = resumes_ahead(server, small)
+  local ahead_big, all_big = resumes_ahead(server, big)
+  print(string.format("resumes into a sandbox made ahead: small kernel %d of %d, 150 MB %d of %d", ahead_small, all_small,
+    ahead_big, all_big))
   ratios("resume → cell (small kernel)", ms.resume_small.p50, ms, "1.2x")
+  ratios("the same, restored the usual way", ms.resume_usual.p50, ms)
+  print(string.format("resume → cell (small kernel) / restored the usual way: %.2fx", ms.resume_small.p50 / ms.resume_usual.p50))
   ratios("bare runsc restore → answer", ms.bare_restore.p50, ms)
   print(string.format("resume → cell (small kernel) / bare runsc restore → answer: %.2fx",
     ms.resume_small.p50 / ms.bare_restore.p50))
@@ -240,4 +277,5 @@ end)
 bare_runsc.remove_cgroup_root(cg_root)
 airlockd.stop(server)
 airlockd.stop(cold)
+airlockd.stop(usual)
 if not ok then error(err, 0) end

@@ -90,6 +90,7 @@ typedef struct config {
     int warm_idle_seconds;      /* SANDBOX_WARM_IDLE_SECONDS: one unused this long is released (120) */
     int warm_booting;           /* boots ahead at once (the CPUs) */
     int warm_new;               /* SANDBOX_WARM_NEW: spares per tenant for new sessions (1; 0: none) */
+    int restore_ahead;          /* SANDBOX_RESTORE_AHEAD: sandboxes made ahead per tenant for resumes with memory (1; 0: none) */
     int template_builds;        /* SANDBOX_TEMPLATE_BUILDS: template builds at once (1) */
     int template_build_timeout; /* SANDBOX_TEMPLATE_BUILD_TIMEOUT: seconds per build step (900) */
     const char *template_sources; /* SANDBOX_TEMPLATE_SOURCES: apt sources file (glob); NULL: the host's */

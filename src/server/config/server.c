@@ -131,7 +131,8 @@ static int load_warm(config *c, const config_src *src)
     return config_var_int(src, "SANDBOX_WARM_MAX", DEFAULT_WARM_PER_CPU * cpus(), 0, 1024, "sandboxes", &c->warm_max) ||
                    config_var_int(src, "SANDBOX_WARM_IDLE_SECONDS", DEFAULT_WARM_IDLE_SECONDS, 1, 86400, "seconds",
                                   &c->warm_idle_seconds) ||
-                   config_var_int(src, "SANDBOX_WARM_NEW", DEFAULT_WARM_NEW, 0, 4, "sandboxes", &c->warm_new)
+                   config_var_int(src, "SANDBOX_WARM_NEW", DEFAULT_WARM_NEW, 0, 4, "sandboxes", &c->warm_new) ||
+                   config_var_int(src, "SANDBOX_RESTORE_AHEAD", 1, 0, 1, "sandboxes", &c->restore_ahead)
                ? -1
                : 0;
 }

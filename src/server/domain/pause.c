@@ -454,9 +454,10 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     (void)registry_resume_end(d->reg, s, NULL);
     *resume_ms = ms_since(&t0);
     if (p.image_dir[0])
-        log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored, its agent "
+        log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored%s, its agent "
                     "checked with %s and %d kernel(s) with theirs, its image removed %.0f ms)", s->id, *resume_ms,
-                    disk_ms, pings ? "a ping" : "a command", pinged, *resume_ms - disk_ms);
+                    disk_ms, warm_session_restored_ahead(d->warm, s) ? " into one made ahead" : "",
+                    pings ? "a ping" : "a command", pinged, *resume_ms - disk_ms);
     else
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; its sandbox boots for its "
                     "next command)", s->id, *resume_ms, disk_ms);

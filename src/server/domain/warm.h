@@ -135,6 +135,8 @@ int warm_session_checkpoint(warm_pool *w, const session *s, const char *image_di
  * command). 0, or -1 with a message (the sandbox is then unusable); 1 when that entry is gone
  * (airlockd restarted since): warm_session_restore_anew then. */
 int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, char *errbuf, size_t errlen);
+/* True when s's sandbox was last restored into one made ahead (sandbox/restore_spare.h). */
+bool warm_session_restored_ahead(warm_pool *w, const session *s);
 /* The same after a restart: a new entry of s (for tenant, on root) whose sandbox is restored
  * from image_dir (sandbox_session_from_image: slots_busy held by its kernels' processes) and
  * checked, then lent to its borrowers kernels. The sandbox, or NULL with errbuf. */

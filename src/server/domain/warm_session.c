@@ -268,6 +268,12 @@ int warm_session_restore(warm_pool *w, const session *s, const char *image_dir, 
     return check_restored(sb, image_dir, errbuf, errlen);
 }
 
+bool warm_session_restored_ahead(warm_pool *w, const session *s)
+{
+    sandbox *sb = warm_sessions(w) ? session_sandbox(w, s) : NULL;
+    return sb && sandbox_session_restored_ahead(sb);
+}
+
 int warm_session_snapshot(warm_pool *w, const session *s, const char *image_dir, sandbox_still_fn still, void *ctx,
                           char *errbuf, size_t errlen)
 {

@@ -237,6 +237,10 @@ static int open_warm_pool(server *s)
     s->a.warm = warm_new(s->a.sb, &ws, s->err, sizeof s->err);
     if (!s->a.warm && s->err[0])
         return -1;
+    /* sandboxes made ahead for resumes: as many as boot at once, within the warm pool's bound */
+    if (c->sandbox.session_mode && warm_sessions(s->a.warm) && c->restore_ahead > 0)
+        sandbox_backend_restore_ahead(s->a.sb, c->warm_max < c->warm_booting ? c->warm_max : c->warm_booting,
+                                      c->warm_idle_seconds);
     if (!(s->a.kernels = kernels_new(s->a.warm))) {
         snprintf(s->err, sizeof s->err, "out of memory");
         return -1;

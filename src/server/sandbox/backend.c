@@ -8,6 +8,7 @@
 #include "log/log.h"
 #include "obs/metrics.h"
 #include "sandbox/leftovers.h"
+#include "sandbox/restore_spare.h"
 #include "sandbox/programs.h"
 #include "sandbox/proven.h"
 
@@ -392,10 +393,18 @@ static int prove_backend(sandbox_backend *b, const char *kind, const char *progr
     return rc;
 }
 
+void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds)
+{
+    /* (cgroup v2 cannot rename a spare's group to its session's: none are made there) */
+    if (b && b->ops == &sandbox_gvisor_ops && b->have_cgroups && !b->cgroups.v2)
+        sbx_spares_configure(b->spares, max, idle_seconds);
+}
+
 void sandbox_backend_close(sandbox_backend *b)
 {
     if (!b)
         return;
+    sbx_spares_close(b->spares);
     /* Everything this backend made under the state dir (runs must have finished). */
     if (b->bundles_dir)
         (void)fs_rmtree(b->bundles_dir);
@@ -562,6 +571,9 @@ sandbox_backend *sandbox_backend_open(const char *state_dir, const sandbox_setti
             snprintf(errbuf, errlen, "cannot clean %s: %s", b->bundles_dir, strerror(errno));
         goto fail;
     }
+
+    if (!(b->spares = sbx_spares_open(b, state_dir, errbuf, errlen)))
+        goto fail;
 
     if (choose_isolation(b, set, state_dir, errbuf, errlen) == 0)
         return b;

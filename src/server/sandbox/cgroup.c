@@ -454,7 +454,11 @@ static int apply_v1(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf
 {
     char v[64];
     snprintf(v, sizeof v, "%" PRIu64, lim->memory_bytes);
-    /* memsw exists only with swap accounting; without it there is no swap to forbid. */
+    /* memsw exists only with swap accounting; without it there is no swap to forbid. It is never
+     * below the memory limit: a limit that grows (a group made ahead, sbx_cg_set_limits) is
+     * refused (EINVAL) until memsw grows first. */
+    if (write_file(cg->dirs[0], "memory.limit_in_bytes", v) == EINVAL)
+        (void)write_file(cg->dirs[0], "memory.memsw.limit_in_bytes", v);
     if (set_limit(cg->dirs[0], "memory.limit_in_bytes", v, false, "set memory limit", errbuf, errlen) ||
         set_limit(cg->dirs[0], "memory.memsw.limit_in_bytes", v, true, "set memory+swap limit", errbuf,
                   errlen))
@@ -848,6 +852,87 @@ int sbx_cg_freeze(const sbx_cgroup *cg, bool frozen)
         return cg->dirs[0][0] ? write_file(cg->dirs[0], "cgroup.freeze", frozen ? "1" : "0") : ENOENT;
     return cg->freezer_dir[0] ? write_file(cg->freezer_dir, "freezer.state", frozen ? "FROZEN" : "THAWED")
                               : ENOENT;
+}
+
+int sbx_cg_set_limits(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf, size_t errlen)
+{
+    if (!cg->tree) {
+        snprintf(errbuf, errlen, "no cgroup to limit");
+        return -1;
+    }
+    return cg->tree->v2 ? apply_v2(cg, lim, errbuf, errlen) : apply_v1(cg, lim, errbuf, errlen);
+}
+
+/* path (a directory of the group or one of its files: <hierarchy><from>[/file]) with from
+ * replaced by to; false when it does not fit. */
+static bool swap_rel(char path[SBX_CG_PATH_MAX], const char *from, const char *to)
+{
+    if (!path[0])
+        return true;
+    char *at = strstr(path, from);
+    if (!at)
+        return false;
+    char out[SBX_CG_PATH_MAX];
+    int n = snprintf(out, sizeof out, "%.*s%s%s", (int)(at - path), path, to, at + strlen(from));
+    if (n < 0 || (size_t)n >= sizeof out)
+        return false;
+    memcpy(path, out, (size_t)n + 1);
+    return true;
+}
+
+int sbx_cg_rename(sbx_cgroup *cg, const char *id, char *errbuf, size_t errlen)
+{
+    sbx_cg_tree *t = cg->tree;
+    if (!t || t->v2) {
+        snprintf(errbuf, errlen, "cgroup v2 groups cannot be renamed");
+        return -1;
+    }
+    const char *last = strrchr(cg->rel, '/');
+    char rel[SBX_CG_PATH_MAX];
+    int n = last ? snprintf(rel, sizeof rel, "%.*s/%s", (int)(last - cg->rel), cg->rel, id) : -1;
+    if (n < 0 || (size_t)n >= sizeof rel - strlen("/cgroup.procs")) {
+        snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
+        return -1;
+    }
+    bool renamed[SBX_CG_HIER_MAX] = {false};
+    size_t i;
+    for (i = 0; i < t->nhier; i++) {
+        char from[SBX_CG_PATH_MAX], to[SBX_CG_PATH_MAX];
+        int a = snprintf(from, sizeof from, "%s%s", t->hier[i], cg->rel);
+        int b = snprintf(to, sizeof to, "%s%s", t->hier[i], rel);
+        if (a < 0 || (size_t)a >= sizeof from || b < 0 || (size_t)b + strlen("/cgroup.procs") >= sizeof to) {
+            snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
+            break;
+        }
+        if (rename(from, to) == 0)
+            renamed[i] = true;
+        else if (errno != ENOENT) { /* (a hierarchy runsc did not add it to) */
+            snprintf(errbuf, errlen, "cannot rename cgroup %s to %s: %s", from, to, strerror(errno));
+            break;
+        }
+    }
+    if (i < t->nhier) { /* put back what moved */
+        for (size_t j = 0; j < i; j++) {
+            char from[SBX_CG_PATH_MAX], to[SBX_CG_PATH_MAX];
+            if (renamed[j] && snprintf(from, sizeof from, "%s%s", t->hier[j], rel) < (int)sizeof from &&
+                snprintf(to, sizeof to, "%s%s", t->hier[j], cg->rel) < (int)sizeof to && rename(from, to) != 0)
+                log_warn("cannot rename cgroup %s back to %s: %s", from, to, strerror(errno));
+        }
+        return -1;
+    }
+    char old[SBX_CG_PATH_MAX];
+    memcpy(old, cg->rel, sizeof old);
+    bool fits = true;
+    for (int k = 0; k < 3; k++)
+        fits = swap_rel(cg->dirs[k], old, rel) && swap_rel(cg->procs[k], old, rel) && fits;
+    fits = swap_rel(cg->freezer_dir, old, rel) && swap_rel(cg->freezer_procs, old, rel) && fits;
+    fits = swap_rel(cg->acct_dir, old, rel) && swap_rel(cg->acct_procs, old, rel) && fits;
+    memcpy(cg->rel, rel, (size_t)n + 1);
+    if (!fits) { /* (cannot happen: each path is its hierarchy's mount point and rel, checked above) */
+        snprintf(errbuf, errlen, "cgroup paths too long for id %s", id);
+        return -1;
+    }
+    return 0;
 }
 
 void sbx_cg_hurry(const sbx_cgroup *cg)

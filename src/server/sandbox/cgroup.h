@@ -144,6 +144,16 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
  * would inherit): the caller discards the sandbox. */
 int sbx_cg_begin_command(sbx_cgroup *cg, const sbx_cg_limits *lim);
 
+/* Writes lim on an existing group (as sbx_cg_create did): a group made ahead for a sandbox
+ * whose size is known only when it is taken (sandbox/restore_spare.h). 0, or -1 with a message. */
+int sbx_cg_set_limits(const sbx_cgroup *cg, const sbx_cg_limits *lim, char *errbuf, size_t errlen);
+
+/* Renames the run's group to id in every hierarchy, its processes in it (cgroup v1 renames a
+ * group in place; v2 cannot: -1): a sandbox made ahead under a name of its own becomes a
+ * session's, named as the session's sandboxes are (its usage and figures are found by that
+ * name). On failure nothing is renamed. 0, or -1 with a message. */
+int sbx_cg_rename(sbx_cgroup *cg, const char *id, char *errbuf, size_t errlen);
+
 /* A group made ahead whose boot a command now waits for: the full CPU weight from now on. */
 void sbx_cg_hurry(const sbx_cgroup *cg);
 

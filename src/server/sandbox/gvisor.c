@@ -13,6 +13,7 @@
 #include "sandbox/netjoin.h"
 #include "fs/walk.h"
 #include "sandbox/oci.h"
+#include "sandbox/restore_spare.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -53,6 +54,23 @@ void sbx_gvisor_delete(const sandbox_backend *b, const char *id)
     char eb[256];
     if (sbx_proc_run(&o, &r, eb, sizeof eb) == 0)
         sbx_proc_result_free(&r);
+}
+
+void sbx_gvisor_forget(const sandbox_backend *b, const char *id)
+{
+    DIR *d = opendir(b->runsc_root);
+    if (!d)
+        return;
+    size_t idlen = strlen(id);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        bool state = strncmp(e->d_name, id, idlen) == 0 && e->d_name[idlen] == '_';
+        bool sock = strncmp(e->d_name, "runsc-", 6) == 0 && strncmp(e->d_name + 6, id, idlen) == 0 &&
+                    strcmp(e->d_name + 6 + idlen, ".sock") == 0;
+        if ((state || sock) && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+            log_warn("cannot remove runsc's %s: %s", e->d_name, strerror(errno));
+    }
+    closedir(d);
 }
 
 typedef struct {
@@ -416,7 +434,12 @@ static void stop_uncollected(sandbox *s)
     close_fd(&s->ready_r);
     pid_t pid = s->child.pid;
     if (pid > 0) {
-        (void)sbx_cg_kill_all_except(&s->cg, pid);
+        /* (a restore into a sandbox made ahead is not that sandbox's parent: it would take
+         * seconds to see it end, and leaves its state to sbx_spares_forget anyway) */
+        if (s->runsc_id[0])
+            (void)sbx_cg_kill_all(&s->cg);
+        else
+            (void)sbx_cg_kill_all_except(&s->cg, pid);
         int st;
         bool reaped = false;
         for (int i = 0; i < 300 && !reaped; i++) { /* ~1.5 s */
@@ -445,7 +468,9 @@ static void gvisor_release(sandbox *s)
     if (s->have_cg)
         sbx_cg_destroy(&s->cg);
     s->have_cg = false;
-    if (sbx_gvisor_state_left(s->b, s->id))
+    if (s->runsc_id[0] || s->spare_dir)
+        sbx_spares_forget(s); /* (nothing of it runs: its state files go) */
+    else if (sbx_gvisor_state_left(s->b, s->id))
         sbx_gvisor_delete(s->b, s->id);
     if (s->bundle && fs_rmtree(s->bundle) != 0 && errno != ENOENT)
         log_warn("cannot remove sandbox bundle %s: %s", s->bundle,

@@ -60,6 +60,7 @@ struct sandbox_backend {
         struct timespec mtime;
         char text[128]; /* "" until read */
     } runsc_version;
+    struct sbx_spares *spares; /* sandboxes made ahead for resumes (restore_spare.h); NULL: none */
     char summary[768];   /* sandbox_backend_summary */
     char notes[1024];    /* sandbox_backend_notes */
 };
@@ -67,6 +68,11 @@ struct sandbox_backend {
 struct sandbox {
     sandbox_backend *b;
     char id[ID_MAX + 1];  /* container id and cgroup name: unique on this host */
+    /* Restored into a sandbox created ahead (sandbox/restore_spare.h): runsc's container id for
+     * it (its cgroup was renamed to id) and its directory (the /workspace mount point its gofer
+     * sees), removed with it; "" and NULL otherwise. */
+    char runsc_id[ID_MAX + 1];
+    char *spare_dir;
     char *workspace_dir;
     char *root_dir;       /* a copy of sandbox_opts.root_dir (NULL: the generated root) */
     char *bundle;         /* gVisor: its OCI bundle directory */
@@ -107,6 +113,12 @@ struct sandbox {
     uint32_t proc_taken[AGENT_SLOTS]; /* a long-lived process's output since its last FRAME_CREDIT */
 };
 
+/* runsc's container id for s: its id, or the one of the sandbox created ahead it was restored into. */
+static inline const char *sbx_runsc_id(const sandbox *s)
+{
+    return s->runsc_id[0] ? s->runsc_id : s->id;
+}
+
 /* A sandbox booted ahead (gVisor): 1 when its waiter said "R" (the sandbox is then frozen until
  * its command), 0 while it boots, -1 when the boot failed (message in errbuf). */
 int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
@@ -115,6 +127,9 @@ int sbx_gvisor_boot_check(sandbox *s, char *errbuf, size_t errlen);
  * (`runsc delete --force`). */
 bool sbx_gvisor_state_left(const sandbox_backend *b, const char *id);
 void sbx_gvisor_delete(const sandbox_backend *b, const char *id);
+/* runsc's files of container id under its root (its state, lock and socket), once nothing of
+ * it runs any more: `runsc delete --force` would take a second or more to find that out. */
+void sbx_gvisor_forget(const sandbox_backend *b, const char *id);
 
 /* runsc and its global flags for every call about s (run, restore, pause, checkpoint,
  * resume: they must be the run's, its network's included; see gvisor.c) into argv; returns

@@ -229,7 +229,7 @@ int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspa
     }
     bool ok = set_mount_source(mounts, "/workspace", workspace_dir) &&
               (!template_usr || set_mount_source(mounts, "/usr", template_usr)) &&
-              json_object_set_new(rootfs, "path", json_string_nocheck(rootfs_dir)) == 0 &&
+              (!rootfs_dir || json_object_set_new(rootfs, "path", json_string_nocheck(rootfs_dir)) == 0) &&
               json_object_set_new(linux_, "cgroupsPath", json_string(cgroups_path)) == 0;
     char path[PATH_MAX];
     int n = snprintf(path, sizeof path, "%s/config.json", bundle_dir);
@@ -244,4 +244,18 @@ int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspa
         rc = 0;
     json_decref(root);
     return rc;
+}
+
+char *sbx_spec_shape(const char *path)
+{
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *linux_ = json_object_get(root, "linux");
+    char *text = NULL;
+    if (json_is_object(linux_) && set_mount_source(json_object_get(root, "mounts"), "/workspace", "")) {
+        (void)json_object_del(linux_, "cgroupsPath"); /* (none is as good) */
+        text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    }
+    json_decref(root);
+    return text;
 }

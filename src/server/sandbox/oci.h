@@ -37,9 +37,14 @@ int sbx_spec_set_netns(const char *bundle_dir, const char *netns_path, char *err
 
 /* A memory snapshot's spec (src, kept with its image) for a sandbox restored from it as
  * another one: the same shape (runsc restore wants the mounts it saved) with this sandbox's
- * workspace at /workspace, its root (and a template's /usr), and its cgroup; written to
- * bundle_dir/config.json. 0, or -1 with a message. */
+ * workspace at /workspace, its root (NULL: src's) (and a template's /usr), and its cgroup;
+ * written to bundle_dir/config.json. 0, or -1 with a message. */
 int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspace_dir, const char *rootfs_dir,
                     const char *template_usr, const char *cgroups_path, char *errbuf, size_t errlen);
+
+/* The spec at path as one text with its workspace's source and its cgroup left out (what two
+ * sandboxes' specs must share for an image of one to be restored into the other), malloc'd;
+ * NULL when it cannot be read or has no workspace mount. */
+char *sbx_spec_shape(const char *path);
 
 #endif

@@ -220,21 +220,24 @@ int sbx_proc_start(const sbx_proc_opts *o, sbx_proc_child *c, char *errbuf, size
         return -1;
     }
     devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (devnull < 0 || pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0 ||
-        pipe2(rep, O_CLOEXEC) != 0) {
+    if (devnull < 0 || (o->stdout_fd <= 0 && pipe2(outp, O_CLOEXEC) != 0) ||
+        (o->stderr_fd <= 0 && pipe2(errp, O_CLOEXEC) != 0) || pipe2(rep, O_CLOEXEC) != 0) {
         snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
         goto out;
     }
     /* best effort: a smaller pipe only means more, smaller reads */
-    (void)fcntl(outp[0], F_SETPIPE_SZ, PIPE_SIZE);
-    (void)fcntl(errp[0], F_SETPIPE_SZ, PIPE_SIZE);
+    if (outp[0] >= 0)
+        (void)fcntl(outp[0], F_SETPIPE_SZ, PIPE_SIZE);
+    if (errp[0] >= 0)
+        (void)fcntl(errp[0], F_SETPIPE_SZ, PIPE_SIZE);
     pid = fork();
     if (pid < 0) {
         snprintf(errbuf, errlen, "fork failed: %s", strerror(errno));
         goto out;
     }
     if (pid == 0)
-        child_exec(o, devnull, outp[1], errp[1], rep[1]);
+        child_exec(o, devnull, o->stdout_fd > 0 ? o->stdout_fd : outp[1], o->stderr_fd > 0 ? o->stderr_fd : errp[1],
+                   rep[1]);
     close_fd(&outp[1]);
     close_fd(&errp[1]);
     close_fd(&rep[1]);
@@ -451,11 +454,11 @@ int sbx_proc_collect(const sbx_proc_opts *o, sbx_proc_child *c, sbx_proc_result 
     capture_init(&r->err, limit);
     collect_state st = {.o = o, .r = r, .tap = o->tap, .pid = c->pid, .out = c->out, .err = c->err,
                         .deadline = o->timeout_ms > 0 ? now_ms() + o->timeout_ms : INT64_MAX,
-                        .give_up = INT64_MAX, .exited_at = -1, .out_open = true, .err_open = true,
+                        .give_up = INT64_MAX, .exited_at = -1, .out_open = c->out >= 0, .err_open = c->err >= 0,
                         .watch_cancel = o->cancel_fd > 0, .errbuf = errbuf, .errlen = errlen};
     c->out = c->err = -1;
     c->pid = -1;
-    if (fcntl(st.out, F_SETFL, O_NONBLOCK) != 0 || fcntl(st.err, F_SETFL, O_NONBLOCK) != 0)
+    if ((st.out >= 0 && fcntl(st.out, F_SETFL, O_NONBLOCK) != 0) || (st.err >= 0 && fcntl(st.err, F_SETFL, O_NONBLOCK) != 0))
         collect_fail(&st, "fcntl");
     /* A pidfd wakes poll() when the launcher exits; without one, poll in short slices. */
     st.pidfd = (int)syscall(SYS_pidfd_open, st.pid, 0);

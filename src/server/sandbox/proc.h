@@ -50,6 +50,11 @@ typedef struct {
     const int *pass_fds;
     int npass_fds;
     int stdin_fd;             /* > 0: the launcher's stdin (a session agent's requests); else /dev/null */
+    /* > 0: the launcher's stdout / stderr instead of captured pipes (`runsc create`, whose
+     * sandbox keeps them as its agent's: the collect cannot wait for their end); the result
+     * then has no output of that stream. */
+    int stdout_fd;
+    int stderr_fd;
 } sbx_proc_opts;
 
 #define SBX_PASS_FDS_MAX 8

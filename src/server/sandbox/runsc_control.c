@@ -23,7 +23,7 @@ int sbx_runsc_control(sandbox *s, const char *verb, const char *image_dir, char 
         argv[n++] = "--image-path";
         argv[n++] = image_dir;
     }
-    argv[n++] = s->id;
+    argv[n++] = sbx_runsc_id(s);
     argv[n] = NULL;
     sbx_proc_opts o = {.argv = argv, .envp = launcher_env,
                        .timeout_ms = image_dir ? CHECKPOINT_TIMEOUT_MS : CONTROL_TIMEOUT_MS};

@@ -193,6 +193,11 @@ bool sandbox_total_usage(const sandbox_backend *b, sandbox_usage *out);
 typedef void (*sandbox_retire_hook)(void *ctx, const char *id, const sandbox_usage *u);
 void sandbox_backend_on_retire(sandbox_backend *b, sandbox_retire_hook hook, void *ctx);
 
+/* Sandboxes made ahead for the resumes of sessions paused with their memory (issue #26; see
+ * sandbox/restore_spare.h): at most max (0: none), one per tenant, each released after
+ * idle_seconds untaken. gVisor only. */
+void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds);
+
 /* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
  * (appended to the generated root's CA bundle). */
 int sandbox_backend_trust_ca(sandbox_backend *b, const char *pem_path, char *errbuf, size_t errlen);

@@ -11,8 +11,8 @@
 #include "sandbox/agent_stdio.h"
 #include "sandbox/image_login.h"
 #include "sandbox/oci.h"
+#include "sandbox/restore_spare.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <errno.h>
@@ -55,26 +55,6 @@ static void reap_runsc(sandbox *s)
     s->child.pid = -1;
     close_fd(&s->child.out);
     close_fd(&s->child.err);
-}
-
-/* runsc's files of s under its root (its state, lock and socket): nothing of the sandbox runs
- * any more, and `runsc delete --force` would take a second or more to find that out; the
- * restore makes them again under the same id. */
-static void forget_runsc_state(const sandbox *s)
-{
-    DIR *d = opendir(s->b->runsc_root);
-    if (!d)
-        return;
-    size_t idlen = strlen(s->id);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        bool state = strncmp(e->d_name, s->id, idlen) == 0 && e->d_name[idlen] == '_';
-        bool sock = strncmp(e->d_name, "runsc-", 6) == 0 && strncmp(e->d_name + 6, s->id, idlen) == 0 &&
-                    strcmp(e->d_name + 6 + idlen, ".sock") == 0;
-        if ((state || sock) && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
-            log_warn("cannot remove runsc's %s: %s", e->d_name, strerror(errno));
-    }
-    closedir(d);
 }
 
 /* The mark beside an image whose agent answers FRAME_PING (this build's: one made by an older
@@ -128,6 +108,15 @@ static void keep_spec_with_image(const sandbox *s, const char *image_dir)
         log_warn("%s (%s)", eb, image_dir);
 }
 
+/* A sandbox of s's spec made ahead for its tenant's next resume (restore_spare.h), unless s has
+ * a network (made anew at each restore: its spec differs each time). */
+static void want_spare(const sandbox *s, const char *image_dir)
+{
+    char spec[PATH_MAX];
+    if (!s->network && snprintf(spec, sizeof spec, "%s/sandbox.json", image_dir) < (int)sizeof spec)
+        sbx_spares_want(s->b->spares, s->group, spec);
+}
+
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
 {
     pthread_mutex_lock(&s->agent_mu);
@@ -154,13 +143,15 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
             /* the sandbox ends: its runsc (whose gofer would hold the workspace's mount), stdio
              * and cgroup go; the struct waits for restore */
             keep_spec_with_image(s, image_dir);
+            want_spare(s, image_dir);
             (void)sbx_cg_kill_all(&s->cg);
             reap_runsc(s);
             close_fd(&s->cmd_w);
             agent_stdio_free(s->io);
             s->io = NULL;
             sbx_cg_destroy(&s->cg);
-            forget_runsc_state(s);
+            sbx_gvisor_forget(s->b, sbx_runsc_id(s));
+            sbx_spares_forget(s);
             s->settling = false;
         }
     }
@@ -177,6 +168,17 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
         snprintf(errbuf, errlen, "the session's sandbox is not checkpointed");
         goto out;
     }
+    /* into a sandbox made ahead when one of its spec waits (about half the time: runsc made it) */
+    int ahead = sbx_spares_restore(s->b->spares, s, image_dir, errbuf, errlen);
+    if (ahead == 1) {
+        s->sent = false;
+        s->settling = false;
+        rc = 0;
+        goto out;
+    }
+    if (ahead < 0)
+        log_warn("sandbox %s: the sandbox made ahead could not take its restore (%s): restored the usual way", s->id,
+                 errbuf);
     sbx_cg_limits lim = sbx_command_limits(s);
     lim.ahead = true;
     /* (a fork's was made already: its spec names it) */
@@ -233,6 +235,14 @@ out:
     close_fd(&in[1]);
     pthread_mutex_unlock(&s->agent_mu);
     return rc;
+}
+
+bool sandbox_session_restored_ahead(sandbox *s)
+{
+    pthread_mutex_lock(&s->agent_mu);
+    bool ahead = s->runsc_id[0] != '\0';
+    pthread_mutex_unlock(&s->agent_mu);
+    return ahead;
 }
 
 void sandbox_session_set_network(sandbox *s, const sandbox_network *net)

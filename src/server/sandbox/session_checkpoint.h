@@ -28,6 +28,9 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
  * tells whether it answers), -1 with a message. The image is left in place. */
 int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
 
+/* True when s's last restore went into a sandbox made ahead (sandbox/restore_spare.h). */
+bool sandbox_session_restored_ahead(sandbox *s);
+
 /* The network checkpointed s is restored on (the one it ran on is closed after the checkpoint,
  * and net made again before the restore; NULL: none). Kept by the caller while s lives. */
 void sandbox_session_set_network(sandbox *s, const sandbox_network *net);
