@@ -19,6 +19,7 @@ local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
 local host_state = require "support.host_state"
+local kernel_client = require "support.kernel_client"
 local proc = require "support.proc"
 require "support.eventually"
 
@@ -58,26 +59,8 @@ describe("pause with memory (kernels)", function()
     return { SANDBOX_EXEC_MODE = "session", AIRLOCK_RUNSC = runsc_dir .. "/runsc" }
   end
 
-  local function call(method, path, body, max_time)
-    return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
-  end
-
-  local function cell(sid, kid, code)
-    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 20 }, 60)
-    assert.are.equal(200, r.status, r.body)
-    return r.json
-  end
-
-  local function session_with_x41()
-    local r = http_client.create(server, key)
-    assert.are.equal(201, r.status, r.body)
-    local sid = r.json.session_id
-    r = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
-    assert.are.equal(201, r.status, r.body)
-    local kid = r.json.kernel_id
-    assert.are.equal(cjson.null, cell(sid, kid, "x = 41").error)
-    return sid, kid
-  end
+  local kc = kernel_client.new(function() return server, key end)
+  local call, cell, session_with_x41 = kc.call, kc.cell, kc.session_with_x41
 
   local function image_dir(sid)
     return server.dir .. "/state/images/" .. sid .. ".ckpt"
@@ -87,11 +70,9 @@ describe("pause with memory (kernels)", function()
   local function leftovers(sid) return host_state.session_leftovers(server, sid) end
 
   local function pause(sid)
-    local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
-    assert.are.equal(200, p.status, p.body)
-    assert.are.equal("paused", p.json.state)
-    assert.is_true(p.json.image_bytes > 0, p.body)
-    return p.json
+    local p = kc.pause(sid)
+    assert.is_true(p.image_bytes > 0, cjson.encode(p))
+    return p
   end
 
   lazy_setup(function()

@@ -12,6 +12,7 @@ local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
 local host_state = require "support.host_state"
+local kernel_client = require "support.kernel_client"
 local proc = require "support.proc"
 require "support.eventually"
 
@@ -22,15 +23,8 @@ describe("memory snapshots and forks (kernels)", function()
   local ENV = { SANDBOX_EXEC_MODE = "session", SANDBOX_WORKSPACE_QUOTA_MB = "64",
     SANDBOX_TENANT_LIMITS = '{"other": {"max_snapshot_mb": 6}}' }
 
-  local function call(method, path, body, max_time)
-    return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
-  end
-
-  local function cell(sid, kid, code)
-    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 20 }, 60)
-    assert.are.equal(200, r.status, r.body)
-    return r.json
-  end
+  local kc = kernel_client.new(function() return server, key end)
+  local call, cell = kc.call, kc.cell
 
   local function value(sid, kid, code)
     local c = cell(sid, kid, code)

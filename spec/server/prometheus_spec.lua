@@ -9,6 +9,7 @@
 local airlockd = require "support.airlockd"
 local eventually = require "support.eventually"
 local http_client = require "support.http_client"
+local kernel_client = require "support.kernel_client"
 local proc = require "support.proc"
 local cjson = require "cjson"
 
@@ -114,6 +115,23 @@ describe("GET /metrics", function()
     assert.is_true(refused >= 2, tostring(refused))
     local text = scrape(server, bearer()).body
     assert.are.equal(refused, sample(text, 'airlockd_rate_limit_refusals_total{tenant="other",limit="requests"}'))
+  end)
+
+  it("counts paused sessions, and the sandbox made ahead for their resumes until a resume takes it", function()
+    local kc = kernel_client.new(function() return server, server.tenants.acme end)
+    local sid = kc.session_with_x41()
+    local function now(series) return sample(scrape(server, bearer()).body, series) end
+    assert.are.equal(2, now('airlockd_sessions{state="active"}'))
+    assert.are.equal(0, now('airlockd_sessions{state="paused"}'))
+    kc.pause(sid)
+    assert.are.equal(1, now('airlockd_sessions{state="active"}'))
+    assert.are.equal(1, now('airlockd_sessions{state="paused"}'))
+    eventually(function() return now("airlockd_sandboxes_restore_ahead") == 1 end,
+      { timeout = 60, what = "the sandbox made ahead counted" })
+    assert.are.equal(200, kc.call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90).status)
+    assert.are.equal(0, now("airlockd_sandboxes_restore_ahead"))
+    assert.are.equal(0, now('airlockd_sessions{state="paused"}'))
+    assert.are.equal(200, http_client.delete(server, server.tenants.acme, sid).status)
   end)
 
   it("passes `promtool check metrics` after traffic of every kind", function()

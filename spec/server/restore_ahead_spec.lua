@@ -14,6 +14,7 @@ local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
 local host_state = require "support.host_state"
+local kernel_client = require "support.kernel_client"
 local proc = require "support.proc"
 require "support.eventually"
 
@@ -28,33 +29,9 @@ describe("resumes into sandboxes made ahead", function()
     return e
   end
 
-  local function call(method, path, body, max_time)
-    return http_client.request(server, method, path, { key = key, body = body and cjson.encode(body), max_time = max_time })
-  end
-
-  local function cell(sid, kid, code)
-    local r = call("POST", "/v1/sessions/" .. sid .. "/kernels/" .. kid .. "/execute", { code = code, timeout = 30 }, 90)
-    assert.are.equal(200, r.status, r.body)
-    return r.json
-  end
-
-  local function session_with_x41(body)
-    local r = http_client.create(server, key, cjson.encode(body or {}))
-    assert.are.equal(201, r.status, r.body)
-    local sid = r.json.session_id
-    r = call("POST", "/v1/sessions/" .. sid .. "/kernels", { language = "python" })
-    assert.are.equal(201, r.status, r.body)
-    local kid = r.json.kernel_id
-    assert.are.equal(cjson.null, cell(sid, kid, "x = 41").error)
-    return sid, kid
-  end
-
-  local function pause(sid)
-    local p = call("POST", "/v1/sessions/" .. sid .. "/pause", nil, 90)
-    assert.are.equal(200, p.status, p.body)
-    assert.are.equal("paused", p.json.state)
-    return p.json
-  end
+  local kc = kernel_client.new(function() return server, key end)
+  local call, session_with_x41, pause = kc.call, kc.session_with_x41, kc.pause
+  local function cell(sid, kid, code) return kc.cell(sid, kid, code, 30) end
 
   local function spares_dir() return server.dir .. "/state/restore-spares" end
 

@@ -21,9 +21,11 @@ static const char *tenant_name(void *ctx, size_t i)
 
 static void write_sessions(app *a, buffer *b)
 {
-    metrics_write_help(b, "airlockd_sessions", "gauge", "Sessions on this node, by state (none is paused yet)");
-    metrics_write_sample(b, "airlockd_sessions", "state=\"active\"", (double)registry_count(a->reg));
-    metrics_write_sample(b, "airlockd_sessions", "state=\"paused\"", 0);
+    /* (read in turn: a pause between the two reads can count a session in both or neither) */
+    size_t all = registry_count(a->reg), paused = registry_count_paused(a->reg);
+    metrics_write_help(b, "airlockd_sessions", "gauge", "Sessions on this node, by state");
+    metrics_write_sample(b, "airlockd_sessions", "state=\"active\"", (double)(all > paused ? all - paused : 0));
+    metrics_write_sample(b, "airlockd_sessions", "state=\"paused\"", (double)paused);
     warm_counts w;
     warm_count(a->warm, &w);
     metrics_write_help(b, "airlockd_sandboxes", "gauge",
@@ -33,6 +35,9 @@ static void write_sessions(app *a, buffer *b)
     metrics_write_sample(b, "airlockd_sandboxes", "state=\"in_use\"", w.in_use);
     metrics_write_gauge(b, "airlockd_sandboxes_spare", "Of those, spares booted for tenants' next new sessions", NULL,
                         w.spares);
+    metrics_write_gauge(b, "airlockd_sandboxes_restore_ahead",
+                        "Sandboxes made ahead for the resumes of paused sessions, waiting (besides those above)", NULL,
+                        (double)sandbox_restore_ahead_count(a->sb));
 }
 
 static void write_budgets(app *a, http_request *r, buffer *b)

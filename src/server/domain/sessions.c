@@ -1028,6 +1028,16 @@ size_t registry_count(registry *r)
     return n;
 }
 
+size_t registry_count_paused(registry *r)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&r->mu);
+    for (session *s = r->head; s; s = s->next)
+        n += s->ready && (s->state == SESSION_PAUSED || s->state == SESSION_PAUSING);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 size_t registry_count_tenant(registry *r, size_t tenant)
 {
     size_t n = 0;

@@ -303,6 +303,8 @@ size_t registry_owners(registry *r, char (**ids)[17], size_t **owners);
 
 size_t registry_count(registry *r);
 size_t registry_count_tenant(registry *r, size_t tenant);
+/* Of registry_count's, those paused (or pausing: as the listing says). */
+size_t registry_count_paused(registry *r);
 
 /* Current wall-clock time as float seconds, rounded to microseconds like time.time(). */
 double epoch_now(void);

@@ -400,6 +400,11 @@ void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds
         sbx_spares_configure(b->spares, max, idle_seconds);
 }
 
+int sandbox_restore_ahead_count(const sandbox_backend *b)
+{
+    return b ? sbx_spares_ready(b->spares) : 0;
+}
+
 void sandbox_backend_close(sandbox_backend *b)
 {
     if (!b)

@@ -129,6 +129,18 @@ void sbx_spares_configure(sbx_spares *sp, int max, int idle_seconds)
     pthread_mutex_unlock(&sp->mu);
 }
 
+int sbx_spares_ready(sbx_spares *sp)
+{
+    int n = 0;
+    if (!sp)
+        return 0;
+    pthread_mutex_lock(&sp->mu);
+    for (const spare *p = sp->list; p; p = p->next)
+        n += p->state == SP_READY;
+    pthread_mutex_unlock(&sp->mu);
+    return n;
+}
+
 void sbx_spares_close(sbx_spares *sp)
 {
     if (!sp)

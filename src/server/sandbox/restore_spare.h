@@ -34,6 +34,9 @@ sbx_spares *sbx_spares_open(sandbox_backend *b, const char *state_dir, char *err
 /* How many spares at most (0: none are made) and how long one waits untaken. */
 void sbx_spares_configure(sbx_spares *sp, int max, int idle_seconds);
 
+/* How many spares are made and wait (0 when sp is NULL). */
+int sbx_spares_ready(sbx_spares *sp);
+
 /* Every spare released (made ones ended, their mounts and directories removed). */
 void sbx_spares_close(sbx_spares *sp);
 

@@ -197,6 +197,8 @@ void sandbox_backend_on_retire(sandbox_backend *b, sandbox_retire_hook hook, voi
  * sandbox/restore_spare.h): at most max (0: none), one per tenant, each released after
  * idle_seconds untaken. gVisor only. */
 void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds);
+/* How many of those are made and wait now. */
+int sandbox_restore_ahead_count(const sandbox_backend *b);
 
 /* Test only (AIRLOCK_TEST_EGRESS_CA): sandboxes also trust the CA certificates of pem_path
  * (appended to the generated root's CA bundle). */
