@@ -7,9 +7,10 @@
 -- both ways; the sandbox runs in a cgroup named after the session, with the session's own memory
 -- size (a 768 MB session holds 400 MB, then is OOM-killed at 900); runsc's calls find it (a
 -- memory snapshot and a session forked from it); paused again, its image's
--- spec is the session's own (a restart restores it the usual way, x kept); a spare not taken is
--- released after SANDBOX_WARM_IDLE_SECONDS; a DELETE, a stop and a restart after kill -9 leave
--- nothing of spares (no process, cgroup, mount or directory). Loopback only.
+-- spec is the session's own (a restart makes a spare of it for the paused session, which its
+-- resume takes, x kept); a spare not taken is released after SANDBOX_WARM_IDLE_SECONDS; a
+-- DELETE, a stop and a restart after kill -9 leave nothing of spares (no process, cgroup, mount
+-- or directory). Loopback only.
 local airlockd = require "support.airlockd"
 local cjson = require "cjson"
 local http_client = require "support.http_client"
@@ -156,14 +157,38 @@ describe("resumes into sandboxes made ahead", function()
       if m.destination == "/workspace" then workspace = m.source end
     end
     assert.truthy(workspace:find(server.dir .. "/state/workspaces/" .. sid, 1, true) == 1, workspace)
-    -- a restart clears the spare made at this pause, and restores the image without one
+    -- a restart clears the spare made at this pause and makes one for the paused session again
+    -- (from its image's spec): the resume goes into it
+    local before = spares().dirs
     stop_keeping_state()
     server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = env(), wait = 60 })
-    nothing_of_spares()
+    assert.eventually(function() return spares_made() == 1 end, { timeout = 60, what = "a spare made at the start" })
+    assert.is_nil(spares().dirs:find(before, 1, true), before)
     assert.are.equal("43", cell(sid, kid, "x + 1").results[1]["text/plain"])
     local lines = resumed_ahead(sid)
-    assert.is_nil(lines[#lines]:find("made ahead", 1, true), lines[#lines])
+    assert.truthy(lines[#lines]:find("into one made ahead", 1, true), lines[#lines])
     assert.are.equal(200, http_client.delete(server, key, sid).status)
+    nothing_of_spares()
+  end)
+
+  it("makes another for the tenant's next paused session once a resume took one", function()
+    local a, ka = session_with_x41()
+    local b, kb = session_with_x41()
+    pause_and_wait_spare(a)
+    pause(b) -- (of the same spec: the spare waiting is its too)
+    local made = spares_made()
+    assert.are.equal("42", cell(a, ka, "x + 1").results[1]["text/plain"])
+    assert.eventually(function() return spares_made() > made end, { timeout = 60, what = "another spare, for b" })
+    assert.are.equal("42", cell(b, kb, "x + 1").results[1]["text/plain"])
+    assert.truthy(resumed_ahead(a)[1]:find("into one made ahead", 1, true))
+    assert.truthy(resumed_ahead(b)[1]:find("into one made ahead", 1, true))
+    -- none is paused any more: no other is made (the resume decides before it answers: a spare's
+    -- directory is made then); the two taken run a and b
+    local dirs = {}
+    for d in spares().dirs:gmatch("[^\n]+") do dirs[#dirs + 1] = d end
+    assert.are.equal(2, #dirs, table.concat(dirs, " "))
+    for _, sid in ipairs({ a, b }) do assert.are.equal(200, http_client.delete(server, key, sid).status) end
+    nothing_of_spares()
   end)
 
   it("clears the spares a killed airlockd left, and releases one not taken after SANDBOX_WARM_IDLE_SECONDS", function()
@@ -173,14 +198,22 @@ describe("resumes into sandboxes made ahead", function()
       local s = spares()
       return s.procs == 2 and s.mounts == "1", s
     end, { timeout = 60, what = "a spare made" })
+    local killed = spares().dirs
     os.execute("kill -9 " .. server.pid)
     assert.is_true(proc.wait_until(30, function() return not airlockd.alive(server) end))
-    assert.are.equal("1", spares().mounts) -- (its processes and mount outlive the killed server)
+    assert.are.equal("1", spares().mounts) -- (its mount outlives the killed server)
+    -- the new server clears it (and makes one of its own for the paused session: released 2 s
+    -- later untaken)
     server = airlockd.start({ dir = server.dir, tenants = server.tenants, env = env({ SANDBOX_WARM_IDLE_SECONDS = "2" }), wait = 60 })
+    assert.are.equal(0, #host_state.pids_naming(spares_dir() .. "/" .. killed))
+    assert.is_nil(spares().dirs:find(killed, 1, true), killed)
+    assert.are.equal(0, tonumber((proc.output("grep -c " .. q(spares_dir() .. "/" .. killed) .. " /proc/mounts || true"):gsub("%s+", ""))))
+    assert.eventually(function() return spares_made() == 1 end, { timeout = 60, what = "a spare made at the start" })
     nothing_of_spares()
-    -- resumed without one (files and memory), paused again: its new spare goes unused
+    -- resumed without one (it was released), paused again: its new spare goes unused too
     local r = call("POST", "/v1/sessions/" .. sid .. "/resume", nil, 90)
     assert.are.equal(200, r.status, r.body)
+    assert.is_nil(resumed_ahead(sid)[1]:find("made ahead", 1, true))
     pause_and_wait_spare(sid)
     nothing_of_spares()
     assert.are.equal(200, http_client.delete(server, key, sid).status)

@@ -83,6 +83,11 @@ void pause_image_to_store(const pause_deps *d, const char *id, const session_pau
 /* Removes session_id's memory image, if any (its end). */
 void pause_forget_image(const pause_deps *d, const char *session_id);
 
+/* A sandbox made ahead for the next resume of tenant's sessions paused with their memory (of
+ * the spec of the one paused last; sandbox_restore_ahead_want), when it has one: after a
+ * resume took one, and at a start for every tenant. */
+void pause_want_restore_ahead(const pause_deps *d, size_t tenant);
+
 /* The idle reaper's hook (registry_pause_hook; ctx: a pause_deps that outlives the registry). */
 void pause_idle_session(void *ctx, const char *session_id, size_t tenant);
 

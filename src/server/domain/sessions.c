@@ -1235,6 +1235,20 @@ session_result registry_adopt_paused(registry *r, session_record *rec, const cha
     return held ? SESSION_OK : expired ? SESSION_NOT_FOUND : SESSION_ERROR;
 }
 
+bool registry_latest_memory_pause(registry *r, size_t tenant, char *dir, size_t len)
+{
+    double latest = -1;
+    pthread_mutex_lock(&r->mu);
+    for (const session *s = r->head; s; s = s->next)
+        if (s->ready && s->tenant == tenant && s->state == SESSION_PAUSED && s->pause.image_dir[0] &&
+            !s->pause.image_moved && s->pause.paused_at > latest && strlen(s->pause.image_dir) < len) {
+            latest = s->pause.paused_at;
+            memcpy(dir, s->pause.image_dir, strlen(s->pause.image_dir) + 1);
+        }
+    pthread_mutex_unlock(&r->mu);
+    return latest >= 0;
+}
+
 bool registry_paused(registry *r, const char *id)
 {
     pthread_mutex_lock(&r->mu);

@@ -253,6 +253,10 @@ session_result registry_resume(registry *r, session *s, bool *resumed, session_p
  * (its result: not SESSION_OK when s could not be paused again, and is ACTIVE). */
 session_result registry_resume_end(registry *r, session *s, const session_pause_state *again);
 
+/* The memory image directory (into dir) of tenant's session paused last with one made here
+ * (not one taken from a fleet's store); false when it has none. */
+bool registry_latest_memory_pause(registry *r, size_t tenant, char *dir, size_t len);
+
 /* Whether session id is here and paused (or pausing, or resuming). */
 bool registry_paused(registry *r, const char *id);
 

@@ -290,6 +290,10 @@ static int open_sessions(server *s)
     s->spares = (registry_spares){.adopt = spare_adopt, .drop_all = spares_drop_all, .ctx = a};
     if (a->warm)
         registry_set_spares(a->reg, &s->spares);
+    /* the sessions a predecessor paused with their memory: each tenant's next resume finds a
+     * sandbox made ahead, as it would after a pause in this process */
+    for (size_t i = 0; i < tenants_capacity(a->tenants); i++)
+        pause_want_restore_ahead(&a->pause, i);
     return 0;
 }
 

@@ -400,6 +400,15 @@ void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds
         sbx_spares_configure(b->spares, max, idle_seconds);
 }
 
+void sandbox_restore_ahead_want(sandbox_backend *b, const char *tenant, const char *image_dir)
+{
+    char group[SBX_CG_NAME_MAX], spec[PATH_MAX];
+    if (b && snprintf(spec, sizeof spec, "%s/sandbox.json", image_dir) < (int)sizeof spec) {
+        sbx_cg_group_name(tenant, group);
+        sbx_spares_want(b->spares, group, spec);
+    }
+}
+
 int sandbox_restore_ahead_count(const sandbox_backend *b)
 {
     return b ? sbx_spares_ready(b->spares) : 0;

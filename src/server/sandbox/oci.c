@@ -246,13 +246,27 @@ int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspa
     return rc;
 }
 
+/* True when the spec's linux object joins a network namespace by path. */
+static bool joins_named_netns(json_t *linux_)
+{
+    size_t i;
+    json_t *ns;
+    json_array_foreach(json_object_get(linux_, "namespaces"), i, ns) {
+        const char *type = json_string_value(json_object_get(ns, "type"));
+        if (type && strcmp(type, "network") == 0 && json_object_get(ns, "path"))
+            return true;
+    }
+    return false;
+}
+
 char *sbx_spec_shape(const char *path)
 {
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     json_t *linux_ = json_object_get(root, "linux");
     char *text = NULL;
-    if (json_is_object(linux_) && set_mount_source(json_object_get(root, "mounts"), "/workspace", "")) {
+    if (json_is_object(linux_) && !joins_named_netns(linux_) &&
+        set_mount_source(json_object_get(root, "mounts"), "/workspace", "")) {
         (void)json_object_del(linux_, "cgroupsPath"); /* (none is as good) */
         text = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
     }

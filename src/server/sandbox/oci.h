@@ -44,7 +44,8 @@ int sbx_spec_rebase(const char *src, const char *bundle_dir, const char *workspa
 
 /* The spec at path as one text with its workspace's source and its cgroup left out (what two
  * sandboxes' specs must share for an image of one to be restored into the other), malloc'd;
- * NULL when it cannot be read or has no workspace mount. */
+ * NULL when it cannot be read, has no workspace mount, or joins a network namespace by path
+ * (egress: one made anew at each restore, never the same spec). */
 char *sbx_spec_shape(const char *path);
 
 #endif

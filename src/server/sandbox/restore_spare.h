@@ -4,7 +4,9 @@
  * that tenant with `runsc create` (nothing runs in it: its agent and kernels come from an
  * image) and waits; the tenant's next resume of a paused session of that spec restores into it
  * (`runsc restore` of an existing container loads the image into it), which takes about half
- * the time of a restore that makes its own sandbox.
+ * the time of a restore that makes its own sandbox. One is also wanted after a resume took one
+ * while the tenant has another session paused with its memory, and at a start
+ * (domain/pause.h pause_want_restore_ahead).
  *
  * Its /workspace is a directory of its own, a shared mount point (<state>/restore-spares/<id>/ws):
  * the gofer binds it when the spare is made, as a slave copy, so the session's workspace bound

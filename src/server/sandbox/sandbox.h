@@ -197,6 +197,9 @@ void sandbox_backend_on_retire(sandbox_backend *b, sandbox_retire_hook hook, voi
  * sandbox/restore_spare.h): at most max (0: none), one per tenant, each released after
  * idle_seconds untaken. gVisor only. */
 void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds);
+/* One of those for tenant, of the spec kept with the memory image in image_dir (as a pause
+ * with memory wants one), unless one of that spec is there or the bound is reached. */
+void sandbox_restore_ahead_want(sandbox_backend *b, const char *tenant, const char *image_dir);
 /* How many of those are made and wait now. */
 int sandbox_restore_ahead_count(const sandbox_backend *b);
 
