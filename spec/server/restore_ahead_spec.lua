@@ -191,6 +191,26 @@ describe("resumes into sandboxes made ahead", function()
     nothing_of_spares()
   end)
 
+  it("restores a session made from a memory snapshot into one made ahead too: its kernel's x, its own cgroup", function()
+    local a, ka = session_with_x41()
+    local snap = call("POST", "/v1/sessions/" .. a .. "/snapshots", { name = "base", memory = true }, 120)
+    assert.are.equal(201, snap.status, snap.body)
+    local b = session_with_x41()
+    pause_and_wait_spare(b) -- (a spare of the same spec as a's)
+    local fork = call("POST", "/v1/sessions", { from_snapshot = snap.json.snapshot_id }, 120)
+    assert.are.equal(201, fork.status, fork.body)
+    local f = fork.json.session_id
+    assert.truthy(airlockd.log(server):find("sandbox " .. f .. "%-[%w%-]+ restored into spare%-[%w%-]+, made ahead"),
+      "the fork's restore did not take the spare")
+    assert.are.equal("42", cell(f, ka, "x + 1").results[1]["text/plain"])
+    assert.are.equal("42", cell(a, ka, "x + 1").results[1]["text/plain"])
+    assert.is_true(#host_state.session_leftovers(server, f).cgroups > 0)
+    assert.are.equal(0, spares().groups)
+    for _, sid in ipairs({ a, b, f }) do assert.are.equal(200, http_client.delete(server, key, sid).status) end
+    assert.are.equal(200, call("DELETE", "/v1/snapshots/" .. snap.json.snapshot_id).status)
+    nothing_of_spares()
+  end)
+
   it("clears the spares a killed airlockd left, and releases one not taken after SANDBOX_WARM_IDLE_SECONDS", function()
     local sid = session_with_x41()
     pause(sid)

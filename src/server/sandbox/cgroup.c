@@ -669,6 +669,17 @@ static int ensure_builds_top(const sbx_cg_tree *t, char *errbuf, size_t errlen)
     return 0;
 }
 
+static int rel_under(const char *top, const char *group, const char *id, char *out, size_t len)
+{
+    int n = snprintf(out, len, "/%s/%s/%s", top, group, id);
+    return n < 0 || (size_t)n >= len ? -1 : n;
+}
+
+int sbx_cg_rel(const sbx_cg_tree *t, const char *group, const char *id, char *out, size_t len)
+{
+    return rel_under(t->root, group, id, out, len) < 0 ? -1 : 0;
+}
+
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,
                   const sbx_cg_limits *lim, char *errbuf, size_t errlen)
 {
@@ -676,8 +687,8 @@ int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char 
     cg->tree = t;
     snprintf(cg->group, sizeof cg->group, "%s", group);
     const char *top = lim->build ? t->builds : t->root;
-    int n = snprintf(cg->rel, sizeof cg->rel, "/%s/%s/%s", top, group, id);
-    if (n < 0 || (size_t)n >= sizeof cg->rel) {
+    int n = rel_under(top, group, id, cg->rel, sizeof cg->rel);
+    if (n < 0) {
         snprintf(errbuf, errlen, "cgroup path too long for id %s", id);
         return -1;
     }

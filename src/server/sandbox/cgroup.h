@@ -132,6 +132,10 @@ int sbx_cg_tree_clear(const sbx_cg_tree *t, bool keep_root);
  * to one safe directory. NULL tenant: "internal" (the backend's own probe). */
 void sbx_cg_group_name(const char *tenant, char out[SBX_CG_NAME_MAX]);
 
+/* The OCI linux.cgroupsPath sbx_cg_create gives a run's group of group and id (not a build's):
+ * "/<root>/<group>/<id>". 0, or -1 when it does not fit in len. */
+int sbx_cg_rel(const sbx_cg_tree *t, const char *group, const char *id, char *out, size_t len);
+
 /* Creates the run's group <root>/<group>/<id> (and the tenant's group when new), applies
  * the limits and sets the tenant's weight for one more running command. */
 int sbx_cg_create(sbx_cgroup *cg, sbx_cg_tree *t, const char *group, const char *id,

@@ -470,7 +470,7 @@ out:
 
 int sbx_spares_restore(sbx_spares *sp, sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
 {
-    if (!sp || s->network || !s->bundle || s->cg.tree)
+    if (!sp || s->network || !s->bundle || s->cg.tree) /* (a cgroup made: not a checkpointed sandbox's) */
         return 0;
     char spec[PATH_MAX];
     if (snprintf(spec, sizeof spec, "%s/config.json", s->bundle) >= (int)sizeof spec)
@@ -481,8 +481,10 @@ int sbx_spares_restore(sbx_spares *sp, sandbox *s, const char *image_dir, char *
     free(shape);
     if (!found)
         return 0;
-    if (restore_into(s, &t, image_dir, errbuf, errlen) == 0)
+    if (restore_into(s, &t, image_dir, errbuf, errlen) == 0) {
+        log_debug("sandbox %s restored into %s, made ahead", s->id, t.id);
         return 1;
+    }
     /* what is left of the spare goes */
     spare left = {.cg = t.cg, .in_w = t.in_w, .out_r = t.out_r, .err_r = t.err_r, .dir = t.dir};
     memcpy(left.id, t.id, sizeof left.id);

@@ -2,7 +2,8 @@
  * the sandbox (its gofer, the sentry's process and platform), not loading the image. After a
  * session of a tenant is paused with its memory, one sandbox of the same spec is made ahead for
  * that tenant with `runsc create` (nothing runs in it: its agent and kernels come from an
- * image) and waits; the tenant's next resume of a paused session of that spec restores into it
+ * image) and waits; the tenant's next resume of a paused session of that spec (or a session
+ * made from a memory snapshot of it) restores into it
  * (`runsc restore` of an existing container loads the image into it), which takes about half
  * the time of a restore that makes its own sandbox. One is also wanted after a resume took one
  * while the tenant has another session paused with its memory, and at a start
@@ -47,7 +48,9 @@ void sbx_spares_close(sbx_spares *sp);
  * (a ready spare of another spec is replaced), or the bound is reached. */
 void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path);
 
-/* Restores s (checkpointed, its spec in s->bundle) from image_dir into a ready spare of its
+/* Restores s (checkpointed, or made from an image: its spec in s->bundle, no cgroup yet; a
+ * session made from a memory snapshot or taken from a fleet's store is such) from image_dir
+ * into a ready spare of its
  * group and spec, as sandbox_session_restore does: 1 when restored that way (s now runs in it:
  * its cgroup, agent pipes, runsc_id and spare_dir are the spare's), 0 when no spare fits (s is
  * untouched: restore it the usual way), -1 when the restore into one failed (message in

@@ -181,7 +181,6 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
                  errbuf);
     sbx_cg_limits lim = sbx_command_limits(s);
     lim.ahead = true;
-    /* (a fork's was made already: its spec names it) */
     if (!s->cg.tree && sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
         goto out;
     /* booted like one ahead of its command (its own freezer group), but a caller waits for it:
@@ -271,22 +270,23 @@ static bool kept_container_id(const char *image_dir, char *id, size_t len)
     return ok && n > 0;
 }
 
-/* A fork's bundle (sandbox_session_from_image): its own cgroup made, and the image's spec
- * rebased on its workspace, root and cgroup. 0, or -1 with a message. */
+/* A fork's bundle (sandbox_session_from_image): the image's spec rebased on its workspace,
+ * root and cgroup (made by the restore, or the renamed one of a sandbox made ahead: the same
+ * path). 0, or -1 with a message. */
 static int fork_bundle(sandbox *s, const sandbox_opts *o, const char *image_dir, char *errbuf, size_t errlen)
 {
-    char src[PATH_MAX], usr[PATH_MAX];
+    char src[PATH_MAX], usr[PATH_MAX], rel[SBX_CG_PATH_MAX];
     if (snprintf(src, sizeof src, "%s/sandbox.json", image_dir) >= (int)sizeof src ||
         (o->root_dir && snprintf(usr, sizeof usr, "%s/usr", o->root_dir) >= (int)sizeof usr)) {
         snprintf(errbuf, errlen, "the memory image's path is too long");
         return -1;
     }
-    sbx_cg_limits lim = sbx_command_limits(s);
-    lim.ahead = true;
-    if (sbx_cg_create(&s->cg, &s->b->cgroups, s->group, s->id, &lim, errbuf, errlen) != 0)
+    if (sbx_cg_rel(&s->b->cgroups, s->group, s->id, rel, sizeof rel) != 0) {
+        snprintf(errbuf, errlen, "cgroup path too long for id %s", s->id);
         return -1;
+    }
     return sbx_spec_rebase(src, s->bundle, s->workspace_dir, o->root_dir ? o->root_dir : s->b->rootfs_dir,
-                           o->root_dir ? usr : NULL, s->cg.rel, errbuf, errlen);
+                           o->root_dir ? usr : NULL, rel, errbuf, errlen);
 }
 
 sandbox *sandbox_session_from_image(sandbox_backend *b, const sandbox_opts *o, const char *image_dir,
