@@ -8,7 +8,8 @@
 -- size (a 768 MB session holds 400 MB, then is OOM-killed at 900); runsc's calls find it (a
 -- memory snapshot and a session forked from it); paused again, its image's
 -- spec is the session's own (a restart makes a spare of it for the paused session, which its
--- resume takes, x kept); a spare not taken is released after SANDBOX_WARM_IDLE_SECONDS; a
+-- resume takes, x kept); a spare not taken is released after SANDBOX_WARM_IDLE_SECONDS, and
+-- with the DELETE of its tenant's last session paused with its memory (before the answer); a
 -- DELETE, a stop and a restart after kill -9 leave nothing of spares (no process, cgroup, mount
 -- or directory). Loopback only.
 local airlockd = require "support.airlockd"
@@ -189,6 +190,20 @@ describe("resumes into sandboxes made ahead", function()
     assert.are.equal(2, #dirs, table.concat(dirs, " "))
     for _, sid in ipairs({ a, b }) do assert.are.equal(200, http_client.delete(server, key, sid).status) end
     nothing_of_spares()
+  end)
+
+  it("releases the tenant's spare with the DELETE of its last session paused with its memory, before the answer", function()
+    local a = session_with_x41()
+    local b = session_with_x41()
+    pause_and_wait_spare(a)
+    pause(b)
+    -- b still needs it
+    assert.are.equal(200, http_client.delete(server, key, a).status)
+    local s = spares()
+    assert.are.equal(2, s.procs, cjson.encode(s))
+    -- none does: gone when the DELETE answers
+    assert.are.equal(200, http_client.delete(server, key, b).status)
+    assert.are.same({ dirs = "", mounts = "0", procs = 0, groups = 0 }, spares())
   end)
 
   it("restores a session made from a memory snapshot into one made ahead too: its kernel's x, its own cgroup", function()

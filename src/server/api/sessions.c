@@ -370,8 +370,11 @@ void api_sessions_delete(app *a, http_request *r, const api_call *c)
     session_result rc = registry_delete(a->reg, id, c->tenant);
     if (rc == SESSION_NOT_FOUND && store_take_over(a, id, c->tenant)) /* its image leaves the store */
         rc = registry_delete(a->reg, id, c->tenant);
-    if (rc == SESSION_OK) /* a cell under way ends now, not when its request lets the session go */
+    if (rc == SESSION_OK) { /* a cell under way ends now, not when its request lets the session go */
         kernels_forget_session(a->kernels, id);
+        /* and a sandbox made ahead for its resume, unless another session needs it */
+        pause_drop_restore_ahead(&a->pause, c->tenant);
+    }
     if (rc == SESSION_NOT_FOUND && fleet_answer_elsewhere(a, r, id, c->tenant))
         return;
     if (rc == SESSION_NOT_FOUND)

@@ -407,6 +407,14 @@ void pause_want_restore_ahead(const pause_deps *d, size_t tenant)
         sandbox_restore_ahead_want(d->sb, t->name, dir);
 }
 
+void pause_drop_restore_ahead(const pause_deps *d, size_t tenant)
+{
+    char dir[SESSION_PAUSE_DIR_MAX];
+    const tenant_cfg *t = tenants_get(d->tenants, tenant);
+    if (t && !registry_latest_memory_pause(d->reg, tenant, dir, sizeof dir))
+        sandbox_restore_ahead_drop(d->sb, t->name);
+}
+
 session_result resume_session_with(const pause_deps *d, session *s, bool discard_memory, bool *resumed,
                                    double *resume_ms, char *why, size_t whylen)
 {
@@ -461,16 +469,16 @@ session_result resume_session_with(const pause_deps *d, session *s, bool discard
     }
     (void)registry_resume_end(d->reg, s, NULL);
     *resume_ms = ms_since(&t0);
-    if (p.image_dir[0]) /* its tenant's next resume finds one too */
-        pause_want_restore_ahead(d, s->tenant);
-    if (p.image_dir[0])
+    if (p.image_dir[0]) {
+        pause_want_restore_ahead(d, s->tenant); /* its tenant's next resume finds one too */
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; sandbox restored%s, its agent "
                     "checked with %s and %d kernel(s) with theirs, its image removed %.0f ms)", s->id, *resume_ms,
                     disk_ms, warm_session_restored_ahead(d->warm, s) ? " into one made ahead" : "",
                     pings ? "a ping" : "a command", pinged, *resume_ms - disk_ms);
-    else
+    } else {
         log_session(LV_INFO, s->id, NULL, "session %s resumed in %.0f ms (disk %.0f ms; its sandbox boots for its "
                     "next command)", s->id, *resume_ms, disk_ms);
+    }
     return SESSION_OK;
 }
 

@@ -88,6 +88,10 @@ void pause_forget_image(const pause_deps *d, const char *session_id);
  * resume took one, and at a start for every tenant. */
 void pause_want_restore_ahead(const pause_deps *d, size_t tenant);
 
+/* After a session of tenant was deleted: its sandboxes made ahead go (and are gone when this
+ * returns) unless another of its sessions is paused with its memory. */
+void pause_drop_restore_ahead(const pause_deps *d, size_t tenant);
+
 /* The idle reaper's hook (registry_pause_hook; ctx: a pause_deps that outlives the registry). */
 void pause_idle_session(void *ctx, const char *session_id, size_t tenant);
 

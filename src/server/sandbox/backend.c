@@ -409,6 +409,15 @@ void sandbox_restore_ahead_want(sandbox_backend *b, const char *tenant, const ch
     }
 }
 
+void sandbox_restore_ahead_drop(sandbox_backend *b, const char *tenant)
+{
+    char group[SBX_CG_NAME_MAX];
+    if (b) {
+        sbx_cg_group_name(tenant, group);
+        sbx_spares_drop(b->spares, group);
+    }
+}
+
 int sandbox_restore_ahead_count(const sandbox_backend *b)
 {
     return b ? sbx_spares_ready(b->spares) : 0;

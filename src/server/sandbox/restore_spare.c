@@ -55,6 +55,7 @@ struct sbx_spares {
     spare *list;            /* making or ready */
     int count;              /* in list */
     int threads;            /* spare threads still running */
+    int releasing;          /* spares out of the list whose release is under way */
     int max, idle_seconds;
     bool stopping;
 };
@@ -290,13 +291,17 @@ static void *spare_thread(void *arg)
         if (pthread_cond_timedwait(&sp->changed, &sp->mu, &until) == ETIMEDOUT)
             break;
     bool taken = p->state == SP_TAKEN;
-    if (!taken)
+    if (!taken) {
         unlink_locked(sp, p);
+        sp->releasing++;
+    }
     pthread_mutex_unlock(&sp->mu);
     if (!taken)
         release(sp, p);
     spare_free(p); /* (a take moved what it holds out) */
     pthread_mutex_lock(&sp->mu);
+    if (!taken)
+        sp->releasing--;
     sp->threads--;
     pthread_cond_broadcast(&sp->changed);
     pthread_mutex_unlock(&sp->mu);
@@ -371,6 +376,35 @@ void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path)
 done:
     pthread_mutex_unlock(&sp->mu);
     free(shape);
+}
+
+/* Whether a spare of group is listed (made, being made, or dropped and not yet taken out). */
+static bool group_listed_locked(const sbx_spares *sp, const char *group)
+{
+    for (const spare *p = sp->list; p; p = p->next)
+        if (strcmp(p->group, group) == 0)
+            return true;
+    return false;
+}
+
+void sbx_spares_drop(sbx_spares *sp, const char *group)
+{
+    if (!sp)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    bool any = false;
+    for (spare *p = sp->list; p; p = p->next)
+        if (strcmp(p->group, group) == 0 && (p->state == SP_MAKING || p->state == SP_READY)) {
+            p->state = SP_DROP;
+            any = true;
+        }
+    if (any) {
+        pthread_cond_broadcast(&sp->changed);
+        /* gone when this returns (a making one after its `runsc create`) */
+        while (group_listed_locked(sp, group) || sp->releasing > 0)
+            pthread_cond_wait(&sp->changed, &sp->mu);
+    }
+    pthread_mutex_unlock(&sp->mu);
 }
 
 /* What a take moves out of a spare into the sandbox restored there. */

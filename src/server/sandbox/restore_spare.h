@@ -17,7 +17,8 @@
  * and the cgroup) is taken: runsc restores an image into the sandbox it was saved from.
  *
  * Bounded: at most one spare per tenant, max in all (SANDBOX_WARM_MAX: sandboxes held ready),
- * each released after idle_seconds untaken, all at shutdown; a spare's processes are in the
+ * each released after idle_seconds untaken or when its tenant's last session paused with its
+ * memory is deleted (sbx_spares_drop), all at shutdown; a spare's processes are in the
  * server's cgroups and its mounts under its state directory, which a start clears. */
 #ifndef AIRLOCKD_SANDBOX_RESTORE_SPARE_H
 #define AIRLOCKD_SANDBOX_RESTORE_SPARE_H
@@ -47,6 +48,10 @@ void sbx_spares_close(sbx_spares *sp);
  * with its image): a spare of that spec is made for the group in the background, unless one is
  * (a ready spare of another spec is replaced), or the bound is reached. */
 void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path);
+
+/* Releases group's spares (made or being made) and returns once they are gone: its last
+ * session paused with its memory was deleted. */
+void sbx_spares_drop(sbx_spares *sp, const char *group);
 
 /* Restores s (checkpointed, or made from an image: its spec in s->bundle, no cgroup yet; a
  * session made from a memory snapshot or taken from a fleet's store is such) from image_dir

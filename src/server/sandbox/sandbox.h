@@ -200,6 +200,8 @@ void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds
 /* One of those for tenant, of the spec kept with the memory image in image_dir (as a pause
  * with memory wants one), unless one of that spec is there or the bound is reached. */
 void sandbox_restore_ahead_want(sandbox_backend *b, const char *tenant, const char *image_dir);
+/* Those of tenant released, gone when this returns. */
+void sandbox_restore_ahead_drop(sandbox_backend *b, const char *tenant);
 /* How many of those are made and wait now. */
 int sandbox_restore_ahead_count(const sandbox_backend *b);
 
