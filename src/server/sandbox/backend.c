@@ -402,10 +402,10 @@ void sandbox_backend_restore_ahead(sandbox_backend *b, int max, int idle_seconds
 
 void sandbox_restore_ahead_want(sandbox_backend *b, const char *tenant, const char *image_dir)
 {
-    char group[SBX_CG_NAME_MAX], spec[PATH_MAX];
-    if (b && snprintf(spec, sizeof spec, "%s/sandbox.json", image_dir) < (int)sizeof spec) {
+    char group[SBX_CG_NAME_MAX];
+    if (b) {
         sbx_cg_group_name(tenant, group);
-        sbx_spares_want(b->spares, group, spec);
+        sbx_spares_want(b->spares, group, image_dir);
     }
 }
 

@@ -435,7 +435,7 @@ static void stop_uncollected(sandbox *s)
     pid_t pid = s->child.pid;
     if (pid > 0) {
         /* (a restore into a sandbox made ahead is not that sandbox's parent: it would take
-         * seconds to see it end, and leaves its state to sbx_spares_forget anyway) */
+         * seconds to see it end, and gvisor_release removes its state anyway) */
         if (s->runsc_id[0])
             (void)sbx_cg_kill_all(&s->cg);
         else
@@ -468,9 +468,10 @@ static void gvisor_release(sandbox *s)
     if (s->have_cg)
         sbx_cg_destroy(&s->cg);
     s->have_cg = false;
-    if (s->runsc_id[0] || s->spare_dir)
-        sbx_spares_forget(s); /* (nothing of it runs: its state files go) */
-    else if (sbx_gvisor_state_left(s->b, s->id))
+    if (s->runsc_id[0] || s->spare_dir) { /* (nothing of it runs: its state files go) */
+        sbx_gvisor_forget(s->b, sbx_runsc_id(s));
+        sbx_spares_forget(s);
+    } else if (sbx_gvisor_state_left(s->b, s->id))
         sbx_gvisor_delete(s->b, s->id);
     if (s->bundle && fs_rmtree(s->bundle) != 0 && errno != ENOENT)
         log_warn("cannot remove sandbox bundle %s: %s", s->bundle,

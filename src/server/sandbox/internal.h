@@ -142,6 +142,11 @@ int sbx_gvisor_flags(const sandbox *s, const char *argv[SBX_GVISOR_FLAGS_MAX]);
  * --leave-running --compression=none --image-path image_dir" (runsc_control.c: a sandbox
  * paused before stays paused after it, saved or not). 0, or -1 with runsc's message. */
 int sbx_runsc_control(sandbox *s, const char *verb, const char *image_dir, char *errbuf, size_t errlen);
+/* `runsc restore --detach=false` of image_dir into container id (bundle: its OCI bundle) as
+ * s->child, started in cg, its stdin stdin_fd (<= 0: /dev/null); attached, as a session's
+ * `runsc run` is. 0, or -1 with a message. */
+int sbx_runsc_restore_start(sandbox *s, const sbx_cgroup *cg, const char *image_dir, const char *bundle,
+                            const char *id, int stdin_fd, char *errbuf, size_t errlen);
 /* `runsc resume` of s paused by sbx_runsc_control: 0; or, when it cannot be resumed, s's
  * processes are killed and s takes nothing more (its memory is lost): SANDBOX_SAVE_LOST.
  * Under s->agent_mu. */

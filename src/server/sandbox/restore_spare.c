@@ -52,8 +52,7 @@ struct sbx_spares {
     char *dir;
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a spare was taken or dropped, a thread ended, or the shutdown */
-    spare *list;            /* making or ready */
-    int count;              /* in list */
+    spare *list;            /* making or ready (or dropped, until its thread takes it out) */
     int threads;            /* spare threads still running */
     int releasing;          /* spares out of the list whose release is under way */
     int max, idle_seconds;
@@ -260,9 +259,16 @@ static void unlink_locked(sbx_spares *sp, spare *p)
     for (spare **at = &sp->list; *at; at = &(*at)->next)
         if (*at == p) {
             *at = p->next;
-            sp->count--;
             return;
         }
+}
+
+static int listed_locked(const sbx_spares *sp)
+{
+    int n = 0;
+    for (const spare *p = sp->list; p; p = p->next)
+        n++;
+    return n;
 }
 
 static void *spare_thread(void *arg)
@@ -325,9 +331,12 @@ static int copy_small_file(const char *from, const char *to)
     return ok ? 0 : -1;
 }
 
-void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path)
+void sbx_spares_want(sbx_spares *sp, const char *group, const char *image_dir)
 {
-    char *shape = sp ? sbx_spec_shape(spec_path) : NULL;
+    char spec_path[PATH_MAX];
+    char *shape = sp && snprintf(spec_path, sizeof spec_path, "%s/sandbox.json", image_dir) < (int)sizeof spec_path
+                      ? sbx_spec_shape(spec_path)
+                      : NULL;
     if (!shape)
         return;
     pthread_mutex_lock(&sp->mu);
@@ -339,7 +348,7 @@ void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path)
             q->state = SP_DROP; /* one spare per tenant: the latest spec's */
             pthread_cond_broadcast(&sp->changed);
         }
-    if (sp->stopping || sp->count >= sp->max)
+    if (sp->stopping || listed_locked(sp) >= sp->max)
         goto done;
     char src[PATH_MAX];
     if (!(p = calloc(1, sizeof *p)))
@@ -369,7 +378,6 @@ void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path)
     } else {
         p->next = sp->list;
         sp->list = p;
-        sp->count++;
         sp->threads++;
     }
     pthread_attr_destroy(&attr);
@@ -467,14 +475,7 @@ static int restore_into(sandbox *s, taken_spare *t, const char *image_dir, char 
         snprintf(errbuf, errlen, "cannot thaw it: %s", strerror(err));
         goto out;
     }
-    const char *argv[SBX_GVISOR_FLAGS_MAX + 12];
-    int n = sbx_gvisor_flags(s, argv);
-    argv[n++] = "--ignore-cgroups";
-    const char *tail[] = {"restore", "--detach=false", "--image-path", image_dir, "--bundle", t->dir, t->id, NULL};
-    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
-        argv[n++] = tail[i];
-    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &t->cg};
-    if (sbx_proc_start(&o, &s->child, errbuf, errlen) != 0)
+    if (sbx_runsc_restore_start(s, &t->cg, image_dir, t->dir, t->id, -1, errbuf, errlen) != 0)
         goto out;
     if (!(s->io = agent_stdio_new(t->out_r, &s->agent_mu))) {
         snprintf(errbuf, errlen, "out of memory");
@@ -529,8 +530,6 @@ int sbx_spares_restore(sbx_spares *sp, sandbox *s, const char *image_dir, char *
 
 void sbx_spares_forget(sandbox *s)
 {
-    if (s->runsc_id[0])
-        sbx_gvisor_forget(s->b, s->runsc_id);
     if (s->spare_dir)
         remove_spare_dir(s->spare_dir);
     free(s->spare_dir);

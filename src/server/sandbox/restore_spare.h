@@ -44,10 +44,11 @@ int sbx_spares_ready(sbx_spares *sp);
 /* Every spare released (made ones ended, their mounts and directories removed). */
 void sbx_spares_close(sbx_spares *sp);
 
-/* After a pause with memory of a sandbox of tenant group `group` whose spec is spec_path (kept
- * with its image): a spare of that spec is made for the group in the background, unless one is
- * (a ready spare of another spec is replaced), or the bound is reached. */
-void sbx_spares_want(sbx_spares *sp, const char *group, const char *spec_path);
+/* After a pause with memory of a sandbox of tenant group `group` whose image (its spec kept
+ * beside it as sandbox.json) is image_dir: a spare of that spec is made for the group in the
+ * background, unless one is (a ready spare of another spec is replaced), the spec joins a named
+ * network namespace (egress: never the same), or the bound is reached. */
+void sbx_spares_want(sbx_spares *sp, const char *group, const char *image_dir);
 
 /* Releases group's spares (made or being made) and returns once they are gone: its last
  * session paused with its memory was deleted. */
@@ -62,8 +63,9 @@ void sbx_spares_drop(sbx_spares *sp, const char *group);
  * errbuf; the spare is gone, s as it was). Under s->agent_mu. */
 int sbx_spares_restore(sbx_spares *sp, sandbox *s, const char *image_dir, char *errbuf, size_t errlen);
 
-/* What is left of the spare s was restored into once s's processes are gone: its runsc state,
- * the workspace bound on its mount point, the directory. s->runsc_id and s->spare_dir cleared. */
+/* What is left of the spare s was restored into once s's processes (and runsc's state of
+ * sbx_runsc_id(s)) are gone: the workspace bound on its mount point, the directory.
+ * s->runsc_id and s->spare_dir cleared. */
 void sbx_spares_forget(sandbox *s);
 
 #endif

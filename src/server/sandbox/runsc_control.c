@@ -40,6 +40,24 @@ int sbx_runsc_control(sandbox *s, const char *verb, const char *image_dir, char 
     return rc;
 }
 
+int sbx_runsc_restore_start(sandbox *s, const sbx_cgroup *cg, const char *image_dir, const char *bundle,
+                            const char *id, int stdin_fd, char *errbuf, size_t errlen)
+{
+    /* the same flags as its `runsc run` (gvisor.c): the image must find the same sandbox */
+    const char *argv[SBX_GVISOR_FLAGS_MAX + 12];
+    int n = sbx_gvisor_flags(s, argv);
+    /* runsc starts in the session's cgroups (sbx_proc_start joins them before the exec), and
+     * every process it makes stays there: its own joins of every hierarchy again (the spec's
+     * cgroupsPath) are ~15 ms of a resume (the kernel's RCU waits), for nothing a restore needs */
+    argv[n++] = "--ignore-cgroups";
+    const char *tail[] = {"restore", "--detach=false", "--image-path", image_dir, "--bundle", bundle, id, NULL};
+    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
+        argv[n++] = tail[i];
+    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = cg, .stdin_fd = stdin_fd,
+                       .pre_exec = s->network ? sbx_gvisor_hide_proc_sys_net : NULL};
+    return sbx_proc_start(&o, &s->child, errbuf, errlen);
+}
+
 int sbx_resume_or_end(sandbox *s)
 {
     char eb[300];

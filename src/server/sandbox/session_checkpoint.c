@@ -108,15 +108,6 @@ static void keep_spec_with_image(const sandbox *s, const char *image_dir)
         log_warn("%s (%s)", eb, image_dir);
 }
 
-/* A sandbox of s's spec made ahead for its tenant's next resume (restore_spare.h), unless s has
- * a network (made anew at each restore: its spec differs each time). */
-static void want_spare(const sandbox *s, const char *image_dir)
-{
-    char spec[PATH_MAX];
-    if (!s->network && snprintf(spec, sizeof spec, "%s/sandbox.json", image_dir) < (int)sizeof spec)
-        sbx_spares_want(s->b->spares, s->group, spec);
-}
-
 int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, size_t errlen)
 {
     pthread_mutex_lock(&s->agent_mu);
@@ -143,7 +134,7 @@ int sandbox_session_checkpoint(sandbox *s, const char *image_dir, char *errbuf, 
             /* the sandbox ends: its runsc (whose gofer would hold the workspace's mount), stdio
              * and cgroup go; the struct waits for restore */
             keep_spec_with_image(s, image_dir);
-            want_spare(s, image_dir);
+            sbx_spares_want(s->b->spares, s->group, image_dir); /* for its tenant's next resume */
             (void)sbx_cg_kill_all(&s->cg);
             reap_runsc(s);
             close_fd(&s->cmd_w);
@@ -195,19 +186,7 @@ int sandbox_session_restore(sandbox *s, const char *image_dir, char *errbuf, siz
         snprintf(errbuf, errlen, "cannot create pipes: %s", strerror(errno));
         goto out;
     }
-    /* the same flags as its `runsc run` (gvisor.c): the image must find the same sandbox */
-    const char *argv[32];
-    int n = sbx_gvisor_flags(s, argv);
-    /* runsc starts in the session's cgroups (sbx_proc_start joins them before the exec), and
-     * every process it makes stays there: its own joins of every hierarchy again (the spec's
-     * cgroupsPath) are ~15 ms of a resume (the kernel's RCU waits), for nothing a restore needs */
-    argv[n++] = "--ignore-cgroups";
-    const char *tail[] = {"restore", "--detach=false", "--image-path", image_dir, "--bundle", s->bundle, s->id, NULL};
-    for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++)
-        argv[n++] = tail[i];
-    sbx_proc_opts o = {.argv = argv, .envp = launcher_env, .cg = &s->cg, .stdin_fd = in[0],
-                       .pre_exec = s->network ? sbx_gvisor_hide_proc_sys_net : NULL};
-    if (sbx_proc_start(&o, &s->child, errbuf, errlen) != 0)
+    if (sbx_runsc_restore_start(s, &s->cg, image_dir, s->bundle, s->id, in[0], errbuf, errlen) != 0)
         goto out;
     close_fd(&in[0]);
     s->cmd_w = in[1];
